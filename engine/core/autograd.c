@@ -1,0 +1,119 @@
+/* autograd.c: grad mode, the tape and the backward walk. */
+#include "core-private.h"
+
+#include <string.h>
+
+static _Thread_local bool no_grad;
+
+bool em_grad_enabled(void) { return !no_grad; }
+
+bool em_no_grad_begin(void) {
+  bool prev = !no_grad;
+  no_grad = true;
+  return prev;
+}
+
+void em_grad_mode_restore(bool prev) { no_grad = !prev; }
+
+bool em_needs_grad(int n, em_tensor *const *inputs) {
+  if (no_grad) return false;
+  for (int k = 0; k < n; k++)
+    if (inputs[k] && em_tensor_requires_grad(inputs[k])) return true;
+  return false;
+}
+
+em_node *em_record(const char *op, em_backward_fn bw, em_tensor *out, int n,
+                   em_tensor *const *inputs) {
+  EM_ASSERT(n <= EM_NODE_MAX_INPUTS);
+  em_node *node = em_scope_new_node();
+  node->op = op;
+  node->backward = bw;
+  node->out = out;
+  node->n_in = n;
+  for (int k = 0; k < n; k++) node->in[k] = inputs[k];
+  out->grad_fn = node;
+  out->flags |= EM_TENSOR_REQUIRES_GRAD;
+  return node;
+}
+
+em_tensor *em_grad_acquire(em_tensor *t, bool *fresh) {
+  if (!t || !em_tensor_requires_grad(t)) return NULL;
+  if (!t->grad) {
+    if (t->flags & EM_TENSOR_PERSISTENT) {
+      em_error err;
+      t->grad = em_tensor_new(t->dtype, t->ndim, t->shape, &err);
+      EM_ASSERT(t->grad && "out of memory for a gradient");
+    } else {
+      t->grad = em_empty(t->dtype, t->ndim, t->shape);
+    }
+    t->flags &= ~(uint32_t)EM_TENSOR_GRAD_STALE;
+    *fresh = true;
+    return t->grad;
+  }
+  *fresh = (t->flags & EM_TENSOR_GRAD_STALE) != 0;
+  t->flags &= ~(uint32_t)EM_TENSOR_GRAD_STALE;
+  return t->grad;
+}
+
+void em_tensor_zero_grad(em_tensor *t) { t->flags |= EM_TENSOR_GRAD_STALE; }
+
+/* dst += src, with src of any strides (same numel as dst, contiguous). */
+static void add_into(em_tensor *dst, const em_tensor *src) {
+  int64_t n = em_tensor_numel(dst);
+  if (em_tensor_is_contiguous(src) && src->dtype == dst->dtype) {
+    if (dst->dtype == EM_DTYPE_F32) {
+      float *d = em_f32(dst);
+      const float *s = em_f32(src);
+      for (int64_t k = 0; k < n; k++) d[k] += s[k];
+    } else {
+      double *d = em_f64(dst);
+      const double *s = em_f64(src);
+      for (int64_t k = 0; k < n; k++) d[k] += s[k];
+    }
+    return;
+  }
+  /* Rare path: make a contiguous copy in the scope first. */
+  em_tensor *c = em_empty(dst->dtype, dst->ndim, dst->shape);
+  em_strided_copy(c, src);
+  add_into(dst, c);
+}
+
+void em_grad_accumulate(em_tensor *t, const em_tensor *g) {
+  bool fresh;
+  em_tensor *dst = em_grad_acquire(t, &fresh);
+  if (!dst) return;
+  EM_ASSERT(em_tensor_numel(dst) == em_tensor_numel(g));
+  if (fresh) em_strided_copy(dst, g);
+  else add_into(dst, g);
+}
+
+static void walk_tape(void) {
+  int64_t n;
+  em_node **tape = em_scope_tape(&n);
+  for (int64_t k = n - 1; k >= 0; k--) {
+    em_node *node = tape[k];
+    if (!node->out->grad || !node->backward) continue;
+    node->backward(node);
+  }
+  em_scope_tape_clear();
+}
+
+void em_backward(em_tensor *loss) {
+  EM_ASSERT(em_tensor_numel(loss) == 1);
+  if (!em_tensor_requires_grad(loss)) return;
+  bool prev = em_no_grad_begin();
+  bool fresh;
+  em_tensor *g = em_grad_acquire(loss, &fresh);
+  if (fresh) em_tensor_fill_(g, 1.0);
+  else em_tensor_fill_(g, em_tensor_item(g) + 1.0);
+  walk_tape();
+  em_grad_mode_restore(prev);
+}
+
+void em_backward_grad(em_tensor *out, const em_tensor *grad) {
+  if (!em_tensor_requires_grad(out)) return;
+  bool prev = em_no_grad_begin();
+  em_grad_accumulate(out, grad);
+  walk_tape();
+  em_grad_mode_restore(prev);
+}

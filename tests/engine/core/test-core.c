@@ -1,0 +1,114 @@
+/* test-core.c: scopes, the caching allocator, views over persistent
+ * tensors, the rng and the thread pool. */
+#include <glib.h>
+#include <math.h>
+#include <string.h>
+
+#include "em-pool.h"
+#include "em-tensor.h"
+#include "em-rng.h"
+
+static void test_scope_steady_state(void) {
+  int64_t shape[2] = {128, 256};
+  /* First step warms the cache; later steps reach the system allocator
+   * zero times. */
+  em_memory_stats before, after;
+  for (int step = 0; step < 5; step++) {
+    if (step == 2) em_memory_stats_get(&before);
+    em_scope *s = em_scope_begin();
+    for (int k = 0; k < 50; k++) {
+      em_tensor *t = em_zeros(EM_DTYPE_F32, 2, shape);
+      g_assert_nonnull(t->data);
+      em_tensor *u = em_empty(EM_DTYPE_F64, 1, &shape[1]);
+      (void)u;
+    }
+    em_scope_end(s);
+  }
+  em_memory_stats_get(&after);
+  g_assert_cmpint(after.system_alloc_count, ==, before.system_alloc_count);
+  g_assert_cmpint(after.alloc_count, >, before.alloc_count);
+  g_assert_cmpint(after.allocated_bytes, ==, before.allocated_bytes);
+}
+
+static void test_nested_scopes(void) {
+  em_scope *outer = em_scope_begin();
+  int64_t n = 4;
+  em_tensor *a = em_full(EM_DTYPE_F32, 1, &n, 2.0);
+  em_scope *inner = em_scope_begin();
+  em_tensor *b = em_full(EM_DTYPE_F32, 1, &n, 3.0);
+  g_assert_true(em_scope_current() == inner);
+  g_assert_cmpfloat(em_f32(b)[3], ==, 3.0f);
+  em_scope_end(inner);
+  g_assert_true(em_scope_current() == outer);
+  g_assert_cmpfloat(em_f32(a)[3], ==, 2.0f);
+  em_scope_end(outer);
+  g_assert_null(em_scope_current());
+}
+
+static void test_persistent_and_absurd(void) {
+  em_error err = {0};
+  int64_t big[3] = {1 << 20, 1 << 20, 1 << 20};
+  g_assert_null(em_tensor_new(EM_DTYPE_F32, 3, big, &err));
+  g_assert_cmpint(err.status, ==, EM_ERR_NOMEM);
+  g_assert_nonnull(strstr(err.msg, "too large"));
+  int64_t neg[1] = {-3};
+  g_assert_null(em_tensor_new(EM_DTYPE_F32, 1, neg, &err));
+  g_assert_cmpint(err.status, ==, EM_ERR_INVALID);
+
+  int64_t shape[2] = {2, 3};
+  em_tensor *p = em_tensor_new(EM_DTYPE_F64, 2, shape, &err);
+  g_assert_nonnull(p);
+  em_tensor_fill_(p, 1.5);
+  em_scope *s = em_scope_begin();
+  int64_t vshape[2] = {3, 2}, vstride[2] = {1, 3};
+  em_tensor *v = em_view_raw(p, 2, vshape, vstride, 0); /* transpose view */
+  g_assert_false(em_tensor_is_contiguous(v));
+  int64_t idx[2] = {2, 1};
+  g_assert_cmpfloat(em_tensor_get(v, idx), ==, 1.5);
+  em_tensor *c = em_empty(EM_DTYPE_F32, 2, vshape);
+  em_tensor_copy_(c, v);
+  g_assert_cmpfloat(em_f32(c)[5], ==, 1.5f);
+  em_scope_end(s);
+  em_tensor_free(p); /* the view's scope did not free p's data */
+}
+
+static void test_rng(void) {
+  em_rng a, b;
+  em_rng_seed(&a, 42);
+  em_rng_seed(&b, 42);
+  for (int k = 0; k < 100; k++) g_assert_cmpuint(em_rng_next(&a), ==, em_rng_next(&b));
+  double sum = 0, sq = 0;
+  for (int k = 0; k < 20000; k++) {
+    double x = em_rng_normal(&a);
+    sum += x;
+    sq += x * x;
+  }
+  g_assert_cmpfloat(fabs(sum / 20000), <, 0.05);
+  g_assert_cmpfloat(fabs(sq / 20000 - 1), <, 0.05);
+  for (int k = 0; k < 1000; k++) g_assert_cmpuint(em_rng_below(&a, 7), <, 7);
+}
+
+static void add_range(void *ctx, int64_t b, int64_t e) {
+  int64_t *v = ctx;
+  for (int64_t k = b; k < e; k++) v[k] = k * 2;
+}
+
+static void test_pool(void) {
+  em_set_num_threads(2);
+  int64_t n = 100000;
+  int64_t *v = g_new0(int64_t, n);
+  for (int rep = 0; rep < 50; rep++) em_parallel_for(n, 1000, add_range, v);
+  for (int64_t k = 0; k < n; k++) g_assert_cmpint(v[k], ==, 2 * k);
+  g_free(v);
+  em_set_num_threads(1);
+}
+
+int main(int argc, char **argv) {
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/engine/core/scope-steady-state", test_scope_steady_state);
+  g_test_add_func("/engine/core/nested-scopes", test_nested_scopes);
+  g_test_add_func("/engine/core/persistent-and-absurd", test_persistent_and_absurd);
+  g_test_add_func("/engine/core/rng", test_rng);
+  g_test_add_func("/engine/core/pool", test_pool);
+  return g_test_run();
+}

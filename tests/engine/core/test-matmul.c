@@ -1,0 +1,83 @@
+/* test-matmul.c: em_linear and em_matmul against a loop reference and
+ * finite differences. */
+#include <glib.h>
+
+#include "gradcheck.h"
+
+static em_tensor *f_linear(em_tensor **in, void *ctx) { return em_linear(in[0], in[1], in[2]); }
+static em_tensor *f_matmul(em_tensor **in, void *ctx) { return em_matmul(in[0], in[1]); }
+
+static void test_linear_forward(void) {
+  int64_t xs[2] = {5, 7}, ws[2] = {3, 7}, bs[1] = {3};
+  em_tensor *x = gc_rand(EM_DTYPE_F32, 2, xs, -1, 1, 1, false);
+  em_tensor *w = gc_rand(EM_DTYPE_F32, 2, ws, -1, 1, 2, false);
+  em_tensor *b = gc_rand(EM_DTYPE_F32, 1, bs, -1, 1, 3, false);
+  em_scope *s = em_scope_begin();
+  em_tensor *y = em_linear(x, w, b);
+  for (int i = 0; i < 5; i++)
+    for (int k = 0; k < 3; k++) {
+      double ref = em_f32(b)[k];
+      for (int d = 0; d < 7; d++) ref += (double)em_f32(x)[i * 7 + d] * em_f32(w)[k * 7 + d];
+      g_assert_cmpfloat_with_epsilon(em_f32(y)[i * 3 + k], ref, 1e-5);
+    }
+  em_scope_end(s);
+  em_tensor_free(x);
+  em_tensor_free(w);
+  em_tensor_free(b);
+}
+
+static void test_linear_backward(void) {
+  int64_t xs[2] = {4, 6}, ws[2] = {5, 6}, bs[1] = {5};
+  em_tensor *in[3] = {gc_rand(EM_DTYPE_F64, 2, xs, -1, 1, 1, true),
+                      gc_rand(EM_DTYPE_F64, 2, ws, -1, 1, 2, true),
+                      gc_rand(EM_DTYPE_F64, 1, bs, -1, 1, 3, true)};
+  g_assert_true(gradcheck("linear", f_linear, 3, in, NULL, NULL));
+  /* a second backward without zero_grad accumulates */
+  for (int i = 0; i < 3; i++) em_tensor_free(in[i]);
+}
+
+static void test_matmul_2d_transposed(void) {
+  int64_t as[2] = {6, 4}, bs[2] = {5, 6};
+  em_tensor *a = gc_rand(EM_DTYPE_F64, 2, as, -1, 1, 4, true);
+  em_tensor *b = gc_rand(EM_DTYPE_F64, 2, bs, -1, 1, 5, true);
+  em_scope *s = em_scope_begin();
+  /* a^T (4, 6) @ b^T (6, 5) through transposed views */
+  int64_t at_shape[2] = {4, 6}, at_stride[2] = {1, 4};
+  int64_t bt_shape[2] = {6, 5}, bt_stride[2] = {1, 6};
+  em_tensor *at = em_view_raw(a, 2, at_shape, at_stride, 0);
+  em_tensor *bt = em_view_raw(b, 2, bt_shape, bt_stride, 0);
+  em_tensor *y = em_matmul(at, bt);
+  for (int i = 0; i < 4; i++)
+    for (int k = 0; k < 5; k++) {
+      double ref = 0;
+      for (int d = 0; d < 6; d++) ref += em_f64(a)[d * 4 + i] * em_f64(b)[k * 6 + d];
+      g_assert_cmpfloat_with_epsilon(em_f64(y)[i * 5 + k], ref, 1e-12);
+    }
+  em_scope_end(s);
+  em_tensor_free(a);
+  em_tensor_free(b);
+}
+
+static void test_matmul_batched_backward(void) {
+  int64_t as[3] = {3, 4, 5}, bs[2] = {5, 2};
+  em_tensor *in[2] = {gc_rand(EM_DTYPE_F64, 3, as, -1, 1, 6, true),
+                      gc_rand(EM_DTYPE_F64, 2, bs, -1, 1, 7, true)};
+  g_assert_true(gradcheck("matmul-batched-broadcast", f_matmul, 2, in, NULL, NULL));
+  em_tensor_free(in[0]);
+  em_tensor_free(in[1]);
+  int64_t a2[2] = {3, 4}, b2[2] = {4, 6};
+  em_tensor *in2[2] = {gc_rand(EM_DTYPE_F64, 2, a2, -1, 1, 8, true),
+                       gc_rand(EM_DTYPE_F64, 2, b2, -1, 1, 9, true)};
+  g_assert_true(gradcheck("matmul-2d", f_matmul, 2, in2, NULL, NULL));
+  em_tensor_free(in2[0]);
+  em_tensor_free(in2[1]);
+}
+
+int main(int argc, char **argv) {
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/engine/linear/forward", test_linear_forward);
+  g_test_add_func("/engine/linear/backward", test_linear_backward);
+  g_test_add_func("/engine/matmul/transposed-views", test_matmul_2d_transposed);
+  g_test_add_func("/engine/matmul/backward", test_matmul_batched_backward);
+  return g_test_run();
+}
