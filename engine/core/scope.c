@@ -184,3 +184,9 @@ em_tensor *em_view_raw(const em_tensor *t, int ndim, const int64_t *shape, const
 }
 
 void em_scope_tape_clear(void) { current_or_die()->n_tape = 0; }
+
+em_tensor *em_tensor_wrap(em_dtype dt, int ndim, const int64_t *shape, void *data) {
+  em_tensor *t = em_scope_tensor_struct(dt, ndim, shape);
+  t->data = data;
+  return t;
+}

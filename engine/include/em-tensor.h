@@ -121,6 +121,8 @@ em_tensor *em_scalar(em_dtype dt, double v);
 /* A view struct over t's storage with the given geometry (scoped). */
 em_tensor *em_view_raw(const em_tensor *t, int ndim, const int64_t *shape,
                        const int64_t *stride, int64_t offset);
+/* A scoped tensor struct over memory the caller owns (contiguous). */
+em_tensor *em_tensor_wrap(em_dtype dt, int ndim, const int64_t *shape, void *data);
 /* Scratch memory released with the current scope (for kernels). */
 void *em_scratch(size_t nbytes);
 
