@@ -27,3 +27,123 @@ bool em_blas_operand_of(const em_tensor *t, int d0, int d1, int64_t offset_elems
 void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
              const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
              int64_t ldc);
+
+/* ---- shared by the basic ops (views.c, elementwise.c, unary.c, reduce.c) ---- */
+
+#include <math.h>
+#include <string.h>
+
+/* Element counts at which work is split over the thread pool, and the
+ * smallest chunk a thread takes: waking a worker costs microseconds. */
+#define EM_PAR_MIN (1 << 16)
+#define EM_PAR_GRAIN (1 << 14)
+
+/* The strided iterator behind element-wise kernels. Operands (at most
+ * EM_ITER_MAX_OPS) are viewed over one iteration shape: an operand with
+ * fewer dims or size-1 dims is broadcast (stride 0). Size-1 dims are
+ * dropped and neighbouring dims merged where every operand allows, so a
+ * contiguous tensor becomes one long row and a bias add becomes rows with
+ * a shared second operand. Kernels see one row at a time: n elements,
+ * p[k] the row's first element of operand k, s[k] its stride in elements. */
+#define EM_ITER_MAX_OPS 4
+typedef void (*em_row_fn)(void *ctx, int64_t n, char *const *p, const int64_t *s);
+typedef struct {
+  int ndim, nops;                                /* ndim >= 1 after merging */
+  int64_t numel;
+  int64_t shape[EM_MAX_DIMS];
+  int64_t stride[EM_ITER_MAX_OPS][EM_MAX_DIMS]; /* elements; 0 = broadcast */
+  char *base[EM_ITER_MAX_OPS];
+  int64_t esize[EM_ITER_MAX_OPS];
+} em_iter;
+void em_iter_init(em_iter *it, int ndim, const int64_t *shape, int nops, em_tensor *const *ops);
+/* Runs fn over the elements [begin, end) of the iteration, row-major. */
+void em_iter_run(const em_iter *it, int64_t begin, int64_t end, em_row_fn fn, void *ctx);
+/* Runs fn over every element, split over the pool when the iteration is
+ * large. Only for kernels whose output elements are distinct (operand 0
+ * not broadcast). */
+void em_iter_parallel(const em_iter *it, em_row_fn fn, void *ctx);
+
+/* dst = src and dst += src, src broadcastable to dst's shape, any strides
+ * (dst not broadcast). Copy takes any dtype (same for both); add takes
+ * f32/f64. */
+void em_copy_into(em_tensor *dst, const em_tensor *src);
+void em_add_into(em_tensor *dst, const em_tensor *src);
+/* Adds g (x's shape, any strides) into x's gradient, or copies it there
+ * when the gradient is fresh. Does nothing when x needs no grad. */
+void em_grad_add(em_tensor *x, const em_tensor *g);
+/* out += g summed over the dims where out (which g broadcasts from, e.g.
+ * keepdim sizes 1) is broadcast; f32/f64; serial, rows share outputs. */
+void em_sum_into_broadcast(em_tensor *out, const em_tensor *g);
+/* t itself when contiguous, else a contiguous copy (no tape node). */
+em_tensor *em_contiguous_nograd(em_tensor *t);
+/* Sums of n contiguous values: f32 in 32 float lanes flushed into a double
+ * every 4096 values (so it vectorises and stays accurate). */
+double em_sum_f32(const float *x, int64_t n);
+double em_sum_f64(const double *x, int64_t n);
+/* A dim index counted from the end when negative (asserts range). */
+int em_dim_norm(int dim, int ndim);
+
+/* Vectorisable f32 math (the loops calling these compile to SIMD; libm's
+ * expf/erff/tanhf do not vectorise without -ffast-math). Errors against
+ * the double functions: exp about 2 ulp, erf about 4e-7 absolute, tanh
+ * about 3 ulp; NaN propagates. */
+static inline float em_bits_to_f32(uint32_t b) {
+  float f;
+  memcpy(&f, &b, sizeof f);
+  return f;
+}
+static inline uint32_t em_f32_to_bits(float f) {
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  return b;
+}
+/* exp: Cody-Waite reduction x = n ln2 + r, Cephes' degree-6 polynomial
+ * for e^r, and 2^n applied as two factors so that n in [-150, 128] stays
+ * in range (results below FLT_MIN come out subnormal, above FLT_MAX inf). */
+static inline float em_expf(float x) {
+  float xc = x > 88.8f ? 88.8f : x;
+  xc = xc < -104.f ? -104.f : xc;
+  float t = xc * 1.44269504088896341f + 0x1.8p23f; /* round(x log2 e) in the low bits */
+  float n = t - 0x1.8p23f;
+  int32_t ni = (int32_t)(em_f32_to_bits(t) - 0x4B400000u);
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+              4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  int32_t n1 = ni / 2, n2 = ni - n1;
+  y = y * em_bits_to_f32((uint32_t)(n1 + 127) << 23);
+  y = y * em_bits_to_f32((uint32_t)(n2 + 127) << 23);
+  y = x >= 88.72283935546875f ? INFINITY : y; /* exp of it rounds to inf */
+  return x < -103.972084f ? 0.0f : y;
+}
+/* erf: a rational minimax fit on [-4, 4] (odd numerator, even
+ * denominator; as in Eigen), +-1 beyond. */
+static inline float em_erff(float a) {
+  float x = a > 4.f ? 4.f : a;
+  x = x < -4.f ? -4.f : x;
+  float x2 = x * x;
+  float p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
+  p = x2 * p + -2.10102402082508e-06f;
+  p = x2 * p + -5.69250639462346e-05f;
+  p = x2 * p + -7.34990630326855e-04f;
+  p = x2 * p + -2.95459980854025e-03f;
+  p = x2 * p + -1.60960333262415e-02f;
+  float q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
+  q = x2 * q + -1.68282697438203e-03f;
+  q = x2 * q + -7.37332916720468e-03f;
+  q = x2 * q + -1.42647390514189e-02f;
+  return x * p / q;
+}
+/* tanh: Cephes' odd polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1)
+ * above. */
+static inline float em_tanhf(float x) {
+  float a = x < 0.f ? -x : x;
+  float big = 1.f - 2.f / (em_expf(2.f * a) + 1.f);
+  big = x < 0.f ? -big : big;
+  float z = x * x;
+  float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+                  1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+  return a < 0.625f ? small : big;
+}
+static inline float em_sigmoidf(float x) { return 1.f / (1.f + em_expf(-x)); }

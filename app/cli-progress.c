@@ -1,0 +1,68 @@
+/* cli-progress.c: progress bar (step, loss, samples/s, ETA) on stderr,
+ * redrawn at most ten times a second. */
+#include "cli-progress.h"
+
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cli_progress_init(cli_progress *p, bool quiet, const char *name) {
+  p->quiet = quiet;
+  p->tty = isatty(2);
+  p->name = name;
+  p->last_draw = 0;
+}
+
+static void fmt_time(double s, char *buf, size_t n) {
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+bool cli_progress_event(const em_train_event *ev, void *user) {
+  cli_progress *p = user;
+  if (p->quiet) return true;
+  char eta[32];
+  switch (ev->kind) {
+  case EM_EVENT_START:
+    fprintf(stderr, "training %s: %lld epochs of %lld batches\n", p->name, (long long)ev->epochs,
+            (long long)ev->batches_per_epoch);
+    break;
+  case EM_EVENT_STEP: {
+    if (!p->tty) break;
+    double t = now_s();
+    if (t - p->last_draw < 0.1 && ev->batch != ev->batches_per_epoch) break;
+    p->last_draw = t;
+    int width = 24, filled = (int)(width * ev->batch / (ev->batches_per_epoch ? ev->batches_per_epoch : 1));
+    char bar[32];
+    for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+    bar[width] = '\0';
+    fmt_time(ev->eta_s, eta, sizeof eta);
+    fprintf(stderr, "\repoch %lld/%lld [%s] %lld/%lld step %lld loss %.4f %.0f samples/s ETA %s  ",
+            (long long)ev->epoch + 1, (long long)ev->epochs, bar, (long long)ev->batch,
+            (long long)ev->batches_per_epoch, (long long)ev->step, ev->loss,
+            ev->samples_per_sec, eta);
+    break;
+  }
+  case EM_EVENT_EPOCH_END:
+    if (p->tty) fprintf(stderr, "\n");
+    fprintf(stderr, "epoch %lld/%lld: train loss %.4f, %.0f samples/s\n", (long long)ev->epoch + 1,
+            (long long)ev->epochs, ev->loss, ev->samples_per_sec);
+    break;
+  case EM_EVENT_EVAL:
+    fprintf(stderr, "epoch %lld/%lld: test loss %.4f, accuracy %.2f%% (%lld samples)\n",
+            (long long)ev->epoch + 1, (long long)ev->epochs, ev->test_loss,
+            100 * ev->test_accuracy, (long long)ev->test_samples);
+    break;
+  case EM_EVENT_DONE: break;
+  }
+  return true;
+}
+
+void cli_progress_finish(cli_progress *p) { fflush(stderr); (void)p; }

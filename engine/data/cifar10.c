@@ -1,0 +1,137 @@
+/* cifar10.c: CIFAR-10 binary batches (1 label byte + 3072 pixel bytes per
+ * record, the pixels (3, 32, 32) row-major), gzip or plain. Pixels stay
+ * bytes in memory and become pixel/255 floats per sample. */
+#include "data-private.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { CIFAR_PIXELS = 3 * 32 * 32, CIFAR_RECORD = 1 + CIFAR_PIXELS, CIFAR_CLASSES = 10 };
+
+typedef struct {
+  int64_t n;
+  uint8_t *pixels; /* (N, 3, 32, 32) */
+  uint8_t *labels; /* (N) */
+} cifar_set;
+
+static int64_t cifar_len(const void *impl) { return ((const cifar_set *)impl)->n; }
+
+static int cifar_sample_shape(const void *impl, int64_t *shape) {
+  shape[0] = 3;
+  shape[1] = 32;
+  shape[2] = 32;
+  return 3;
+}
+
+static int cifar_num_classes(const void *impl) { return CIFAR_CLASSES; }
+
+static em_status cifar_get(const void *impl, int64_t i, float *x /* (3, 32, 32) */, int64_t *y,
+                           em_error *err) {
+  const cifar_set *s = impl;
+  const uint8_t *p = s->pixels + i * CIFAR_PIXELS;
+  for (int k = 0; k < CIFAR_PIXELS; k++) x[k] = (float)p[k] / 255.0f;
+  *y = s->labels[i];
+  return EM_OK;
+}
+
+static void cifar_free(void *impl) {
+  cifar_set *s = impl;
+  if (!s) return;
+  free(s->pixels);
+  free(s->labels);
+  free(s);
+}
+
+static const em_dataset_vtable cifar_vtable = {
+  .kind = "cifar10",
+  .len = cifar_len,
+  .sample_shape = cifar_sample_shape,
+  .num_classes = cifar_num_classes,
+  .get = cifar_get,
+  .free = cifar_free,
+};
+
+/* Appends one file's records to s. */
+static em_status cifar_append(cifar_set *s, const char *path, em_error *err) {
+  gzFile f;
+  em_status st = em_gz_open(path, &f, err);
+  if (st != EM_OK) return st;
+  uint8_t *data;
+  size_t n;
+  st = em_gz_read_rest(f, path, &data, &n, err);
+  gzclose(f);
+  if (st != EM_OK) return st;
+  if (n == 0 || n % CIFAR_RECORD != 0) {
+    free(data);
+    if (n == 0) return em_error_set(err, EM_ERR_FORMAT, "'%s' is empty", path);
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is %zu bytes, not a whole number of %d-byte "
+                        "CIFAR-10 records (truncated or not a CIFAR-10 batch)", path, n,
+                        CIFAR_RECORD);
+  }
+  int64_t m = (int64_t)(n / CIFAR_RECORD);
+  for (int64_t r = 0; r < m; r++) {
+    uint8_t label = data[r * CIFAR_RECORD];
+    if (label >= CIFAR_CLASSES) {
+      free(data);
+      return em_error_set(err, EM_ERR_FORMAT, "'%s': label %d of record %lld is out of range "
+                          "(CIFAR-10 has %d classes)", path, label, (long long)r,
+                          CIFAR_CLASSES);
+    }
+  }
+  uint8_t *px = realloc(s->pixels, (size_t)(s->n + m) * CIFAR_PIXELS);
+  if (px) s->pixels = px;
+  uint8_t *lb = px ? realloc(s->labels, (size_t)(s->n + m)) : NULL;
+  if (lb) s->labels = lb;
+  if (!px || !lb) {
+    free(data);
+    return em_error_set(err, EM_ERR_NOMEM, "out of memory loading '%s'", path);
+  }
+  for (int64_t r = 0; r < m; r++) {
+    const uint8_t *rec = data + r * CIFAR_RECORD;
+    s->labels[s->n + r] = rec[0];
+    memcpy(s->pixels + (s->n + r) * CIFAR_PIXELS, rec + 1, CIFAR_PIXELS);
+  }
+  s->n += m;
+  free(data);
+  return EM_OK;
+}
+
+em_dataset *em_dataset_cifar10_files(int n_files, const char *const *paths, em_error *err) {
+  if (n_files < 1) {
+    em_error_set(err, EM_ERR_INVALID, "CIFAR-10: no files given");
+    return NULL;
+  }
+  cifar_set *s = calloc(1, sizeof *s);
+  if (!s) {
+    em_error_set(err, EM_ERR_NOMEM, "out of memory");
+    return NULL;
+  }
+  for (int i = 0; i < n_files; i++) {
+    if (cifar_append(s, paths[i], err) != EM_OK) {
+      cifar_free(s);
+      return NULL;
+    }
+  }
+  return em_dataset_new(&cifar_vtable, s, err);
+}
+
+em_dataset *em_dataset_cifar10(const char *dir, bool train, em_error *err) {
+  if (!dir) {
+    em_error_set(err, EM_ERR_INVALID, "CIFAR-10: no folder given");
+    return NULL;
+  }
+  char names[5][4096];
+  const char *paths[5];
+  int n = train ? 5 : 1;
+  for (int i = 0; i < n; i++) {
+    int w = train ? snprintf(names[i], sizeof names[i], "%s/data_batch_%d.bin", dir, i + 1)
+                  : snprintf(names[i], sizeof names[i], "%s/test_batch.bin", dir);
+    if (w < 0 || (size_t)w >= sizeof names[i]) {
+      em_error_set(err, EM_ERR_INVALID, "folder name too long: '%.200s...'", dir);
+      return NULL;
+    }
+    paths[i] = names[i];
+  }
+  return em_dataset_cifar10_files(n, paths, err);
+}

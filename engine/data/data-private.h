@@ -1,0 +1,33 @@
+/* data-private.h: what the dataset files of engine/data share: reading
+ * whole (gzip or plain) files with clear errors. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zlib.h>
+
+#include "em-data.h"
+
+/* Opens path for reading through zlib, which reads gzip and plain files
+ * alike. Fails (naming the file) when it is missing, unreadable or a
+ * folder. */
+em_status em_gz_open(const char *path, gzFile *out, em_error *err);
+
+/* Reads exactly n bytes. A short read is EM_ERR_FORMAT "'path' is
+ * truncated: <what> needs n bytes, the file has only m"; a gzip error is
+ * EM_ERR_FORMAT with zlib's message. */
+em_status em_gz_read_exact(gzFile f, const char *path, void *buf, size_t n, const char *what,
+                           em_error *err);
+
+/* Reads n bytes into a new malloc'd buffer that grows as data arrives, so
+ * a header that claims more than the file holds reports a truncated file
+ * instead of allocating what it claims. */
+em_status em_gz_read_alloc(gzFile f, const char *path, size_t n, const char *what,
+                           uint8_t **out, em_error *err);
+
+/* Reads the rest of the file into a new malloc'd buffer (*n its size). */
+em_status em_gz_read_rest(gzFile f, const char *path, uint8_t **out, size_t *n, em_error *err);
+
+/* EM_ERR_FORMAT when the file has bytes left ("'path' has extra bytes
+ * after <what>"), or a gzip error at its end (a bad checksum). */
+em_status em_gz_expect_end(gzFile f, const char *path, const char *what, em_error *err);

@@ -1,0 +1,226 @@
+/* idx.c: IDX files (MNIST, Fashion-MNIST), gzip or plain, validated on
+ * load. Pixels stay bytes in memory and become floats per sample.
+ *
+ * An IDX file is a 4-byte magic (0, 0, dtype, ndim), ndim big-endian
+ * u32 sizes, then the values row-major. */
+#include "data-private.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  int64_t n;
+  int ndim;
+  int64_t shape[EM_MAX_DIMS]; /* of one sample */
+  int64_t numel;              /* of one sample */
+  int num_classes;
+  uint8_t *pixels;            /* (N, ...sample) */
+  uint8_t *labels;            /* (N) */
+} idx_set;
+
+static const char *idx_type_name(int code) {
+  switch (code) {
+  case 0x08: return "unsigned byte";
+  case 0x09: return "signed byte";
+  case 0x0B: return "short";
+  case 0x0C: return "int";
+  case 0x0D: return "float";
+  case 0x0E: return "double";
+  default: return NULL;
+  }
+}
+
+/* Reads and checks the header; dims gets the ndim sizes. */
+static em_status idx_header(gzFile f, const char *path, int min_dims, int max_dims, int *ndim,
+                            int64_t *dims, em_error *err) {
+  uint8_t magic[4];
+  em_status st = em_gz_read_exact(f, path, magic, 4, "the IDX header", err);
+  if (st != EM_OK) return st;
+  if (magic[0] != 0 || magic[1] != 0)
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is not an IDX file (bad magic number "
+                        "0x%02x%02x%02x%02x)", path, magic[0], magic[1], magic[2], magic[3]);
+  const char *tn = idx_type_name(magic[2]);
+  if (!tn)
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is not an IDX file (bad magic number "
+                        "0x%02x%02x%02x%02x: unknown value type 0x%02x)", path, magic[0],
+                        magic[1], magic[2], magic[3], magic[2]);
+  if (magic[2] != 0x08)
+    return em_error_set(err, EM_ERR_UNSUPPORTED, "'%s' holds %s values (type 0x%02x); only "
+                        "unsigned bytes (0x08) are supported", path, tn, magic[2]);
+  if (magic[3] < min_dims || magic[3] > max_dims) {
+    if (min_dims == max_dims)
+      return em_error_set(err, EM_ERR_FORMAT, "'%s' has %d dimensions; expected %d", path,
+                          magic[3], min_dims);
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' has %d dimensions; expected %d to %d", path,
+                        magic[3], min_dims, max_dims);
+  }
+  *ndim = magic[3];
+  uint8_t be[4 * EM_MAX_DIMS];
+  st = em_gz_read_exact(f, path, be, 4 * (size_t)*ndim, "the IDX header", err);
+  if (st != EM_OK) return st;
+  for (int i = 0; i < *ndim; i++) {
+    const uint8_t *p = be + 4 * i;
+    dims[i] = ((int64_t)p[0] << 24) | ((int64_t)p[1] << 16) | ((int64_t)p[2] << 8) | p[3];
+  }
+  return EM_OK;
+}
+
+static int64_t idx_len(const void *impl) { return ((const idx_set *)impl)->n; }
+
+static int idx_sample_shape(const void *impl, int64_t *shape) {
+  const idx_set *s = impl;
+  memcpy(shape, s->shape, sizeof(int64_t) * (size_t)s->ndim);
+  return s->ndim;
+}
+
+static int idx_num_classes(const void *impl) { return ((const idx_set *)impl)->num_classes; }
+
+static em_status idx_get(const void *impl, int64_t i, float *x /* (...sample) */, int64_t *y,
+                         em_error *err) {
+  const idx_set *s = impl;
+  const uint8_t *p = s->pixels + i * s->numel;
+  for (int64_t k = 0; k < s->numel; k++) x[k] = (float)p[k] / 255.0f;
+  *y = s->labels[i];
+  return EM_OK;
+}
+
+static void idx_free(void *impl) {
+  idx_set *s = impl;
+  if (!s) return;
+  free(s->pixels);
+  free(s->labels);
+  free(s);
+}
+
+static const em_dataset_vtable idx_vtable = {
+  .kind = "idx",
+  .len = idx_len,
+  .sample_shape = idx_sample_shape,
+  .num_classes = idx_num_classes,
+  .get = idx_get,
+  .free = idx_free,
+};
+
+static em_status idx_load_images(idx_set *s, const char *path, em_error *err) {
+  gzFile f;
+  em_status st = em_gz_open(path, &f, err);
+  if (st != EM_OK) return st;
+  int ndim;
+  int64_t dims[EM_MAX_DIMS];
+  st = idx_header(f, path, 2, EM_MAX_DIMS - 1, &ndim, dims, err);
+  if (st != EM_OK) goto out;
+  s->n = dims[0];
+  if (s->n == 0) {
+    st = em_error_set(err, EM_ERR_FORMAT, "'%s' holds no images", path);
+    goto out;
+  }
+  if (ndim == 3) { /* (N, H, W): one channel */
+    s->ndim = 3;
+    s->shape[0] = 1;
+    s->shape[1] = dims[1];
+    s->shape[2] = dims[2];
+  } else {
+    s->ndim = ndim - 1;
+    memcpy(s->shape, dims + 1, sizeof(int64_t) * (size_t)s->ndim);
+  }
+  s->numel = 1;
+  for (int i = 0; i < s->ndim; i++) {
+    if (s->shape[i] == 0) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' has a dimension of size 0", path);
+      goto out;
+    }
+    if (s->shape[i] > ((int64_t)1 << 36) / s->numel) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' claims images of absurd size", path);
+      goto out;
+    }
+    s->numel *= s->shape[i];
+  }
+  if (s->n > ((int64_t)1 << 40) / s->numel) {
+    st = em_error_set(err, EM_ERR_FORMAT, "'%s' claims an absurd amount of data", path);
+    goto out;
+  }
+  char what[96];
+  snprintf(what, sizeof what, "%lld images", (long long)s->n);
+  st = em_gz_read_alloc(f, path, (size_t)(s->n * s->numel), what, &s->pixels, err);
+  if (st != EM_OK) goto out;
+  st = em_gz_expect_end(f, path, what, err);
+out:
+  gzclose(f);
+  return st;
+}
+
+static em_status idx_load_labels(idx_set *s, const char *path, const char *images_path,
+                                 int num_classes, em_error *err) {
+  gzFile f;
+  em_status st = em_gz_open(path, &f, err);
+  if (st != EM_OK) return st;
+  int ndim;
+  int64_t n;
+  st = idx_header(f, path, 1, 1, &ndim, &n, err);
+  if (st != EM_OK) goto out;
+  if (n != s->n) {
+    st = em_error_set(err, EM_ERR_FORMAT, "labels file '%s' holds %lld labels but images file "
+                      "'%s' holds %lld images", path, (long long)n, images_path,
+                      (long long)s->n);
+    goto out;
+  }
+  char what[96];
+  snprintf(what, sizeof what, "%lld labels", (long long)n);
+  st = em_gz_read_alloc(f, path, (size_t)n, what, &s->labels, err);
+  if (st != EM_OK) goto out;
+  st = em_gz_expect_end(f, path, what, err);
+  if (st != EM_OK) goto out;
+  int max_label = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (num_classes > 0 && s->labels[i] >= num_classes) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s': label %d of sample %lld is out of range "
+                        "for %d classes", path, s->labels[i], (long long)i, num_classes);
+      goto out;
+    }
+    if (s->labels[i] > max_label) max_label = s->labels[i];
+  }
+  s->num_classes = num_classes > 0 ? num_classes : max_label + 1;
+out:
+  gzclose(f);
+  return st;
+}
+
+em_dataset *em_dataset_idx(const char *images_path, const char *labels_path, int num_classes,
+                           em_error *err) {
+  idx_set *s = calloc(1, sizeof *s);
+  if (!s) {
+    em_error_set(err, EM_ERR_NOMEM, "out of memory");
+    return NULL;
+  }
+  if (idx_load_images(s, images_path, err) != EM_OK ||
+      idx_load_labels(s, labels_path, images_path, num_classes, err) != EM_OK) {
+    idx_free(s);
+    return NULL;
+  }
+  return em_dataset_new(&idx_vtable, s, err);
+}
+
+static em_dataset *idx_from_dir(const char *dir, bool train, int num_classes, em_error *err) {
+  char images[4096], labels[4096];
+  const char *split = train ? "train" : "t10k";
+  int a = snprintf(images, sizeof images, "%s/%s-images-idx3-ubyte.gz", dir, split);
+  int b = snprintf(labels, sizeof labels, "%s/%s-labels-idx1-ubyte.gz", dir, split);
+  if (a < 0 || b < 0 || (size_t)a >= sizeof images || (size_t)b >= sizeof labels) {
+    em_error_set(err, EM_ERR_INVALID, "folder name too long: '%.200s...'", dir);
+    return NULL;
+  }
+  return em_dataset_idx(images, labels, num_classes, err);
+}
+
+em_dataset *em_dataset_fashion_mnist(const char *dir, bool train, em_error *err) {
+  return idx_from_dir(dir ? dir : "/usr/share/datasets/fashion-mnist", train, 10, err);
+}
+
+em_dataset *em_dataset_mnist(const char *dir, bool train, em_error *err) {
+  if (!dir) {
+    em_error_set(err, EM_ERR_INVALID, "MNIST: no folder given");
+    return NULL;
+  }
+  return idx_from_dir(dir, train, 10, err);
+}

@@ -1,0 +1,157 @@
+/* em-data.h: datasets and the data loader of libember.
+ *
+ * A dataset is a small vtable (length, sample shape, number of classes,
+ * get sample i) plus the kind's own state. Built-in kinds: IDX (MNIST,
+ * Fashion-MNIST; gzip or plain), CIFAR-10 binary, CSV and a seeded
+ * synthetic set. Plugins add kinds by filling an em_dataset_vtable.
+ *
+ * A sample comes out as floats in a caller's buffer of
+ * em_dataset_sample_numel() values, laid out row-major in the sample
+ * shape (for images (C, H, W)), plus an int64 class label in
+ * [0, num_classes).
+ *
+ * The loader turns a dataset into batches (x (N, ...sample shape) f32,
+ * y (N) i64) with worker threads, a bounded prefetch queue, a seeded
+ * per-epoch shuffle and a distributed sampler. Batches come out in the
+ * same order whatever the number of workers.
+ *
+ * Errors from files (missing, truncated, corrupt, labels out of range)
+ * come back as an em_status with a message naming the file; nothing
+ * aborts on bad input. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "em-error.h"
+#include "em-tensor.h"
+
+/* ---- datasets ----------------------------------------------------------- */
+typedef struct em_dataset em_dataset;
+
+/* What a dataset kind provides. `impl` is the kind's own state. Once the
+ * dataset is made, len, sample_shape and num_classes must not change, and
+ * get must be safe to call from several threads at once (the loader's
+ * workers do): keep the data read-only after construction. */
+typedef struct em_dataset_vtable {
+  const char *kind; /* "idx", "cifar10", "csv", "synthetic", or a plugin's */
+  int64_t (*len)(const void *impl);
+  /* Fills shape (at most EM_MAX_DIMS - 1 dims) and returns ndim (>= 1). */
+  int (*sample_shape)(const void *impl, int64_t *shape);
+  int (*num_classes)(const void *impl);
+  /* x: (...sample shape) floats; y: one label. 0 <= i < len. */
+  em_status (*get)(const void *impl, int64_t i, float *x /* (...sample) */, int64_t *y,
+                   em_error *err);
+  void (*free)(void *impl); /* may be NULL */
+} em_dataset_vtable;
+
+/* Wraps a kind's state into a dataset. Takes ownership of impl in every
+ * case (on failure it is freed through vt->free). Fails when the sample
+ * shape or the class count is unusable. */
+em_dataset *em_dataset_new(const em_dataset_vtable *vt, void *impl, em_error *err);
+void em_dataset_free(em_dataset *ds); /* NULL is fine */
+
+int64_t em_dataset_len(const em_dataset *ds);
+/* Fills shape (up to EM_MAX_DIMS - 1 values) and returns ndim. */
+int em_dataset_sample_shape(const em_dataset *ds, int64_t *shape);
+int64_t em_dataset_sample_numel(const em_dataset *ds);
+int em_dataset_num_classes(const em_dataset *ds);
+const char *em_dataset_kind(const em_dataset *ds);
+/* Sample i into x (em_dataset_sample_numel floats) and its label into y,
+ * normalised if em_dataset_set_normalize was called. Thread-safe. */
+em_status em_dataset_get(const em_dataset *ds, int64_t i, float *x /* (...sample) */,
+                         int64_t *y, em_error *err);
+
+/* Per-channel normalisation applied by em_dataset_get:
+ * x = (x - mean[c]) / std[c], where c indexes the first sample dimension
+ * (the channel of a (C, H, W) image, the feature of a (D) vector).
+ * n is 1 (one value for all channels) or that dimension's size; every
+ * std must be positive. Call before a loader starts; n = 0 turns it off.
+ * IDX and CIFAR pixels are pixel/255 in [0, 1] before this step, so
+ * mean 0, std 1/255 gives raw pixel values back. */
+em_status em_dataset_set_normalize(em_dataset *ds, int n, const float *mean, const float *std,
+                                   em_error *err);
+
+/* IDX files (the MNIST format), gzip-compressed or plain. The images file
+ * must hold unsigned bytes with >= 2 dims: (N, H, W) gives samples of
+ * shape (1, H, W), (N, D) gives (D), (N, C, H, W) gives (C, H, W). The
+ * labels file holds N unsigned bytes. num_classes <= 0 takes the largest
+ * label + 1; otherwise every label must be below it. Pixels stay bytes in
+ * memory and become pixel/255 floats per sample. */
+em_dataset *em_dataset_idx(const char *images_path, const char *labels_path, int num_classes,
+                           em_error *err);
+/* Fashion-MNIST from dir (NULL: /usr/share/datasets/fashion-mnist):
+ * train-{images-idx3,labels-idx1}-ubyte.gz, or t10k-* when !train. */
+em_dataset *em_dataset_fashion_mnist(const char *dir, bool train, em_error *err);
+/* MNIST: the same file names, under dir (required). */
+em_dataset *em_dataset_mnist(const char *dir, bool train, em_error *err);
+
+/* CIFAR-10 binary batches: records of 1 label byte + 3072 pixel bytes
+ * (3, 32, 32), labels below 10. dir holds data_batch_1.bin ..
+ * data_batch_5.bin (train) or test_batch.bin. */
+em_dataset *em_dataset_cifar10(const char *dir, bool train, em_error *err);
+/* The same format from an explicit list of files (gzip or plain). */
+em_dataset *em_dataset_cifar10_files(int n_files, const char *const *paths, em_error *err);
+
+/* CSV: numeric feature columns and one integer label column. */
+typedef struct {
+  int label_column; /* 0-based; -1 (the default) is the last column */
+  bool header;      /* skip the first line */
+  char delimiter;   /* ',' by default */
+  int num_classes;  /* <= 0: largest label + 1 */
+} em_csv_options;
+void em_csv_options_defaults(em_csv_options *o);
+/* Samples have shape (D), D = columns - 1. Blank lines are skipped.
+ * Errors name the file, the line and the column of a bad value. */
+em_dataset *em_dataset_csv(const char *path, const em_csv_options *o /* NULL: defaults */,
+                           em_error *err);
+
+/* A seeded classification set of Gaussian class blobs: class k has a
+ * centre drawn from N(0, 1) per value; sample i has label i % num_classes
+ * and values centre + noise * N(0, 1). Made on the fly from
+ * (seed, i): deterministic, thread-safe, no memory per sample. */
+em_dataset *em_dataset_synthetic(int64_t n, int ndim, const int64_t *shape /* sample */,
+                                 int num_classes, double noise, uint64_t seed, em_error *err);
+
+/* ---- the data loader ------------------------------------------------------ */
+typedef struct {
+  int batch_size;  /* default 64 */
+  bool shuffle;    /* default true */
+  bool drop_last;  /* drop a last batch smaller than batch_size; default false */
+  int workers;     /* worker threads; 0 loads in the calling thread; default 2 */
+  int prefetch;    /* batches prepared ahead; 0 (default): 2 per worker */
+  uint64_t seed;   /* shuffle seed; default 0 */
+  int64_t limit;   /* use only the first `limit` samples; 0 (default): all */
+  int rank, world; /* distributed sampler; default 0, 1 */
+} em_loader_config;
+
+typedef struct {
+  const float *x;   /* (N, ...sample shape) */
+  const int64_t *y; /* (N) */
+  int64_t n;        /* N: batch_size, or fewer for a last batch */
+} em_batch;
+
+typedef struct em_loader em_loader;
+
+void em_loader_config_defaults(em_loader_config *c);
+/* c NULL: the defaults. The dataset must outlive the loader. Workers start at once and
+ * prefetch epoch 0 only after em_loader_start_epoch (or the first
+ * em_loader_next, which starts epoch 0 when no epoch was started). */
+em_loader *em_loader_new(const em_dataset *ds, const em_loader_config *c, em_error *err);
+/* Starts epoch `epoch` (>= 0), dropping whatever the previous epoch had
+ * in flight. With shuffle on, the order is a permutation derived from
+ * (seed, epoch) alone: the same whatever the number of workers, and the
+ * same again when a resumed run restarts at that epoch. With world > 1
+ * each rank takes every world-th index of that permutation, padded (by
+ * wrapping around) to a multiple of world, like PyTorch's
+ * DistributedSampler; every rank must use the same seed. */
+void em_loader_start_epoch(em_loader *l, int64_t epoch);
+/* The next batch of the epoch, valid until the next call on this loader
+ * (or em_loader_start_epoch / em_loader_free). Returns false at the end
+ * of the epoch (err cleared) or on an error (err set; the epoch is over). */
+bool em_loader_next(em_loader *l, em_batch *out, em_error *err);
+int64_t em_loader_batches_per_epoch(const em_loader *l);
+/* Samples this rank sees in one epoch (after padding and drop_last). */
+int64_t em_loader_samples_per_epoch(const em_loader *l);
+/* Stops the workers (mid-epoch is fine) and frees everything. NULL is fine. */
+void em_loader_free(em_loader *l);

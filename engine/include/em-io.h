@@ -1,0 +1,58 @@
+/* em-io.h: safetensors files, the format of Ember's checkpoints and
+ * weight exchange with PyTorch.
+ *
+ * A safetensors file is an 8-byte little-endian header length N, N bytes
+ * of JSON mapping each tensor name to {"dtype", "shape", "data_offsets":
+ * [begin, end]} (offsets into the data that follows the header) plus an
+ * optional "__metadata__" map of strings, then the raw little-endian
+ * tensor data, packed without holes. Loading runs no code and checks
+ * everything; a truncated or corrupt file is a clear error.
+ *
+ * Ember reads and writes the dtypes F32, F64, I32, I64 and U8. A file may
+ * hold others (F16, BF16, BOOL, ...): it still opens, and em_safetensors_info
+ * / em_safetensors_read report those tensors as unsupported. */
+#pragma once
+
+#include <stdint.h>
+
+#include "em-error.h"
+#include "em-tensor.h"
+
+typedef struct {
+  const char *name;
+  const em_tensor *t; /* any strides */
+} em_named_tensor;
+
+/* Writes n tensors (names unique, not "__metadata__") and n_meta metadata
+ * strings to path atomically: into a temporary file in the same folder,
+ * which is synced and renamed over path, so a crash leaves either the old
+ * file or the new one, never a torn one. */
+em_status em_safetensors_save(const char *path, int n, const em_named_tensor *ts, int n_meta,
+                              const char *const *meta_keys, const char *const *meta_values,
+                              em_error *err);
+
+typedef struct em_safetensors em_safetensors;
+
+/* Opens and validates path (header length sane and within the file, valid
+ * JSON, known dtypes, offsets in bounds, consistent with dtype and shape,
+ * no overlaps or holes, nothing after the data). Tensor data is read on
+ * demand by em_safetensors_read. */
+em_safetensors *em_safetensors_open(const char *path, em_error *err);
+int em_safetensors_count(const em_safetensors *f);
+/* The i-th tensor's name, in the order of their data in the file; NULL
+ * when i is out of range. */
+const char *em_safetensors_name(const em_safetensors *f, int i);
+/* dtype, ndim and shape (up to EM_MAX_DIMS values) of a tensor; any
+ * output may be NULL. EM_ERR_INVALID when there is no such tensor,
+ * EM_ERR_UNSUPPORTED when its dtype has no em_dtype. */
+em_status em_safetensors_info(const em_safetensors *f, const char *name, em_dtype *dt, int *ndim,
+                              int64_t *shape, em_error *err);
+/* Reads a tensor into dst, which must have the same dtype and shape (any
+ * strides). A mismatch is EM_ERR_SHAPE naming the tensor and both shapes. */
+em_status em_safetensors_read(const em_safetensors *f, const char *name, em_tensor *dst,
+                              em_error *err);
+/* A "__metadata__" value, or NULL when the key is absent. */
+const char *em_safetensors_meta(const em_safetensors *f, const char *key);
+int em_safetensors_meta_count(const em_safetensors *f);
+const char *em_safetensors_meta_key(const em_safetensors *f, int i); /* NULL if out of range */
+void em_safetensors_close(em_safetensors *f); /* NULL is fine */

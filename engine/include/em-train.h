@@ -1,0 +1,115 @@
+/* em-train.h: the trainer loop shared by the CLI, the GUI and the tests.
+ *
+ * forward -> loss -> backward -> clip -> optimiser step -> schedule, with
+ * periodic evaluation, in whatever thread calls em_trainer_run. Progress
+ * goes out through a callback; a stop request comes in through an atomic
+ * flag checked between steps. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "em-data.h"
+#include "em-nn.h"
+#include "em-optim.h"
+
+typedef enum { EM_LOSS_CROSS_ENTROPY, EM_LOSS_MSE } em_loss_kind;
+
+typedef struct {
+  /* data */
+  char dataset[64];   /* "fashion-mnist", "cifar10", "synthetic" */
+  char data_dir[512]; /* empty: the dataset's default folder */
+  int batch_size;
+  int epochs;
+  int64_t limit;      /* use only the first N training samples; 0 = all */
+  bool shuffle;
+  bool drop_last;
+  int workers;        /* data-loader threads; 0 = the training thread */
+  /* optimisation */
+  em_optim_config optim;
+  em_schedule schedule; /* lr schedule; total steps filled in at run time */
+  double clip_grad_norm; /* 0 = off */
+  int accumulate;        /* micro-batches per optimiser step */
+  /* loss */
+  em_loss_kind loss;
+  double label_smoothing;
+  /* run */
+  uint64_t seed;
+  int threads;
+  int eval_every; /* epochs between evaluations; 0 = only at the end */
+} em_train_config;
+
+void em_train_config_defaults(em_train_config *c);
+/* Reads the spec's "training" and "loss" sections over c; unknown keys
+ * and wrong types are errors that name the key. */
+em_status em_train_config_from_spec(em_train_config *c, const em_spec *spec, em_error *err);
+/* Checks ranges (batch >= 1, lr > 0, ...) before a run. */
+em_status em_train_config_validate(const em_train_config *c, em_error *err);
+
+typedef enum {
+  EM_EVENT_START,
+  EM_EVENT_STEP,
+  EM_EVENT_EVAL,
+  EM_EVENT_EPOCH_END,
+  EM_EVENT_DONE,
+} em_event_kind;
+
+typedef struct {
+  em_event_kind kind;
+  int64_t epoch;          /* 0-based */
+  int64_t epochs;
+  int64_t step;           /* optimiser steps so far */
+  int64_t batch;          /* batch within the epoch, 1-based */
+  int64_t batches_per_epoch;
+  int64_t total_steps;
+  double loss;            /* STEP: this batch; EPOCH_END: mean over the epoch */
+  double lr;
+  double grad_norm;       /* when clipping is on, else 0 */
+  double samples_per_sec; /* training throughput so far (evaluation excluded) */
+  double elapsed_s;
+  double eta_s;
+  double test_loss, test_accuracy; /* EVAL */
+  int64_t test_samples;
+} em_train_event;
+
+/* Return false to ask the trainer to stop after this event. */
+typedef bool (*em_train_callback)(const em_train_event *ev, void *user);
+
+typedef struct em_trainer em_trainer;
+
+typedef struct {
+  int epochs;
+  int64_t steps;
+  double train_seconds;
+  double train_samples_per_sec;
+  double final_train_loss;
+  double test_loss, test_accuracy;
+  bool evaluated;
+  bool stopped; /* ended by a stop request */
+} em_train_summary;
+
+/* The trainer borrows model, datasets and config for its lifetime. test
+ * may be NULL (no evaluation). */
+em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_dataset *train,
+                           const em_dataset *test, em_error *err);
+em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_error *err);
+void em_trainer_request_stop(em_trainer *t); /* thread-safe */
+void em_trainer_summary(const em_trainer *t, em_train_summary *out);
+void em_trainer_free(em_trainer *t);
+
+/* Mean loss and accuracy of m over ds in inference mode. */
+em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
+                      double label_smoothing, double *mean_loss, double *accuracy,
+                      em_error *err);
+
+/* The loss of a batch: out (N, K) against integer labels y (N). */
+em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double label_smoothing);
+
+/* Weights (parameters and buffers) as safetensors, PyTorch names. */
+em_status em_model_save(const em_model *m, const char *path, em_error *err);
+em_status em_model_load(em_model *m, const char *path, em_error *err);
+
+/* Opens the named dataset ("fashion-mnist", "cifar10", "synthetic"). */
+em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
+                                  const int64_t *sample_shape, int sample_ndim, int classes,
+                                  em_error *err);

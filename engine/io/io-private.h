@@ -1,0 +1,27 @@
+/* io-private.h: what the safetensors reader and writer share. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "em-io.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors data is little-endian; a big-endian host needs byte swapping here"
+#endif
+
+/* A safetensors dtype: its name, element size, and the em_dtype it maps
+ * to (-1: none). */
+typedef struct {
+  const char *name;
+  int size;
+  int dtype;
+} em_st_dtype;
+
+/* NULL when the name is not a safetensors dtype. */
+const em_st_dtype *em_st_dtype_find(const char *name);
+/* The safetensors name of an em_dtype ("F32", ...). */
+const char *em_st_dtype_name(em_dtype dt);
+
+/* The largest header we accept, as the reference implementation does. */
+#define EM_ST_MAX_HEADER ((uint64_t)100 << 20)

@@ -1,0 +1,712 @@
+/* spec.c: parsing and validating a JSON model spec, with shape inference.
+ *
+ * Two passes over "nodes": the first checks every node's name (so that a
+ * reference to a later node can be told apart from a misspelt one), the
+ * second resolves types, inputs and attributes and runs each type's
+ * shape inference in order. Nodes may only take earlier nodes as inputs,
+ * so the graph is a DAG by construction. Every message starts with the
+ * source and the node: "models/x.json: node 'fc2' (Linear): ...". */
+#include "nn-private.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SPEC_BYTES (16 << 20)
+#define MAX_NAME_LEN 64
+
+static const char *const top_keys[] = {"name",   "description", "input",   "nodes",
+                                       "output", "loss",        "training"};
+static const char *const input_keys[] = {"shape", "dtype"};
+
+/* "a string", "an array"... for messages. */
+static const char *json_kind(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: return "an object";
+  case JSON_ARRAY: return "an array";
+  case JSON_STRING: return "a string";
+  case JSON_INTEGER: return "an integer";
+  case JSON_REAL: return "a fractional number";
+  case JSON_TRUE:
+  case JSON_FALSE: return "a boolean";
+  case JSON_NULL: return "null";
+  }
+  return "a value";
+}
+
+/* Edit distance (case-insensitive) of two short strings, capped at 9. */
+static int distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 9;
+  int row[64];
+  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int up = row[j];
+      int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+      int best = diag + cost;
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb] > 9 ? 9 : row[lb];
+}
+
+/* True when `got` looks like a misspelling of `known`. */
+static bool looks_like(const char *got, const char *known) {
+  size_t lg = strlen(got), lk = strlen(known);
+  if (lg >= 3 && lk >= lg && !strncasecmp(got, known, lg)) return true;
+  if (lk >= 3 && lg >= lk && !strncasecmp(got, known, lk)) return true;
+  return distance(got, known) <= (lk > 5 ? 2 : 1);
+}
+
+/* ---- small checks ------------------------------------------------------------ */
+
+static em_status check_keys(json_t *obj, const char *const *known, int n_known, const char *where,
+                            em_error *err) {
+  const char *key;
+  json_t *v;
+  json_object_foreach(obj, key, v) {
+    bool ok = false;
+    for (int i = 0; i < n_known && !ok; i++) ok = !strcmp(key, known[i]);
+    if (ok) continue;
+    em_strbuf b = {0};
+    for (int i = 0; i < n_known; i++) em_strbuf_printf(&b, "%s%s", i ? ", " : "", known[i]);
+    em_status st = em_error_set(err, EM_ERR_FORMAT, "unknown key '%s' %s; known: %s", key, where,
+                                b.s ? b.s : "");
+    em_strbuf_free(&b);
+    return st;
+  }
+  return EM_OK;
+}
+
+static em_status check_name(const char *name, const char *what, em_error *err) {
+  size_t n = strlen(name);
+  if (n == 0) return em_error_set(err, EM_ERR_FORMAT, "%s is empty", what);
+  if (n > MAX_NAME_LEN)
+    return em_error_set(err, EM_ERR_FORMAT, "%s '%.40s...' is longer than %d characters", what,
+                        name, MAX_NAME_LEN);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)name[i];
+    if (!isalnum(c) && c != '_' && c != '-')
+      return em_error_set(err, EM_ERR_FORMAT,
+                          "%s '%s' may only hold letters, digits, '_' and '-' (it becomes part of "
+                          "parameter names such as '%s.weight')",
+                          what, name, name);
+  }
+  return EM_OK;
+}
+
+/* ---- attributes --------------------------------------------------------------- */
+
+static em_status check_range(const em_attr_desc *d, double v, em_error *err) {
+  bool integral = d->kind != EM_ATTR_FLOAT, small = d->max <= 1e6 && d->min >= -1e6;
+  if (!isfinite(v))
+    return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be a finite number", d->name);
+  if (v < d->min) {
+    if (d->min == 1 && integral)
+      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be positive, got %.0f",
+                          d->name, v);
+    if (d->min == 0 && !(small && !integral))
+      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must not be negative, got %g",
+                          d->name, v);
+  } else if (v <= d->max) {
+    return EM_OK;
+  } else if (!small || (integral && d->min >= 0)) {
+    return em_error_set(err, EM_ERR_NOMEM,
+                        "attribute '%s' is absurdly large (%.17g; the limit is %.17g)", d->name, v,
+                        d->max);
+  }
+  if (small)
+    return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be between %g and %g, got %g",
+                        d->name, d->min, d->max, v);
+  return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be at least %g, got %g", d->name,
+                      d->min, v);
+}
+
+static em_status parse_int(const em_attr_desc *d, json_t *v, double *out, const char *expect,
+                           em_error *err) {
+  if (!json_is_integer(v))
+    return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must be %s, got %s", d->name, expect,
+                        json_kind(v));
+  json_int_t i = json_integer_value(v);
+  /* clamp before converting so that huge values still read as too large */
+  double x = i > (json_int_t)1 << 52 ? 0x1p52 : i < -((json_int_t)1 << 52) ? -0x1p52 : (double)i;
+  *out = x;
+  return check_range(d, x, err);
+}
+
+static em_status parse_attr(const em_attr_desc *d, json_t *v, em_attr_value *out, em_error *err) {
+  out->given = true;
+  switch (d->kind) {
+  case EM_ATTR_INT:
+    out->n = 1;
+    return parse_int(d, v, &out->v[0], "an integer", err);
+  case EM_ATTR_FLOAT:
+    if (!json_is_number(v))
+      return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must be a number, got %s", d->name,
+                          json_kind(v));
+    out->n = 1;
+    out->v[0] = json_number_value(v);
+    return check_range(d, out->v[0], err);
+  case EM_ATTR_BOOL:
+    if (!json_is_boolean(v))
+      return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must be true or false, got %s",
+                          d->name, json_kind(v));
+    out->n = 1;
+    out->v[0] = json_is_true(v);
+    return EM_OK;
+  case EM_ATTR_INT2:
+  case EM_ATTR_INTS: {
+    const char *expect = d->kind == EM_ATTR_INT2 ? "an integer or a list [h, w] of integers"
+                                                 : "an integer or a list of integers";
+    if (json_is_integer(v)) {
+      out->n = d->kind == EM_ATTR_INT2 ? 2 : 1;
+      em_status st = parse_int(d, v, &out->v[0], expect, err);
+      out->v[1] = out->v[0];
+      return st;
+    }
+    if (!json_is_array(v))
+      return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must be %s, got %s", d->name,
+                          expect, json_kind(v));
+    size_t n = json_array_size(v);
+    if (d->kind == EM_ATTR_INT2 && n != 2)
+      return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must be %s, got a list of %zu",
+                          d->name, expect, n);
+    if (n < 1 || n > EM_MAX_DIMS - 1)
+      return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must list 1 to %d integers, got %zu",
+                          d->name, EM_MAX_DIMS - 1, n);
+    out->n = (int)n;
+    for (size_t k = 0; k < n; k++) {
+      em_status st = parse_int(d, json_array_get(v, k), &out->v[k], expect, err);
+      if (st != EM_OK) return st;
+    }
+    return EM_OK;
+  }
+  }
+  return em_error_set(err, EM_ERR_INVALID, "attribute '%s' has an unknown kind", d->name);
+}
+
+static em_status unknown_attr(const em_layer_type *t, const char *key, em_error *err) {
+  em_strbuf known = {0};
+  const char *guess = NULL;
+  for (int i = 0; i < t->n_attrs; i++) {
+    em_strbuf_printf(&known, "%s%s", i ? ", " : "", t->attrs[i].name);
+    if (!guess && looks_like(key, t->attrs[i].name)) guess = t->attrs[i].name;
+  }
+  em_status st;
+  if (t->n_attrs == 0)
+    st = em_error_set(err, EM_ERR_FORMAT, "unknown attribute '%s'; %s takes no attributes", key,
+                      t->name);
+  else if (guess)
+    st = em_error_set(err, EM_ERR_FORMAT, "unknown attribute '%s' (did you mean '%s'?); known: %s",
+                      key, guess, known.s);
+  else
+    st = em_error_set(err, EM_ERR_FORMAT, "unknown attribute '%s'; known: %s", key, known.s);
+  em_strbuf_free(&known);
+  return st;
+}
+
+static em_status parse_attrs(em_spec_node *nd, json_t *obj, em_error *err) {
+  const em_layer_type *t = nd->type;
+  const char *key;
+  json_t *v;
+  json_object_foreach(obj, key, v) {
+    if (!strcmp(key, "name") || !strcmp(key, "type") || !strcmp(key, "inputs")) continue;
+    int i = 0;
+    while (i < t->n_attrs && strcmp(t->attrs[i].name, key)) i++;
+    if (i == t->n_attrs) return unknown_attr(t, key, err);
+    em_status st = parse_attr(&t->attrs[i], v, &nd->attr[i], err);
+    if (st != EM_OK) return st;
+  }
+  for (int i = 0; i < t->n_attrs; i++) {
+    const em_attr_desc *d = &t->attrs[i];
+    em_attr_value *a = &nd->attr[i];
+    if (a->given) continue;
+    if (d->required)
+      return em_error_set(err, EM_ERR_FORMAT, "missing required attribute '%s' (%s)", d->name,
+                          d->help ? d->help : d->kind == EM_ATTR_INT ? "an integer" : "a value");
+    a->n = d->kind == EM_ATTR_INT2 ? 2 : 1;
+    a->v[0] = a->v[1] = d->def;
+  }
+  return EM_OK;
+}
+
+/* ---- input ----------------------------------------------------------------------- */
+
+static em_status parse_input(em_spec *s, json_t *in, em_error *err) {
+  if (!in) return em_error_set(err, EM_ERR_FORMAT, "missing \"input\" (e.g. {\"shape\": [1, 28, 28]})");
+  if (!json_is_object(in))
+    return em_error_set(err, EM_ERR_FORMAT, "\"input\" must be an object, got %s", json_kind(in));
+  em_status st = check_keys(in, input_keys, 2, "in \"input\"", err);
+  if (st != EM_OK) return st;
+  json_t *shape = json_object_get(in, "shape"), *dt = json_object_get(in, "dtype");
+  if (!shape) return em_error_set(err, EM_ERR_FORMAT, "\"input\" lacks \"shape\" (one sample's shape)");
+  if (!json_is_array(shape))
+    return em_error_set(err, EM_ERR_FORMAT, "input \"shape\" must be a list of integers, got %s",
+                        json_kind(shape));
+  size_t n = json_array_size(shape);
+  if (n < 1 || n > EM_MAX_DIMS - 1)
+    return em_error_set(err, EM_ERR_FORMAT,
+                        "input \"shape\" must list 1 to %d sizes (one sample, no batch), got %zu",
+                        EM_MAX_DIMS - 1, n);
+  s->input.dtype = EM_DTYPE_F32;
+  s->input.ndim = (int)n + 1;
+  s->input.shape[0] = -1;
+  int64_t numel = 1;
+  for (size_t k = 0; k < n; k++) {
+    json_t *v = json_array_get(shape, k);
+    if (!json_is_integer(v))
+      return em_error_set(err, EM_ERR_FORMAT, "input \"shape\"[%zu] must be an integer, got %s", k,
+                          json_kind(v));
+    json_int_t x = json_integer_value(v);
+    if (x < 1)
+      return em_error_set(err, EM_ERR_INVALID, "input \"shape\"[%zu] must be positive, got %lld",
+                          k, (long long)x);
+    if (x > EM_NN_MAX_NUMEL || (numel *= x) > EM_NN_MAX_NUMEL)
+      return em_error_set(err, EM_ERR_NOMEM,
+                          "input \"shape\" is absurdly large (over 2^30 values per sample)");
+    s->input.shape[k + 1] = x;
+  }
+  if (dt) {
+    const char *d = json_string_value(dt);
+    if (!d)
+      return em_error_set(err, EM_ERR_FORMAT, "input \"dtype\" must be a string, got %s",
+                          json_kind(dt));
+    if (!strcmp(d, "f32")) s->input.dtype = EM_DTYPE_F32;
+    else if (!strcmp(d, "i64")) s->input.dtype = EM_DTYPE_I64;
+    else
+      return em_error_set(err, EM_ERR_INVALID,
+                          "input \"dtype\" '%s' is not supported; use \"f32\" or \"i64\" (indices "
+                          "for Embedding)",
+                          d);
+  }
+  return EM_OK;
+}
+
+/* ---- nodes ------------------------------------------------------------------------ */
+
+static int find_node(const em_spec *s, const char *name) {
+  for (int i = 0; i < s->n_nodes; i++)
+    if (s->nodes[i].name && !strcmp(s->nodes[i].name, name)) return i;
+  return -1;
+}
+
+/* First pass: the node is an object with a valid, unique name. */
+static em_status parse_node_name(em_spec *s, int i, json_t *obj, em_error *err) {
+  if (!json_is_object(obj))
+    return em_error_set(err, EM_ERR_FORMAT, "nodes[%d] must be an object, got %s", i,
+                        json_kind(obj));
+  json_t *nm = json_object_get(obj, "name");
+  if (!nm) return em_error_set(err, EM_ERR_FORMAT, "nodes[%d] has no \"name\"", i);
+  if (!json_is_string(nm))
+    return em_error_set(err, EM_ERR_FORMAT, "nodes[%d]: \"name\" must be a string, got %s", i,
+                        json_kind(nm));
+  const char *name = json_string_value(nm);
+  char what[64];
+  snprintf(what, sizeof what, "nodes[%d]: the name", i);
+  em_status st = check_name(name, what, err);
+  if (st != EM_OK) return st;
+  if (!strcmp(name, "input"))
+    return em_error_set(err, EM_ERR_FORMAT,
+                        "nodes[%d]: 'input' is reserved for the model input; pick another name", i);
+  int j = find_node(s, name);
+  if (j >= 0)
+    return em_error_set(err, EM_ERR_FORMAT, "node '%s': duplicate name (nodes[%d] and nodes[%d])",
+                        name, j, i);
+  s->nodes[i].name = name;
+  return EM_OK;
+}
+
+static em_status unknown_type(const char *type, em_error *err) {
+  em_strbuf known = {0};
+  const char *guess = NULL;
+  int n = em_layer_type_count();
+  for (int i = 0; i < n; i++) {
+    const char *k = em_layer_type_at(i)->name;
+    em_strbuf_printf(&known, "%s%s", i ? ", " : "", k);
+    if (!guess && looks_like(type, k)) guess = k;
+  }
+  em_status st;
+  if (guess)
+    st = em_error_set(err, EM_ERR_FORMAT, "unknown layer type '%s' (did you mean '%s'?); known: %s",
+                      type, guess, known.s ? known.s : "");
+  else
+    st = em_error_set(err, EM_ERR_FORMAT, "unknown layer type '%s'; known: %s", type,
+                      known.s ? known.s : "");
+  em_strbuf_free(&known);
+  return st;
+}
+
+static em_status parse_inputs(em_spec *s, int i, json_t *obj, em_error *err) {
+  em_spec_node *nd = &s->nodes[i];
+  const em_layer_type *t = nd->type;
+  json_t *ins = json_object_get(obj, "inputs");
+  if (!ins) {
+    if (t->min_inputs > 1)
+      return em_error_set(err, EM_ERR_FORMAT,
+                          "needs at least %d inputs; list them in \"inputs\" (node names or "
+                          "\"input\")",
+                          t->min_inputs);
+    nd->n_in = 1;
+    nd->in[0] = i - 1;
+    nd->in_names[0] = i ? s->nodes[i - 1].name : "input";
+    return EM_OK;
+  }
+  if (!json_is_array(ins))
+    return em_error_set(err, EM_ERR_FORMAT, "\"inputs\" must be a list of node names, got %s",
+                        json_kind(ins));
+  size_t n = json_array_size(ins);
+  if ((int)n < t->min_inputs || n > (size_t)t->max_inputs) {
+    if (t->min_inputs == t->max_inputs)
+      return em_error_set(err, EM_ERR_FORMAT, "takes %d input%s, got %zu", t->min_inputs,
+                          t->min_inputs == 1 ? "" : "s", n);
+    return em_error_set(err, EM_ERR_FORMAT, "takes %d to %d inputs, got %zu", t->min_inputs,
+                        t->max_inputs, n);
+  }
+  nd->n_in = (int)n;
+  for (size_t k = 0; k < n; k++) {
+    json_t *v = json_array_get(ins, k);
+    const char *name = json_string_value(v);
+    if (!name)
+      return em_error_set(err, EM_ERR_FORMAT, "\"inputs\"[%zu] must be a node name, got %s", k,
+                          json_kind(v));
+    int j = strcmp(name, "input") ? find_node(s, name) : -1;
+    if (j == i)
+      return em_error_set(err, EM_ERR_FORMAT, "lists itself as an input (cycles are not allowed)");
+    if (j > i)
+      return em_error_set(err, EM_ERR_FORMAT,
+                          "input '%s' is defined later in \"nodes\" (a node may only take earlier "
+                          "nodes, which rules out cycles)",
+                          name);
+    if (j < 0 && strcmp(name, "input")) {
+      const char *guess = NULL;
+      for (int m = 0; m < i && !guess; m++)
+        if (looks_like(name, s->nodes[m].name)) guess = s->nodes[m].name;
+      if (guess)
+        return em_error_set(err, EM_ERR_FORMAT, "unknown input '%s' (did you mean '%s'?)", name,
+                            guess);
+      return em_error_set(err, EM_ERR_FORMAT,
+                          "unknown input '%s' (inputs name earlier nodes, or \"input\" for the "
+                          "model input)",
+                          name);
+    }
+    nd->in[k] = j;
+    nd->in_names[k] = j < 0 ? "input" : s->nodes[j].name;
+  }
+  return EM_OK;
+}
+
+/* Checks what a type's infer produced. */
+static em_status check_inferred(em_spec *s, em_spec_node *nd, em_error *err) {
+  char buf[160];
+  em_shape *o = &nd->out;
+  if (o->ndim < 1 || o->ndim > EM_MAX_DIMS || o->shape[0] != -1)
+    return em_error_set(err, EM_ERR_INVALID, "shape inference gave %s, which lacks the batch dim",
+                        o->ndim >= 1 && o->ndim <= EM_MAX_DIMS ? em_shape_format(o, buf, sizeof buf)
+                                                               : "a bad rank");
+  int64_t numel = 1;
+  for (int d = 1; d < o->ndim; d++) {
+    if (o->shape[d] < 1)
+      return em_error_set(err, EM_ERR_SHAPE, "output shape %s has an empty dimension",
+                          em_shape_format(o, buf, sizeof buf));
+    if (__builtin_mul_overflow(numel, o->shape[d], &numel) || numel > EM_NN_MAX_NUMEL)
+      return em_error_set(err, EM_ERR_NOMEM,
+                          "output shape %s is absurdly large (over 2^30 values per sample)",
+                          em_shape_format(o, buf, sizeof buf));
+  }
+  if (nd->n_decl < 0 || nd->n_decl > EM_LAYER_MAX_PARAMS)
+    return em_error_set(err, EM_ERR_INVALID, "declares %d parameters (at most %d)", nd->n_decl,
+                        EM_LAYER_MAX_PARAMS);
+  for (int k = 0; k < nd->n_decl; k++) {
+    em_param_decl *d = &nd->decl[k];
+    if (!d->name || check_name(d->name, "a parameter name", NULL) != EM_OK)
+      return em_error_set(err, EM_ERR_INVALID, "parameter %d has no valid name", k);
+    for (int j = 0; j < k; j++)
+      if (!strcmp(nd->decl[j].name, d->name))
+        return em_error_set(err, EM_ERR_INVALID, "declares parameter '%s' twice", d->name);
+    if (d->ndim < 0 || d->ndim > EM_MAX_DIMS)
+      return em_error_set(err, EM_ERR_INVALID, "parameter '%s' has %d dims", d->name, d->ndim);
+    em_shape ds = {d->dtype, d->ndim, {0}};
+    memcpy(ds.shape, d->shape, sizeof ds.shape);
+    int64_t n = em_decl_numel(d);
+    if (n < 0 || n > EM_NN_MAX_NUMEL)
+      return em_error_set(err, EM_ERR_NOMEM,
+                          "parameter '%s.%s' of shape %s is absurdly large (the limit is 2^30 "
+                          "values, 4 GiB in f32)",
+                          nd->name, d->name, em_shape_format(&ds, buf, sizeof buf));
+    if (d->dtype != EM_DTYPE_F32 && d->dtype != EM_DTYPE_I64)
+      return em_error_set(err, EM_ERR_INVALID, "parameter '%s' has dtype %s (f32 or i64 only)",
+                          d->name, em_dtype_name(d->dtype));
+    if (d->buffer) nd->n_buffer += n;
+    else nd->n_params += n;
+  }
+  s->n_params += nd->n_params;
+  s->n_buffer += nd->n_buffer;
+  if (s->n_params > EM_NN_MAX_PARAMS)
+    return em_error_set(err, EM_ERR_NOMEM,
+                        "the model reaches %lld parameters here, over the limit of 2^31",
+                        (long long)s->n_params);
+  return EM_OK;
+}
+
+/* Second pass for node i: type, inputs, attributes, shape inference. */
+static em_status build_node(em_spec *s, int i, json_t *obj, em_error *err) {
+  em_spec_node *nd = &s->nodes[i];
+  json_t *ty = json_object_get(obj, "type");
+  if (!ty) return em_error_set(err, EM_ERR_FORMAT, "has no \"type\"");
+  if (!json_is_string(ty))
+    return em_error_set(err, EM_ERR_FORMAT, "\"type\" must be a string, got %s", json_kind(ty));
+  nd->type = em_layer_type_find(json_string_value(ty));
+  if (!nd->type) return unknown_type(json_string_value(ty), err);
+  nd->view.name = nd->name;
+  nd->view.type = nd->type;
+  nd->view.attr = nd->attr;
+  nd->view.input_names = nd->in_names;
+  nd->view.json = obj;
+  em_status st = parse_attrs(nd, obj, err);
+  if (st == EM_OK) st = parse_inputs(s, i, obj, err);
+  if (st != EM_OK) return st;
+
+  em_shape in[EM_LAYER_MAX_INPUTS];
+  for (int k = 0; k < nd->n_in; k++) {
+    in[k] = nd->in[k] < 0 ? s->input : s->nodes[nd->in[k]].out;
+    bool idx = in[k].dtype == EM_DTYPE_I64;
+    if (nd->type->index_input && !idx)
+      return em_error_set(err, EM_ERR_SHAPE,
+                          "expects i64 indices, but its input '%s' gives floats (an index "
+                          "model declares \"input\": {\"dtype\": \"i64\", ...})",
+                          nd->in_names[k]);
+    if (!nd->type->index_input && idx)
+      return em_error_set(err, EM_ERR_SHAPE,
+                          "expects floats, but its input '%s' holds i64 indices (feed them to an "
+                          "Embedding first)",
+                          nd->in_names[k]);
+  }
+  nd->n_decl = 0;
+  em_error e = {0};
+  st = nd->type->infer(&nd->view, nd->n_in, in, &nd->out, &nd->n_decl, nd->decl, &e);
+  if (st != EM_OK) return em_error_set(err, st, "%s", e.msg);
+  return check_inferred(s, nd, err);
+}
+
+static em_status build(em_spec *s, em_error *err) {
+  json_t *root = s->root;
+  if (!json_is_object(root))
+    return em_error_set(err, EM_ERR_FORMAT, "a spec must be a JSON object, got %s",
+                        json_kind(root));
+  em_status st = check_keys(root, top_keys, 7, "at the top level", err);
+  if (st != EM_OK) return st;
+
+  json_t *nm = json_object_get(root, "name");
+  if (!nm) return em_error_set(err, EM_ERR_FORMAT, "missing \"name\" (the model's name)");
+  if (!json_is_string(nm) || !json_string_value(nm)[0])
+    return em_error_set(err, EM_ERR_FORMAT, "\"name\" must be a non-empty string, got %s",
+                        json_is_string(nm) ? "an empty one" : json_kind(nm));
+  s->name = json_string_value(nm);
+  json_t *desc = json_object_get(root, "description");
+  if (desc && !json_is_string(desc))
+    return em_error_set(err, EM_ERR_FORMAT, "\"description\" must be a string, got %s",
+                        json_kind(desc));
+  s->description = desc ? json_string_value(desc) : "";
+  s->loss = json_object_get(root, "loss");
+  s->training = json_object_get(root, "training");
+  if (s->loss && !json_is_object(s->loss))
+    return em_error_set(err, EM_ERR_FORMAT, "\"loss\" must be an object, got %s",
+                        json_kind(s->loss));
+  if (s->training && !json_is_object(s->training))
+    return em_error_set(err, EM_ERR_FORMAT, "\"training\" must be an object, got %s",
+                        json_kind(s->training));
+
+  st = parse_input(s, json_object_get(root, "input"), err);
+  if (st != EM_OK) return st;
+
+  json_t *nodes = json_object_get(root, "nodes");
+  if (!nodes) return em_error_set(err, EM_ERR_FORMAT, "missing \"nodes\" (the list of layers)");
+  if (!json_is_array(nodes))
+    return em_error_set(err, EM_ERR_FORMAT, "\"nodes\" must be a list, got %s", json_kind(nodes));
+  size_t n = json_array_size(nodes);
+  if (n == 0) return em_error_set(err, EM_ERR_FORMAT, "\"nodes\" is empty");
+  if (n > EM_NN_MAX_NODES)
+    return em_error_set(err, EM_ERR_NOMEM, "\"nodes\" lists %zu nodes (at most %d)", n,
+                        EM_NN_MAX_NODES);
+  s->nodes = calloc(n, sizeof *s->nodes);
+  if (!s->nodes) return em_error_set(err, EM_ERR_NOMEM, "out of memory");
+  s->n_nodes = (int)n;
+  for (int i = 0; i < s->n_nodes; i++) {
+    st = parse_node_name(s, i, json_array_get(nodes, (size_t)i), err);
+    if (st != EM_OK) return st;
+  }
+  for (int i = 0; i < s->n_nodes; i++) {
+    em_error e = {0};
+    st = build_node(s, i, json_array_get(nodes, (size_t)i), &e);
+    if (st != EM_OK) {
+      em_spec_node *nd = &s->nodes[i];
+      if (nd->type)
+        return em_error_set(err, st, "node '%s' (%s): %s", nd->name, nd->type->name, e.msg);
+      return em_error_set(err, st, "node '%s': %s", nd->name, e.msg);
+    }
+  }
+
+  json_t *out = json_object_get(root, "output");
+  s->output = s->n_nodes - 1;
+  if (out) {
+    if (!json_is_string(out))
+      return em_error_set(err, EM_ERR_FORMAT, "\"output\" must be a node name, got %s",
+                          json_kind(out));
+    s->output = find_node(s, json_string_value(out));
+    if (s->output < 0)
+      return em_error_set(err, EM_ERR_FORMAT, "\"output\" names '%s', which is not a node",
+                          json_string_value(out));
+  }
+  if (s->nodes[s->output].out.dtype != EM_DTYPE_F32)
+    return em_error_set(err, EM_ERR_SHAPE, "the output node '%s' must give floats",
+                        s->nodes[s->output].name);
+  s->nodes[s->output].live = true;
+  for (int i = s->output; i >= 0; i--)
+    if (s->nodes[i].live)
+      for (int k = 0; k < s->nodes[i].n_in; k++)
+        if (s->nodes[i].in[k] >= 0) s->nodes[s->nodes[i].in[k]].live = true;
+  return EM_OK;
+}
+
+/* Takes ownership of root. */
+static em_spec *spec_build(json_t *root, const char *source, em_error *err) {
+  em_spec *s = calloc(1, sizeof *s);
+  char *src = strdup(source ? source : "<spec>");
+  if (!s || !src) {
+    free(s);
+    free(src);
+    json_decref(root);
+    em_error_set(err, EM_ERR_NOMEM, "out of memory");
+    return NULL;
+  }
+  s->root = root;
+  s->source = src;
+  em_error e = {0};
+  if (build(s, &e) != EM_OK) {
+    em_error_set(err, e.status, "%s: %s", s->source, e.msg);
+    em_spec_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+em_spec *em_spec_parse(const char *json_text, const char *source_name, em_error *err) {
+  const char *src = source_name ? source_name : "<spec>";
+  if (!json_text) {
+    em_error_set(err, EM_ERR_INVALID, "%s: no text", src);
+    return NULL;
+  }
+  json_error_t je;
+  json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &je);
+  if (!root) {
+    em_error_set(err, EM_ERR_FORMAT, "%s:%d:%d: not valid JSON: %s", src, je.line, je.column,
+                 je.text);
+    return NULL;
+  }
+  return spec_build(root, src, err);
+}
+
+em_spec *em_spec_load(const char *path, em_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    em_error_set(err, EM_ERR_IO, "cannot open spec '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  char *text = malloc(MAX_SPEC_BYTES + 1);
+  size_t n = text ? fread(text, 1, MAX_SPEC_BYTES + 1, f) : 0;
+  bool bad = text && ferror(f);
+  fclose(f);
+  if (!text || bad || n > MAX_SPEC_BYTES) {
+    free(text);
+    em_error_set(err, !text ? EM_ERR_NOMEM : bad ? EM_ERR_IO : EM_ERR_FORMAT,
+                 !text ? "%s: out of memory"
+                 : bad ? "%s: read error"
+                       : "%s: larger than 16 MiB; not a model spec",
+                 path);
+    return NULL;
+  }
+  text[n] = '\0';
+  if (strlen(text) != n) {
+    free(text);
+    em_error_set(err, EM_ERR_FORMAT, "%s: contains a NUL byte; not a JSON spec", path);
+    return NULL;
+  }
+  em_spec *s = em_spec_parse(text, path, err);
+  free(text);
+  return s;
+}
+
+em_spec *em_spec_copy(const em_spec *spec, em_error *err) {
+  json_t *root = json_deep_copy(spec->root);
+  if (!root) {
+    em_error_set(err, EM_ERR_NOMEM, "out of memory copying a spec");
+    return NULL;
+  }
+  return spec_build(root, spec->source, err);
+}
+
+void em_spec_free(em_spec *spec) {
+  if (!spec) return;
+  json_decref(spec->root);
+  free(spec->nodes);
+  free(spec->source);
+  free(spec);
+}
+
+/* ---- accessors ------------------------------------------------------------------ */
+
+const char *em_spec_name(const em_spec *s) { return s->name; }
+const char *em_spec_description(const em_spec *s) { return s->description; }
+json_t *em_spec_loss_json(const em_spec *s) { return s->loss; }
+json_t *em_spec_training_json(const em_spec *s) { return s->training; }
+json_t *em_spec_json(const em_spec *s) { return s->root; }
+em_dtype em_spec_input_dtype(const em_spec *s) { return s->input.dtype; }
+int64_t em_spec_param_count(const em_spec *s) { return s->n_params; }
+int64_t em_spec_buffer_count(const em_spec *s) { return s->n_buffer; }
+int em_spec_node_count(const em_spec *s) { return s->n_nodes; }
+int em_spec_output_node(const em_spec *s) { return s->output; }
+
+int em_spec_input_shape(const em_spec *s, int64_t *shape) {
+  for (int d = 1; d < s->input.ndim; d++) shape[d - 1] = s->input.shape[d];
+  return s->input.ndim - 1;
+}
+
+int em_spec_output_shape(const em_spec *s, int64_t *shape) {
+  const em_shape *o = &s->nodes[s->output].out;
+  for (int d = 1; d < o->ndim; d++) shape[d - 1] = o->shape[d];
+  return o->ndim - 1;
+}
+
+const char *em_spec_node_name(const em_spec *s, int i) {
+  EM_ASSERT(i >= 0 && i < s->n_nodes);
+  return s->nodes[i].name;
+}
+
+const em_layer_type *em_spec_node_type(const em_spec *s, int i) {
+  EM_ASSERT(i >= 0 && i < s->n_nodes);
+  return s->nodes[i].type;
+}
+
+const em_shape *em_spec_node_output(const em_spec *s, int i) {
+  EM_ASSERT(i >= 0 && i < s->n_nodes);
+  return &s->nodes[i].out;
+}
+
+int64_t em_spec_node_param_count(const em_spec *s, int i) {
+  EM_ASSERT(i >= 0 && i < s->n_nodes);
+  return s->nodes[i].n_params;
+}
+
+int em_spec_node_inputs(const em_spec *s, int i, int *idx) {
+  EM_ASSERT(i >= 0 && i < s->n_nodes);
+  for (int k = 0; k < s->nodes[i].n_in; k++) idx[k] = s->nodes[i].in[k];
+  return s->nodes[i].n_in;
+}

@@ -1,0 +1,100 @@
+/* conv-private.h: what the files of conv2d and the 2-D pools share.
+ *
+ * em_conv2d runs one of two implementations:
+ *  - conv-ref.c: the plain 7-loop reference (any dtype it supports, any
+ *    strides), with a loop backward. f64 always runs here (it exists for
+ *    gradient checks); tests compare the fast path against it.
+ *  - conv-fast.c: f32 on tiles of a small GEMM micro-kernel
+ *    (conv-kernel.c). Stride-1 convolutions are implicit GEMMs over a
+ *    zero-padded copy of each image, so no im2col matrix is built:
+ *    row (c, ky, kx) of the "column matrix" is the padded image shifted by
+ *    c*Hp*Wp + ky*dh*Wp + kx*dw, read in place. Other strides build an
+ *    im2col matrix per image and use the same kernels. Work is split over
+ *    images with em_parallel_for; each pool thread packs into its own
+ *    scratch slot.
+ * The pools (pool2d.c) keep their reference beside the fast loops. */
+#pragma once
+
+#include "ops-private.h"
+
+/* ---- micro-kernels (conv-kernel.c), f32 ----------------------------------- */
+/* Tile geometry by instruction set: EM_CONV_MR rows by EM_CONV_NR columns
+ * (two vectors) of accumulators held in registers. */
+#if defined(__AVX512F__)
+#define EM_CONV_VL 16
+#define EM_CONV_MR 8
+#elif defined(__AVX__)
+#define EM_CONV_VL 8
+#define EM_CONV_MR 6
+#else
+#define EM_CONV_VL 4
+#define EM_CONV_MR 4
+#endif
+#define EM_CONV_NR (2 * EM_CONV_VL)
+
+/* tile (MR, NR) = a (k, MR) @ B (k, NR): a is a packed panel, row kk of B
+ * is the NR floats at b + off[kk]. */
+void em_conv_kernel_rows(int64_t k, const float *a, const float *b, const int64_t *off,
+                         float *tile);
+/* c (MR, NR, ldc) += A (MR, k) @ b (k, NR): row r of A is the k floats at
+ * arow[r], b is a packed panel. */
+void em_conv_kernel_acc(int64_t k, const float *const *arow, const float *b, float *c,
+                        int64_t ldc);
+
+/* ---- the two implementations ----------------------------------------------- */
+/* Output geometry and per-group sizes, from x (N, C, H, W) and
+ * w (K, C/G, kh, kw). */
+typedef struct {
+  int64_t N, C, H, W, K, kh, kw, OH, OW;
+  int64_t sh, sw, ph, pw, dh, dw, G, Cg, Kg;
+} em_conv_geom;
+void em_conv_geom_init(em_conv_geom *g, const em_tensor *x, const em_tensor *w,
+                       const em_conv2d_params *p);
+
+/* y (N, K, OH, OW) = conv(x, w) + b; b may be NULL. The reference reads
+ * any strides; the fast path wants x contiguous (w and b any strides). */
+void em_conv2d_ref_forward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
+                           const em_tensor *b, em_tensor *y);
+void em_conv2d_fast_forward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
+                            const em_tensor *b, em_tensor *y);
+/* Gradients from gy (N, K, OH, OW) contiguous. gx, gw, gb are contiguous
+ * buffers of their input's shape or NULL when not wanted; *_fresh says
+ * whether to overwrite (true) or accumulate. */
+typedef struct {
+  em_tensor *gx, *gw, *gb;
+  bool gx_fresh, gw_fresh, gb_fresh;
+} em_conv_grads;
+void em_conv2d_ref_backward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
+                            const em_tensor *gy, const em_conv_grads *out);
+void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
+                             const em_tensor *gy, const em_conv_grads *out);
+
+/* ---- 2-D pools (pool2d.c fast, pool-ref.c reference) -------------------------- */
+typedef struct {
+  int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW;
+  bool include_pad; /* avg: padded positions count in the divisor */
+} em_pool_geom;
+void em_pool_geom_init(em_pool_geom *g, const em_tensor *x, const em_pool2d_params *p);
+/* Window of output (oy, ox) clipped to the input: rows [*h0, *h1),
+ * columns [*w0, *w1); returns the divisor avg pool uses (PyTorch's rule:
+ * the window clipped to the padded input, or to the input itself when
+ * padding does not count). */
+int64_t em_pool_window(const em_pool_geom *g, int64_t oy, int64_t ox, int64_t *h0, int64_t *h1,
+                       int64_t *w0, int64_t *w1);
+/* x (N, C, H, W) any strides -> y (N, C, OH, OW) contiguous; gy contiguous,
+ * gx contiguous (overwritten when fresh, else accumulated). Max takes the
+ * first largest element of a window in row-major order, or the last NaN,
+ * like PyTorch; backward routes the gradient there. */
+void em_max_pool2d_ref_forward(const em_pool_geom *g, const em_tensor *x, em_tensor *y);
+void em_max_pool2d_ref_backward(const em_pool_geom *g, const em_tensor *x, const em_tensor *gy,
+                                em_tensor *gx, bool fresh);
+void em_avg_pool2d_ref_forward(const em_pool_geom *g, const em_tensor *x, em_tensor *y);
+void em_avg_pool2d_ref_backward(const em_pool_geom *g, const em_tensor *gy, em_tensor *gx,
+                                bool fresh);
+
+/* The reference entry points with autograd, for tests: same semantics as
+ * em_conv2d / em_max_pool2d / em_avg_pool2d, always on the loop
+ * reference (f32 or f64). */
+em_tensor *em_conv2d_ref(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv2d_params *p);
+em_tensor *em_max_pool2d_ref(em_tensor *x, const em_pool2d_params *p);
+em_tensor *em_avg_pool2d_ref(em_tensor *x, const em_pool2d_params *p);

@@ -1,0 +1,63 @@
+/* clip.c: gradient clipping by total L2 norm, like
+ * torch.nn.utils.clip_grad_norm_ (norm_type 2), except that a non-finite
+ * total is returned without touching the gradients. */
+#include "optim-private.h"
+
+#include <math.h>
+
+/* Sum of squares of a contiguous gradient, accumulated in double (f32
+ * squares would overflow near 1e19) in eight partial sums that the
+ * compiler keeps in vector registers. */
+static double sum_squares(const em_tensor *g) {
+  int64_t n = em_tensor_numel(g), k = 0;
+  double acc[8] = {0};
+  if (g->dtype == EM_DTYPE_F32) {
+    const float *x = em_f32(g); /* (D) */
+    for (; k + 8 <= n; k += 8)
+      for (int j = 0; j < 8; j++) acc[j] += (double)x[k + j] * (double)x[k + j];
+    for (; k < n; k++) acc[0] += (double)x[k] * (double)x[k];
+  } else {
+    const double *x = em_f64(g); /* (D) */
+    for (; k + 8 <= n; k += 8)
+      for (int j = 0; j < 8; j++) acc[j] += x[k + j] * x[k + j];
+    for (; k < n; k++) acc[0] += x[k] * x[k];
+  }
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static void scale(em_tensor *g, double coef) {
+  int64_t n = em_tensor_numel(g);
+  if (g->dtype == EM_DTYPE_F32) {
+    float *x = em_f32(g); /* (D) */
+    const float c = (float)coef;
+    for (int64_t k = 0; k < n; k++) x[k] *= c;
+  } else {
+    double *x = em_f64(g); /* (D) */
+    for (int64_t k = 0; k < n; k++) x[k] *= coef;
+  }
+}
+
+/* The current gradient of p, or NULL when it has none (NULL or stale). */
+static em_tensor *current_grad(const em_tensor *p) {
+  if (!p || !p->grad || (p->flags & EM_TENSOR_GRAD_STALE)) return NULL;
+  EM_ASSERT(em_tensor_is_contiguous(p->grad));
+  EM_ASSERT(p->grad->dtype == EM_DTYPE_F32 || p->grad->dtype == EM_DTYPE_F64);
+  return p->grad;
+}
+
+double em_clip_grad_norm(int n, em_tensor *const *params, double max_norm) {
+  double total = 0;
+  for (int i = 0; i < n; i++) {
+    const em_tensor *g = current_grad(params[i]);
+    if (g) total += sum_squares(g);
+  }
+  total = sqrt(total);
+  if (!isfinite(total)) return total;
+  double coef = max_norm / (total + 1e-6);
+  if (coef < 1)
+    for (int i = 0; i < n; i++) {
+      em_tensor *g = current_grad(params[i]);
+      if (g) scale(g, coef);
+    }
+  return total;
+}

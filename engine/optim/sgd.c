@@ -1,0 +1,112 @@
+/* sgd.c: torch.optim.SGD's update (PyTorch 1.13): weight decay added to
+ * the gradient, a momentum buffer that starts as a copy of the first
+ * gradient, dampening, and Nesterov's look-ahead.
+ *
+ *   d = g + wd * p
+ *   buf = first ? d : momentum * buf + (1 - dampening) * d
+ *   d = nesterov ? d + momentum * buf : buf        (with momentum)
+ *   p = p - lr * d
+ *
+ * Element-wise loops over contiguous arrays that the compiler vectorises;
+ * the f32 loop computes in float as PyTorch does. Big tensors are split
+ * over the thread pool (each element is independent, so the result does
+ * not depend on the thread count). */
+#include "optim-private.h"
+
+typedef struct {
+  void *p, *buf;          /* (D) */
+  const void *g;          /* (D) */
+  double lr, wd, mom, damp;
+  bool first, nesterov;
+} sgd_args;
+
+static void sgd_f32(void *ctx, int64_t begin, int64_t end) {
+  const sgd_args *a = ctx;
+  float *restrict p = (float *)a->p + begin;     /* (D) */
+  const float *restrict g = (const float *)a->g + begin; /* (D) */
+  float *restrict buf = a->buf ? (float *)a->buf + begin : NULL; /* (D) */
+  const float lr = (float)a->lr, wd = (float)a->wd, mom = (float)a->mom;
+  const float keep = (float)(1.0 - a->damp);
+  const int64_t n = end - begin;
+  if (!buf) {
+    for (int64_t k = 0; k < n; k++) {
+      float d = g[k] + wd * p[k];
+      p[k] = p[k] - lr * d;
+    }
+  } else if (a->first) {
+    for (int64_t k = 0; k < n; k++) {
+      float d = g[k] + wd * p[k];
+      buf[k] = d;
+      if (a->nesterov) d = d + mom * d;
+      p[k] = p[k] - lr * d;
+    }
+  } else if (a->nesterov) {
+    for (int64_t k = 0; k < n; k++) {
+      float d = g[k] + wd * p[k];
+      float b = buf[k] * mom + keep * d;
+      buf[k] = b;
+      p[k] = p[k] - lr * (d + mom * b);
+    }
+  } else {
+    for (int64_t k = 0; k < n; k++) {
+      float d = g[k] + wd * p[k];
+      float b = buf[k] * mom + keep * d;
+      buf[k] = b;
+      p[k] = p[k] - lr * b;
+    }
+  }
+}
+
+static void sgd_f64(void *ctx, int64_t begin, int64_t end) {
+  const sgd_args *a = ctx;
+  double *restrict p = (double *)a->p + begin;     /* (D) */
+  const double *restrict g = (const double *)a->g + begin; /* (D) */
+  double *restrict buf = a->buf ? (double *)a->buf + begin : NULL; /* (D) */
+  const double lr = a->lr, wd = a->wd, mom = a->mom, keep = 1.0 - a->damp;
+  const int64_t n = end - begin;
+  if (!buf) {
+    for (int64_t k = 0; k < n; k++) {
+      double d = g[k] + wd * p[k];
+      p[k] = p[k] - lr * d;
+    }
+  } else if (a->first) {
+    for (int64_t k = 0; k < n; k++) {
+      double d = g[k] + wd * p[k];
+      buf[k] = d;
+      if (a->nesterov) d = d + mom * d;
+      p[k] = p[k] - lr * d;
+    }
+  } else if (a->nesterov) {
+    for (int64_t k = 0; k < n; k++) {
+      double d = g[k] + wd * p[k];
+      double b = buf[k] * mom + keep * d;
+      buf[k] = b;
+      p[k] = p[k] - lr * (d + mom * b);
+    }
+  } else {
+    for (int64_t k = 0; k < n; k++) {
+      double d = g[k] + wd * p[k];
+      double b = buf[k] * mom + keep * d;
+      buf[k] = b;
+      p[k] = p[k] - lr * b;
+    }
+  }
+}
+
+void em_sgd_update(const em_optim_config *c, em_optim_slot *s, const em_tensor *g) {
+  bool use_buf = c->momentum != 0 && s->buf[0];
+  sgd_args a = {
+    .p = em_tensor_ptr(s->param),
+    .g = em_tensor_ptr(g),
+    .buf = use_buf ? em_tensor_ptr(s->buf[0]) : NULL,
+    .lr = c->lr,
+    .wd = c->weight_decay,
+    .mom = c->momentum,
+    .damp = c->dampening,
+    .first = use_buf && *em_i64(s->step) == 0,
+    .nesterov = c->nesterov,
+  };
+  em_parallel_for(em_tensor_numel(s->param), EM_OPTIM_GRAIN,
+                  s->param->dtype == EM_DTYPE_F32 ? sgd_f32 : sgd_f64, &a);
+  if (use_buf) *em_i64(s->step) += 1;
+}

@@ -1,0 +1,259 @@
+/* config.c: the training configuration: defaults, the spec's "training"
+ * and "loss" sections (unknown keys are errors), and range checks. */
+#include "em-train.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+void em_train_config_defaults(em_train_config *c) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->dataset, sizeof c->dataset, "fashion-mnist");
+  c->batch_size = 64;
+  c->epochs = 1;
+  c->shuffle = true;
+  c->workers = 1;
+  em_optim_config_defaults(&c->optim, EM_OPTIM_SGD);
+  c->optim.lr = 0.01;
+  em_schedule_init(&c->schedule, EM_SCHED_CONSTANT, c->optim.lr);
+  c->accumulate = 1;
+  c->loss = EM_LOSS_CROSS_ENTROPY;
+  c->seed = 0;
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  c->threads = n > 0 ? (int)n : 1;
+  c->eval_every = 1;
+}
+
+static const char *json_kind(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: return "an object";
+  case JSON_ARRAY: return "an array";
+  case JSON_STRING: return "a string";
+  case JSON_INTEGER: return "an integer";
+  case JSON_REAL: return "a number";
+  case JSON_TRUE:
+  case JSON_FALSE: return "a boolean";
+  case JSON_NULL: return "null";
+  }
+  return "?";
+}
+
+static em_status want_num(const char *sec, const char *key, const json_t *v, double *out,
+                          em_error *err) {
+  if (!json_is_number(v))
+    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" must be a number, not %s", sec, key,
+                        json_kind(v));
+  *out = json_number_value(v);
+  return EM_OK;
+}
+
+static em_status want_int(const char *sec, const char *key, const json_t *v, int64_t lo,
+                          int64_t hi, int64_t *out, em_error *err) {
+  if (!json_is_integer(v))
+    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" must be a whole number, not %s", sec,
+                        key, json_kind(v));
+  int64_t x = json_integer_value(v);
+  if (x < lo || x > hi)
+    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" must be from %lld to %lld, got %lld",
+                        sec, key, (long long)lo, (long long)hi, (long long)x);
+  *out = x;
+  return EM_OK;
+}
+
+static em_status want_bool(const char *sec, const char *key, const json_t *v, bool *out,
+                           em_error *err) {
+  if (!json_is_boolean(v))
+    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" must be true or false, not %s", sec,
+                        key, json_kind(v));
+  *out = json_is_true(v);
+  return EM_OK;
+}
+
+static em_status want_str(const char *sec, const char *key, const json_t *v, char *out,
+                          size_t n, em_error *err) {
+  if (!json_is_string(v))
+    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" must be a string, not %s", sec, key,
+                        json_kind(v));
+  if (strlen(json_string_value(v)) >= n)
+    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" is too long", sec, key);
+  snprintf(out, n, "%s", json_string_value(v));
+  return EM_OK;
+}
+
+#define TRY(x) do { em_status st_ = (x); if (st_ != EM_OK) return st_; } while (0)
+
+static em_status parse_schedule(em_schedule *s, const json_t *v, em_error *err) {
+  if (json_is_string(v)) return em_schedule_parse_name(json_string_value(v), &s->kind, err);
+  if (!json_is_object(v))
+    return em_error_set(err, EM_ERR_INVALID,
+                        "\"training\".\"schedule\" must be a name or an object, not %s",
+                        json_kind(v));
+  const char *key;
+  json_t *x;
+  bool typed = false;
+  json_object_foreach((json_t *)v, key, x) {
+    const char *sec = "schedule";
+    int64_t i;
+    if (strcmp(key, "type") == 0) {
+      if (!json_is_string(x))
+        return em_error_set(err, EM_ERR_INVALID, "\"schedule\".\"type\" must be a string");
+      TRY(em_schedule_parse_name(json_string_value(x), &s->kind, err));
+      typed = true;
+    } else if (strcmp(key, "step_size") == 0) {
+      TRY(want_int(sec, key, x, 1, INT64_MAX / 2, &i, err));
+      s->step_size = i;
+    } else if (strcmp(key, "gamma") == 0) TRY(want_num(sec, key, x, &s->gamma, err));
+    else if (strcmp(key, "total_steps") == 0) {
+      TRY(want_int(sec, key, x, 1, INT64_MAX / 2, &i, err));
+      s->total_steps = i;
+    } else if (strcmp(key, "eta_min") == 0) TRY(want_num(sec, key, x, &s->eta_min, err));
+    else if (strcmp(key, "warmup_steps") == 0) {
+      TRY(want_int(sec, key, x, 0, INT64_MAX / 2, &i, err));
+      s->warmup_steps = i;
+    } else if (strcmp(key, "warmup_start_factor") == 0)
+      TRY(want_num(sec, key, x, &s->warmup_start_factor, err));
+    else if (strcmp(key, "pct_start") == 0) TRY(want_num(sec, key, x, &s->pct_start, err));
+    else if (strcmp(key, "div_factor") == 0) TRY(want_num(sec, key, x, &s->div_factor, err));
+    else if (strcmp(key, "final_div_factor") == 0)
+      TRY(want_num(sec, key, x, &s->final_div_factor, err));
+    else if (strcmp(key, "cycle_momentum") == 0)
+      TRY(want_bool(sec, key, x, &s->cycle_momentum, err));
+    else if (strcmp(key, "base_momentum") == 0) TRY(want_num(sec, key, x, &s->base_momentum, err));
+    else if (strcmp(key, "max_momentum") == 0) TRY(want_num(sec, key, x, &s->max_momentum, err));
+    else
+      return em_error_set(err, EM_ERR_INVALID,
+                          "\"schedule\": unknown key \"%s\"; known: type, step_size, gamma, "
+                          "total_steps, eta_min, warmup_steps, warmup_start_factor, pct_start, "
+                          "div_factor, final_div_factor, cycle_momentum, base_momentum, "
+                          "max_momentum",
+                          key);
+  }
+  if (!typed) return em_error_set(err, EM_ERR_INVALID, "\"schedule\" needs a \"type\"");
+  return EM_OK;
+}
+
+static em_status parse_training(em_train_config *c, const json_t *tr, em_error *err) {
+  const char *sec = "training";
+  if (!json_is_object(tr))
+    return em_error_set(err, EM_ERR_INVALID, "\"training\" must be an object, not %s",
+                        json_kind(tr));
+  /* The optimiser first: its kind decides the defaults the other keys
+   * override. */
+  json_t *opt = json_object_get(tr, "optimizer");
+  if (opt) {
+    if (!json_is_string(opt))
+      return em_error_set(err, EM_ERR_INVALID, "\"training\".\"optimizer\" must be a string");
+    em_optim_kind k;
+    TRY(em_optim_parse_kind(json_string_value(opt), &k, err));
+    em_optim_config_defaults(&c->optim, k);
+  }
+  json_t *sched = NULL;
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)tr, key, v) {
+    int64_t i;
+    if (strcmp(key, "optimizer") == 0) continue;
+    if (strcmp(key, "dataset") == 0) TRY(want_str(sec, key, v, c->dataset, sizeof c->dataset, err));
+    else if (strcmp(key, "data_dir") == 0)
+      TRY(want_str(sec, key, v, c->data_dir, sizeof c->data_dir, err));
+    else if (strcmp(key, "lr") == 0) TRY(want_num(sec, key, v, &c->optim.lr, err));
+    else if (strcmp(key, "momentum") == 0) TRY(want_num(sec, key, v, &c->optim.momentum, err));
+    else if (strcmp(key, "dampening") == 0) TRY(want_num(sec, key, v, &c->optim.dampening, err));
+    else if (strcmp(key, "nesterov") == 0) TRY(want_bool(sec, key, v, &c->optim.nesterov, err));
+    else if (strcmp(key, "weight_decay") == 0)
+      TRY(want_num(sec, key, v, &c->optim.weight_decay, err));
+    else if (strcmp(key, "betas") == 0) {
+      if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_number(json_array_get(v, 0)) ||
+          !json_is_number(json_array_get(v, 1)))
+        return em_error_set(err, EM_ERR_INVALID,
+                            "\"training\".\"betas\" must be two numbers, like [0.9, 0.999]");
+      c->optim.beta1 = json_number_value(json_array_get(v, 0));
+      c->optim.beta2 = json_number_value(json_array_get(v, 1));
+    } else if (strcmp(key, "eps") == 0) TRY(want_num(sec, key, v, &c->optim.eps, err));
+    else if (strcmp(key, "amsgrad") == 0) TRY(want_bool(sec, key, v, &c->optim.amsgrad, err));
+    else if (strcmp(key, "batch_size") == 0) {
+      TRY(want_int(sec, key, v, 1, 1 << 20, &i, err));
+      c->batch_size = (int)i;
+    } else if (strcmp(key, "epochs") == 0) {
+      TRY(want_int(sec, key, v, 0, 1000000, &i, err));
+      c->epochs = (int)i;
+    } else if (strcmp(key, "schedule") == 0) sched = v;
+    else if (strcmp(key, "clip_grad_norm") == 0) TRY(want_num(sec, key, v, &c->clip_grad_norm, err));
+    else if (strcmp(key, "accumulate") == 0) {
+      TRY(want_int(sec, key, v, 1, 1 << 16, &i, err));
+      c->accumulate = (int)i;
+    } else if (strcmp(key, "seed") == 0) {
+      TRY(want_int(sec, key, v, 0, INT64_MAX, &i, err));
+      c->seed = (uint64_t)i;
+    } else if (strcmp(key, "shuffle") == 0) TRY(want_bool(sec, key, v, &c->shuffle, err));
+    else if (strcmp(key, "drop_last") == 0) TRY(want_bool(sec, key, v, &c->drop_last, err));
+    else if (strcmp(key, "workers") == 0) {
+      TRY(want_int(sec, key, v, 0, 64, &i, err));
+      c->workers = (int)i;
+    } else if (strcmp(key, "limit") == 0) {
+      TRY(want_int(sec, key, v, 0, INT64_MAX / 2, &i, err));
+      c->limit = i;
+    } else if (strcmp(key, "eval_every") == 0) {
+      TRY(want_int(sec, key, v, 0, 1000000, &i, err));
+      c->eval_every = (int)i;
+    } else
+      return em_error_set(err, EM_ERR_INVALID,
+                          "\"training\": unknown key \"%s\"; known: dataset, data_dir, optimizer, "
+                          "lr, momentum, dampening, nesterov, weight_decay, betas, eps, amsgrad, "
+                          "batch_size, epochs, schedule, clip_grad_norm, accumulate, seed, "
+                          "shuffle, drop_last, workers, limit, eval_every",
+                          key);
+  }
+  em_schedule_init(&c->schedule, EM_SCHED_CONSTANT, c->optim.lr);
+  if (sched) TRY(parse_schedule(&c->schedule, sched, err));
+  return EM_OK;
+}
+
+static em_status parse_loss(em_train_config *c, const json_t *lo, em_error *err) {
+  if (!json_is_object(lo))
+    return em_error_set(err, EM_ERR_INVALID, "\"loss\" must be an object, not %s", json_kind(lo));
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)lo, key, v) {
+    if (strcmp(key, "type") == 0) {
+      const char *t = json_is_string(v) ? json_string_value(v) : "";
+      if (strcmp(t, "cross_entropy") == 0) c->loss = EM_LOSS_CROSS_ENTROPY;
+      else if (strcmp(t, "mse") == 0) c->loss = EM_LOSS_MSE;
+      else
+        return em_error_set(err, EM_ERR_INVALID,
+                            "\"loss\".\"type\" must be \"cross_entropy\" or \"mse\"");
+    } else if (strcmp(key, "label_smoothing") == 0)
+      TRY(want_num("loss", key, v, &c->label_smoothing, err));
+    else
+      return em_error_set(err, EM_ERR_INVALID,
+                          "\"loss\": unknown key \"%s\"; known: type, label_smoothing", key);
+  }
+  return EM_OK;
+}
+
+em_status em_train_config_from_spec(em_train_config *c, const em_spec *spec, em_error *err) {
+  json_t *tr = em_spec_training_json(spec), *lo = em_spec_loss_json(spec);
+  if (tr) TRY(parse_training(c, tr, err));
+  if (lo) TRY(parse_loss(c, lo, err));
+  return EM_OK;
+}
+
+em_status em_train_config_validate(const em_train_config *c, em_error *err) {
+  if (c->batch_size < 1)
+    return em_error_set(err, EM_ERR_INVALID, "the batch size must be at least 1");
+  if (c->epochs < 0) return em_error_set(err, EM_ERR_INVALID, "epochs must not be negative");
+  if (!(c->label_smoothing >= 0 && c->label_smoothing <= 1))
+    return em_error_set(err, EM_ERR_INVALID, "label smoothing must be from 0 to 1");
+  if (!(c->clip_grad_norm >= 0) || !isfinite(c->clip_grad_norm))
+    return em_error_set(err, EM_ERR_INVALID, "clip_grad_norm must be a positive number or 0 (off)");
+  if (c->accumulate < 1)
+    return em_error_set(err, EM_ERR_INVALID, "accumulate must be at least 1");
+  if (c->threads < 1) return em_error_set(err, EM_ERR_INVALID, "threads must be at least 1");
+  TRY(em_optim_config_check(&c->optim, err));
+  em_schedule s = c->schedule;
+  s.lr = c->optim.lr;
+  if (s.total_steps == 0) s.total_steps = 1; /* filled in at run time */
+  return em_schedule_check(&s, err);
+}

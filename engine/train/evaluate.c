@@ -1,0 +1,59 @@
+/* evaluate.c: loss and accuracy of a model over a dataset, in inference
+ * mode (no tape, batch norm on running stats, dropout off). */
+#include "em-train.h"
+
+#include <string.h>
+
+#include "em-ops.h"
+
+em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
+                      double label_smoothing, double *mean_loss, double *accuracy,
+                      em_error *err) {
+  em_loader_config lc;
+  em_loader_config_defaults(&lc);
+  lc.batch_size = batch_size;
+  lc.shuffle = false;
+  lc.drop_last = false;
+  em_loader *ld = em_loader_new(ds, &lc, err);
+  if (!ld) return err ? err->status : EM_ERR_INVALID;
+  int64_t shape[EM_MAX_DIMS + 1];
+  int nd = em_dataset_sample_shape(ds, shape + 1);
+  int64_t classes = em_dataset_num_classes(ds);
+  double total_loss = 0;
+  int64_t correct = 0, seen = 0;
+  em_status st = EM_OK;
+  bool prev = em_no_grad_begin();
+  em_loader_start_epoch(ld, 0);
+  em_batch b;
+  while (em_loader_next(ld, &b, err)) {
+    for (int64_t i = 0; i < b.n; i++)
+      if (b.y[i] < 0 || b.y[i] >= classes) {
+        st = em_error_set(err, EM_ERR_INVALID, "test label %lld is outside 0..%lld",
+                          (long long)b.y[i], (long long)classes - 1);
+        break;
+      }
+    if (st != EM_OK) break;
+    em_scope *s = em_scope_begin();
+    shape[0] = b.n;
+    em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, nd + 1, shape, (void *)b.x);
+    em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b.n, (void *)b.y);
+    em_tensor *out = em_model_forward(m, x, false, NULL, err);
+    if (!out) {
+      em_scope_end(s);
+      st = err ? err->status : EM_ERR_INVALID;
+      break;
+    }
+    total_loss += em_tensor_item(em_train_loss(loss, out, y, label_smoothing)) * (double)b.n;
+    em_tensor *pred = em_argmax(out, 1, false);
+    for (int64_t i = 0; i < b.n; i++) correct += em_i64(pred)[i] == b.y[i];
+    seen += b.n;
+    em_scope_end(s);
+  }
+  if (st == EM_OK && err && err->status != EM_OK) st = err->status;
+  em_grad_mode_restore(prev);
+  em_loader_free(ld);
+  if (st != EM_OK) return st;
+  *mean_loss = seen ? total_loss / (double)seen : 0;
+  *accuracy = seen ? (double)correct / (double)seen : 0;
+  return EM_OK;
+}

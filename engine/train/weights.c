@@ -1,0 +1,49 @@
+/* weights.c: a model's parameters and buffers to and from safetensors,
+ * named as PyTorch names them (fc1.weight, bn1.running_mean, ...). */
+#include "em-train.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "em-io.h"
+
+em_status em_model_save(const em_model *m, const char *path, em_error *err) {
+  int n = em_model_tensor_count(m);
+  em_named_tensor *ts = calloc((size_t)(n ? n : 1), sizeof *ts);
+  if (!ts) return em_error_set(err, EM_ERR_NOMEM, "out of memory saving '%s'", path);
+  for (int i = 0; i < n; i++) ts[i].t = em_model_tensor(m, i, &ts[i].name);
+  const char *keys[1] = {"format"}, *vals[1] = {"ember"};
+  em_status st = em_safetensors_save(path, n, ts, 1, keys, vals, err);
+  free(ts);
+  return st;
+}
+
+em_status em_model_load(em_model *m, const char *path, em_error *err) {
+  em_safetensors *f = em_safetensors_open(path, err);
+  if (!f) return err ? err->status : EM_ERR_IO;
+  int n = em_model_tensor_count(m);
+  em_status st = EM_OK;
+  /* Every tensor of the model must be in the file... */
+  for (int i = 0; i < n && st == EM_OK; i++) {
+    const char *name;
+    em_tensor *t = em_model_tensor(m, i, &name);
+    st = em_safetensors_read(f, name, t, err);
+  }
+  /* ...and the file must hold nothing the model does not know. */
+  for (int k = 0; k < em_safetensors_count(f) && st == EM_OK; k++) {
+    const char *fname = em_safetensors_name(f, k);
+    bool known = false;
+    for (int i = 0; i < n && !known; i++) {
+      const char *name;
+      em_model_tensor(m, i, &name);
+      known = strcmp(name, fname) == 0;
+    }
+    if (!known)
+      st = em_error_set(err, EM_ERR_FORMAT,
+                        "'%s' holds a tensor '%s' that this model does not have; was it saved "
+                        "from another model?",
+                        path, fname);
+  }
+  em_safetensors_close(f);
+  return st;
+}

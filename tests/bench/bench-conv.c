@@ -1,0 +1,112 @@
+/* bench-conv.c: forward and backward of fmnist-cnn's convolutions and
+ * pools at batch 128, the median of several repetitions each, with
+ * GFLOP/s for the convolutions (a multiply-add counts 2; backward is dX +
+ * dW, or dW alone for the first layer, whose input needs no grad).
+ * bench-conv.py times the same ops in PyTorch for comparison.
+ *
+ * usage: bench-conv [THREADS [REPS]]   (defaults 2 and 15) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "em-ops.h"
+#include "em-pool.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static em_tensor *rand_tensor(int ndim, const int64_t *shape, unsigned seed, bool grad) {
+  em_tensor *t = em_tensor_new(EM_DTYPE_F32, ndim, shape, NULL);
+  em_rng r;
+  em_rng_seed(&r, seed);
+  for (int64_t k = 0; k < em_tensor_numel(t); k++) em_f32(t)[k] = (float)(em_rng_uniform(&r) * 2 - 1);
+  em_tensor_set_requires_grad(t, grad);
+  return t;
+}
+
+typedef struct {
+  const char *name;
+  bool pool;
+  int64_t C, H, K; /* input channels, square size, output channels (conv) */
+  bool x_grad;
+} bench_op;
+
+static const bench_op ops[] = {
+    {"conv1 1->32 3x3 p1 28x28", false, 1, 28, 32, false},
+    {"conv2 32->64 3x3 p1 14x14", false, 32, 14, 64, true},
+    {"maxpool1 2x2 32x28x28", true, 32, 28, 0, true},
+    {"maxpool2 2x2 64x14x14", true, 64, 14, 0, true},
+};
+
+int main(int argc, char **argv) {
+  int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 15;
+  if (reps < 1) reps = 1;
+  em_set_num_threads(threads);
+  const int64_t N = 128;
+  printf("batch %lld, %d threads, median of %d\n", (long long)N, threads, reps);
+  printf("%-28s %9s %9s %9s %9s %11s\n", "op", "fwd ms", "bwd ms", "total ms", "best ms",
+         "GFLOP/s fwd/bwd");
+  double sum_total = 0;
+  for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+    const bench_op *op = &ops[o];
+    int64_t xs[4] = {N, op->C, op->H, op->H}, ws[4] = {op->K, op->C, 3, 3}, bs[1] = {op->K};
+    em_tensor *x = rand_tensor(4, xs, 1, op->x_grad);
+    em_tensor *w = op->pool ? NULL : rand_tensor(4, ws, 2, true);
+    em_tensor *b = op->pool ? NULL : rand_tensor(1, bs, 3, true);
+    em_conv2d_params cp = {{1, 1}, {1, 1}, {1, 1}, 1};
+    em_pool2d_params pp = {{2, 2}, {2, 2}, {0, 0}, true};
+    int64_t ys[4] = {N, op->pool ? op->C : op->K, op->pool ? op->H / 2 : op->H,
+                     op->pool ? op->H / 2 : op->H};
+    em_tensor *gy = rand_tensor(4, ys, 4, false);
+    double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
+    for (int r = -2; r < reps; r++) { /* two warm-up runs fill the caching allocator */
+      em_scope *s = em_scope_begin();
+      double t0 = now_s();
+      em_tensor *y = op->pool ? em_max_pool2d(x, &pp) : em_conv2d(x, w, b, &cp);
+      double t1 = now_s();
+      em_backward_grad(y, gy);
+      double t2 = now_s();
+      em_scope_end(s);
+      if (r >= 0) {
+        tf[r] = t1 - t0;
+        tb[r] = t2 - t1;
+      }
+    }
+    double best = tf[0] + tb[0];
+    for (int r = 1; r < reps; r++)
+      if (tf[r] + tb[r] < best) best = tf[r] + tb[r];
+    double f = median(tf, reps), bw = median(tb, reps);
+    sum_total += f + bw;
+    if (op->pool) {
+      printf("%-28s %9.3f %9.3f %9.3f %9.3f %11s\n", op->name, 1e3 * f, 1e3 * bw,
+             1e3 * (f + bw), 1e3 * best, "-");
+    } else {
+      double fwd_flops = 2.0 * (double)(N * op->K * op->H * op->H * op->C * 9);
+      double bwd_flops = fwd_flops * (op->x_grad ? 2 : 1);
+      printf("%-28s %9.3f %9.3f %9.3f %9.3f %5.0f/%-5.0f\n", op->name, 1e3 * f, 1e3 * bw,
+             1e3 * (f + bw), 1e3 * best, fwd_flops / f * 1e-9, bwd_flops / bw * 1e-9);
+    }
+    free(tf);
+    free(tb);
+    em_tensor_free(x);
+    em_tensor_free(w);
+    em_tensor_free(b);
+    em_tensor_free(gy);
+  }
+  printf("%-28s %9s %9s %9.3f\n", "all", "", "", 1e3 * sum_total);
+  em_pool_shutdown();
+  return 0;
+}

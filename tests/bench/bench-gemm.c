@@ -1,0 +1,77 @@
+/* bench-gemm.c: the GEMM library's ceiling on the shapes Ember's models
+ * use. Times cblas_sgemm (median of repetitions) for each shape of the
+ * MLP's and the CNN's forward and backward products at batch 128 and
+ * prints one JSON object: {"core": ..., "threads": ..., "shapes": [...]}.
+ *
+ * usage: bench-gemm [THREADS] */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef struct {
+  const char *name;
+  int m, n, k;
+  int ta, tb;
+} shape;
+
+static const shape shapes[] = {
+    /* MLP 784-256-128-10, batch 128: forward y = x w^T, dX = gy w, dW = gy^T x */
+    {"mlp.fc1.fwd", 128, 256, 784, 0, 1},
+    {"mlp.fc1.dW", 256, 784, 128, 1, 0},
+    {"mlp.fc2.fwd", 128, 128, 256, 0, 1},
+    {"mlp.fc2.dX", 128, 256, 128, 0, 0},
+    {"mlp.fc2.dW", 128, 256, 128, 1, 0},
+    {"mlp.fc3.fwd", 128, 10, 128, 0, 1},
+    {"mlp.fc3.dX", 128, 128, 10, 0, 0},
+    {"mlp.fc3.dW", 10, 128, 128, 1, 0},
+    /* CNN conv2 as one im2col GEMM over the batch: (64, 288) @ (288, 128*196) */
+    {"cnn.conv2.fwd", 64, 25088, 288, 0, 0},
+    {"cnn.conv2.dW", 64, 288, 25088, 0, 1},
+    {"cnn.conv2.dX", 288, 25088, 64, 1, 0},
+    {"cnn.fc1.fwd", 128, 128, 3136, 0, 1},
+    {"square.1024", 1024, 1024, 1024, 0, 0},
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+  int threads = argc > 1 ? atoi(argv[1]) : 2;
+  openblas_set_num_threads(threads);
+  printf("{\"core\": \"%s\", \"threads\": %d, \"shapes\": [", openblas_get_corename(), threads);
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    const shape *p = &shapes[s];
+    size_t na = (size_t)p->m * p->k, nb = (size_t)p->k * p->n, nc = (size_t)p->m * p->n;
+    float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4);
+    for (size_t i = 0; i < na; i++) a[i] = (float)(i % 13) * 0.01f;
+    for (size_t i = 0; i < nb; i++) b[i] = (float)(i % 7) * 0.01f;
+    double flop = 2.0 * p->m * p->n * p->k;
+    int reps = (int)(2e9 / flop) + 3; /* ~10 ms of work per sample */
+    double t[9];
+    for (int r = 0; r < 10; r++) {
+      double t0 = now_s();
+      for (int i = 0; i < reps; i++)
+        cblas_sgemm(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans,
+                    p->tb ? CblasTrans : CblasNoTrans, p->m, p->n, p->k, 1.0f, a,
+                    p->ta ? p->m : p->k, b, p->tb ? p->k : p->n, 0.0f, c, p->n);
+      if (r > 0) t[r - 1] = (now_s() - t0) / reps; /* first run warms up */
+    }
+    qsort(t, 9, sizeof *t, cmp);
+    printf("%s{\"name\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"gflops\": %.1f}",
+           s ? ", " : "", p->name, p->m, p->n, p->k, flop / t[4] * 1e-9);
+    free(a);
+    free(b);
+    free(c);
+  }
+  printf("]}\n");
+  return 0;
+}

@@ -1,0 +1,131 @@
+"""Training speed of Ember against PyTorch, side by side in one run.
+
+For each model (fmnist-mlp, fmnist-cnn) it runs, interleaved and
+repeated: Ember (`ember train`, 2 threads), PyTorch as a user runs it by
+default, and PyTorch in its best configuration on 2 cores
+(torch.set_num_threads(1), OpenBLAS at 2 threads). Same batch size,
+optimiser and data (Fashion-MNIST preloaded in memory). It prints the
+median samples/s of each, Ember's ratio to each, effective GFLOP/s
+(3 x forward FLOPs per sample: forward, input grads, weight grads) as a
+fraction of the GEMM library's ceiling on the model's shapes, and peak
+RSS.
+
+usage: /usr/bin/python3 tests/bench/bench_train.py [--build build]
+         [--models mlp,cnn] [--repeat 3] [--cnn-limit 20000] [--native-blas]
+
+--native-blas unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for every
+contender (OpenBLAS then picks the processor's own kernels, AVX-512 where
+there is one); the BLAS core that ran is printed either way.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def fwd_flops(spec):
+    """Forward FLOPs of one sample (a multiply-add counts 2)."""
+    shape, total = list(spec["input"]["shape"]), 0
+    for node in spec["nodes"]:
+        t = node["type"]
+        if t == "Flatten":
+            d = 1
+            for s in shape:
+                d *= s
+            shape = [d]
+        elif t == "Linear":
+            total += 2 * shape[0] * node["out_features"]
+            shape = [node["out_features"]]
+        elif t == "Conv2d":
+            k, p = node["kernel_size"], node.get("padding", 0)
+            c, h, w = shape
+            ho, wo = h + 2 * p - k + 1, w + 2 * p - k + 1
+            total += 2 * node["out_channels"] * c * k * k * ho * wo
+            shape = [node["out_channels"], ho, wo]
+        elif t == "MaxPool2d":
+            k = node["kernel_size"]
+            shape = [shape[0], shape[1] // k, shape[2] // k]
+    return total
+
+
+def run_json(cmd, env):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit("failed: %s\n%s" % (" ".join(cmd), p.stderr[-3000:]))
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--models", default="mlp,cnn")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cnn-limit", type=int, default=20000)
+    ap.add_argument("--native-blas", action="store_true")
+    a = ap.parse_args()
+    env = dict(os.environ)
+    if a.native_blas:
+        env.pop("OPENBLAS_CORETYPE", None)
+        env.pop("OPENBLAS_L2_SIZE", None)
+    ember = os.path.join(a.build, "app", "ember")
+    gemm = run_json([os.path.join(a.build, "tests", "bench", "bench-gemm"), "2"], env)
+    ceil = {s["name"]: s["gflops"] for s in gemm["shapes"]}
+    print("OpenBLAS core: %s (OPENBLAS_CORETYPE=%s), 2 threads" %
+          (gemm["core"], env.get("OPENBLAS_CORETYPE", "unset")))
+    print("GEMM ceiling (GFLOP/s): " + ", ".join("%s %.0f" % (k, v) for k, v in ceil.items()))
+    print()
+    rows = []
+    for m in a.models.split(","):
+        spec_path = os.path.join(ROOT, "data", "models", "fmnist-%s.json" % m)
+        spec = json.load(open(spec_path))
+        limit = a.cnn_limit if m == "cnn" else 0
+        lim_e = ["--limit", str(limit)] if limit else []
+        lim_t = ["--limit", str(limit)] if limit else []
+        res = {"ember": [], "torch-default": [], "torch-best": []}
+        rss = {k: [] for k in res}
+        core = {}
+        for _ in range(a.repeat):
+            e = run_json([ember, "train", spec_path, "--epochs", "1", "--threads", "2", "--quiet"]
+                         + lim_e, env)
+            res["ember"].append(e["train_samples_per_sec"])
+            rss["ember"].append(e["peak_rss_mb"])
+            for mode in ("default", "best"):
+                t = run_json([sys.executable, os.path.join(HERE, "bench_torch.py"), spec_path,
+                              "--mode", mode, "--threads", "2"] + lim_t, env)
+                res["torch-" + mode].append(t["samples_per_sec"])
+                rss["torch-" + mode].append(t["peak_rss_mb"])
+                core[mode] = t["blas_core"]
+        flops = 3 * fwd_flops(spec)
+        if m == "mlp":
+            ceiling = statistics.median([v for k, v in ceil.items() if k.startswith("mlp.fc1") or k.startswith("mlp.fc2")])
+        else:
+            ceiling = statistics.median([v for k, v in ceil.items() if k.startswith("cnn.conv2")])
+        med = {k: statistics.median(v) for k, v in res.items()}
+        print("fmnist-%s (%s samples, batch %d, %s; torch BLAS core %s):" % (
+            m, limit or 60000, spec["training"]["batch_size"], spec["training"]["optimizer"],
+            core.get("best", "?")))
+        for k in res:
+            print("  %-14s %9.0f samples/s  (runs: %s)  %6.1f GFLOP/s  peak RSS %4.0f MiB" % (
+                k, med[k], ", ".join("%.0f" % v for v in res[k]), med[k] * flops * 1e-9,
+                statistics.median(rss[k])))
+        r_best = [e / t for e, t in zip(res["ember"], res["torch-best"])]
+        r_def = [e / t for e, t in zip(res["ember"], res["torch-default"])]
+        print("  ember / torch-best    %.2fx (per pair: %s)" % (statistics.median(r_best), ", ".join("%.2f" % r for r in r_best)))
+        print("  ember / torch-default %.2fx (per pair: %s)" % (statistics.median(r_def), ", ".join("%.2f" % r for r in r_def)))
+        print("  ember effective %.1f GFLOP/s = %.0f%% of the GEMM ceiling on its shapes (%.0f GFLOP/s)" % (
+            med["ember"] * flops * 1e-9, 100 * med["ember"] * flops * 1e-9 / ceiling, ceiling))
+        print("  peak RSS ember / torch-best: %.2f" % (statistics.median(rss["ember"]) / statistics.median(rss["torch-best"])))
+        print()
+        rows.append({"model": m, "median_samples_per_sec": med, "ratio_best": statistics.median(r_best),
+                     "ratio_default": statistics.median(r_def),
+                     "peak_rss_mb": {k: statistics.median(v) for k, v in rss.items()}})
+    print(json.dumps({"blas_core": gemm["core"], "results": rows}))
+
+
+if __name__ == "__main__":
+    main()

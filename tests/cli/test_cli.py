@@ -1,0 +1,212 @@
+"""The `ember` command line from a user's side: a short training run that
+must reach a stated accuracy, `info`, `eval`, and bad input of every kind,
+each of which must end with a clear message and a non-zero exit, never a
+crash (this suite also runs against the AddressSanitizer build).
+
+usage: test_cli.py EMBER SOURCE_ROOT
+"""
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+EMBER = SOURCE = None
+DATA = "/usr/share/datasets/fashion-mnist"
+HAVE_DATA = os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz"))
+
+
+def run(*args, check_ok=None):
+    p = subprocess.run([EMBER] + list(args), capture_output=True, text=True, timeout=600)
+    # A signal (negative code) or a sanitizer report is a crash, whatever the test.
+    assert p.returncode >= 0, "ember crashed with signal %d: %s" % (-p.returncode, p.stderr[-2000:])
+    assert "Sanitizer" not in p.stderr, p.stderr[-4000:]
+    assert "internal error" not in p.stderr, p.stderr[-2000:]
+    return p
+
+
+def spec_path(name):
+    return os.path.join(SOURCE, "data", "models", name)
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ember-cli-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def write(self, name, text):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w" if isinstance(text, str) else "wb") as f:
+            f.write(text)
+        return path
+
+    def mlp_spec(self, **changes):
+        with open(spec_path("fmnist-mlp.json")) as f:
+            spec = json.load(f)
+        for k, v in changes.items():
+            spec[k] = v
+        return spec
+
+    def fails(self, args, *needles, code=None):
+        p = run(*args)
+        self.assertNotEqual(p.returncode, 0, "expected failure for %s" % (args,))
+        if code is not None:
+            self.assertEqual(p.returncode, code, p.stderr)
+        for n in needles:
+            self.assertIn(n, p.stderr)
+        self.assertTrue(p.stderr.startswith("ember: "), p.stderr)
+        return p
+
+
+class Info(Base):
+    def test_info_tables(self):
+        p = run("info", spec_path("fmnist-mlp.json"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("fc1", p.stdout)
+        self.assertIn("235,146", p.stdout.replace(" 235146", " 235,146"))
+        p = run("info", spec_path("fmnist-cnn.json"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("421,642", p.stdout.replace(" 421642", " 421,642"))
+
+    def test_help(self):
+        p = run("--help")
+        self.assertEqual(p.returncode, 0)
+        self.assertIn("--no-shuffle", p.stdout)
+
+
+class BadSpec(Base):
+    def test_missing_file(self):
+        self.fails(["info", os.path.join(self.tmp, "nope.json")], "nope.json")
+
+    def test_malformed_json(self):
+        path = self.write("bad.json", '{"name": "x", "nodes": [ {"name": "a", }')
+        self.fails(["info", path], "bad.json")
+
+    def test_unknown_node_attribute(self):
+        spec = self.mlp_spec()
+        spec["nodes"][1]["kernel"] = 3
+        self.fails(["info", self.write("s.json", json.dumps(spec))], "fc1", "kernel")
+
+    def test_unknown_training_key(self):
+        spec = self.mlp_spec()
+        spec["training"]["learning_rate"] = 0.1
+        self.fails(["train", self.write("s.json", json.dumps(spec)), "--epochs", "0"],
+                   "learning_rate")
+
+    def test_wrong_type(self):
+        spec = self.mlp_spec()
+        spec["training"]["batch_size"] = "big"
+        self.fails(["train", self.write("s.json", json.dumps(spec)), "--epochs", "0"],
+                   "batch_size")
+
+    def test_shape_mismatch(self):
+        spec = self.mlp_spec()
+        spec["nodes"][3]["in_features"] = 100  # fc2 gets 256
+        self.fails(["info", self.write("s.json", json.dumps(spec))], "fc2")
+
+    def test_absurd_size(self):
+        spec = self.mlp_spec()
+        spec["nodes"][1]["out_features"] = 10 ** 12
+        self.fails(["info", self.write("s.json", json.dumps(spec))], "fc1")
+
+    def test_unknown_layer_type(self):
+        spec = self.mlp_spec()
+        spec["nodes"][2]["type"] = "ReLu"
+        self.fails(["info", self.write("s.json", json.dumps(spec))], "ReLu")
+
+    @unittest.skipUnless(HAVE_DATA, "Fashion-MNIST not installed")
+    def test_too_few_outputs_for_classes(self):
+        spec = self.mlp_spec()
+        spec["nodes"][5]["out_features"] = 5
+        self.fails(["train", self.write("s.json", json.dumps(spec)), "--epochs", "1",
+                    "--limit", "256"], "10 classes")
+
+
+class BadFlags(Base):
+    def test_bad_numbers(self):
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--lr", "abc"], "--lr", code=2)
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--batch", "0"], "--batch", code=2)
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--optimizer", "rmsprop"],
+                   "--optimizer", code=2)
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--schedule", "zigzag"], "zigzag",
+                   code=2)
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--frobnicate"], code=2)
+        self.fails(["frobnicate"], "unknown command", code=2)
+
+
+class BadData(Base):
+    def test_missing_dataset(self):
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--data-dir",
+                    os.path.join(self.tmp, "none")], "none")
+
+    @unittest.skipUnless(HAVE_DATA, "Fashion-MNIST not installed")
+    def test_truncated_dataset(self):
+        d = os.path.join(self.tmp, "fm")
+        os.mkdir(d)
+        for name in os.listdir(DATA):
+            shutil.copy(os.path.join(DATA, name), d)
+        with gzip.open(os.path.join(DATA, "t10k-images-idx3-ubyte.gz")) as f:
+            raw = f.read()
+        with gzip.open(os.path.join(d, "t10k-images-idx3-ubyte.gz"), "wb") as f:
+            f.write(raw[: len(raw) // 2])
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--data-dir", d, "--limit", "128"],
+                   "t10k-images")
+
+    def test_corrupt_weights(self):
+        bad = self.write("w.safetensors", b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", bad],
+                   "w.safetensors")
+        short = self.write("s.safetensors", b"\x01\x02")
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", short],
+                   "s.safetensors")
+
+    def test_weights_of_another_model(self):
+        cnn = os.path.join(self.tmp, "cnn.safetensors")
+        p = run("train", spec_path("fmnist-cnn.json"), "--epochs", "0", "--save", cnn)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", cnn],
+                   "cnn.safetensors")
+
+
+@unittest.skipUnless(HAVE_DATA, "Fashion-MNIST not installed")
+class Training(Base):
+    def test_subset_reaches_accuracy_and_eval_agrees(self):
+        w = os.path.join(self.tmp, "mlp.safetensors")
+        p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit", "10000",
+                "--save", w, "--seed", "3")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        res = json.loads(p.stdout.strip().splitlines()[-1])
+        for key in ("test_accuracy", "test_loss", "train_samples_per_sec", "epochs", "steps",
+                    "peak_rss_mb"):
+            self.assertIn(key, res)
+        self.assertEqual(res["epochs"], 1)
+        self.assertEqual(res["steps"], 79)  # ceil(10000 / 128)
+        self.assertGreaterEqual(res["test_accuracy"], 0.75)  # stated: 75% after 10k samples
+        p = run("eval", spec_path("fmnist-mlp.json"), "--weights", w)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        ev = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertAlmostEqual(ev["test_accuracy"], res["test_accuracy"], places=6)
+
+    def test_same_seed_same_numbers(self):
+        outs = []
+        for _ in range(2):
+            p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit", "1024",
+                    "--seed", "11", "--threads", "2")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            outs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        self.assertEqual(outs[0]["train_loss"], outs[1]["train_loss"])
+        self.assertEqual(outs[0]["test_loss"], outs[1]["test_loss"])
+
+    def test_nan_loss_is_reported(self):
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit", "2048",
+                    "--lr", "1000000"], "NaN")
+
+
+if __name__ == "__main__":
+    EMBER, SOURCE = sys.argv[1], sys.argv[2]
+    unittest.main(argv=[sys.argv[0], "-v"])

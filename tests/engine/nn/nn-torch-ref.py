@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""nn-torch-ref.py: PyTorch reference for Ember's model specs.
+
+Usage: nn-torch-ref.py DIR...
+
+Each DIR holds a case.json written by test-nn-torch.c:
+  {"spec": {...Ember spec...}, "training": bool, "dtype": "f32" | "f64",
+   "input": {"file", "dtype", "shape"},
+   "tensors": [{"name", "dtype", "shape", "file"}, ...],   # state dict
+   "grad_out": {"file", "dtype", "shape"} (optional)}
+The spec is rebuilt here from torch.nn modules, node by node, with
+in_features and friends taken from the actual inputs (so this is also an
+independent check of Ember's shape inference). The script writes, into
+DIR: out.bin (the output), state-<i>.bin (every state-dict tensor after
+the forward, e.g. updated running statistics) and, when grad_out is
+given, grad-<i>.bin (d sum(out * grad_out) / d tensor i, for parameters)
+and grad-input.bin; and result.json with the output's shape.
+
+Exit status 77 when torch cannot be imported (the tests then skip).
+"""
+import json
+import os
+import sys
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+except ImportError:
+    sys.exit(77)
+
+NP = {"f32": np.float32, "f64": np.float64, "i64": np.int64}
+
+
+def load(d, e):
+    a = np.fromfile(os.path.join(d, e["file"]), dtype=NP[e["dtype"]])
+    return torch.from_numpy(a.reshape(e["shape"]))
+
+
+def save(d, name, t):
+    t.detach().contiguous().numpy().tofile(os.path.join(d, name))
+
+
+def pair(v):
+    return tuple(v) if isinstance(v, list) else (v, v)
+
+
+def make(node, x):
+    """A torch module for one Ember node, sized from its input x."""
+    t, a = node["type"], node
+    if t == "Linear":
+        return nn.Linear(x.shape[-1], a["out_features"], bias=a.get("bias", True))
+    if t == "Conv2d":
+        return nn.Conv2d(x.shape[1], a["out_channels"], pair(a["kernel_size"]),
+                         stride=pair(a.get("stride", 1)), padding=pair(a.get("padding", 0)),
+                         dilation=pair(a.get("dilation", 1)), groups=a.get("groups", 1),
+                         bias=a.get("bias", True))
+    if t == "BatchNorm2d":
+        return nn.BatchNorm2d(x.shape[1], eps=a.get("eps", 1e-5), momentum=a.get("momentum", 0.1))
+    if t == "LayerNorm":
+        ns = a.get("normalized_shape", [x.shape[-1]])
+        return nn.LayerNorm([ns] if isinstance(ns, int) else ns, eps=a.get("eps", 1e-5))
+    if t == "Dropout":
+        return nn.Dropout(a.get("p", 0.5))
+    if t in ("ReLU", "GELU", "SiLU", "Sigmoid", "Tanh"):
+        return getattr(nn, t)()
+    if t in ("MaxPool2d", "AvgPool2d"):
+        k = pair(a["kernel_size"])
+        return getattr(nn, t)(k, stride=pair(a["stride"]) if "stride" in a else k,
+                              padding=pair(a.get("padding", 0)))
+    if t == "Flatten":
+        return nn.Flatten(a.get("start_dim", 1), a.get("end_dim", -1))
+    if t == "Embedding":
+        return nn.Embedding(a["num_embeddings"], a["embedding_dim"])
+    if t == "Add":
+        return None
+    raise ValueError("no reference for layer type " + t)
+
+
+def run(d):
+    with open(os.path.join(d, "case.json")) as f:
+        c = json.load(f)
+    spec, dtype = c["spec"], torch.float64 if c["dtype"] == "f64" else torch.float32
+    x = load(d, c["input"])
+    if x.is_floating_point():
+        x.requires_grad_(True)
+    tensors = [(e["name"], load(d, e)) for e in c["tensors"]]
+    outs, mods, prev = {"input": x}, {}, "input"
+    for node in spec["nodes"]:
+        xs = [outs[i] for i in node.get("inputs", [prev])]
+        m = make(node, xs[0])
+        if m is None:
+            y = xs[0]
+            for other in xs[1:]:
+                y = y + other
+        else:
+            m = m.to(dtype)
+            pre = node["name"] + "."
+            m.load_state_dict({n[len(pre):]: v for n, v in tensors if n.startswith(pre)},
+                              strict=True)
+            m.train(c["training"])
+            mods[node["name"]] = m
+            y = m(xs[0])
+        outs[node["name"]] = y
+        prev = node["name"]
+    out = outs[spec.get("output", spec["nodes"][-1]["name"])]
+    save(d, "out.bin", out)
+    for i, (name, _) in enumerate(tensors):
+        node, pname = name.split(".", 1)
+        save(d, "state-%d.bin" % i, mods[node].state_dict()[pname])
+    if "grad_out" in c:
+        (out * load(d, c["grad_out"])).sum().backward()
+        for i, (name, _) in enumerate(tensors):
+            node, pname = name.split(".", 1)
+            p = dict(mods[node].named_parameters()).get(pname)
+            if p is not None and p.grad is not None:
+                save(d, "grad-%d.bin" % i, p.grad)
+        if x.grad is not None:
+            save(d, "grad-input.bin", x.grad)
+    with open(os.path.join(d, "result.json"), "w") as f:
+        json.dump({"output_shape": list(out.shape)}, f)
+
+
+def main():
+    torch.manual_seed(0)
+    for d in sys.argv[1:]:
+        run(d)
+
+
+if __name__ == "__main__":
+    main()
