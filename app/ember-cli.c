@@ -134,8 +134,9 @@ typedef struct {
 /* Applies the flags over cfg (which already holds the spec's defaults). */
 static void parse_flags(int argc, char **argv, em_train_config *cfg, cli_extra *x) {
   int c;
+  opterr = 0; /* we report unknown options ourselves */
   optind = 3; /* after the command word and the spec */
-  while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":", long_opts, NULL)) != -1) {
     switch (c) {
     case OPT_EPOCHS: cfg->epochs = (int)parse_int("--epochs", optarg, 0, 1000000); break;
     case OPT_BATCH: cfg->batch_size = (int)parse_int("--batch", optarg, 1, 1 << 20); break;
@@ -183,7 +184,8 @@ static void parse_flags(int argc, char **argv, em_train_config *cfg, cli_extra *
     case OPT_QUIET: x->quiet = true; break;
     case OPT_WEIGHTS: x->weights = optarg; break;
     case OPT_HELP: fputs(usage_text, stdout); exit(0);
-    default: die_usage("unknown option");
+    case ':': die_usage("%s needs a value", argv[optind - 1]);
+    default: die_usage("unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc) die_usage("unexpected argument '%s'", argv[optind]);
@@ -274,6 +276,7 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
   json_object_set_new(o, "train_seconds", json_real(s->train_seconds));
   json_object_set_new(o, "train_samples_per_sec", json_real(s->train_samples_per_sec));
   json_object_set_new(o, "threads", json_integer(cfg->threads));
+  json_object_set_new(o, "blas_core", json_string(em_blas_core()));
   json_object_set_new(o, "seed", json_integer((json_int_t)cfg->seed));
   json_object_set_new(o, "stopped", json_boolean(s->stopped));
   json_object_set_new(o, "peak_rss_mb", json_real(round(peak_rss_mb() * 10) / 10));
@@ -366,7 +369,26 @@ static void log_to_stderr(em_log_level level, const char *msg, void *user) {
   if (level >= EM_LOG_WARNING) fprintf(stderr, "ember: %s\n", msg);
 }
 
+/* OpenBLAS 0.3.21 does not recognise some recent processors (Sapphire
+ * Rapids under KVM, for one) and falls back to its SSE3 "Prescott"
+ * kernels, several times slower. Its kernel is chosen when the library
+ * loads, from OPENBLAS_CORETYPE: so when that is unset and the fallback
+ * ran on a processor with AVX2 or AVX-512, start again with the matching
+ * kernel family named. A person's own OPENBLAS_CORETYPE always wins. */
+static void use_processor_blas_kernels(char **argv) {
+  if (getenv("OPENBLAS_CORETYPE") || strcmp(em_blas_core(), "Prescott") != 0) return;
+  __builtin_cpu_init();
+  const char *core = NULL;
+  if (__builtin_cpu_supports("avx512f")) core = "SkylakeX";
+  else if (__builtin_cpu_supports("avx2")) core = "Haswell";
+  if (!core) return;
+  setenv("OPENBLAS_CORETYPE", core, 1);
+  execv("/proc/self/exe", argv);
+  unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on as we are */
+}
+
 int main(int argc, char **argv) {
+  use_processor_blas_kernels(argv);
   em_log_set_handler(log_to_stderr, NULL);
   if (argc < 2) {
     fputs(usage_text, stderr);

@@ -56,7 +56,7 @@ void *em_alloc(size_t nbytes) {
   }
   pthread_mutex_unlock(&lock);
   if (!b) {
-    b = aligned_alloc(64, bytes);
+    b = aligned_alloc(64, (bytes + 63) & ~(size_t)63); /* C11: a multiple of the alignment */
     if (!b) {
       pthread_mutex_lock(&lock);
       stats.allocated_bytes -= (int64_t)bytes;

@@ -118,3 +118,5 @@ void em_parallel_for(int64_t n, int64_t grain, em_range_fn fn, void *ctx) {
   pthread_mutex_unlock(&mu);
   pthread_mutex_unlock(&submit_mu);
 }
+
+const char *em_blas_core(void) { return openblas_get_corename(); }

@@ -177,7 +177,7 @@ em_tensor *em_scalar(em_dtype dt, double v) { return em_full(dt, 0, NULL, v); }
 em_tensor *em_view_raw(const em_tensor *t, int ndim, const int64_t *shape, const int64_t *stride,
                        int64_t offset) {
   em_tensor *v = em_scope_tensor_struct(t->dtype, ndim, shape);
-  memcpy(v->stride, stride, sizeof(int64_t) * (size_t)ndim);
+  if (ndim > 0) memcpy(v->stride, stride, sizeof(int64_t) * (size_t)ndim);
   v->offset = offset;
   v->data = t->data;
   return v;

@@ -99,7 +99,7 @@ em_tensor *em_tensor_new(em_dtype dt, int ndim, const int64_t *shape, em_error *
   }
   t->dtype = dt;
   t->ndim = ndim;
-  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
   em_set_contiguous_strides(t);
   t->data = data;
   t->flags = EM_TENSOR_PERSISTENT | EM_TENSOR_OWNS_DATA;
@@ -193,6 +193,18 @@ void em_tensor_fill_(em_tensor *t, double v) {
   size_t es = em_dtype_size(t->dtype);
   char one[8];
   store_double(one, t->dtype, v);
+  if (em_tensor_is_contiguous(t)) { /* fast paths for the common dtypes */
+    if (t->dtype == EM_DTYPE_F32) {
+      float *p = em_f32(t), x = (float)v;
+      for (int64_t k = 0; k < n; k++) p[k] = x;
+      return;
+    }
+    if (t->dtype == EM_DTYPE_F64) {
+      double *p = em_f64(t);
+      for (int64_t k = 0; k < n; k++) p[k] = v;
+      return;
+    }
+  }
   int64_t idx[EM_MAX_DIMS] = {0}, off = t->offset;
   char *d = t->data;
   for (int64_t k = 0; k < n; k++) {

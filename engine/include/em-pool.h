@@ -18,3 +18,6 @@ int em_get_num_threads(void);
 typedef void (*em_range_fn)(void *ctx, int64_t begin, int64_t end);
 void em_parallel_for(int64_t n, int64_t grain, em_range_fn fn, void *ctx);
 void em_pool_shutdown(void);
+
+/* The OpenBLAS kernel family in use ("Haswell", "Cooperlake", ...). */
+const char *em_blas_core(void);

@@ -179,7 +179,9 @@ em_tensor *em_grad_acquire(em_tensor *t, bool *fresh);
 void em_grad_accumulate(em_tensor *t, const em_tensor *g);
 
 /* Runs backward from a one-element loss (seed 1) through the current
- * scope's tape. */
+ * scope's tape, and consumes the tape (PyTorch's retain_graph=False): a
+ * second backward in the same scope finds no graph until ops record a new
+ * one. */
 void em_backward(em_tensor *loss);
 /* Runs backward from any tensor, seeding its gradient with `grad` (same
  * shape), like PyTorch's out.backward(grad). */

@@ -347,36 +347,43 @@ static int64_t *row_offsets(int64_t n, int64_t ld) {
   return off;
 }
 
-/* ---- thread slots -------------------------------------------------------------- */
+/* ---- work split and thread slots ----------------------------------------------- */
 
-/* Scratch for each thread of the pool: em_parallel_for calls the worker
- * at most once per thread, and each call claims the next slot. */
-typedef struct {
-  float *base;
-  int64_t floats; /* per slot, a multiple of 16 (64 bytes) */
-  int n;
-  atomic_int next;
-} slots;
-
-static void slots_init(slots *s, int64_t floats) {
-  s->floats = round_up(floats > 0 ? floats : 1, 16);
-  s->n = em_get_num_threads();
-  s->base = em_scratch(sizeof(float) * (size_t)(s->n * s->floats));
-  atomic_init(&s->next, 0);
+void em_conv_queue_init(em_conv_queue *q, int64_t n_items) {
+  atomic_init(&q->next_item, 0);
+  q->n_items = n_items;
+  atomic_init(&q->next_slot, 0);
+  q->n_slots = em_get_num_threads();
 }
 
-static float *slots_claim(slots *s) {
-  int i = atomic_fetch_add(&s->next, 1);
-  EM_ASSERT(i < s->n);
-  return s->base + i * s->floats;
+int em_conv_queue_slot(em_conv_queue *q) {
+  int i = atomic_fetch_add(&q->next_slot, 1);
+  EM_ASSERT(i < q->n_slots);
+  return i;
 }
 
-/* Images run inline when the whole call is small (waking a worker costs
- * microseconds). */
-static int64_t image_grain(const em_conv_geom *g) {
+int64_t em_conv_queue_take(em_conv_queue *q) {
+  int64_t i = atomic_fetch_add(&q->next_item, 1);
+  return i < q->n_items ? i : -1;
+}
+
+void em_conv_queue_run(em_conv_queue *q, bool small, void (*fn)(void *ctx, int64_t, int64_t),
+                       void *ctx) {
+  if (small || q->n_slots == 1) fn(ctx, 0, 1);
+  else em_parallel_for(q->n_slots, 1, fn, ctx);
+}
+
+/* Scratch for each thread slot: floats per slot rounded to 64 bytes. */
+static float *slots_alloc(const em_conv_queue *q, int64_t *floats) {
+  *floats = round_up(*floats > 0 ? *floats : 1, 16);
+  return em_scratch(sizeof(float) * (size_t)(q->n_slots * *floats));
+}
+
+/* A call small enough to run inline (waking a worker costs microseconds). */
+static bool small_call(const em_conv_geom *g) {
   double flops = 2.0 * (double)g->N * (double)g->K * (double)(g->OH * g->OW) *
                  (double)(g->Cg * g->kh * g->kw);
-  return flops < 4e6 ? g->N : 1;
+  return flops < 4e6;
 }
 
 /* ---- forward ------------------------------------------------------------------- */
@@ -391,17 +398,20 @@ typedef struct {
   qmap qm;
   bool implicit;
   int64_t Hp, Wp, slack, ppad;
-  slots sl;
+  em_conv_queue q; /* over images */
+  float *slots;
+  int64_t slot_floats;
 } fwd_ctx;
 
-static void fwd_images(void *vctx, int64_t n0, int64_t n1) {
+static void fwd_images(void *vctx, int64_t unused0, int64_t unused1) {
+  (void)unused0, (void)unused1;
   fwd_ctx *c = vctx;
   const em_conv_geom *g = c->g;
-  float *buf = slots_claim(&c->sl);
+  float *buf = c->slots + em_conv_queue_slot(&c->q) * c->slot_floats;
   float tile[MR * NR] __attribute__((aligned(64)));
   int64_t ckk = g->Cg * g->kh * g->kw, mp = round_up(g->Kg, MR);
   int64_t HW = g->H * g->W, OHW = g->OH * g->OW, plane = c->Hp * c->Wp;
-  for (int64_t n = n0; n < n1; n++) {
+  for (int64_t n; (n = em_conv_queue_take(&c->q)) >= 0;) {
     const float *xn = c->x + n * g->C * HW;
     float *yn = c->y + n * g->K * OHW;
     if (c->implicit) pad_planes(xn, g->C, g->H, g->W, g->ph, g->pw, c->Hp, c->Wp, c->slack, buf);
@@ -417,7 +427,7 @@ static void fwd_images(void *vctx, int64_t n0, int64_t n1) {
         int32_t nrs = c->qm.first[j + 1] - c->qm.first[j];
         if (nrs == 0) continue;
         for (int64_t i = 0; i < mp; i += MR) {
-          em_conv_kernel_rows(ckk, ag + i * ckk, bsrc + j * NR, c->off, tile);
+          em_conv_kernel_rows(ckk, ag + i * ckk, bsrc + j * NR, c->off, tile, NR);
           tile_store(tile, imin(MR, g->Kg - i), rs, nrs, yn + (grp * g->Kg + i) * OHW, OHW,
                      c->bias ? c->bias + grp * g->Kg + i : NULL, false);
         }
@@ -432,6 +442,10 @@ void em_conv2d_fast_forward(const em_conv_geom *g, const em_tensor *x /* (N, C, 
                             em_tensor *y /* (N, K, OH, OW) */) {
   EM_ASSERT(x->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(x) && em_tensor_is_contiguous(y));
   if (g->N == 0) return;
+  if (em_conv_winograd_ok(g)) {
+    em_conv_winograd_forward(g, x, w, b, y);
+    return;
+  }
   fwd_ctx c = {.g = g, .x = em_f32(x), .y = em_f32(y)};
   int64_t ckk = g->Cg * g->kh * g->kw;
   c.apack = pack_w_fwd(g, w);
@@ -455,11 +469,56 @@ void em_conv2d_fast_forward(const em_conv_geom *g, const em_tensor *x /* (N, C, 
     qmap_init(&c.qm, g->OH, g->OW, g->OW);
     need = ckk * c.ppad;
   }
-  slots_init(&c.sl, need);
-  em_parallel_for(g->N, image_grain(g), fwd_images, &c);
+  em_conv_queue_init(&c.q, g->N);
+  c.slot_floats = need;
+  c.slots = slots_alloc(&c.q, &c.slot_floats);
+  em_conv_queue_run(&c.q, small_call(g), fwd_images, &c);
 }
 
 /* ---- backward ------------------------------------------------------------------ */
+
+/* dW with few columns (Cg*kh*kw <= SMALL_CKK, as in a first layer on one
+ * channel), stride 1: dw[k][e] is the dot product, over output pixels, of
+ * gy's row k and the padded image shifted by off[e]; no gy^T is packed.
+ * Two rows of k at a time hold 2 x (SMALL_CKK + 1) vector partial sums
+ * (the last is db) in acc (round_up(kg, 2), SMALL_CKK + 1, 16), which are
+ * summed across lanes once at the end. Entries past ckk compute junk that
+ * is never read back. */
+#define SMALL_CKK 12
+#if FAST_AVX512
+static void dw_small(const float *gy /* (kg, OH, OW) */, int64_t kg, int64_t OH, int64_t OW,
+                     const float *xs, int64_t wp, const int64_t *off, int64_t ckk, float *acc) {
+  enum { E = SMALL_CKK + 1 };
+  const float *xe[SMALL_CKK];
+  for (int e = 0; e < SMALL_CKK; e++) xe[e] = xs + off[e < ckk ? e : 0];
+  for (int64_t k = 0; k < kg; k += 2) {
+    const float *g0 = gy + k * OH * OW, *g1 = k + 1 < kg ? g0 + OH * OW : g0;
+    float *ak = acc + k * E * 16;
+    __m512 a0[E], a1[E];
+    for (int e = 0; e < E; e++) {
+      a0[e] = _mm512_loadu_ps(ak + e * 16);
+      a1[e] = _mm512_loadu_ps(ak + (E + e) * 16);
+    }
+    for (int64_t oy = 0; oy < OH; oy++)
+      for (int64_t ox = 0; ox < OW; ox += 16) {
+        __mmask16 m = (__mmask16)(OW - ox >= 16 ? 0xFFFFu : (1u << (OW - ox)) - 1);
+        __m512 v0 = _mm512_maskz_loadu_ps(m, g0 + oy * OW + ox);
+        __m512 v1 = _mm512_maskz_loadu_ps(m, g1 + oy * OW + ox);
+        for (int e = 0; e < SMALL_CKK; e++) {
+          __m512 xv = _mm512_loadu_ps(xe[e] + oy * wp + ox);
+          a0[e] = _mm512_fmadd_ps(v0, xv, a0[e]);
+          a1[e] = _mm512_fmadd_ps(v1, xv, a1[e]);
+        }
+        a0[SMALL_CKK] = _mm512_add_ps(a0[SMALL_CKK], v0);
+        a1[SMALL_CKK] = _mm512_add_ps(a1[SMALL_CKK], v1);
+      }
+    for (int e = 0; e < E; e++) {
+      _mm512_storeu_ps(ak + e * 16, a0[e]);
+      _mm512_storeu_ps(ak + (E + e) * 16, a1[e]);
+    }
+  }
+}
+#endif
 
 typedef struct {
   const em_conv_geom *g;
@@ -473,18 +532,21 @@ typedef struct {
   qmap qx;
   int64_t Hq, Wq, slackq;
   /* dW: implicit (stride 1) or on an im2col matrix */
-  bool w_implicit;
+  bool w_implicit, w_small; /* w_small: dw_small */
   const int64_t *offw; /* row offsets of the column matrix (implicit) */
   int64_t Hp, Wp, slack, ppad, qd, mpw, npw;
   /* slot layout, in floats */
-  slots sl;
+  em_conv_queue q; /* over images */
+  float *slots;
+  int64_t slot_floats;
   int64_t o_x, o_gy, o_dcol, o_gyt, o_dw, o_db;
 } bwd_ctx;
 
-static void bwd_images(void *vctx, int64_t n0, int64_t n1) {
+static void bwd_images(void *vctx, int64_t unused0, int64_t unused1) {
+  (void)unused0, (void)unused1;
   bwd_ctx *c = vctx;
   const em_conv_geom *g = c->g;
-  float *buf = slots_claim(&c->sl);
+  float *buf = c->slots + em_conv_queue_slot(&c->q) * c->slot_floats;
   float *xbuf = buf + c->o_x, *gybuf = buf + c->o_gy, *dcol = buf + c->o_dcol;
   float *gyt = buf + c->o_gyt, *dwp = buf + c->o_dw;
   double *db = (double *)(buf + c->o_db);
@@ -494,7 +556,7 @@ static void bwd_images(void *vctx, int64_t n0, int64_t n1) {
   int64_t ckk = g->Cg * g->kh * g->kw, kd = g->Kg * g->kh * g->kw;
   int64_t HW = g->H * g->W, OHW = g->OH * g->OW;
   int64_t plane = c->Hp * c->Wp, planeq = c->Hq * c->Wq;
-  for (int64_t n = n0; n < n1; n++) {
+  for (int64_t n; (n = em_conv_queue_take(&c->q)) >= 0;) {
     const float *xn = c->x + n * g->C * HW, *gyn = c->gy + n * g->K * OHW;
     if (c->want_w && c->w_implicit)
       pad_planes(xn, g->C, g->H, g->W, g->ph, g->pw, c->Hp, c->Wp, c->slack, xbuf);
@@ -504,6 +566,12 @@ static void bwd_images(void *vctx, int64_t n0, int64_t n1) {
     }
     for (int64_t grp = 0; grp < g->G; grp++) {
       const float *gyg = gyn + grp * g->Kg * OHW;
+#if FAST_AVX512
+      if (c->w_small) {
+        dw_small(gyg, g->Kg, g->OH, g->OW, xbuf + grp * g->Cg * plane, c->Wp, c->offw, ckk,
+                 dwp + grp * c->mpw * c->npw);
+      } else
+#endif
       if (c->want_w) { /* dw^T (ckk, Kg) += X (ckk, qd) @ gy^T (qd, Kg) */
         pack_gyt(gyg, g->Kg, g->OH, g->OW, c->w_implicit ? c->Wp : g->OW, c->npw, gyt,
                  c->want_b ? db + grp * g->Kg : NULL);
@@ -535,7 +603,7 @@ static void bwd_images(void *vctx, int64_t n0, int64_t n1) {
           int32_t nrs = c->qx.first[j + 1] - c->qx.first[j];
           if (nrs == 0) continue;
           for (int64_t i = 0; i < mp; i += MR) {
-            em_conv_kernel_rows(kd, ag + i * kd, bsrc + j * NR, c->offx, tile);
+            em_conv_kernel_rows(kd, ag + i * kd, bsrc + j * NR, c->offx, tile, NR);
             tile_store(tile, imin(MR, g->Cg - i), rs, nrs, dxg + i * HW, HW, NULL, !c->gx_fresh);
           }
         }
@@ -548,9 +616,8 @@ static void bwd_images(void *vctx, int64_t n0, int64_t n1) {
         const float *ag = c->apx + grp * mp * g->Kg;
         for (int64_t j = 0; j < c->ppad; j += NR)
           for (int64_t i = 0; i < mp; i += MR) {
-            em_conv_kernel_rows(g->Kg, ag + i * g->Kg, gybuf + j, c->offx, tile);
-            for (int64_t r = 0; r < MR; r++)
-              memcpy(dcol + (i + r) * c->ppad + j, tile + r * NR, sizeof(float) * NR);
+            em_conv_kernel_rows(g->Kg, ag + i * g->Kg, gybuf + j, c->offx, dcol + i * c->ppad + j,
+                                c->ppad);
           }
         if (c->gx_fresh) memset(dxg, 0, sizeof(float) * (size_t)(g->Cg * HW));
         col2im(g, dcol, c->ppad, dxg);
@@ -564,6 +631,10 @@ void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x /* (N, C,
                              const em_tensor *gy /* (N, K, OH, OW) */,
                              const em_conv_grads *out) {
   EM_ASSERT(x->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(x) && em_tensor_is_contiguous(gy));
+  if (em_conv_winograd_ok(g)) {
+    em_conv_winograd_backward(g, x, w, gy, out);
+    return;
+  }
   bwd_ctx c = {.g = g, .x = em_f32(x), .gy = em_f32(gy)};
   c.gx = out->gx ? em_f32(out->gx) : NULL;
   c.gx_fresh = out->gx_fresh;
@@ -584,8 +655,13 @@ void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x /* (N, C,
   int64_t o = 0; /* slot layout */
   if (c.want_w) {
     c.w_implicit = stride1;
+    c.w_small = FAST_AVX512 && stride1 && ckk <= SMALL_CKK;
     c.mpw = round_up(ckk, MR);
     c.npw = round_up(g->Kg, NR);
+    if (c.w_small) { /* dw_small's partials: (G, round_up(Kg, 2), SMALL_CKK + 1, 16) */
+      c.mpw = round_up(g->Kg, 2);
+      c.npw = (SMALL_CKK + 1) * 16;
+    }
     if (c.w_implicit) {
       c.offw = shift_offsets(g->Cg, g->kh, g->kw, g->dh, g->dw, c.Hp * c.Wp, c.Wp);
       c.qd = g->OH * c.Wp;
@@ -595,7 +671,7 @@ void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x /* (N, C,
     c.o_x = o;
     o += round_up(c.w_implicit ? g->C * c.Hp * c.Wp + c.slack : ckk * c.ppad, 16);
     c.o_gyt = o;
-    o += round_up(c.npw * c.qd, 16);
+    if (!c.w_small) o += round_up(c.npw * c.qd, 16);
     c.o_dw = o;
     o += round_up(g->G * c.mpw * c.npw, 16);
   }
@@ -622,11 +698,32 @@ void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x /* (N, C,
     c.o_db = o;
     o += round_up(2 * g->K, 16); /* doubles */
   }
-  slots_init(&c.sl, o);
-  em_parallel_for(g->N, image_grain(g), bwd_images, &c);
+  em_conv_queue_init(&c.q, g->N);
+  c.slot_floats = o;
+  c.slots = slots_alloc(&c.q, &c.slot_floats);
+  em_conv_queue_run(&c.q, small_call(g), bwd_images, &c);
 
   /* Sum the slots' partials into the gradients. */
-  int used = atomic_load(&c.sl.next);
+  int used = atomic_load(&c.q.next_slot);
+  if (c.w_small) { /* lanes and slots of dw_small's partials; db is entry SMALL_CKK */
+    float *gw = em_f32(out->gw), *gb = out->gb ? em_f32(out->gb) : NULL;
+    for (int64_t grp = 0; grp < g->G; grp++)
+      for (int64_t k = 0; k < g->Kg; k++)
+        for (int64_t e = 0; e <= SMALL_CKK; e++) {
+          if (e >= ckk && e < SMALL_CKK) continue;
+          if (e == SMALL_CKK && !gb) continue;
+          double acc = 0;
+          for (int s = 0; s < used; s++) {
+            const float *v = c.slots + s * c.slot_floats + c.o_dw +
+                             (grp * c.mpw + k) * c.npw + e * 16;
+            for (int l = 0; l < 16; l++) acc += v[l];
+          }
+          bool fresh = e == SMALL_CKK ? out->gb_fresh : out->gw_fresh;
+          float *d = e == SMALL_CKK ? gb + grp * g->Kg + k : gw + (grp * g->Kg + k) * ckk + e;
+          *d = fresh ? (float)acc : *d + (float)acc;
+        }
+    return;
+  }
   if (c.want_w) {
     float *gw = em_f32(out->gw); /* (K, Cg*kh*kw) */
     for (int64_t grp = 0; grp < g->G; grp++)
@@ -634,7 +731,7 @@ void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x /* (N, C,
         for (int64_t r = 0; r < ckk; r++) {
           float acc = 0.f;
           for (int s = 0; s < used; s++)
-            acc += c.sl.base[s * c.sl.floats + c.o_dw + (grp * c.mpw + r) * c.npw + k];
+            acc += c.slots[s * c.slot_floats + c.o_dw + (grp * c.mpw + r) * c.npw + k];
           float *d = gw + (grp * g->Kg + k) * ckk + r;
           *d = out->gw_fresh ? acc : *d + acc;
         }
@@ -643,7 +740,7 @@ void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x /* (N, C,
     float *gb = em_f32(out->gb);
     for (int64_t k = 0; k < g->K; k++) {
       double acc = 0;
-      for (int s = 0; s < used; s++) acc += ((double *)(c.sl.base + s * c.sl.floats + c.o_db))[k];
+      for (int s = 0; s < used; s++) acc += ((double *)(c.slots + s * c.slot_floats + c.o_db))[k];
       gb[k] = out->gb_fresh ? (float)acc : gb[k] + (float)acc;
     }
   }

@@ -47,8 +47,9 @@ static inline vf splat(float s) {
 }
 
 void em_conv_kernel_rows(int64_t k, const float *a /* (k, MR) */, const float *b,
-                         const int64_t *off /* (k) */, float *tile /* (MR, NR) */) {
+                         const int64_t *off /* (k) */, float *c /* (MR, NR, ldc) */, int64_t ldc) {
   vf c0[MR], c1[MR];
+#pragma GCC unroll 16
   for (int r = 0; r < MR; r++) c0[r] = c1[r] = splat(0.f);
   for (int64_t kk = 0; kk < k; kk++) {
     const float *bp = b + off[kk];
@@ -60,9 +61,10 @@ void em_conv_kernel_rows(int64_t k, const float *a /* (k, MR) */, const float *b
       c1[r] = fmadd(av, b1, c1[r]);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < MR; r++) {
-    *(vfu *)(tile + r * NR) = c0[r];
-    *(vfu *)(tile + r * NR + VL) = c1[r];
+    *(vfu *)(c + r * ldc) = c0[r];
+    *(vfu *)(c + r * ldc + VL) = c1[r];
   }
 }
 
@@ -70,6 +72,7 @@ void em_conv_kernel_acc(int64_t k, const float *const *arow, const float *b /* (
                         float *c /* (MR, NR, ldc) */, int64_t ldc) {
   vf c0[MR], c1[MR];
   const float *ap[MR];
+#pragma GCC unroll 16
   for (int r = 0; r < MR; r++) {
     c0[r] = c1[r] = splat(0.f);
     ap[r] = arow[r];
@@ -83,6 +86,7 @@ void em_conv_kernel_acc(int64_t k, const float *const *arow, const float *b /* (
       c1[r] = fmadd(av, b1, c1[r]);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < MR; r++) {
     *(vfu *)(c + r * ldc) += c0[r];
     *(vfu *)(c + r * ldc + VL) += c1[r];

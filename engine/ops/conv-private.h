@@ -32,14 +32,34 @@
 #endif
 #define EM_CONV_NR (2 * EM_CONV_VL)
 
-/* tile (MR, NR) = a (k, MR) @ B (k, NR): a is a packed panel, row kk of B
- * is the NR floats at b + off[kk]. */
-void em_conv_kernel_rows(int64_t k, const float *a, const float *b, const int64_t *off,
-                         float *tile);
+/* c (MR, NR, ldc) = a (k, MR) @ B (k, NR): a is a packed panel, row kk of
+ * B is the NR floats at b + off[kk]. */
+void em_conv_kernel_rows(int64_t k, const float *a, const float *b, const int64_t *off, float *c,
+                         int64_t ldc);
 /* c (MR, NR, ldc) += A (MR, k) @ b (k, NR): row r of A is the k floats at
  * arow[r], b is a packed panel. */
 void em_conv_kernel_acc(int64_t k, const float *const *arow, const float *b, float *c,
                         int64_t ldc);
+
+/* ---- dynamic work split ------------------------------------------------------ */
+/* n items over the pool's threads: em_conv_queue_run makes one call of fn
+ * per thread; a call claims a scratch slot (em_conv_queue_slot), then
+ * takes items until none are left (em_conv_queue_take returns -1), so a
+ * thread that the scheduler delays (other jobs on a shared machine)
+ * simply takes fewer. */
+typedef struct {
+  _Atomic int64_t next_item;
+  int64_t n_items;
+  _Atomic int next_slot;
+  int n_slots; /* em_get_num_threads() */
+} em_conv_queue;
+void em_conv_queue_init(em_conv_queue *q, int64_t n_items);
+int em_conv_queue_slot(em_conv_queue *q);
+int64_t em_conv_queue_take(em_conv_queue *q);
+/* Runs fn(ctx, 0, n_slots) per thread, or once inline when small is set
+ * (waking a worker costs microseconds). */
+void em_conv_queue_run(em_conv_queue *q, bool small, void (*fn)(void *ctx, int64_t, int64_t),
+                       void *ctx);
 
 /* ---- the two implementations ----------------------------------------------- */
 /* Output geometry and per-group sizes, from x (N, C, H, W) and
@@ -68,6 +88,15 @@ void em_conv2d_ref_backward(const em_conv_geom *g, const em_tensor *x, const em_
                             const em_tensor *gy, const em_conv_grads *out);
 void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                              const em_tensor *gy, const em_conv_grads *out);
+
+/* Winograd F(2x2, 3x3) (conv-winograd.c): 3x3 kernels, stride 1,
+ * dilation 1, padding <= 2, at least 8 channels in and out per group, on
+ * AVX-512 builds. Same contracts as the fast path. */
+bool em_conv_winograd_ok(const em_conv_geom *g);
+void em_conv_winograd_forward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
+                              const em_tensor *b, em_tensor *y);
+void em_conv_winograd_backward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
+                               const em_tensor *gy, const em_conv_grads *out);
 
 /* ---- 2-D pools (pool2d.c fast, pool-ref.c reference) -------------------------- */
 typedef struct {

@@ -15,13 +15,6 @@
 
 #define CHUNK 4096 /* elements drawn, then applied, at a time (even) */
 
-static em_tensor *contiguous_or_copy(em_tensor *t) {
-  if (em_tensor_is_contiguous(t)) return t;
-  em_tensor *c = em_empty(t->dtype, t->ndim, t->shape);
-  em_tensor_copy_(c, t);
-  return c;
-}
-
 /* keep[k] = 1 when element k survives, for k in [0, n). */
 static void draw_keep(em_rng *rng, uint64_t threshold, uint8_t *keep, int64_t n) {
   int64_t k = 0;
@@ -62,7 +55,7 @@ em_tensor *em_dropout(em_tensor *x, double p, bool training, em_rng *rng) {
   if (!training || p == 0) return x;
   EM_ASSERT(rng);
   int64_t numel = em_tensor_numel(x);
-  em_tensor *xc = contiguous_or_copy(x);
+  em_tensor *xc = em_contiguous_nograd(x);
   em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
   uint8_t *keep = em_scratch((size_t)(numel ? numel : 1));
   uint64_t threshold = (uint64_t)ldexp(p, 32); /* 2^32 for p == 1: drops all */

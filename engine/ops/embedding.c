@@ -78,11 +78,7 @@ em_tensor *em_embedding(em_tensor *weight, em_tensor *idx) {
   EM_ASSERT(EM_IS_FLOAT(weight) && weight->ndim == 2);
   EM_ASSERT(idx->dtype == EM_DTYPE_I64 && idx->ndim < EM_MAX_DIMS);
   int64_t V = weight->shape[0], D = weight->shape[1], L = em_tensor_numel(idx);
-  em_tensor *ic = idx;
-  if (!em_tensor_is_contiguous(idx)) {
-    ic = em_empty(EM_DTYPE_I64, idx->ndim, idx->shape);
-    em_tensor_copy_(ic, idx);
-  }
+  em_tensor *ic = em_contiguous_nograd(idx);
   const int64_t *iv = em_i64(ic);
   for (int64_t i = 0; i < L; i++) EM_ASSERT(iv[i] >= 0 && iv[i] < V && "embedding index out of range");
   int64_t shape[EM_MAX_DIMS];

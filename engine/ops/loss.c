@@ -20,20 +20,12 @@
 #include "em-pool.h"
 
 #include <math.h>
-#include <string.h>
 
 #define PARALLEL_MIN (1 << 16)   /* elements before threads are worth waking */
 #define PARALLEL_GRAIN (1 << 14) /* elements per thread chunk, at least */
 #define MSE_PARTS 64             /* fixed split, so sums do not depend on threads */
 #define CE_BLOCK 1024            /* logits per exp buffer */
 #define MIN_SHARED_SUM 1e-26f    /* ~exp(-60): far above f32's smallest normal */
-
-static em_tensor *contiguous_or_copy(em_tensor *t) {
-  if (em_tensor_is_contiguous(t)) return t;
-  em_tensor *c = em_empty(t->dtype, t->ndim, t->shape);
-  em_tensor_copy_(c, t);
-  return c;
-}
 
 /* Class index of row i (target may be a strided view). */
 static inline int64_t target_at(const em_tensor *target, int64_t i) {
@@ -77,31 +69,6 @@ static void cross_entropy_backward_ref(const double *x, const em_tensor *target,
 }
 
 /* ---- cross entropy: fast kernels (f32) ------------------------------------------- */
-
-/* exp(x) for f32 in branch-free arithmetic, so that loops calling it
- * vectorise (glibc's expf does not without -ffast-math): Cephes' degree-6
- * polynomial on x - n ln2 scaled by 2^n. Relative error below 1e-7 on
- * [-87, 88] (checked against exp() in double over every float there);
- * 0 below -87 (exp(-inf) = 0), NaN for NaN, clamped at 88 (callers pass
- * x - max <= 0). */
-static inline float exp_f32(float x) {
-  float xc = x < -87.0f ? -87.0f : x;
-  xc = xc > 88.0f ? 88.0f : xc;
-  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln2) */
-  float r = xc - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f; /* x - n ln2 in two steps */
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23; /* 2^n, n in [-126, 127] */
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return x < -87.0f ? 0.0f : p * scale;
-}
 
 typedef struct {
   const float *x;  /* (N, K) */
@@ -167,7 +134,7 @@ static void ce_rows_f32(const ce_job *j, int64_t i0, int64_t i1) {
       float e[CE_BLOCK], d[CE_BLOCK];
       for (int64_t k = 0; k < len; k++) {
         d[k] = x[k0 + k] - m;
-        e[k] = exp_f32(d[k]);
+        e[k] = em_expf(d[k]);
       }
       s += sum_f32(e, len);
       sx += sum_f32(d, len);
@@ -188,7 +155,7 @@ static void ce_block_f32(const ce_job *j, int64_t i0, int64_t i1) {
   float e[CE_BLOCK], d[CE_BLOCK];
   for (int64_t k = 0; k < n; k++) {
     d[k] = x[k] - c;
-    e[k] = exp_f32(d[k]);
+    e[k] = em_expf(d[k]);
   }
   for (int64_t i = i0; i < i1; i++) {
     int64_t at = (i - i0) * K;
@@ -223,10 +190,10 @@ static void ce_backward_f32(void *ctx, int64_t begin, int64_t end) {
     float c = j->stats[2 * i], ls = j->stats[2 * i + 1];
     int64_t t = target_at(j->target, i);
     if (j->fresh) {
-      for (int64_t k = 0; k < K; k++) gx[k] = g * exp_f32((x[k] - c) - ls) - off;
+      for (int64_t k = 0; k < K; k++) gx[k] = g * em_expf((x[k] - c) - ls) - off;
       gx[t] -= hit;
     } else {
-      for (int64_t k = 0; k < K; k++) gx[k] += g * exp_f32((x[k] - c) - ls) - off;
+      for (int64_t k = 0; k < K; k++) gx[k] += g * em_expf((x[k] - c) - ls) - off;
       gx[t] -= hit;
     }
   }
@@ -267,7 +234,7 @@ em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_s
     int64_t t = target_at(target, i);
     EM_ASSERT(t >= 0 && t < K && "class index out of range");
   }
-  em_tensor *x = contiguous_or_copy(logits);
+  em_tensor *x = em_contiguous_nograd(logits);
   em_tensor *out = em_empty(logits->dtype, 0, NULL);
   float *stats = NULL;
   if (logits->dtype == EM_DTYPE_F32) {
@@ -380,7 +347,7 @@ em_tensor *em_mse_loss(em_tensor *a, em_tensor *b) {
   EM_ASSERT(EM_IS_FLOAT(a) && a->dtype == b->dtype && em_tensor_same_shape(a, b));
   int64_t numel = em_tensor_numel(a);
   EM_ASSERT(numel > 0);
-  em_tensor *ac = contiguous_or_copy(a), *bc = contiguous_or_copy(b);
+  em_tensor *ac = em_contiguous_nograd(a), *bc = em_contiguous_nograd(b);
   em_tensor *out = em_empty(a->dtype, 0, NULL);
   if (a->dtype == EM_DTYPE_F32) {
     double part[MSE_PARTS];

@@ -31,13 +31,6 @@
 #define PARALLEL_GRAIN (1 << 15) /* elements per thread chunk, at least */
 #define LANE_FLUSH 4096          /* float lanes are flushed to doubles this often */
 
-static em_tensor *contiguous_or_copy(em_tensor *t) {
-  if (em_tensor_is_contiguous(t)) return t;
-  em_tensor *c = em_empty(t->dtype, t->ndim, t->shape);
-  em_tensor_copy_(c, t);
-  return c;
-}
-
 /* Element c of a 1-D float tensor of any stride, as a double. */
 static double load_1d(const em_tensor *t, int64_t c) {
   int64_t at = c * t->stride[0];
@@ -367,7 +360,7 @@ em_tensor *em_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
       p.invstd[c] = 1.0 / sqrt(load_1d(running_var, c) + eps);
     }
 
-  em_tensor *xc = contiguous_or_copy(x);
+  em_tensor *xc = em_contiguous_nograd(x);
   em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
   if (x->dtype == EM_DTYPE_F32) {
     bn_job j = {.p = p, .x = em_f32(xc), .y = em_f32(y)};
@@ -458,7 +451,7 @@ typedef struct {
   const float *x, *gy, *w, *b; /* (R, D), (R, D), (D), (D); w, b may be NULL */
   float *y, *gx;               /* (R, D) */
   double *gw, *gb;             /* (D) column sums, backward */
-  bool fresh;
+  bool fresh, fuse_cols;
 } ln_job;
 
 static void ln_forward_f32(void *ctx, int64_t r0, int64_t r1) {
@@ -483,11 +476,24 @@ static void ln_forward_f32(void *ctx, int64_t r0, int64_t r1) {
   }
 }
 
-/* Rows [r0, r1): gx = invstd * w * gy + k2 * x + k3. */
+/* Columns [d0, d1) of row r added into the gw, gb sums. */
+static void ln_row_into_cols_f32(const ln_job *j, int64_t r, int64_t d0, int64_t d1) {
+  int64_t D = j->p.D;
+  const float *x = j->x + r * D, *gy = j->gy + r * D; /* (D) */
+  float m = (float)j->p.mean[r], is = (float)j->p.invstd[r];
+  for (int64_t d = d0; d < d1; d++) {
+    j->gw[d] += (double)(gy[d] * ((x[d] - m) * is));
+    j->gb[d] += (double)gy[d];
+  }
+}
+
+/* Rows [r0, r1): gx = invstd * w * gy + k2 * x + k3; with fuse_cols
+ * (one thread) also the gw, gb sums, while the row is in cache. */
 static void ln_backward_rows_f32(void *ctx, int64_t r0, int64_t r1) {
   const ln_job *j = ctx;
   int64_t D = j->p.D;
   for (int64_t r = r0; r < r1; r++) {
+    if (j->fuse_cols) ln_row_into_cols_f32(j, r, 0, D);
     const float *x = j->x + r * D, *gy = j->gy + r * D; /* (D) */
     float *gx = j->gx + r * D;
     double mean = j->p.mean[r], is = j->p.invstd[r];
@@ -506,19 +512,11 @@ static void ln_backward_rows_f32(void *ctx, int64_t r0, int64_t r1) {
   }
 }
 
-/* Columns [d0, d1): gw = sum_r gy * xhat, gb = sum_r gy. */
+/* Columns [d0, d1): gw = sum_r gy * xhat, gb = sum_r gy (the same sums,
+ * in the same order, as fuse_cols). */
 static void ln_backward_cols_f32(void *ctx, int64_t d0, int64_t d1) {
   const ln_job *j = ctx;
-  int64_t D = j->p.D;
-  for (int64_t d = d0; d < d1; d++) j->gw[d] = j->gb[d] = 0;
-  for (int64_t r = 0; r < j->p.R; r++) {
-    const float *x = j->x + r * D, *gy = j->gy + r * D; /* (D) */
-    float m = (float)j->p.mean[r], is = (float)j->p.invstd[r];
-    for (int64_t d = d0; d < d1; d++) {
-      j->gw[d] += (double)(gy[d] * ((x[d] - m) * is));
-      j->gb[d] += (double)gy[d];
-    }
-  }
+  for (int64_t r = 0; r < j->p.R; r++) ln_row_into_cols_f32(j, r, d0, d1);
 }
 
 /* ---- layer norm ---------------------------------------------------------------------------- */
@@ -535,13 +533,14 @@ static void layer_norm_backward(em_node *n) {
   if (x->dtype == EM_DTYPE_F32) {
     ln_job j = {.p = p, .x = em_f32(x), .gy = em_f32(gy), .w = w ? em_f32(w) : NULL,
                 .gx = gx ? em_f32(gx) : NULL, .gw = gw, .gb = gb, .fresh = fresh};
-    int64_t numel = p.R * p.D;
-    bool par = numel >= PARALLEL_MIN;
+    bool par = p.R * p.D >= PARALLEL_MIN && em_get_num_threads() > 1;
+    memset(gw, 0, sizeof(double) * 2 * (size_t)p.D);
+    j.fuse_cols = !par && (need_w || need_b);
     if (gx) {
       if (par) em_parallel_for(p.R, PARALLEL_GRAIN / p.D + 1, ln_backward_rows_f32, &j);
       else ln_backward_rows_f32(&j, 0, p.R);
     }
-    if (need_w || need_b) {
+    if ((need_w || need_b) && !(j.fuse_cols && gx)) {
       if (par && p.D > 1) em_parallel_for(p.D, PARALLEL_GRAIN / p.R + 1, ln_backward_cols_f32, &j);
       else ln_backward_cols_f32(&j, 0, p.D);
     }
@@ -574,9 +573,9 @@ em_tensor *em_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bia
     EM_ASSERT(t->dtype == x->dtype && t->ndim == nd);
     for (int d = 0; d < nd; d++) EM_ASSERT(t->shape[d] == x->shape[x->ndim - nd + d]);
   }
-  em_tensor *xc = contiguous_or_copy(x);
-  em_tensor *wc = weight ? contiguous_or_copy(weight) : NULL;
-  em_tensor *bc = bias ? contiguous_or_copy(bias) : NULL;
+  em_tensor *xc = em_contiguous_nograd(x);
+  em_tensor *wc = weight ? em_contiguous_nograd(weight) : NULL;
+  em_tensor *bc = bias ? em_contiguous_nograd(bias) : NULL;
   em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
   p.mean = em_scratch(sizeof(double) * 2 * (size_t)(p.R ? p.R : 1));
   p.invstd = p.mean + p.R;

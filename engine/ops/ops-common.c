@@ -218,8 +218,10 @@ double em_sum_f32(const float *x, int64_t n) {
     float acc[SUM_LANES] = {0};
     for (; i + SUM_LANES <= m; i += SUM_LANES)
       for (int j = 0; j < SUM_LANES; j++) acc[j] += xb[i + j];
-    double part = 0;
-    for (int j = 0; j < SUM_LANES; j++) part += acc[j];
+    /* fold the lanes pairwise (vector adds, a fixed order) */
+    for (int w = SUM_LANES / 2; w >= 1; w /= 2)
+      for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    double part = acc[0];
     for (; i < m; i++) part += xb[i];
     total += part;
   }

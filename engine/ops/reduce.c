@@ -53,8 +53,8 @@ static int64_t outer_offset(const em_tensor *x, int d, int64_t k) {
 /* ---- sum / mean over a dim ------------------------------------------------------------ */
 
 typedef struct {
-  const void *x;
-  void *y;
+  const void *x; /* (O, R, I) contiguous */
+  void *y;       /* (O, I) */
   int64_t O, R, I, nblk;
   double scale; /* 1, or 1/R for mean */
 } sum_job;
@@ -164,9 +164,9 @@ em_tensor *em_mean(em_tensor *x, int dim, bool keepdim) { return sum_dim(x, dim,
 #define ALL_BLOCK (1 << 14)
 
 typedef struct {
-  const void *x;
+  const void *x; /* (n) contiguous */
   int64_t n;
-  double *part; /* one sum per block */
+  double *part; /* (n / ALL_BLOCK) one sum per block */
   bool f64;
 } all_job;
 
@@ -214,9 +214,9 @@ em_tensor *em_mean_all(em_tensor *x) { return sum_all(x, true); }
 /* ---- max / argmax --------------------------------------------------------------------------- */
 
 typedef struct {
-  const void *x;
-  void *y;      /* values (O, I) */
-  int64_t *idx; /* positions (O, I) */
+  const void *x; /* (O, R, I) contiguous */
+  void *y;       /* values (O, I) */
+  int64_t *idx;  /* positions (O, I) */
   int64_t O, R, I, nblk;
 } max_job;
 

@@ -6,29 +6,23 @@
  *   softmax:     gx = y * (gy - sum_k gy * y)
  *   log_softmax: gx = gy - exp(y) * sum_k gy
  *
- * f32 runs the fast kernels (contiguous rows, or blocks of up to 64
- * inner positions whose loops over the block vectorise; threads for big
- * tensors). f64 runs the plain loop reference, which the tests hold the
- * fast kernels to. */
+ * f32 runs the fast kernels, built on an exp that vectorises: along the
+ * last dim, long rows one at a time and short rows (the (N, K) logits of
+ * a classifier) in blocks that share one shift, so that their
+ * exponentials run as one flat loop; along an inner dim, blocks of up to
+ * 64 inner positions whose loops over the block vectorise; threads for
+ * big tensors. f64 runs the plain loop reference, which the tests hold
+ * the fast kernels to. */
 #include "ops-private.h"
 #include "em-pool.h"
 
 #include <math.h>
-#include <string.h>
 
 #define BLOCK 64                  /* inner positions per fast-path work item */
 #define PARALLEL_MIN (1 << 16)    /* elements before threads are worth waking */
 #define PARALLEL_GRAIN (1 << 15)  /* elements per thread chunk, at least */
 #define ROW_BLOCK 1024            /* values per block of short rows */
 #define MIN_SHARED_SUM 1e-26f     /* ~exp(-60): far above f32's smallest normal */
-
-/* t itself when contiguous, else a contiguous copy in the scope. */
-static em_tensor *contiguous_or_copy(em_tensor *t) {
-  if (em_tensor_is_contiguous(t)) return t;
-  em_tensor *c = em_empty(t->dtype, t->ndim, t->shape);
-  em_tensor_copy_(c, t);
-  return c;
-}
 
 typedef struct {
   int64_t outer, K, inner;
@@ -77,31 +71,6 @@ static void softmax_backward_ref(const double *y, const double *gy, double *gx, 
 }
 
 /* ---- fast kernels (f32) --------------------------------------------------------- */
-
-/* exp(x) for f32 in branch-free arithmetic, so that loops calling it
- * vectorise (glibc's expf does not without -ffast-math): Cephes' degree-6
- * polynomial on x - n ln2 scaled by 2^n. Relative error below 1e-7 on
- * [-87, 88] (checked against exp() in double over every float there);
- * 0 below -87 (exp(-inf) = 0), NaN for NaN, clamped at 88 (callers pass
- * x - max <= 0). */
-static inline float exp_f32(float x) {
-  float xc = x < -87.0f ? -87.0f : x;
-  xc = xc > 88.0f ? 88.0f : xc;
-  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln2) */
-  float r = xc - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f; /* x - n ln2 in two steps */
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23; /* 2^n, n in [-126, 127] */
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return x < -87.0f ? 0.0f : p * scale;
-}
 
 /* Max, sum and dot product over [0, n) (n >= 1); 16 lanes, so that they
  * vectorise, once n is long enough for them to pay. */
@@ -158,7 +127,7 @@ static void forward_row_f32(const sm_job *j, int64_t r) {
   const float *x = j->x + r * K; /* (K) */
   float *y = j->y + r * K;       /* (K) */
   float m = max_f32(x, K);
-  for (int64_t k = 0; k < K; k++) y[k] = exp_f32(x[k] - m);
+  for (int64_t k = 0; k < K; k++) y[k] = em_expf(x[k] - m);
   float s = sum_f32(y, K);
   if (j->log_out) { /* (x - m) is exact, so large logits keep their precision */
     float ls = logf(s);
@@ -192,7 +161,7 @@ static void forward_rows_f32(void *ctx, int64_t begin, int64_t end) {
     const float *x = j->x + r0 * K; /* (r1 - r0, K) */
     float *y = j->y + r0 * K;
     float c = max_f32(x, n);
-    for (int64_t k = 0; k < n; k++) y[k] = exp_f32(x[k] - c);
+    for (int64_t k = 0; k < n; k++) y[k] = em_expf(x[k] - c);
     for (int64_t r = r0; r < r1; r++) {
       const float *xr = j->x + r * K; /* (K) */
       float *yr = j->y + r * K;
@@ -217,8 +186,8 @@ static void backward_rows_f32(void *ctx, int64_t begin, int64_t end) {
     float *gx = j->gx + r * K;                          /* (K) */
     if (j->log_out) {
       float s = sum_f32(gy, K);
-      if (j->fresh) for (int64_t k = 0; k < K; k++) gx[k] = gy[k] - exp_f32(y[k]) * s;
-      else for (int64_t k = 0; k < K; k++) gx[k] += gy[k] - exp_f32(y[k]) * s;
+      if (j->fresh) for (int64_t k = 0; k < K; k++) gx[k] = gy[k] - em_expf(y[k]) * s;
+      else for (int64_t k = 0; k < K; k++) gx[k] += gy[k] - em_expf(y[k]) * s;
     } else {
       float d = dot_f32(gy, y, K);
       if (j->fresh) for (int64_t k = 0; k < K; k++) gx[k] = y[k] * (gy[k] - d);
@@ -251,7 +220,7 @@ static void forward_blocks_f32(void *ctx, int64_t begin, int64_t end) {
     for (int64_t i = 0; i < B; i++) s[i] = 0;
     for (int64_t k = 0; k < K; k++)
       for (int64_t i = 0; i < B; i++) {
-        float v = exp_f32(x[k * inner + i] - m[i]);
+        float v = em_expf(x[k * inner + i] - m[i]);
         y[k * inner + i] = v;
         s[i] += v;
       }
@@ -283,7 +252,7 @@ static void backward_blocks_f32(void *ctx, int64_t begin, int64_t end) {
     for (int64_t k = 0; k < K; k++)
       for (int64_t i = 0; i < B; i++) {
         int64_t at = k * inner + i;
-        float v = j->log_out ? gy[at] - exp_f32(y[at]) * s[i] : y[at] * (gy[at] - s[i]);
+        float v = j->log_out ? gy[at] - em_expf(y[at]) * s[i] : y[at] * (gy[at] - s[i]);
         gx[at] = j->fresh ? v : gx[at] + v;
       }
   }
@@ -312,6 +281,7 @@ static void softmax_backward(em_node *n) {
   em_tensor *y = n->out, *gy = n->out->grad; /* contiguous, same shape */
   geometry g = {n->i[0], n->i[1], n->i[2]};
   bool log_out = n->i[3] != 0;
+  if (em_tensor_numel(y) == 0) return;
   if (y->dtype == EM_DTYPE_F32) {
     sm_job j = {.y = em_f32(y), .gy = em_f32(gy), .gx = em_f32(gx), .g = g,
                 .log_out = log_out, .fresh = fresh};
@@ -326,10 +296,12 @@ static em_tensor *softmax_any(em_tensor *x, int dim, bool log_out) {
   if (dim < 0) dim += x->ndim;
   EM_ASSERT(x->ndim == 0 ? dim == 0 || dim == -1 : dim >= 0 && dim < x->ndim);
   if (x->ndim == 0) dim = 0;
-  em_tensor *xc = contiguous_or_copy(x);
+  em_tensor *xc = em_contiguous_nograd(x);
   em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
   geometry g = geometry_of(x, dim);
-  if (x->dtype == EM_DTYPE_F32) {
+  if (em_tensor_numel(x) == 0) {
+    /* nothing to compute */
+  } else if (x->dtype == EM_DTYPE_F32) {
     sm_job j = {.x = em_f32(xc), .y = em_f32(y), .g = g, .log_out = log_out};
     run_f32(&j, forward_rows_f32, forward_blocks_f32, rows_per_item(g.K));
   } else {

@@ -142,7 +142,7 @@ UNARY_OP(pow_any, SAVE_X, powf(x, p0), pow(x, p0),
          p0 == 0.f ? 0.f : g * (p0 * powf(v, p0 - 1.f)),
          p0 == 0. ? 0. : g * (p0 * pow(v, p0 - 1.)))
 UNARY_OP(exp, SAVE_Y, em_expf(x), exp(x), g * v, g * v)
-UNARY_OP(log, SAVE_X, logf(x), log(x), g / v, g / v)
+UNARY_OP(log, SAVE_X, em_logf(x), log(x), g / v, g / v)
 UNARY_OP(sqrt, SAVE_Y, sqrtf(x), sqrt(x), g / (2.f * v), g / (2. * v))
 UNARY_OP(abs, SAVE_X, fabsf(x), fabs(x), v > 0.f ? g : (v < 0.f ? -g : 0.f),
          v > 0. ? g : (v < 0. ? -g : 0.))

@@ -4,17 +4,26 @@
  * dW, or dW alone for the first layer, whose input needs no grad).
  * bench-conv.py times the same ops in PyTorch for comparison.
  *
- * usage: bench-conv [THREADS [REPS]]   (defaults 2 and 15) */
+ * usage: bench-conv [THREADS [REPS [cpu|wall [OP]]]]   (defaults 2, 15, wall)
+ *
+ * With "cpu" the times are the calling thread's CPU time rather than wall
+ * time: on a machine shared with other jobs, a 1-thread run then measures
+ * the work itself, not the time the scheduler gave to others (with more
+ * threads it misses the pool workers' share). OP runs only the
+ * ops whose name starts with it (conv1, conv2, maxpool1, maxpool2). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "em-ops.h"
 #include "em-pool.h"
 
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
 static double now_s(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock_id, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -26,6 +35,14 @@ static int cmp_double(const void *a, const void *b) {
 static double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Marks t's gradient stale so each repetition overwrites it, as after
+ * zero_grad in training. */
+static void zero_grads(em_tensor *x, em_tensor *w, em_tensor *b) {
+  if (em_tensor_requires_grad(x)) em_tensor_zero_grad(x);
+  if (w) em_tensor_zero_grad(w);
+  if (b) em_tensor_zero_grad(b);
 }
 
 static em_tensor *rand_tensor(int ndim, const int64_t *shape, unsigned seed, bool grad) {
@@ -54,14 +71,17 @@ static const bench_op ops[] = {
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 15;
   if (reps < 1) reps = 1;
+  if (argc > 3 && strcmp(argv[3], "cpu") == 0) clock_id = CLOCK_THREAD_CPUTIME_ID;
   em_set_num_threads(threads);
   const int64_t N = 128;
-  printf("batch %lld, %d threads, median of %d\n", (long long)N, threads, reps);
+  printf("batch %lld, %d threads, median of %d, %s time\n", (long long)N, threads, reps,
+         clock_id == CLOCK_MONOTONIC ? "wall" : "CPU");
   printf("%-28s %9s %9s %9s %9s %11s\n", "op", "fwd ms", "bwd ms", "total ms", "best ms",
          "GFLOP/s fwd/bwd");
   double sum_total = 0;
   for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
     const bench_op *op = &ops[o];
+    if (argc > 4 && strncmp(op->name, argv[4], strlen(argv[4])) != 0) continue;
     int64_t xs[4] = {N, op->C, op->H, op->H}, ws[4] = {op->K, op->C, 3, 3}, bs[1] = {op->K};
     em_tensor *x = rand_tensor(4, xs, 1, op->x_grad);
     em_tensor *w = op->pool ? NULL : rand_tensor(4, ws, 2, true);
@@ -73,11 +93,17 @@ int main(int argc, char **argv) {
     em_tensor *gy = rand_tensor(4, ys, 4, false);
     double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
     for (int r = -2; r < reps; r++) { /* two warm-up runs fill the caching allocator */
+      zero_grads(x, w, b);
       em_scope *s = em_scope_begin();
       double t0 = now_s();
       em_tensor *y = op->pool ? em_max_pool2d(x, &pp) : em_conv2d(x, w, b, &cp);
       double t1 = now_s();
-      em_backward_grad(y, gy);
+      /* y's node alone, as the tape walk runs it: em_backward_grad would
+       * first copy gy into y's gradient, a cost that is not the op's */
+      bool prev = em_no_grad_begin();
+      y->grad = gy;
+      y->grad_fn->backward(y->grad_fn);
+      em_grad_mode_restore(prev);
       double t2 = now_s();
       em_scope_end(s);
       if (r >= 0) {

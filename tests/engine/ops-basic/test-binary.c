@@ -166,6 +166,27 @@ static void test_no_grad(void) {
   em_tensor_free(b);
 }
 
+/* Zero-size tensors pass through every kind of op. */
+static void test_empty(void) {
+  int64_t s03[2] = {0, 3}, s3[1] = {3};
+  em_tensor *a = em_tensor_new(EM_DTYPE_F32, 2, s03, NULL);
+  em_tensor *b = gc_rand(EM_DTYPE_F32, 1, s3, -1, 1, 1, true);
+  em_tensor_set_requires_grad(a, true);
+  em_scope *s = em_scope_begin();
+  em_tensor *y = em_relu(em_mul(a, b));
+  g_assert_true(ot_shape_is(y, 2, s03));
+  em_tensor *r = em_sum(y, 0, false);
+  g_assert_true(ot_shape_is(r, 1, s3));
+  for (int k = 0; k < 3; k++) g_assert_cmpfloat(em_f32(r)[k], ==, 0);
+  em_backward(em_sum_all(r));
+  for (int k = 0; k < 3; k++) g_assert_cmpfloat(em_f32(b->grad)[k], ==, 0);
+  g_assert_cmpint(em_tensor_numel(em_contiguous(em_transpose(y, 0, 1))), ==, 0);
+  g_assert_true(isnan(em_tensor_item(em_mean_all(y))));
+  em_scope_end(s);
+  em_tensor_free(a);
+  em_tensor_free(b);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/ops/binary/forward", test_forward);
@@ -177,5 +198,6 @@ int main(int argc, char **argv) {
   }
   g_test_add_func("/engine/ops/binary/same-input", test_same_input);
   g_test_add_func("/engine/ops/binary/no-grad", test_no_grad);
+  g_test_add_func("/engine/ops/binary/empty", test_empty);
   return g_test_run();
 }

@@ -239,6 +239,37 @@ static void test_exp_range(void) {
   em_tensor_free(x);
 }
 
+/* The f32 log over every binade (subnormals included): within one ulp;
+ * 0 -> -inf, negative -> NaN. */
+static void test_log_range(void) {
+  int64_t n = 0, cap = 100000, shape[1];
+  double *vals = g_new(double, cap + 3);
+  for (uint32_t b = 1; b < 0x7f800000u && n < cap; b += 0x7f800000u / (uint32_t)cap + 7) {
+    float f;
+    memcpy(&f, &b, sizeof f);
+    vals[n++] = f;
+  }
+  vals[n++] = 0;
+  vals[n++] = -1;
+  vals[n++] = INFINITY;
+  shape[0] = n;
+  em_tensor *x = ot_new(EM_DTYPE_F32, 1, shape, vals);
+  em_scope *s = em_scope_begin();
+  em_tensor *y = em_log(x);
+  for (int64_t k = 0; k < n - 3; k++) {
+    double ref = log((double)em_f32(x)[k]);
+    double ulp = (double)(nextafterf((float)fabs(ref), INFINITY) - (float)fabs(ref));
+    if (fabs(em_f32(y)[k] - ref) > ulp)
+      g_error("log(%.9g): %.9g vs %.9g", (double)em_f32(x)[k], (double)em_f32(y)[k], ref);
+  }
+  g_assert_true(isinf(em_f32(y)[n - 3]) && em_f32(y)[n - 3] < 0);
+  g_assert_true(isnan(em_f32(y)[n - 2]));
+  g_assert_true(isinf(em_f32(y)[n - 1]) && em_f32(y)[n - 1] > 0);
+  em_scope_end(s);
+  em_tensor_free(x);
+  g_free(vals);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   for (int i = 0; i < N_CASES; i++) {
@@ -252,5 +283,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/ops/unary/kinks", test_kinks);
   g_test_add_func("/engine/ops/unary/special-values", test_special_values);
   g_test_add_func("/engine/ops/exp/range", test_exp_range);
+  g_test_add_func("/engine/ops/log/range", test_log_range);
   return g_test_run();
 }

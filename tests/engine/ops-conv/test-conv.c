@@ -130,6 +130,13 @@ static const conv_case fast_cases[] = {
     {"wide", 1, 2, 3, 40, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
     {"no-pad", 2, 3, 8, 8, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, true},
     {"batch17", 17, 4, 6, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+    /* 3x3 stride 1 with >= 8 channels runs Winograd F(2x2, 3x3) on AVX-512 */
+    {"wino-odd-batch5", 5, 10, 9, 11, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+    {"wino-pad0", 3, 8, 10, 7, 9, 3, 3, 1, 1, 0, 0, 1, 1, 1, true},
+    {"wino-pad2", 2, 9, 6, 6, 17, 3, 3, 1, 1, 2, 2, 1, 1, 1, true},
+    {"wino-pad21-nobias", 2, 8, 7, 9, 8, 3, 3, 1, 1, 2, 1, 1, 1, 1, false},
+    {"wino-groups2", 3, 16, 8, 8, 40, 3, 3, 1, 1, 1, 1, 1, 1, 2, true},
+    {"wino-wide", 2, 8, 5, 70, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
 };
 
 #define FAST_TOL 1e-5

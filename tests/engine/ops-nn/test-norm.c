@@ -226,6 +226,40 @@ static void test_layer_norm_fast_vs_ref(void) {
   }
 }
 
+/* Forward and every gradient give the same bits on one thread and two. */
+static void test_thread_count_invariance(void) {
+  int64_t xs[4] = {16, 8, 24, 24}, cs[1] = {8}, ls[2] = {512, 192}, ws[1] = {192};
+  em_tensor *bn[3] = {gc_rand(EM_DTYPE_F32, 4, xs, -2, 3, 120, true),
+                      gc_rand(EM_DTYPE_F32, 1, cs, 0.5, 1.5, 121, true),
+                      gc_rand(EM_DTYPE_F32, 1, cs, -1, 1, 122, true)};
+  em_tensor *ln[3] = {gc_rand(EM_DTYPE_F32, 2, ls, -2, 3, 123, true),
+                      gc_rand(EM_DTYPE_F32, 1, ws, 0.5, 1.5, 124, true),
+                      gc_rand(EM_DTYPE_F32, 1, ws, -1, 1, 125, true)};
+  bn_ctx bc = {NULL, NULL, true, 0.1, 1e-5};
+  ln_ctx lc = {1, 1e-5};
+  em_tensor *kept[2][8];
+  for (int run = 0; run < 2; run++) {
+    em_set_num_threads(run ? 2 : 1);
+    for (int op = 0; op < 2; op++) {
+      em_tensor **in = op ? ln : bn;
+      for (int i = 0; i < 3; i++) em_tensor_zero_grad(in[i]);
+      em_scope *s = em_scope_begin();
+      em_tensor *y = op ? f_layer_norm(in, &lc) : f_batch_norm(in, &bc);
+      kept[run][op * 4] = nc_keep(y);
+      em_backward_grad(y, y);
+      for (int i = 0; i < 3; i++) kept[run][op * 4 + 1 + i] = nc_keep(in[i]->grad);
+      em_scope_end(s);
+    }
+  }
+  for (int k = 0; k < 8; k++) {
+    g_assert_cmpfloat(gc_max_abs_diff(kept[0][k], kept[1][k]), ==, 0);
+    em_tensor_free(kept[0][k]);
+    em_tensor_free(kept[1][k]);
+  }
+  free_all(3, bn);
+  free_all(3, ln);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   em_set_num_threads(2);
@@ -237,6 +271,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/batch-norm/strided-input", test_batch_norm_strided_input);
   g_test_add_func("/engine/layer-norm/backward", test_layer_norm_backward);
   g_test_add_func("/engine/layer-norm/fast-vs-ref", test_layer_norm_fast_vs_ref);
+  g_test_add_func("/engine/norm/thread-count", test_thread_count_invariance);
   int rc = g_test_run();
   em_pool_shutdown();
   return rc;

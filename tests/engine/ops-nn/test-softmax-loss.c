@@ -89,6 +89,14 @@ static void test_softmax_stable(void) {
   g_assert_cmpfloat_with_epsilon(em_f32(ly)[0], -2 - log(z), 1e-5);
   int64_t one = 2;
   em_tensor *t = em_from_data(EM_DTYPE_I64, 1, &one, (int64_t[]){0, 0});
+  /* -inf (a masked logit) gets probability 0; NaN spreads to its row */
+  float odd[6] = {0, -INFINITY, 1, 0, NAN, 1};
+  em_tensor *xo = em_from_data(EM_DTYPE_F32, 2, shape, odd);
+  em_tensor *yo = em_softmax(xo, 1), *lyo = em_log_softmax(xo, 1);
+  g_assert_cmpfloat(em_f32(yo)[1], ==, 0);
+  g_assert_cmpfloat_with_epsilon(em_f32(yo)[2], exp(1) / (1 + exp(1)), 1e-6);
+  g_assert_true(isinf(em_f32(lyo)[1]) && em_f32(lyo)[1] < 0);
+  for (int k = 3; k < 6; k++) g_assert_true(isnan(em_f32(yo)[k]));
   em_tensor *loss = em_cross_entropy(x, t, 0);
   g_assert_cmpfloat_with_epsilon(em_tensor_item(loss), (2 + log(z) + log(z)) / 2, 1e-6);
   em_scope_end(s);
@@ -204,6 +212,34 @@ static void test_mse_backward(void) {
   em_tensor_free(in2[1]);
 }
 
+/* Forward and backward give the same bits on one thread and on two. */
+static void test_thread_count_invariance(void) {
+  int64_t shape[2] = {8192, 10}; /* big enough for threads */
+  em_tensor *x = gc_rand(EM_DTYPE_F32, 2, shape, -4, 4, 60, true);
+  em_tensor *t = rand_targets(8192, 10, 61);
+  em_tensor *b = gc_rand(EM_DTYPE_F32, 2, shape, -4, 4, 62, false);
+  em_tensor *kept[2][4];
+  for (int run = 0; run < 2; run++) {
+    em_set_num_threads(run ? 2 : 1);
+    em_scope *s = em_scope_begin();
+    em_tensor_zero_grad(x);
+    em_backward(em_cross_entropy(x, t, 0.1));
+    kept[run][0] = nc_keep(x->grad);
+    kept[run][1] = nc_keep(em_log_softmax(x, 1));
+    kept[run][2] = nc_keep(em_softmax(x, 0));
+    kept[run][3] = nc_keep(em_mse_loss(x, b));
+    em_scope_end(s);
+  }
+  for (int k = 0; k < 4; k++) {
+    g_assert_cmpfloat(gc_max_abs_diff(kept[0][k], kept[1][k]), ==, 0);
+    em_tensor_free(kept[0][k]);
+    em_tensor_free(kept[1][k]);
+  }
+  em_tensor_free(x);
+  em_tensor_free(t);
+  em_tensor_free(b);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   em_set_num_threads(2);
@@ -216,6 +252,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/cross-entropy/fast-vs-ref", test_cross_entropy_fast_vs_ref);
   g_test_add_func("/engine/cross-entropy/bad-target", test_cross_entropy_bad_target);
   g_test_add_func("/engine/mse/backward", test_mse_backward);
+  g_test_add_func("/engine/softmax-loss/thread-count", test_thread_count_invariance);
   int rc = g_test_run();
   em_pool_shutdown();
   return rc;
