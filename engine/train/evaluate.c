@@ -25,7 +25,8 @@ em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss
   bool prev = em_no_grad_begin();
   em_loader_start_epoch(ld, 0);
   em_batch b;
-  while (em_loader_next(ld, &b, err)) {
+  em_error lerr = {0};
+  while (em_loader_next(ld, &b, &lerr)) {
     for (int64_t i = 0; i < b.n; i++)
       if (b.y[i] < 0 || b.y[i] >= classes) {
         st = em_error_set(err, EM_ERR_INVALID, "test label %lld is outside 0..%lld",
@@ -49,7 +50,10 @@ em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss
     seen += b.n;
     em_scope_end(s);
   }
-  if (st == EM_OK && err && err->status != EM_OK) st = err->status;
+  if (st == EM_OK && lerr.status != EM_OK) {
+    st = lerr.status;
+    if (err) *err = lerr;
+  }
   em_grad_mode_restore(prev);
   em_loader_free(ld);
   if (st != EM_OK) return st;

@@ -155,8 +155,12 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
     double t0 = now_s();
     em_batch b;
     while (!atomic_load(&t->stop)) {
-      if (!em_loader_next(t->loader, &b, err)) {
-        if (err && err->status != EM_OK) st = err->status;
+      em_error lerr = {0};
+      if (!em_loader_next(t->loader, &b, &lerr)) {
+        if (lerr.status != EM_OK) {
+          st = lerr.status;
+          if (err) *err = lerr;
+        }
         break;
       }
       if ((st = check_labels(&b, classes, err)) != EM_OK) break;
@@ -170,6 +174,7 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
       if (!out) {
         em_scope_end(s);
         st = err ? err->status : EM_ERR_INVALID;
+        if (st == EM_OK) st = EM_ERR_INVALID;
         break;
       }
       em_tensor *loss = em_train_loss(c->loss, out, y, c->label_smoothing);

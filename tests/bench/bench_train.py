@@ -67,12 +67,22 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cnn-limit", type=int, default=20000)
     ap.add_argument("--native-blas", action="store_true")
+    ap.add_argument("--blas-core", default=None,
+                    help="OPENBLAS_CORETYPE for every contender (e.g. Haswell, SkylakeX)")
     a = ap.parse_args()
     env = dict(os.environ)
+    ember = os.path.join(a.build, "app", "ember")
     if a.native_blas:
         env.pop("OPENBLAS_CORETYPE", None)
         env.pop("OPENBLAS_L2_SIZE", None)
-    ember = os.path.join(a.build, "app", "ember")
+    if a.blas_core:
+        env["OPENBLAS_CORETYPE"] = a.blas_core
+    elif "OPENBLAS_CORETYPE" not in env:
+        # Where OpenBLAS falls back to its generic kernels, ember picks the
+        # processor's own family: give every contender that same family.
+        probe = run_json([ember, "train", os.path.join(ROOT, "data", "models", "fmnist-mlp.json"),
+                          "--epochs", "0", "--quiet"], env)
+        env["OPENBLAS_CORETYPE"] = probe["blas_core"]
     gemm = run_json([os.path.join(a.build, "tests", "bench", "bench-gemm"), "2"], env)
     ceil = {s["name"]: s["gflops"] for s in gemm["shapes"]}
     print("OpenBLAS core: %s (OPENBLAS_CORETYPE=%s), 2 threads" %
