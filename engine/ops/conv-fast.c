@@ -1,8 +1,12 @@
-/* conv-fast.c: the f32 fast path of conv2d, forward and backward.
+/* conv-fast.c: the f32 fast path of conv2d, forward and backward, for
+ * what Winograd (conv-winograd.c) does not take: dW always, and the
+ * forward and dX of kernels other than 3x3, strides and dilations other
+ * than 1, few channels.
  *
- * All three products are tiles of the micro-kernels in conv-kernel.c,
- * one image at a time (a image's operands stay in L2), images split over
- * the thread pool, each thread with its own scratch slot.
+ * All three products are tiles of the micro-kernels in conv-kernel.c, one
+ * image at a time (an image's operands stay in L2), images taken by the
+ * pool's threads from a shared counter, each thread with its own scratch
+ * slot.
  *
  * Stride 1 runs as implicit GEMMs in "q coordinates": each image is
  * copied once into a zero-padded plane (Hp, Wp), and output pixel
@@ -17,7 +21,8 @@
  *            transposed kernel w' (needs pad <= dil*(k-1))
  *   dW       dw^T (C*kh*kw, K) += X (C*kh*kw, q) @ gy^T (q, K), gy^T packed
  *            with zeros in the junk columns; one partial per thread slot,
- *            summed at the end.
+ *            summed at the end. With few columns (a first layer on one
+ *            channel) dw_small takes dot products instead, with no gy^T.
  * Other strides build an im2col matrix per image and group (and col2im
  * for dX) and use the same kernels. */
 #include "conv-private.h"
@@ -337,7 +342,8 @@ static int64_t *shift_offsets(int64_t n, int64_t kh, int64_t kw, int64_t dh, int
   int64_t *off = em_scratch(sizeof(int64_t) * (size_t)(n * kh * kw));
   for (int64_t c = 0; c < n; c++)
     for (int64_t ky = 0; ky < kh; ky++)
-      for (int64_t kx = 0; kx < kw; kx++) off[(c * kh + ky) * kw + kx] = c * plane + ky * dh * wp + kx * dw;
+      for (int64_t kx = 0; kx < kw; kx++)
+        off[(c * kh + ky) * kw + kx] = c * plane + ky * dh * wp + kx * dw;
   return off;
 }
 
@@ -502,6 +508,8 @@ static void dw_small(const float *gy /* (kg, OH, OW) */, int64_t kg, int64_t OH,
     for (int64_t oy = 0; oy < OH; oy++)
       for (int64_t ox = 0; ox < OW; ox += 16) {
         __mmask16 m = (__mmask16)(OW - ox >= 16 ? 0xFFFFu : (1u << (OW - ox)) - 1);
+        _mm_prefetch((const char *)(g0 + oy * OW + ox + 256), _MM_HINT_T0);
+        _mm_prefetch((const char *)(g1 + oy * OW + ox + 256), _MM_HINT_T0);
         __m512 v0 = _mm512_maskz_loadu_ps(m, g0 + oy * OW + ox);
         __m512 v1 = _mm512_maskz_loadu_ps(m, g1 + oy * OW + ox);
         for (int e = 0; e < SMALL_CKK; e++) {
@@ -631,10 +639,13 @@ void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x /* (N, C,
                              const em_tensor *gy /* (N, K, OH, OW) */,
                              const em_conv_grads *out) {
   EM_ASSERT(x->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(x) && em_tensor_is_contiguous(gy));
-  if (em_conv_winograd_ok(g)) {
-    em_conv_winograd_backward(g, x, w, gy, out);
-    return;
+  em_conv_grads rest = *out; /* what the direct path below computes */
+  if (out->gx && em_conv_winograd_ok(g)) {
+    em_conv_winograd_backward_x(g, w, gy, out->gx, out->gx_fresh);
+    rest.gx = NULL;
+    if (!rest.gw && !rest.gb) return;
   }
+  out = &rest;
   bwd_ctx c = {.g = g, .x = em_f32(x), .gy = em_f32(gy)};
   c.gx = out->gx ? em_f32(out->gx) : NULL;
   c.gx_fresh = out->gx_fresh;

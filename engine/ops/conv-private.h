@@ -1,18 +1,19 @@
 /* conv-private.h: what the files of conv2d and the 2-D pools share.
  *
- * em_conv2d runs one of two implementations:
- *  - conv-ref.c: the plain 7-loop reference (any dtype it supports, any
- *    strides), with a loop backward. f64 always runs here (it exists for
- *    gradient checks); tests compare the fast path against it.
- *  - conv-fast.c: f32 on tiles of a small GEMM micro-kernel
- *    (conv-kernel.c). Stride-1 convolutions are implicit GEMMs over a
- *    zero-padded copy of each image, so no im2col matrix is built:
- *    row (c, ky, kx) of the "column matrix" is the padded image shifted by
- *    c*Hp*Wp + ky*dh*Wp + kx*dw, read in place. Other strides build an
- *    im2col matrix per image and use the same kernels. Work is split over
- *    images with em_parallel_for; each pool thread packs into its own
- *    scratch slot.
- * The pools (pool2d.c) keep their reference beside the fast loops. */
+ * em_conv2d runs one of three implementations:
+ *  - conv-ref.c: the plain 7-loop reference (f32 or f64, any strides), with
+ *    a loop backward. f64 always runs here (it exists for gradient
+ *    checks); the tests compare the fast paths against it.
+ *  - conv-winograd.c: forward and dX of f32 3x3 stride-1 convolutions
+ *    with enough channels, as Winograd F(2x2, 3x3) on AVX-512 (2.25x fewer
+ *    multiply-adds).
+ *  - conv-fast.c: every other f32 convolution, as tiles of a small GEMM
+ *    micro-kernel (conv-kernel.c): implicit GEMMs over a zero-padded copy
+ *    of each image for stride 1 (no im2col matrix), im2col otherwise.
+ * Both fast paths split images over the thread pool, each thread taking
+ * work from a shared counter and packing into its own scratch slot.
+ * The pools (pool2d.c) keep their reference (pool-ref.c) beside the fast
+ * loops. */
 #pragma once
 
 #include "ops-private.h"
@@ -91,12 +92,14 @@ void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x, const em
 
 /* Winograd F(2x2, 3x3) (conv-winograd.c): 3x3 kernels, stride 1,
  * dilation 1, padding <= 2, at least 8 channels in and out per group, on
- * AVX-512 builds. Same contracts as the fast path. */
+ * AVX-512 builds; forward and dX (dW stays on the direct path, see
+ * conv-winograd.c). Same contracts as the fast path; gx is overwritten
+ * when fresh, else accumulated. */
 bool em_conv_winograd_ok(const em_conv_geom *g);
 void em_conv_winograd_forward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                               const em_tensor *b, em_tensor *y);
-void em_conv_winograd_backward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
-                               const em_tensor *gy, const em_conv_grads *out);
+void em_conv_winograd_backward_x(const em_conv_geom *g, const em_tensor *w,
+                                 const em_tensor *gy, em_tensor *gx, bool fresh);
 
 /* ---- 2-D pools (pool2d.c fast, pool-ref.c reference) -------------------------- */
 typedef struct {

@@ -83,7 +83,8 @@ void em_conv2d_ref_forward(const em_conv_geom *g, const em_tensor *x /* (N, C, H
 
 /* The output row (or column) that input row iy meets through kernel row ky,
  * or -1 when there is none. */
-static int64_t out_index(int64_t i, int64_t kk, int64_t s, int64_t pad, int64_t dil, int64_t n_out) {
+static int64_t out_index(int64_t i, int64_t kk, int64_t s, int64_t pad, int64_t dil,
+                         int64_t n_out) {
   int64_t t = i + pad - kk * dil;
   if (t < 0 || t % s != 0 || t / s >= n_out) return -1;
   return t / s;

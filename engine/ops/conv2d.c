@@ -1,7 +1,8 @@
 /* conv2d.c: em_conv2d and its autograd node.
  *
- * f32 runs the fast path (conv-fast.c), f64 the loop reference
- * (conv-ref.c); em_conv2d_ref runs the reference for either, for tests.
+ * f32 runs the fast path (conv-fast.c, which hands 3x3 stride-1
+ * convolutions to conv-winograd.c), f64 the loop reference (conv-ref.c);
+ * em_conv2d_ref runs the reference for either, for tests.
  * Backward computes only the gradients that are wanted: the first layer
  * of a network, whose input needs no grad, never pays for dX. */
 #include "conv-private.h"

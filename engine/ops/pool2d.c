@@ -57,8 +57,10 @@ static void max2x2_fwd_row(const float *r0, const float *r1, int64_t OW, int32_t
     __mmask16 mo = (__mmask16)(n == 16 ? 0xFFFFu : (1u << n) - 1);
     __mmask16 ml = (__mmask16)(n >= 8 ? 0xFFFFu : (1u << (2 * n)) - 1);
     __mmask16 mh = (__mmask16)(n > 8 ? (1u << (2 * n - 16)) - 1 : 0);
-    __m512 l0 = _mm512_maskz_loadu_ps(ml, r0 + 2 * ox), h0 = _mm512_maskz_loadu_ps(mh, r0 + 2 * ox + 16);
-    __m512 l1 = _mm512_maskz_loadu_ps(ml, r1 + 2 * ox), h1 = _mm512_maskz_loadu_ps(mh, r1 + 2 * ox + 16);
+    __m512 l0 = _mm512_maskz_loadu_ps(ml, r0 + 2 * ox);
+    __m512 h0 = _mm512_maskz_loadu_ps(mh, r0 + 2 * ox + 16);
+    __m512 l1 = _mm512_maskz_loadu_ps(ml, r1 + 2 * ox);
+    __m512 h1 = _mm512_maskz_loadu_ps(mh, r1 + 2 * ox + 16);
     __m512 m = _mm512_permutex2var_ps(l0, even, h0), v;
     __m512i k = _mm512_setzero_si512();
     __mmask16 t;
@@ -74,7 +76,8 @@ static void max2x2_fwd_row(const float *r0, const float *r1, int64_t OW, int32_t
     t = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     m = _mm512_mask_mov_ps(m, t, v);
     k = _mm512_mask_mov_epi32(k, t, kw1);
-    __m512i at = _mm512_add_epi32(_mm512_set1_epi32(base + 2 * (int32_t)ox), _mm512_add_epi32(even, k));
+    __m512i at =
+        _mm512_add_epi32(_mm512_set1_epi32(base + 2 * (int32_t)ox), _mm512_add_epi32(even, k));
     _mm512_mask_storeu_ps(y + ox, mo, m);
     _mm512_mask_storeu_epi32(idx + ox, mo, at);
   }
@@ -105,6 +108,33 @@ static void max2x2_bwd_row(const float *gy, const int32_t *idx, int64_t OW, int3
     _mm512_mask_storeu_ps(r1 + 2 * ox + 16, mh, _mm512_permutex2var_ps(e2, hi, e3));
   }
 }
+#else
+/* The plain loops of the two row functions above. */
+static void max2x2_fwd_row(const float *r0, const float *r1, int64_t OW, int32_t W, int32_t base,
+                           float *y, int32_t *idx) {
+  for (int64_t ox = 0; ox < OW; ox++) {
+    float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
+    float m = a;
+    int32_t k = 0;
+    if (b > m || isnan(b)) m = b, k = 1;
+    if (c > m || isnan(c)) m = c, k = W;
+    if (d > m || isnan(d)) m = d, k = W + 1;
+    y[ox] = m;
+    idx[ox] = base + (int32_t)(2 * ox) + k;
+  }
+}
+
+static void max2x2_bwd_row(const float *gy, const int32_t *idx, int64_t OW, int32_t W,
+                           int32_t base, float *r0, float *r1) {
+  for (int64_t ox = 0; ox < OW; ox++) {
+    float v = gy[ox];
+    int32_t k = idx[ox] - base - (int32_t)(2 * ox);
+    r0[2 * ox] = k == 0 ? v : 0.f;
+    r0[2 * ox + 1] = k == 1 ? v : 0.f;
+    r1[2 * ox] = k == W ? v : 0.f;
+    r1[2 * ox + 1] = k == W + 1 ? v : 0.f;
+  }
+}
 #endif
 
 static void max_fwd_planes(void *vctx, int64_t p0, int64_t p1) {
@@ -118,21 +148,8 @@ static void max_fwd_planes(void *vctx, int64_t p0, int64_t p1) {
     if (is_2x2(g)) {
       for (int64_t oy = 0; oy < g->OH; oy++) {
         const float *r0 = x + 2 * oy * W, *r1 = r0 + W;
-        int32_t base = (int32_t)(2 * oy * W);
-#if defined(__AVX512F__)
-        max2x2_fwd_row(r0, r1, OW, (int32_t)W, base, y + oy * OW, idx + oy * OW);
-        continue;
-#endif
-        for (int64_t ox = 0; ox < OW; ox++) {
-          float a = r0[2 * ox], b = r0[2 * ox + 1], cc = r1[2 * ox], d = r1[2 * ox + 1];
-          float m = a;
-          int32_t k = 0;
-          if (b > m || isnan(b)) m = b, k = 1;
-          if (cc > m || isnan(cc)) m = cc, k = (int32_t)W;
-          if (d > m || isnan(d)) m = d, k = (int32_t)W + 1;
-          y[oy * OW + ox] = m;
-          idx[oy * OW + ox] = base + (int32_t)(2 * ox) + k;
-        }
+        max2x2_fwd_row(r0, r1, OW, (int32_t)W, (int32_t)(2 * oy * W), y + oy * OW,
+                       idx + oy * OW);
       }
       continue;
     }
@@ -167,20 +184,8 @@ static void max_bwd_planes(void *vctx, int64_t p0, int64_t p1) {
     if (c->fresh && is_2x2(g)) { /* windows tile the plane: write each once */
       for (int64_t oy = 0; oy < g->OH; oy++) {
         float *r0 = gx + 2 * oy * W, *r1 = r0 + W;
-        int32_t base = (int32_t)(2 * oy * W);
-#if defined(__AVX512F__)
-        max2x2_bwd_row(gy + oy * OW, idx + oy * OW, OW, (int32_t)W, base, r0, r1);
-        if (W > 2 * OW) r0[W - 1] = r1[W - 1] = 0.f;
-        continue;
-#endif
-        for (int64_t ox = 0; ox < OW; ox++) {
-          float v = gy[oy * OW + ox];
-          int32_t k = idx[oy * OW + ox] - base - (int32_t)(2 * ox);
-          r0[2 * ox] = k == 0 ? v : 0.f;
-          r0[2 * ox + 1] = k == 1 ? v : 0.f;
-          r1[2 * ox] = k == W ? v : 0.f;
-          r1[2 * ox + 1] = k == W + 1 ? v : 0.f;
-        }
+        max2x2_bwd_row(gy + oy * OW, idx + oy * OW, OW, (int32_t)W, (int32_t)(2 * oy * W), r0,
+                       r1);
         if (W > 2 * OW) r0[W - 1] = r1[W - 1] = 0.f; /* odd width: last column */
       }
       if (g->H > 2 * g->OH) memset(gx + 2 * g->OH * W, 0, sizeof(float) * (size_t)W);
@@ -261,7 +266,8 @@ static void pool_backward_fast(em_node *n) {
   if (!gx) return;
   em_pool_geom g;
   node_geom(n, &g);
-  pool_ctx c = {.g = &g, .idx = n->ctx, .gy = em_f32(n->out->grad), .gx = em_f32(gx), .fresh = fresh};
+  pool_ctx c = {.g = &g, .idx = n->ctx, .gy = em_f32(n->out->grad), .gx = em_f32(gx),
+                .fresh = fresh};
   em_parallel_for(g.N * g.C, plane_grain(&g), n->i[7] ? max_bwd_planes : avg_bwd_planes, &c);
 }
 

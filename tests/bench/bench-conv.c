@@ -49,7 +49,8 @@ static em_tensor *rand_tensor(int ndim, const int64_t *shape, unsigned seed, boo
   em_tensor *t = em_tensor_new(EM_DTYPE_F32, ndim, shape, NULL);
   em_rng r;
   em_rng_seed(&r, seed);
-  for (int64_t k = 0; k < em_tensor_numel(t); k++) em_f32(t)[k] = (float)(em_rng_uniform(&r) * 2 - 1);
+  for (int64_t k = 0; k < em_tensor_numel(t); k++)
+    em_f32(t)[k] = (float)(em_rng_uniform(&r) * 2 - 1);
   em_tensor_set_requires_grad(t, grad);
   return t;
 }

@@ -187,10 +187,17 @@ static void test_first_layer(void) {
 }
 
 /* A second backward without zero_grad accumulates; x may be a view. */
-static void test_accumulate_and_views(void) {
-  const conv_case c = {"view", 2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true};
+static const conv_case accumulate_cases[] = {
+    {"direct", 2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+    {"one-channel", 2, 1, 7, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+    {"winograd", 5, 8, 7, 6, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+    {"im2col", 2, 3, 7, 6, 4, 3, 3, 2, 1, 1, 1, 1, 1, 1, true},
+};
+
+static void test_accumulate_and_views(gconstpointer data) {
+  const conv_case c = *(const conv_case *)data;
   /* x is stored (N, C, W, H) and viewed as (N, C, H, W) */
-  int64_t xs[4] = {c.N, c.C, c.W, c.H}, ws[4] = {c.K, c.C, 3, 3}, bs[1] = {c.K};
+  int64_t xs[4] = {c.N, c.C, c.W, c.H}, ws[4] = {c.K, c.C / c.G, c.kh, c.kw}, bs[1] = {c.K};
   em_tensor *xt = gc_rand(EM_DTYPE_F32, 4, xs, -1, 1, 41, true);
   em_tensor *w = gc_rand(EM_DTYPE_F32, 4, ws, -1, 1, 42, true);
   em_tensor *b = gc_rand(EM_DTYPE_F32, 1, bs, -1, 1, 43, true);
@@ -242,6 +249,30 @@ static void test_accumulate_and_views(void) {
   em_tensor_free(w);
   em_tensor_free(b);
   em_tensor_free(gy);
+}
+
+/* Once a step has run, the next allocates nothing from the system: every
+ * temporary comes from the caching allocator (Winograd, the one-channel
+ * dW path and im2col). */
+static void test_steady_state_allocations(void) {
+  const conv_case *cases[3] = {&fast_cases[1], &fast_cases[0], &fast_cases[3]};
+  for (int i = 0; i < 3; i++) {
+    const conv_case *c = cases[i];
+    em_tensor *in[3];
+    make_inputs(c, EM_DTYPE_F32, 61, in);
+    em_tensor *gy = make_gy(c, 62);
+    em_memory_stats before, after;
+    for (int rep = 0; rep < 3; rep++) {
+      if (rep == 2) em_memory_stats_get(&before);
+      conv_result r = run(c, false, in, gy);
+      result_free(&r);
+    }
+    em_memory_stats_get(&after);
+    /* (run() copies results into persistent tensors, which are calloc-ed) */
+    g_assert_cmpint(after.system_alloc_count, ==, before.system_alloc_count);
+    em_tensor_free(gy);
+    free_inputs(in);
+  }
 }
 
 /* ---- against PyTorch -------------------------------------------------------------- */
@@ -306,7 +337,11 @@ int main(int argc, char **argv) {
     g_test_add_data_func(path, &fast_cases[i], test_fast_vs_ref);
   }
   g_test_add_func("/engine/conv2d/first-layer", test_first_layer);
-  g_test_add_func("/engine/conv2d/accumulate-and-views", test_accumulate_and_views);
+  for (size_t i = 0; i < sizeof accumulate_cases / sizeof accumulate_cases[0]; i++) {
+    snprintf(path, sizeof path, "/engine/conv2d/accumulate-and-views/%s", accumulate_cases[i].name);
+    g_test_add_data_func(path, &accumulate_cases[i], test_accumulate_and_views);
+  }
+  g_test_add_func("/engine/conv2d/steady-state-allocations", test_steady_state_allocations);
   g_test_add_func("/engine/conv2d/torch", test_torch);
   return g_test_run();
 }

@@ -166,6 +166,29 @@ static void test_accumulate(void) {
   em_tensor_free(gy);
 }
 
+/* Once a step has run, the next allocates nothing from the system. */
+static void test_steady_state_allocations(void) {
+  for (int i = 0; i < 2; i++) {
+    const pool_case *c = &fast_cases[i == 0 ? 0 : 6];
+    int64_t xs[4] = {c->N, c->C, c->H, c->W}, ys[4];
+    out_shape(c, ys);
+    em_tensor *x = gc_rand(EM_DTYPE_F32, 4, xs, -1, 1, 15, true);
+    em_tensor *gy = gc_rand(EM_DTYPE_F32, 4, ys, -1, 1, 16, false);
+    em_memory_stats before, after;
+    for (int rep = 0; rep < 3; rep++) {
+      if (rep == 2) em_memory_stats_get(&before);
+      em_tensor *y, *gx;
+      run(c, false, x, gy, &y, &gx);
+      em_tensor_free(y);
+      em_tensor_free(gx);
+    }
+    em_memory_stats_get(&after);
+    g_assert_cmpint(after.system_alloc_count, ==, before.system_alloc_count);
+    em_tensor_free(x);
+    em_tensor_free(gy);
+  }
+}
+
 /* ---- against PyTorch -------------------------------------------------------------- */
 
 static const pool_case torch_cases[] = {
@@ -232,6 +255,7 @@ int main(int argc, char **argv) {
     g_test_add_data_func(path, &fast_cases[i], test_fast_vs_ref);
   }
   g_test_add_func("/engine/pool2d/accumulate", test_accumulate);
+  g_test_add_func("/engine/pool2d/steady-state-allocations", test_steady_state_allocations);
   g_test_add_func("/engine/pool2d/torch", test_torch);
   return g_test_run();
 }
