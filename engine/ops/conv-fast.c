@@ -550,11 +550,13 @@ typedef struct {
   int64_t o_x, o_gy, o_dcol, o_gyt, o_dw, o_db;
 } bwd_ctx;
 
-static void bwd_images(void *vctx, int64_t unused0, int64_t unused1) {
-  (void)unused0, (void)unused1;
-  bwd_ctx *c = vctx;
+/* Backward gives slot s the images [s*N/S, (s+1)*N/S), whichever thread
+ * runs it, and the slots' partial dW/db are summed in slot order: the
+ * same numbers for the same thread count, run after run (a shared counter
+ * would balance load, but make the sums' order depend on timing). */
+static void bwd_slot(bwd_ctx *c, int64_t slot) {
   const em_conv_geom *g = c->g;
-  float *buf = c->slots + em_conv_queue_slot(&c->q) * c->slot_floats;
+  float *buf = c->slots + slot * c->slot_floats;
   float *xbuf = buf + c->o_x, *gybuf = buf + c->o_gy, *dcol = buf + c->o_dcol;
   float *gyt = buf + c->o_gyt, *dwp = buf + c->o_dw;
   double *db = (double *)(buf + c->o_db);
@@ -564,7 +566,8 @@ static void bwd_images(void *vctx, int64_t unused0, int64_t unused1) {
   int64_t ckk = g->Cg * g->kh * g->kw, kd = g->Kg * g->kh * g->kw;
   int64_t HW = g->H * g->W, OHW = g->OH * g->OW;
   int64_t plane = c->Hp * c->Wp, planeq = c->Hq * c->Wq;
-  for (int64_t n; (n = em_conv_queue_take(&c->q)) >= 0;) {
+  int64_t n_lo = slot * g->N / c->q.n_slots, n_hi = (slot + 1) * g->N / c->q.n_slots;
+  for (int64_t n = n_lo; n < n_hi; n++) {
     const float *xn = c->x + n * g->C * HW, *gyn = c->gy + n * g->K * OHW;
     if (c->want_w && c->w_implicit)
       pad_planes(xn, g->C, g->H, g->W, g->ph, g->pw, c->Hp, c->Wp, c->slack, xbuf);
@@ -632,6 +635,10 @@ static void bwd_images(void *vctx, int64_t unused0, int64_t unused1) {
       }
     }
   }
+}
+
+static void bwd_images(void *vctx, int64_t s0, int64_t s1) {
+  for (int64_t s = s0; s < s1; s++) bwd_slot(vctx, s);
 }
 
 void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x /* (N, C, H, W) */,
@@ -712,10 +719,11 @@ void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x /* (N, C,
   em_conv_queue_init(&c.q, g->N);
   c.slot_floats = o;
   c.slots = slots_alloc(&c.q, &c.slot_floats);
-  em_conv_queue_run(&c.q, small_call(g), bwd_images, &c);
+  if (small_call(g) || c.q.n_slots == 1) bwd_images(&c, 0, c.q.n_slots);
+  else em_parallel_for(c.q.n_slots, 1, bwd_images, &c);
 
-  /* Sum the slots' partials into the gradients. */
-  int used = atomic_load(&c.q.next_slot);
+  /* Sum the slots' partials into the gradients, in slot order. */
+  int used = c.q.n_slots;
   if (c.w_small) { /* lanes and slots of dw_small's partials; db is entry SMALL_CKK */
     float *gw = em_f32(out->gw), *gb = out->gb ? em_f32(out->gb) : NULL;
     for (int64_t grp = 0; grp < g->G; grp++)

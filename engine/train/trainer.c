@@ -229,6 +229,9 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
       if (!emit(cb, user, &ev)) atomic_store(&t->stop, true);
     }
     train_time += now_s() - t0;
+    /* A last, smaller batch and evaluation use other block sizes than the
+     * steady state: hand the cached blocks back so they never pile up. */
+    em_memory_release_cached();
     if (st != EM_OK) break;
     t->summary.epochs = (int)epoch + 1;
     t->summary.final_train_loss = epoch_batches ? epoch_loss / (double)epoch_batches : 0;

@@ -194,15 +194,21 @@ class Training(Base):
         ev = json.loads(p.stdout.strip().splitlines()[-1])
         self.assertAlmostEqual(ev["test_accuracy"], res["test_accuracy"], places=6)
 
-    def test_same_seed_same_numbers(self):
-        outs = []
-        for _ in range(2):
-            p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit", "1024",
-                    "--seed", "11", "--threads", "2")
-            self.assertEqual(p.returncode, 0, p.stderr)
-            outs.append(json.loads(p.stdout.strip().splitlines()[-1]))
-        self.assertEqual(outs[0]["train_loss"], outs[1]["train_loss"])
-        self.assertEqual(outs[0]["test_loss"], outs[1]["test_loss"])
+    def test_same_seed_same_weights(self):
+        """The same seed and thread count give bit-identical weights."""
+        for model, limit in (("fmnist-mlp.json", "1024"), ("fmnist-cnn.json", "512")):
+            blobs, outs = [], []
+            for k in range(2):
+                w = os.path.join(self.tmp, "w%d.safetensors" % k)
+                p = run("train", spec_path(model), "--epochs", "1", "--limit", limit,
+                        "--seed", "11", "--threads", "2", "--save", w)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                outs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+                with open(w, "rb") as f:
+                    blobs.append(f.read())
+            self.assertEqual(outs[0]["train_loss"], outs[1]["train_loss"], model)
+            self.assertEqual(outs[0]["test_loss"], outs[1]["test_loss"], model)
+            self.assertTrue(blobs[0] == blobs[1], model + ": weights differ between runs")
 
     def test_nan_loss_is_reported(self):
         self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit", "2048",
