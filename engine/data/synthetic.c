@@ -16,6 +16,7 @@ typedef struct {
   int num_classes;
   double noise;
   uint64_t seed;
+  uint64_t sample_salt; /* 0 for a training split, another value for a test split */
   float *centres; /* (K, ...sample) */
 } synth_set;
 
@@ -34,7 +35,7 @@ static em_status synth_get(const void *impl, int64_t i, float *x /* (...sample) 
   const synth_set *s = impl;
   int64_t k = i % s->num_classes;
   em_rng r;
-  em_rng_seed(&r, s->seed ^ ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull));
+  em_rng_seed(&r, s->seed ^ s->sample_salt ^ ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull));
   const float *c = s->centres + k * s->numel;
   for (int64_t j = 0; j < s->numel; j++) x[j] = c[j] + (float)(s->noise * em_rng_normal(&r));
   *y = k;
@@ -59,6 +60,12 @@ static const em_dataset_vtable synth_vtable = {
 
 em_dataset *em_dataset_synthetic(int64_t n, int ndim, const int64_t *shape /* sample */,
                                  int num_classes, double noise, uint64_t seed, em_error *err) {
+  return em_dataset_synthetic_split(n, ndim, shape, num_classes, noise, seed, true, err);
+}
+
+em_dataset *em_dataset_synthetic_split(int64_t n, int ndim, const int64_t *shape /* sample */,
+                                       int num_classes, double noise, uint64_t seed, bool train,
+                                       em_error *err) {
   if (n < 1) {
     em_error_set(err, EM_ERR_INVALID, "synthetic dataset: %lld samples; at least 1 is needed",
                  (long long)n);
@@ -103,6 +110,7 @@ em_dataset *em_dataset_synthetic(int64_t n, int ndim, const int64_t *shape /* sa
   s->num_classes = num_classes;
   s->noise = noise;
   s->seed = seed;
+  s->sample_salt = train ? 0 : 0xA24BAED4963EE407ull;
   s->centres = c;
   em_rng r;
   em_rng_seed(&r, seed ^ 0xC3A5C85C97CB3127ull);

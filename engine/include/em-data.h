@@ -112,6 +112,11 @@ em_dataset *em_dataset_csv(const char *path, const em_csv_options *o /* NULL: de
  * (seed, i): deterministic, thread-safe, no memory per sample. */
 em_dataset *em_dataset_synthetic(int64_t n, int ndim, const int64_t *shape /* sample */,
                                  int num_classes, double noise, uint64_t seed, em_error *err);
+/* The same task (class centres from seed) with a training or a held-out
+ * test split: the two splits' samples are drawn independently. */
+em_dataset *em_dataset_synthetic_split(int64_t n, int ndim, const int64_t *shape /* sample */,
+                                       int num_classes, double noise, uint64_t seed, bool train,
+                                       em_error *err);
 
 /* ---- the data loader ------------------------------------------------------ */
 typedef struct {

@@ -18,8 +18,8 @@ em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
     return em_dataset_cifar10(d, train, err);
   }
   if (strcmp(name, "synthetic") == 0)
-    return em_dataset_synthetic(train ? 4096 : 1024, sample_ndim, sample_shape, classes,
-                                0.5, train ? 1 : 2, err);
+    return em_dataset_synthetic_split(train ? 4096 : 1024, sample_ndim, sample_shape, classes,
+                                      0.5, 1, train, err);
   em_error_set(err, EM_ERR_INVALID,
                "unknown dataset '%s'; known: fashion-mnist, cifar10, synthetic", name);
   return NULL;
