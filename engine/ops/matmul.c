@@ -25,6 +25,10 @@ void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, dou
       }
     return;
   }
+  /* f32: gemm-fast.c where it takes the call (AVX-512 builds), else OpenBLAS */
+  if (dt == EM_DTYPE_F32 && em_gemm_f32_fast(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb,
+                                               (float)beta, c, ldc))
+    return;
   enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
   if (dt == EM_DTYPE_F32)
     cblas_sgemm(CblasRowMajor, TA, TB, (blasint)m, (blasint)n, (blasint)k, (float)alpha, a,

@@ -175,3 +175,13 @@ static inline float em_logf(float x) {
   const float special = x != x ? x : x < 0.f ? NAN : x == 0.f ? -INFINITY : INFINITY;
   return r * (normal ? 1.f : 0.f) + (normal ? 0.f : special);
 }
+
+/* ---- gemm-fast.c: the f32 GEMM behind em_gemm on AVX-512 builds ---- */
+/* C (m, n, ldc) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, row-major,
+ * split over the pool in a fixed way (same numbers for any thread count).
+ * Needs an open scope (packing scratch). Returns false, touching nothing,
+ * when it does not handle the call (no AVX-512, no scope, a size < 1, or
+ * a product of over 2^26 multiply-adds); em_gemm then uses OpenBLAS. */
+bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc);

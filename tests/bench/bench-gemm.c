@@ -1,13 +1,21 @@
 /* bench-gemm.c: the GEMM library's ceiling on the shapes Ember's models
- * use. Times cblas_sgemm (median of repetitions) for each shape of the
- * MLP's and the CNN's forward and backward products at batch 128 and
- * prints one JSON object: {"core": ..., "threads": ..., "shapes": [...]}.
+ * use, beside Ember's own em_gemm (gemm-fast.c on AVX-512 builds). Times
+ * cblas_sgemm and em_gemm (median of repetitions, each em_gemm call in
+ * its own scope as in a training step) for each shape of the MLP's and
+ * the CNN's forward and backward products at batch 128 and prints one
+ * JSON object: {"core": ..., "threads": ..., "shapes": [...]}, "gflops"
+ * being OpenBLAS's and "ember_gflops" em_gemm's.
  *
  * usage: bench-gemm [THREADS] */
 #include <cblas.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "em-pool.h"
+#include "em-tensor.h"
+#include "ops-private.h"
 
 typedef struct {
   const char *name;
@@ -30,6 +38,7 @@ static const shape shapes[] = {
     {"cnn.conv2.dW", 64, 288, 25088, 0, 1},
     {"cnn.conv2.dX", 288, 25088, 64, 1, 0},
     {"cnn.fc1.fwd", 128, 128, 3136, 0, 1},
+    {"cnn.fc1.dW", 128, 3136, 128, 1, 0},
     {"square.1024", 1024, 1024, 1024, 0, 0},
 };
 
@@ -44,34 +53,61 @@ static int cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Median seconds per call of one shape, by OpenBLAS or by em_gemm. */
+static double time_shape(const shape *p, const float *a, const float *b, float *c, bool ember) {
+  double flop = 2.0 * p->m * p->n * p->k;
+  int reps = (int)(2e9 / flop) + 3; /* ~10 ms of work per sample */
+  int lda = p->ta ? p->m : p->k, ldb = p->tb ? p->k : p->n;
+  double t[9];
+  for (int r = 0; r < 10; r++) {
+    double t0 = now_s();
+    for (int i = 0; i < reps; i++) {
+      if (ember) {
+        em_scope *s = em_scope_begin();
+        em_gemm(EM_DTYPE_F32, p->ta, p->tb, p->m, p->n, p->k, 1.0, a, lda, b, ldb, 0.0, c, p->n);
+        em_scope_end(s);
+      } else {
+        cblas_sgemm(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans,
+                    p->tb ? CblasTrans : CblasNoTrans, p->m, p->n, p->k, 1.0f, a, lda, b, ldb,
+                    0.0f, c, p->n);
+      }
+    }
+    if (r > 0) t[r - 1] = (now_s() - t0) / reps; /* first run warms up */
+  }
+  qsort(t, 9, sizeof *t, cmp);
+  return t[4];
+}
+
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 2;
-  openblas_set_num_threads(threads);
+  em_set_num_threads(threads); /* the pool and OpenBLAS */
   printf("{\"core\": \"%s\", \"threads\": %d, \"shapes\": [", openblas_get_corename(), threads);
-  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
-    const shape *p = &shapes[s];
-    size_t na = (size_t)p->m * p->k, nb = (size_t)p->k * p->n, nc = (size_t)p->m * p->n;
-    float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4);
-    for (size_t i = 0; i < na; i++) a[i] = (float)(i % 13) * 0.01f;
-    for (size_t i = 0; i < nb; i++) b[i] = (float)(i % 7) * 0.01f;
-    double flop = 2.0 * p->m * p->n * p->k;
-    int reps = (int)(2e9 / flop) + 3; /* ~10 ms of work per sample */
-    double t[9];
-    for (int r = 0; r < 10; r++) {
-      double t0 = now_s();
-      for (int i = 0; i < reps; i++)
-        cblas_sgemm(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans,
-                    p->tb ? CblasTrans : CblasNoTrans, p->m, p->n, p->k, 1.0f, a,
-                    p->ta ? p->m : p->k, b, p->tb ? p->k : p->n, 0.0f, c, p->n);
-      if (r > 0) t[r - 1] = (now_s() - t0) / reps; /* first run warms up */
+  /* Ember's pass first, then OpenBLAS's: OpenBLAS's threads keep spinning
+   * for a while after each call and would slow the pool's. */
+  enum { N_SHAPES = sizeof shapes / sizeof *shapes };
+  double t_ember[N_SHAPES], t_blas[N_SHAPES];
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t s = 0; s < N_SHAPES; s++) {
+      const shape *p = &shapes[s];
+      size_t na = (size_t)p->m * p->k, nb = (size_t)p->k * p->n, nc = (size_t)p->m * p->n;
+      float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4);
+      for (size_t i = 0; i < na; i++) a[i] = (float)(i % 13) * 0.01f;
+      for (size_t i = 0; i < nb; i++) b[i] = (float)(i % 7) * 0.01f;
+      if (pass == 0) t_ember[s] = time_shape(p, a, b, c, true);
+      else t_blas[s] = time_shape(p, a, b, c, false);
+      free(a);
+      free(b);
+      free(c);
     }
-    qsort(t, 9, sizeof *t, cmp);
-    printf("%s{\"name\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"gflops\": %.1f}",
-           s ? ", " : "", p->name, p->m, p->n, p->k, flop / t[4] * 1e-9);
-    free(a);
-    free(b);
-    free(c);
+  for (size_t s = 0; s < N_SHAPES; s++) {
+    const shape *p = &shapes[s];
+    double flop = 2.0 * p->m * p->n * p->k;
+    printf("%s{\"name\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"gflops\": %.1f, "
+           "\"ember_gflops\": %.1f}",
+           s ? ", " : "", p->name, p->m, p->n, p->k, flop / t_blas[s] * 1e-9,
+           flop / t_ember[s] * 1e-9);
   }
   printf("]}\n");
+  em_pool_shutdown();
   return 0;
 }

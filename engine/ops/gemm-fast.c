@@ -1,0 +1,321 @@
+/* gemm-fast.c: an f32 GEMM on AVX-512 for the small, skinny products of
+ * Linear layers (batch 128 by a few hundred features), where OpenBLAS
+ * spends much of its time packing and synchronising its threads.
+ *
+ * C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, row-major.
+ * C is cut into tiles of MR x NR (8 x 32: sixteen zmm accumulators) that
+ * one micro-kernel computes with two loads of B and eight broadcasts of A
+ * per step of the reduction, so it is bound by the FMA ports:
+ *  - B is read in panels of NR columns by KC rows. A transposed B (the
+ *    forward's w^T) is packed panel by panel with 16 x 16 in-register
+ *    transposes; a plain B is read where it lies (masked loads at the
+ *    right edge) unless its row stride maps rows onto few cache sets,
+ *    then it is copied into the panel too.
+ *  - A is read through eight row pointers when plain; a transposed A
+ *    (dW's gy^T) is packed once into (k, MR) panels.
+ * C is split in a fixed way into items (column panels, times row groups
+ * when there are too few panels to share) that the pool's threads take
+ * from a shared counter: a thread the scheduler wakes late (tens to
+ * hundreds of microseconds on this machine) simply takes fewer. Every
+ * element of C is summed in the same order whoever computes it, so the
+ * numbers do not depend on timing or on the thread count. Packing buffers
+ * come from em_scratch (the caller's scope), one slot per thread.
+ *
+ * The plain reference is the triple loop of tests/engine/ops-basic/
+ * test-gemm-fast.c, and OpenBLAS (em_gemm's other path). Builds without
+ * AVX-512 compile none of this and em_gemm_f32_fast reports false. */
+#include "ops-private.h"
+
+#include "em-pool.h"
+
+#include <stdatomic.h>
+
+#if defined(__AVX512F__) && !defined(EM_GEMM_FAST_OFF)
+#include <immintrin.h>
+
+#define MR 8
+#define NR 32
+#define KC 256 /* rows of a B panel: 32 KiB, stays in L1 while A streams */
+/* Below this many flops (2 m n k) one thread does the whole product:
+ * waking a pool worker costs more than it saves. */
+#define PAR_FLOPS 3.0e6
+/* Above this many multiply-adds (m n k) OpenBLAS takes the product: its
+ * L2/L3 blocking wins on big squares (1024^3: 180 against 150 GFLOP/s
+ * on 2 threads), while the layers' shapes (at most 128 x 128 x 3136 in
+ * the zoo) stay here. */
+#define MAX_MACS (1 << 26)
+
+typedef struct {
+  bool ta, tb, pack_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  const float *a, *b;
+  float *c;
+  int64_t kc, nkb;    /* reduction block and block count */
+  int64_t n_mt, n_np; /* MR-row tiles, NR-column panels */
+  /* The fixed split: item i is row group i / n_np (rg_tiles row tiles)
+   * by column panel i % n_np. Threads take items from next_item. */
+  int64_t rg_tiles, n_items;
+  _Atomic int64_t next_item;
+  int64_t slot_floats; /* scratch per thread slot */
+  float *scratch;
+} gemm_job;
+
+static inline __mmask16 mask_of(int64_t w) {
+  return w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? (__mmask16)0 : (__mmask16)((1u << w) - 1);
+}
+
+/* C tile rows [0, mr), columns under m0 | m1 = alpha * acc + beta * C
+ * (beta 0 overwrites whatever C held, NaN included). */
+static inline __attribute__((always_inline)) void tile_store(__m512 *c0, __m512 *c1, float *c,
+                                                             int64_t ldc, int mr, __mmask16 m0,
+                                                             __mmask16 m1, float alpha,
+                                                             float beta) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    if (r >= mr) break;
+    float *cr = c + r * ldc;
+    __m512 v0 = _mm512_mul_ps(va, c0[r]), v1 = _mm512_mul_ps(va, c1[r]);
+    if (beta != 0.f) {
+      v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), v0);
+      v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), v1);
+    }
+    _mm512_mask_storeu_ps(cr, m0, v0);
+    _mm512_mask_storeu_ps(cr + 16, m1, v1);
+  }
+}
+
+/* The micro-kernels, for a tile of mr <= MR rows (mr a constant in each
+ * instance, so an edge tile spends no work on missing rows).
+ * kernel_arow: A plain, row r of the tile is the k floats at a + r * lda.
+ * kernel_apack: A packed, step kk of the tile is the MR floats at
+ * a + kk * MR. B row kk is the NR floats at b + kk * b_ks (loaded under
+ * m0, m1); C columns under s0, s1 are stored. */
+static inline __attribute__((always_inline)) void kernel_body(
+    int64_t k, const float *a, int64_t lda, bool packed, const float *b, int64_t b_ks,
+    __mmask16 m0, __mmask16 m1, float *c /* (mr, NR, ldc) */, int64_t ldc, __mmask16 s0,
+    __mmask16 s1, float alpha, float beta, const int mr) {
+  __m512 c0[MR], c1[MR];
+  const float *ap[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    c0[r] = c1[r] = _mm512_setzero_ps();
+    ap[r] = a + (packed ? r : r * lda);
+  }
+  const int64_t a_ks = packed ? MR : 1;
+  for (int64_t kk = 0; kk < k; kk++) {
+    __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+    b += b_ks;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+      if (r >= mr) break;
+      __m512 av = _mm512_set1_ps(ap[r][kk * a_ks]);
+      c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
+      c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+    }
+  }
+  tile_store(c0, c1, c, ldc, mr, s0, s1, alpha, beta);
+}
+
+#define KERNEL_INSTANCES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+#define KERNEL_DEF(R)                                                                            \
+  static void kernel_arow_##R(int64_t k, const float *a, int64_t lda, const float *b,            \
+                              int64_t b_ks, __mmask16 m0, __mmask16 m1, float *c, int64_t ldc,   \
+                              __mmask16 s0, __mmask16 s1, float alpha, float beta) {             \
+    kernel_body(k, a, lda, false, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, R);             \
+  }                                                                                              \
+  static void kernel_apack_##R(int64_t k, const float *a, int64_t lda, const float *b,           \
+                               int64_t b_ks, __mmask16 m0, __mmask16 m1, float *c, int64_t ldc,  \
+                               __mmask16 s0, __mmask16 s1, float alpha, float beta) {            \
+    kernel_body(k, a, lda, true, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, R);              \
+  }
+KERNEL_INSTANCES(KERNEL_DEF)
+
+typedef void (*kernel_fn)(int64_t k, const float *a, int64_t lda, const float *b, int64_t b_ks,
+                          __mmask16 m0, __mmask16 m1, float *c, int64_t ldc, __mmask16 s0,
+                          __mmask16 s1, float alpha, float beta);
+#define KERNEL_AROW(R) kernel_arow_##R,
+#define KERNEL_APACK(R) kernel_apack_##R,
+static const kernel_fn kernels[2][MR] = {{KERNEL_INSTANCES(KERNEL_AROW)},
+                                         {KERNEL_INSTANCES(KERNEL_APACK)}};
+
+/* r[s] (16 x 16 floats) becomes its transpose in place. */
+static inline __attribute__((always_inline)) void transpose16(__m512 *r) {
+  __m512 t[16], u[16];
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; p++) {
+    t[2 * p] = _mm512_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+    t[2 * p + 1] = _mm512_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+  }
+  /* u[4q + c], lane L: rows 4q..4q+3 of column 4L + c */
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; q++) {
+    u[4 * q + 0] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
+    u[4 * q + 1] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0xEE);
+    u[4 * q + 2] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
+    u[4 * q + 3] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    __m512 v = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+    __m512 w = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    __m512 v2 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+    __m512 w2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    r[c] = _mm512_shuffle_f32x4(v, w, 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(v, w, 0xDD);
+    r[4 + c] = _mm512_shuffle_f32x4(v2, w2, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(v2, w2, 0xDD);
+  }
+}
+
+/* dst (kl, NR) = B rows [k0, k0 + kl), columns [j0, j0 + w), zero beyond w. */
+static void pack_b_panel(const gemm_job *g, int64_t j0, int64_t w, int64_t k0, int64_t kl,
+                         float *dst) {
+  if (!g->tb) { /* B(kk, j) = b[kk * ldb + j] */
+    __mmask16 m0 = mask_of(w), m1 = mask_of(w - 16);
+    for (int64_t kk = 0; kk < kl; kk++) {
+      const float *src = g->b + (k0 + kk) * g->ldb + j0;
+      _mm512_storeu_ps(dst + kk * NR, _mm512_maskz_loadu_ps(m0, src));
+      _mm512_storeu_ps(dst + kk * NR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+    }
+    return;
+  }
+  /* B(kk, j) = b[j * ldb + kk]: 16 columns by 16 rows at a time */
+  for (int h = 0; h < 2; h++) {
+    int64_t rows = w - 16 * h; /* columns of B = rows of the source */
+    if (rows > 16) rows = 16;
+    if (rows <= 0) {
+      for (int64_t kk = 0; kk < kl; kk++) _mm512_storeu_ps(dst + kk * NR + 16 * h, _mm512_setzero_ps());
+      continue;
+    }
+    const float *src = g->b + (j0 + 16 * h) * g->ldb + k0;
+    for (int64_t kk0 = 0; kk0 < kl; kk0 += 16) {
+      int64_t rem = kl - kk0 < 16 ? kl - kk0 : 16;
+      __mmask16 lm = mask_of(rem);
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int s = 0; s < 16; s++)
+        r[s] = s < rows ? _mm512_maskz_loadu_ps(lm, src + s * g->ldb + kk0) : _mm512_setzero_ps();
+      transpose16(r);
+#pragma GCC unroll 16
+      for (int s = 0; s < 16; s++)
+        if (s < rem) _mm512_storeu_ps(dst + (kk0 + s) * NR + 16 * h, r[s]);
+    }
+  }
+}
+
+/* dst (n_t, k, MR) = row tiles [t0, t0 + n_t) of a transposed A,
+ * A(i, kk) = a[kk * lda + i], zero below row m. */
+static void pack_a(const gemm_job *g, int64_t t0, int64_t n_t, float *dst) {
+  for (int64_t t = 0; t < n_t; t++) {
+    int64_t i0 = (t0 + t) * MR, mr = g->m - i0 < MR ? g->m - i0 : MR;
+    float *d = dst + t * g->k * MR;
+    if (mr == MR) {
+      for (int64_t kk = 0; kk < g->k; kk++)
+        _mm256_storeu_ps(d + kk * MR, _mm256_loadu_ps(g->a + kk * g->lda + i0));
+    } else {
+      for (int64_t kk = 0; kk < g->k; kk++)
+        for (int r = 0; r < MR; r++) d[kk * MR + r] = r < mr ? g->a[kk * g->lda + i0 + r] : 0.f;
+    }
+  }
+}
+
+/* C rows of tiles [t0, t1) by columns of panel p, A packed in apan
+ * (from tile t0) when transposed, B panels packed into bpan. */
+static void run_item(const gemm_job *g, int64_t t0, int64_t t1, int64_t p, float *bpan,
+                     const float *apan) {
+  int64_t j0 = p * NR, w = g->n - j0 < NR ? g->n - j0 : NR;
+  __mmask16 s0 = mask_of(w), s1 = mask_of(w - 16);
+  for (int64_t kb = 0; kb < g->nkb; kb++) {
+    int64_t k0 = kb * g->kc, kl = g->k - k0 < g->kc ? g->k - k0 : g->kc;
+    const float *bp;
+    int64_t b_ks;
+    __mmask16 m0 = 0xFFFF, m1 = 0xFFFF;
+    if (g->pack_b) {
+      pack_b_panel(g, j0, w, k0, kl, bpan);
+      bp = bpan;
+      b_ks = NR;
+    } else {
+      bp = g->b + k0 * g->ldb + j0;
+      b_ks = g->ldb;
+      m0 = s0;
+      m1 = s1;
+    }
+    float beta = kb == 0 ? g->beta : 1.f;
+    for (int64_t t = t0; t < t1; t++) {
+      int64_t i0 = t * MR;
+      int mr = g->m - i0 < MR ? (int)(g->m - i0) : MR;
+      float *ct = g->c + i0 * g->ldc + j0;
+      const float *at = g->ta ? apan + (t - t0) * g->k * MR + k0 * MR : g->a + i0 * g->lda + k0;
+      kernels[g->ta][mr - 1](kl, at, g->lda, bp, b_ks, m0, m1, ct, g->ldc, s0, s1, g->alpha,
+                             beta);
+    }
+  }
+}
+
+/* One thread slot: takes items until none are left (a thread the
+ * scheduler delays simply takes fewer; each item's numbers do not depend
+ * on who computes it). */
+static void run_slots(void *ctx, int64_t begin, int64_t end) {
+  gemm_job *g = ctx;
+  float *bpan = g->scratch + begin * g->slot_floats; /* (KC, NR) */
+  float *apan = bpan + KC * NR;                      /* (rg_tiles, k, MR) when A is packed */
+  int64_t packed_rg = -1;
+  (void)end;
+  for (;;) {
+    int64_t it = atomic_fetch_add_explicit(&g->next_item, 1, memory_order_relaxed);
+    if (it >= g->n_items) break;
+    int64_t rg = it / g->n_np, p = it % g->n_np;
+    int64_t t0 = rg * g->rg_tiles, t1 = t0 + g->rg_tiles < g->n_mt ? t0 + g->rg_tiles : g->n_mt;
+    if (g->ta && rg != packed_rg) {
+      pack_a(g, t0, t1 - t0, apan);
+      packed_rg = rg;
+    }
+    run_item(g, t0, t1, p, bpan, apan);
+  }
+}
+
+bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc) {
+  if (m < 1 || n < 1 || k < 1 || (double)m * (double)n * (double)k > MAX_MACS ||
+      !em_scope_current())
+    return false;
+  gemm_job g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+                .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
+  g.nkb = (k + KC - 1) / KC;
+  g.kc = (k + g.nkb - 1) / g.nkb;
+  g.n_mt = (m + MR - 1) / MR;
+  g.n_np = (n + NR - 1) / NR;
+  /* A plain B whose rows are a multiple of 512 bytes apart would fall
+   * into a few L1 sets: copy it into panels as well. */
+  g.pack_b = tb || (ldb % 128 == 0 && k > 16);
+  int slots = 2.0 * (double)m * (double)n * (double)k >= PAR_FLOPS ? em_get_num_threads() : 1;
+  /* Row groups only when there are too few column panels to share. */
+  int64_t n_rg = (4 * slots + g.n_np - 1) / g.n_np;
+  if (slots == 1 || n_rg < 1) n_rg = 1;
+  if (n_rg > g.n_mt) n_rg = g.n_mt;
+  g.rg_tiles = (g.n_mt + n_rg - 1) / n_rg;
+  n_rg = (g.n_mt + g.rg_tiles - 1) / g.rg_tiles;
+  g.n_items = n_rg * g.n_np;
+  atomic_init(&g.next_item, 0);
+  g.slot_floats = KC * NR + (ta ? g.rg_tiles * k * MR : 0);
+  g.slot_floats = (g.slot_floats + 15) & ~(int64_t)15; /* 64-byte aligned slots */
+  g.scratch = em_scratch(sizeof(float) * (size_t)(g.slot_floats * slots));
+  if (slots == 1) run_slots(&g, 0, 1);
+  else em_parallel_for(slots, 1, run_slots, &g);
+  return true;
+}
+
+#else /* no AVX-512 (or EM_GEMM_FAST_OFF, for comparisons): em_gemm stays on OpenBLAS */
+
+bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc) {
+  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b;
+  (void)ldb, (void)beta, (void)c, (void)ldc;
+  return false;
+}
+
+#endif

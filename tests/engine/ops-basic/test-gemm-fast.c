@@ -1,0 +1,172 @@
+/* test-gemm-fast.c: em_gemm's f32 path (gemm-fast.c on AVX-512 builds,
+ * OpenBLAS elsewhere) against a plain triple loop in double: every
+ * transpose combination, padded leading dimensions, alpha, beta 0 over
+ * NaN garbage and beta 1, sizes off the tile grid, the Linear layers'
+ * shapes, 1 and 2 threads (which must agree bit for bit). */
+#include <glib.h>
+#include <math.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "em-pool.h"
+#include "ops-private.h"
+
+typedef struct {
+  int64_t m, n, k;
+} dims;
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t next_u64(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+static float next_f(void) { return (float)((double)(next_u64() >> 11) / 9007199254740992.0) * 2.f - 1.f; }
+
+/* C (m, n, ldc) = alpha op(A) op(B) + beta C in double; also the sum of
+ * |terms| of each element, for the f32 error bound. */
+static void gemm_ref(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+                     const float *a, int64_t lda, const float *b, int64_t ldb, double beta,
+                     const float *c0, int64_t ldc, double *ref, double *mag) {
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double s = 0, s_abs = 0;
+      for (int64_t kk = 0; kk < k; kk++) {
+        double x = ta ? a[kk * lda + i] : a[i * lda + kk];
+        double y = tb ? b[j * ldb + kk] : b[kk * ldb + j];
+        s += x * y;
+        s_abs += fabs(x * y);
+      }
+      double cv = beta == 0 ? 0 : beta * c0[i * ldc + j];
+      ref[i * n + j] = alpha * s + cv;
+      mag[i * n + j] = fabs(alpha) * s_abs + fabs(cv);
+    }
+}
+
+/* One case with 1 and 2 threads; aborts with a message on a mismatch. */
+static void check_case(dims d, bool ta, bool tb, int pad, double alpha, double beta) {
+  int64_t m = d.m, n = d.n, k = d.k;
+  int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+  size_t na = (size_t)((ta ? k : m) * lda), nb = (size_t)((tb ? n : k) * ldb),
+         nc = (size_t)(m * ldc);
+  float *a = g_new(float, na), *b = g_new(float, nb), *c0 = g_new(float, nc);
+  float *c[2] = {g_new(float, nc), g_new(float, nc)};
+  double *ref = g_new(double, (size_t)(m * n)), *mag = g_new(double, (size_t)(m * n));
+  for (size_t i = 0; i < na; i++) a[i] = next_f();
+  for (size_t i = 0; i < nb; i++) b[i] = next_f();
+  for (size_t i = 0; i < nc; i++) c0[i] = beta == 0 ? NAN : next_f();
+  gemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc, ref, mag);
+  for (int t = 0; t < 2; t++) {
+    em_set_num_threads(t + 1);
+    memcpy(c[t], c0, sizeof(float) * nc);
+    em_scope *s = em_scope_begin();
+    em_gemm(EM_DTYPE_F32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c[t], ldc);
+    em_scope_end(s);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < ldc; j++) {
+        float got = c[t][i * ldc + j];
+        if (j >= n) { /* padding stays as it was */
+          if (memcmp(&got, &c0[i * ldc + j], sizeof got) != 0)
+            g_error("%ldx%ldx%ld ta=%d tb=%d: padding (%ld,%ld) written", (long)m, (long)n,
+                    (long)k, ta, tb, (long)i, (long)j);
+          continue;
+        }
+        double want = ref[i * n + j];
+        double tol = (double)(k + 2) * 1.2e-7 * mag[i * n + j] + 1e-30;
+        if (!(fabs(got - want) <= tol))
+          g_error("%ldx%ldx%ld ta=%d tb=%d pad=%d alpha=%g beta=%g threads=%d: C(%ld,%ld) = %.9g, "
+                  "want %.9g", (long)m, (long)n, (long)k, ta, tb, pad, alpha, beta, t + 1, (long)i,
+                  (long)j, got, want);
+      }
+  }
+#if defined(__AVX512F__) && !defined(EM_GEMM_FAST_OFF)
+  /* gemm-fast.c gives the same numbers for 1 and 2 threads (OpenBLAS may not) */
+  g_assert_true(memcmp(c[0], c[1], sizeof(float) * nc) == 0);
+#endif
+  g_free(a);
+  g_free(b);
+  g_free(c0);
+  g_free(c[0]);
+  g_free(c[1]);
+  g_free(ref);
+  g_free(mag);
+}
+
+static void test_linear_shapes(void) {
+  /* (m, n, k) with the transposes the layers use: forward NT, dW TN, dX NN */
+  static const struct {
+    dims d;
+    bool ta, tb;
+  } cases[] = {
+      {{128, 256, 784}, false, true}, {{128, 128, 256}, false, true},
+      {{128, 10, 128}, false, true},  {{256, 784, 128}, true, false},
+      {{128, 256, 128}, true, false}, {{10, 128, 128}, true, false},
+      {{128, 256, 128}, false, false}, {{128, 128, 10}, false, false},
+      {{128, 128, 3136}, false, true}, {{128, 3136, 128}, true, false},
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    check_case(cases[i].d, cases[i].ta, cases[i].tb, 0, 1.0, 0.0);
+    check_case(cases[i].d, cases[i].ta, cases[i].tb, 0, 1.0, 1.0);
+  }
+}
+
+static void test_all_transposes(void) {
+  static const dims shapes[] = {{1, 1, 1},    {17, 33, 5},  {10, 128, 128}, {8, 32, 16},
+                                {9, 31, 17},  {3, 100, 1},  {65, 47, 300},  {1, 200, 40},
+                                {40, 1, 70},  {23, 64, 513}, {7, 16, 257},  {33, 17, 2}};
+  static const double alphas[] = {1.0, -0.5, 2.25};
+  static const double betas[] = {0.0, 1.0, -0.75};
+  int i = 0;
+  for (size_t s = 0; s < G_N_ELEMENTS(shapes); s++)
+    for (int t = 0; t < 4; t++) {
+      int pad = (int)(next_u64() % 3) * 5; /* 0, 5 or 10 */
+      check_case(shapes[s], t & 1, t >> 1, pad, alphas[i % 3], betas[(i / 3) % 3]);
+      check_case(shapes[s], t & 1, t >> 1, pad, 1.0, 0.0);
+      i++;
+    }
+}
+
+static void test_random_shapes(void) {
+  for (int i = 0; i < 60; i++) {
+    dims d = {1 + (int64_t)(next_u64() % 70), 1 + (int64_t)(next_u64() % 90),
+              1 + (int64_t)(next_u64() % 300)};
+    check_case(d, next_u64() & 1, next_u64() & 1, (int)(next_u64() % 4) * 3,
+               (next_u64() & 1) ? 1.0 : 0.7, (double)(next_u64() % 3) * 0.5);
+  }
+}
+
+/* Leading dimensions that are multiples of 128 floats (the plain-B copy). */
+static void test_aligned_ld(void) {
+  check_case((dims){64, 100, 200}, false, false, 28, 1.0, 1.0); /* ldb = 128 */
+  check_case((dims){48, 256, 64}, true, false, 0, 1.0, 0.0);    /* ldb = 256 */
+  check_case((dims){40, 100, 128}, false, true, 0, 1.0, 0.0);   /* ldb = 128, transposed */
+}
+
+/* The fast path is taken on AVX-512 builds, and declines without a scope
+ * and for big products (left to OpenBLAS). */
+static void test_dispatch(void) {
+  float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4];
+  g_assert_false(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, c, 2));
+  em_scope *s = em_scope_begin();
+#if defined(__AVX512F__) && !defined(EM_GEMM_FAST_OFF)
+  g_assert_true(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, c, 2));
+  for (int i = 0; i < 4; i++) g_assert_cmpfloat(c[i], ==, a[i]);
+  g_assert_false(em_gemm_f32_fast(false, false, 1024, 1024, 1024, 1.f, a, 2, b, 2, 0.f, c, 2));
+#else
+  g_assert_false(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, c, 2));
+#endif
+  em_scope_end(s);
+}
+
+int main(int argc, char **argv) {
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/engine/gemm-fast/dispatch", test_dispatch);
+  g_test_add_func("/engine/gemm-fast/linear-shapes", test_linear_shapes);
+  g_test_add_func("/engine/gemm-fast/transposes", test_all_transposes);
+  g_test_add_func("/engine/gemm-fast/random", test_random_shapes);
+  g_test_add_func("/engine/gemm-fast/aligned-ld", test_aligned_ld);
+  int rc = g_test_run();
+  em_pool_shutdown();
+  return rc;
+}
