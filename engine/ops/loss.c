@@ -81,35 +81,6 @@ typedef struct {
   bool fresh;
 } ce_job;
 
-/* Sum and max of x[0..n) (n >= 1); 16 lanes when n is long enough for
- * them to pay. */
-static float sum_f32(const float *x, int64_t n) {
-  float s = 0;
-  int64_t k = 0;
-  if (n >= 64) {
-    float lane[16] = {0};
-    for (; k + 16 <= n; k += 16)
-      for (int q = 0; q < 16; q++) lane[q] += x[k + q];
-    for (int q = 0; q < 16; q++) s += lane[q];
-  }
-  for (; k < n; k++) s += x[k];
-  return s;
-}
-
-static float max_f32(const float *x, int64_t n) {
-  float m = x[0];
-  int64_t k = 0;
-  if (n >= 64) {
-    float lane[16];
-    for (int q = 0; q < 16; q++) lane[q] = x[0];
-    for (; k + 16 <= n; k += 16)
-      for (int q = 0; q < 16; q++) lane[q] = x[k + q] > lane[q] ? x[k + q] : lane[q];
-    for (int q = 0; q < 16; q++) m = lane[q] > m ? lane[q] : m;
-  }
-  for (; k < n; k++) m = x[k] > m ? x[k] : m;
-  return m;
-}
-
 /* Loss of row i from its shift c, ls and sx = sum_k (x[i, k] - c). */
 static void ce_row_done(const ce_job *j, int64_t i, float c, float s, float sx) {
   const float *x = j->x + i * j->K; /* (K) */
@@ -127,7 +98,7 @@ static void ce_rows_f32(const ce_job *j, int64_t i0, int64_t i1) {
   int64_t K = j->K;
   for (int64_t i = i0; i < i1; i++) {
     const float *x = j->x + i * K; /* (K) */
-    float m = max_f32(x, K);
+    float m = em_lane_max_f32(x, K);
     float s = 0, sx = 0;
     for (int64_t k0 = 0; k0 < K; k0 += CE_BLOCK) {
       int64_t len = K - k0 < CE_BLOCK ? K - k0 : CE_BLOCK;
@@ -136,8 +107,8 @@ static void ce_rows_f32(const ce_job *j, int64_t i0, int64_t i1) {
         d[k] = x[k0 + k] - m;
         e[k] = em_expf(d[k]);
       }
-      s += sum_f32(e, len);
-      sx += sum_f32(d, len);
+      s += em_lane_sum_f32(e, len);
+      sx += em_lane_sum_f32(d, len);
     }
     ce_row_done(j, i, m, s, sx);
   }
@@ -151,7 +122,7 @@ static void ce_rows_f32(const ce_job *j, int64_t i0, int64_t i1) {
 static void ce_block_f32(const ce_job *j, int64_t i0, int64_t i1) {
   int64_t K = j->K, n = (i1 - i0) * K;
   const float *x = j->x + i0 * K; /* (i1 - i0, K) */
-  float c = max_f32(x, n);
+  float c = em_lane_max_f32(x, n);
   float e[CE_BLOCK], d[CE_BLOCK];
   for (int64_t k = 0; k < n; k++) {
     d[k] = x[k] - c;
@@ -159,8 +130,8 @@ static void ce_block_f32(const ce_job *j, int64_t i0, int64_t i1) {
   }
   for (int64_t i = i0; i < i1; i++) {
     int64_t at = (i - i0) * K;
-    float s = sum_f32(e + at, K);
-    if (s >= MIN_SHARED_SUM) ce_row_done(j, i, c, s, sum_f32(d + at, K));
+    float s = em_lane_sum_f32(e + at, K);
+    if (s >= MIN_SHARED_SUM) ce_row_done(j, i, c, s, em_lane_sum_f32(d + at, K));
     else ce_rows_f32(j, i, i + 1);
   }
 }

@@ -287,3 +287,30 @@ em_tensor *em_reduce_to_shape(em_tensor *g, int ndim, const int64_t *shape) {
   em_sum_into_broadcast(r, g);
   return r;
 }
+
+float em_lane_max_f32(const float *x, int64_t n) {
+  float m = x[0];
+  int64_t k = 0;
+  if (n >= 64) {
+    float lane[16];
+    for (int q = 0; q < 16; q++) lane[q] = x[0];
+    for (; k + 16 <= n; k += 16)
+      for (int q = 0; q < 16; q++) lane[q] = x[k + q] > lane[q] ? x[k + q] : lane[q];
+    for (int q = 0; q < 16; q++) m = lane[q] > m ? lane[q] : m;
+  }
+  for (; k < n; k++) m = x[k] > m ? x[k] : m;
+  return m;
+}
+
+float em_lane_sum_f32(const float *x, int64_t n) {
+  float s = 0;
+  int64_t k = 0;
+  if (n >= 64) {
+    float lane[16] = {0};
+    for (; k + 16 <= n; k += 16)
+      for (int q = 0; q < 16; q++) lane[q] += x[k + q];
+    for (int q = 0; q < 16; q++) s += lane[q];
+  }
+  for (; k < n; k++) s += x[k];
+  return s;
+}

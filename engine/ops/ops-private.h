@@ -185,3 +185,8 @@ static inline float em_logf(float x) {
 bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc);
+
+/* Max and sum of x[0, n) (n >= 1) in float, with 16 lanes so that they
+ * vectorise once n >= 64 (the row kernels of softmax and cross-entropy). */
+float em_lane_max_f32(const float *x, int64_t n);
+float em_lane_sum_f32(const float *x, int64_t n);

@@ -72,35 +72,8 @@ static void softmax_backward_ref(const double *y, const double *gy, double *gx, 
 
 /* ---- fast kernels (f32) --------------------------------------------------------- */
 
-/* Max, sum and dot product over [0, n) (n >= 1); 16 lanes, so that they
- * vectorise, once n is long enough for them to pay. */
-static float max_f32(const float *x, int64_t n) {
-  float m = x[0];
-  int64_t k = 0;
-  if (n >= 64) {
-    float lane[16];
-    for (int j = 0; j < 16; j++) lane[j] = x[0];
-    for (; k + 16 <= n; k += 16)
-      for (int j = 0; j < 16; j++) lane[j] = x[k + j] > lane[j] ? x[k + j] : lane[j];
-    for (int j = 0; j < 16; j++) m = lane[j] > m ? lane[j] : m;
-  }
-  for (; k < n; k++) m = x[k] > m ? x[k] : m;
-  return m;
-}
-
-static float sum_f32(const float *x, int64_t n) {
-  float s = 0;
-  int64_t k = 0;
-  if (n >= 64) {
-    float lane[16] = {0};
-    for (; k + 16 <= n; k += 16)
-      for (int j = 0; j < 16; j++) lane[j] += x[k + j];
-    for (int j = 0; j < 16; j++) s += lane[j];
-  }
-  for (; k < n; k++) s += x[k];
-  return s;
-}
-
+/* Dot product over [0, n) (n >= 1); 16 lanes, so that it vectorises once
+ * n is long enough to pay (max and sum: em_lane_max_f32/em_lane_sum_f32). */
 static float dot_f32(const float *a, const float *b, int64_t n) {
   float s = 0;
   int64_t k = 0;
@@ -126,9 +99,9 @@ static void forward_row_f32(const sm_job *j, int64_t r) {
   int64_t K = j->g.K;
   const float *x = j->x + r * K; /* (K) */
   float *y = j->y + r * K;       /* (K) */
-  float m = max_f32(x, K);
+  float m = em_lane_max_f32(x, K);
   for (int64_t k = 0; k < K; k++) y[k] = em_expf(x[k] - m);
-  float s = sum_f32(y, K);
+  float s = em_lane_sum_f32(y, K);
   if (j->log_out) { /* (x - m) is exact, so large logits keep their precision */
     float ls = logf(s);
     for (int64_t k = 0; k < K; k++) y[k] = (x[k] - m) - ls;
@@ -160,12 +133,12 @@ static void forward_rows_f32(void *ctx, int64_t begin, int64_t end) {
     int64_t n = (r1 - r0) * K;
     const float *x = j->x + r0 * K; /* (r1 - r0, K) */
     float *y = j->y + r0 * K;
-    float c = max_f32(x, n);
+    float c = em_lane_max_f32(x, n);
     for (int64_t k = 0; k < n; k++) y[k] = em_expf(x[k] - c);
     for (int64_t r = r0; r < r1; r++) {
       const float *xr = j->x + r * K; /* (K) */
       float *yr = j->y + r * K;
-      float s = sum_f32(yr, K);
+      float s = em_lane_sum_f32(yr, K);
       if (!(s >= MIN_SHARED_SUM)) forward_row_f32(j, r);
       else if (j->log_out) {
         float ls = logf(s);
@@ -185,7 +158,7 @@ static void backward_rows_f32(void *ctx, int64_t begin, int64_t end) {
     const float *y = j->y + r * K, *gy = j->gy + r * K; /* (K) */
     float *gx = j->gx + r * K;                          /* (K) */
     if (j->log_out) {
-      float s = sum_f32(gy, K);
+      float s = em_lane_sum_f32(gy, K);
       if (j->fresh) for (int64_t k = 0; k < K; k++) gx[k] = gy[k] - em_expf(y[k]) * s;
       else for (int64_t k = 0; k < K; k++) gx[k] += gy[k] - em_expf(y[k]) * s;
     } else {
