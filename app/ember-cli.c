@@ -191,37 +191,6 @@ static void parse_flags(int argc, char **argv, em_train_config *cfg, cli_extra *
   if (optind < argc) die_usage("unexpected argument '%s'", argv[optind]);
 }
 
-/* The spec's input and output must fit the dataset's samples and classes. */
-static em_status check_fit(const em_spec *spec, const em_dataset *ds, const char *dsname,
-                           em_loss_kind loss, em_error *err) {
-  int64_t ss[EM_MAX_DIMS], ds_shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
-  int sn = em_spec_input_shape(spec, ss), dn = em_dataset_sample_shape(ds, ds_shape);
-  int64_t sp = 1, dp = 1;
-  for (int i = 0; i < sn; i++) sp *= ss[i];
-  for (int i = 0; i < dn; i++) dp *= ds_shape[i];
-  bool same = sn == dn;
-  for (int i = 0; same && i < sn; i++) same = ss[i] == ds_shape[i];
-  if (!same) {
-    char a[96], b[96];
-    return em_error_set(err, EM_ERR_SHAPE,
-                        "the spec's input shape %s does not match the %s samples' shape %s%s",
-                        em_shape_str(sn, ss, a, sizeof a), dsname,
-                        em_shape_str(dn, ds_shape, b, sizeof b),
-                        sp == dp ? " (same size: change \"input\" in the spec)" : "");
-  }
-  int on = em_spec_output_shape(spec, out);
-  int classes = em_dataset_num_classes(ds);
-  if (on != 1 || (loss == EM_LOSS_CROSS_ENTROPY && out[0] < classes) ||
-      (loss == EM_LOSS_MSE && out[0] != classes)) {
-    char a[96];
-    return em_error_set(err, EM_ERR_SHAPE,
-                        "the model outputs %s per sample but the %s dataset has %d classes: "
-                        "the last layer needs %d outputs",
-                        em_shape_str(on, out, a, sizeof a), dsname, classes, classes);
-  }
-  return EM_OK;
-}
-
 static int cmd_info(int argc, char **argv) {
   if (argc != 3) die_usage("info expects one SPEC file");
   em_error err = {0};
@@ -253,7 +222,8 @@ static em_dataset *open_data(const em_spec *spec, const em_train_config *cfg, bo
   em_dataset *ds = em_dataset_open_named(cfg->dataset, cfg->data_dir, train, shape, nd,
                                          (int)out[0], &err);
   if (!ds) exit(fail(&err, cfg->dataset));
-  if (check_fit(spec, ds, cfg->dataset, cfg->loss, &err) != EM_OK) exit(fail(&err, NULL));
+  if (em_train_check_fit(spec, ds, cfg->dataset, cfg->loss, &err) != EM_OK)
+    exit(fail(&err, NULL));
   return ds;
 }
 

@@ -109,6 +109,12 @@ em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double
 em_status em_model_save(const em_model *m, const char *path, em_error *err);
 em_status em_model_load(em_model *m, const char *path, em_error *err);
 
+/* The spec's input must be the dataset's sample shape and its output
+ * must cover the dataset's classes (exactly, for MSE on one-hot targets).
+ * The dataset itself checks each label against its classes. */
+em_status em_train_check_fit(const em_spec *spec, const em_dataset *ds, const char *dsname,
+                             em_loss_kind loss, em_error *err);
+
 /* Opens the named dataset ("fashion-mnist", "cifar10", "synthetic"). */
 em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
                                   const int64_t *sample_shape, int sample_ndim, int classes,

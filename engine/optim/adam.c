@@ -26,83 +26,40 @@ typedef struct {
   double bc2_sqrt;        /* sqrt(1 - beta2^t) */
 } adam_args;
 
-static void adam_f32(void *ctx, int64_t begin, int64_t end) {
-  const adam_args *a = ctx;
-  float *restrict p = (float *)a->p + begin;              /* (D) */
-  float *restrict m = (float *)a->m + begin;              /* (D) */
-  float *restrict v = (float *)a->v + begin;              /* (D) */
-  float *restrict vmax = a->vmax ? (float *)a->vmax + begin : NULL; /* (D) */
-  const float *restrict g = (const float *)a->g + begin;  /* (D) */
-  const float l2 = (float)a->l2, shrink = (float)a->shrink;
-  const float b1 = (float)a->beta1, b2 = (float)a->beta2;
-  const float c1 = (float)(1.0 - a->beta1), c2 = (float)(1.0 - a->beta2);
-  const float eps = (float)a->eps, bc2s = (float)a->bc2_sqrt;
-  const float neg_step = (float)-a->step_size;
-  const int64_t n = end - begin;
-  if (!vmax) {
-    for (int64_t k = 0; k < n; k++) {
-      float pk = p[k] * shrink;
-      float gk = g[k] + l2 * pk;
-      float mk = m[k] * b1 + c1 * gk;
-      float vk = v[k] * b2 + c2 * gk * gk;
-      m[k] = mk;
-      v[k] = vk;
-      float denom = sqrtf(vk) / bc2s + eps;
-      p[k] = pk + neg_step * mk / denom;
-    }
-  } else {
-    for (int64_t k = 0; k < n; k++) {
-      float pk = p[k] * shrink;
-      float gk = g[k] + l2 * pk;
-      float mk = m[k] * b1 + c1 * gk;
-      float vk = v[k] * b2 + c2 * gk * gk;
-      float vm = vmax[k] > vk ? vmax[k] : vk;
-      m[k] = mk;
-      v[k] = vk;
-      vmax[k] = vm;
-      float denom = sqrtf(vm) / bc2s + eps;
-      p[k] = pk + neg_step * mk / denom;
-    }
+/* One kernel for both dtypes; T is float or double (SQRT to match), and
+ * the f32 one computes in float as PyTorch does. */
+#define ADAM_KERNEL(NAME, T, SQRT)                                            \
+  static void NAME(void *ctx, int64_t begin, int64_t end) {                  \
+    const adam_args *a = ctx;                                                 \
+    T *restrict p = (T *)a->p + begin;                             /* (D) */  \
+    T *restrict m = (T *)a->m + begin;                             /* (D) */  \
+    T *restrict v = (T *)a->v + begin;                             /* (D) */  \
+    T *restrict vmax = a->vmax ? (T *)a->vmax + begin : NULL;      /* (D) */  \
+    const T *restrict g = (const T *)a->g + begin;                 /* (D) */  \
+    const T l2 = (T)a->l2, shrink = (T)a->shrink;                             \
+    const T b1 = (T)a->beta1, b2 = (T)a->beta2;                               \
+    const T c1 = (T)(1.0 - a->beta1), c2 = (T)(1.0 - a->beta2);               \
+    const T eps = (T)a->eps, bc2s = (T)a->bc2_sqrt;                           \
+    const T neg_step = (T)-a->step_size;                                      \
+    const int64_t n = end - begin;                                            \
+    for (int64_t k = 0; k < n; k++) {                                         \
+      T pk = p[k] * shrink;                                                   \
+      T gk = g[k] + l2 * pk;                                                  \
+      T mk = m[k] * b1 + c1 * gk;                                             \
+      T vk = v[k] * b2 + c2 * gk * gk;                                        \
+      m[k] = mk;                                                              \
+      v[k] = vk;                                                              \
+      if (vmax) { /* amsgrad: the largest second moment so far */             \
+        vk = vmax[k] > vk ? vmax[k] : vk;                                     \
+        vmax[k] = vk;                                                         \
+      }                                                                       \
+      T denom = SQRT(vk) / bc2s + eps;                                        \
+      p[k] = pk + neg_step * mk / denom;                                      \
+    }                                                                         \
   }
-}
 
-static void adam_f64(void *ctx, int64_t begin, int64_t end) {
-  const adam_args *a = ctx;
-  double *restrict p = (double *)a->p + begin;              /* (D) */
-  double *restrict m = (double *)a->m + begin;              /* (D) */
-  double *restrict v = (double *)a->v + begin;              /* (D) */
-  double *restrict vmax = a->vmax ? (double *)a->vmax + begin : NULL; /* (D) */
-  const double *restrict g = (const double *)a->g + begin;  /* (D) */
-  const double l2 = a->l2, shrink = a->shrink, b1 = a->beta1, b2 = a->beta2;
-  const double c1 = 1.0 - a->beta1, c2 = 1.0 - a->beta2;
-  const double eps = a->eps, bc2s = a->bc2_sqrt, neg_step = -a->step_size;
-  const int64_t n = end - begin;
-  if (!vmax) {
-    for (int64_t k = 0; k < n; k++) {
-      double pk = p[k] * shrink;
-      double gk = g[k] + l2 * pk;
-      double mk = m[k] * b1 + c1 * gk;
-      double vk = v[k] * b2 + c2 * gk * gk;
-      m[k] = mk;
-      v[k] = vk;
-      double denom = sqrt(vk) / bc2s + eps;
-      p[k] = pk + neg_step * mk / denom;
-    }
-  } else {
-    for (int64_t k = 0; k < n; k++) {
-      double pk = p[k] * shrink;
-      double gk = g[k] + l2 * pk;
-      double mk = m[k] * b1 + c1 * gk;
-      double vk = v[k] * b2 + c2 * gk * gk;
-      double vm = vmax[k] > vk ? vmax[k] : vk;
-      m[k] = mk;
-      v[k] = vk;
-      vmax[k] = vm;
-      double denom = sqrt(vm) / bc2s + eps;
-      p[k] = pk + neg_step * mk / denom;
-    }
-  }
-}
+ADAM_KERNEL(adam_f32, float, sqrtf)
+ADAM_KERNEL(adam_f64, double, sqrt)
 
 void em_adam_update(const em_optim_config *c, em_optim_slot *s, const em_tensor *g) {
   int64_t t = *em_i64(s->step) + 1;

@@ -20,78 +20,48 @@ typedef struct {
   bool first, nesterov;
 } sgd_args;
 
-static void sgd_f32(void *ctx, int64_t begin, int64_t end) {
-  const sgd_args *a = ctx;
-  float *restrict p = (float *)a->p + begin;     /* (D) */
-  const float *restrict g = (const float *)a->g + begin; /* (D) */
-  float *restrict buf = a->buf ? (float *)a->buf + begin : NULL; /* (D) */
-  const float lr = (float)a->lr, wd = (float)a->wd, mom = (float)a->mom;
-  const float keep = (float)(1.0 - a->damp);
-  const int64_t n = end - begin;
-  if (!buf) {
-    for (int64_t k = 0; k < n; k++) {
-      float d = g[k] + wd * p[k];
-      p[k] = p[k] - lr * d;
-    }
-  } else if (a->first) {
-    for (int64_t k = 0; k < n; k++) {
-      float d = g[k] + wd * p[k];
-      buf[k] = d;
-      if (a->nesterov) d = d + mom * d;
-      p[k] = p[k] - lr * d;
-    }
-  } else if (a->nesterov) {
-    for (int64_t k = 0; k < n; k++) {
-      float d = g[k] + wd * p[k];
-      float b = buf[k] * mom + keep * d;
-      buf[k] = b;
-      p[k] = p[k] - lr * (d + mom * b);
-    }
-  } else {
-    for (int64_t k = 0; k < n; k++) {
-      float d = g[k] + wd * p[k];
-      float b = buf[k] * mom + keep * d;
-      buf[k] = b;
-      p[k] = p[k] - lr * b;
-    }
+/* One kernel for both dtypes; T is float or double, and the f32 one
+ * computes in float as PyTorch does. */
+#define SGD_KERNEL(NAME, T)                                                   \
+  static void NAME(void *ctx, int64_t begin, int64_t end) {                  \
+    const sgd_args *a = ctx;                                                  \
+    T *restrict p = (T *)a->p + begin;                          /* (D) */     \
+    const T *restrict g = (const T *)a->g + begin;              /* (D) */     \
+    T *restrict buf = a->buf ? (T *)a->buf + begin : NULL;      /* (D) */     \
+    const T lr = (T)a->lr, wd = (T)a->wd, mom = (T)a->mom;                    \
+    const T keep = (T)(1.0 - a->damp);                                        \
+    const int64_t n = end - begin;                                            \
+    if (!buf) {                                                               \
+      for (int64_t k = 0; k < n; k++) {                                       \
+        T d = g[k] + wd * p[k];                                               \
+        p[k] = p[k] - lr * d;                                                 \
+      }                                                                       \
+    } else if (a->first) {                                                    \
+      for (int64_t k = 0; k < n; k++) {                                       \
+        T d = g[k] + wd * p[k];                                               \
+        buf[k] = d;                                                           \
+        if (a->nesterov) d = d + mom * d;                                     \
+        p[k] = p[k] - lr * d;                                                 \
+      }                                                                       \
+    } else if (a->nesterov) {                                                 \
+      for (int64_t k = 0; k < n; k++) {                                       \
+        T d = g[k] + wd * p[k];                                               \
+        T b = buf[k] * mom + keep * d;                                        \
+        buf[k] = b;                                                           \
+        p[k] = p[k] - lr * (d + mom * b);                                     \
+      }                                                                       \
+    } else {                                                                  \
+      for (int64_t k = 0; k < n; k++) {                                       \
+        T d = g[k] + wd * p[k];                                               \
+        T b = buf[k] * mom + keep * d;                                        \
+        buf[k] = b;                                                           \
+        p[k] = p[k] - lr * b;                                                 \
+      }                                                                       \
+    }                                                                         \
   }
-}
 
-static void sgd_f64(void *ctx, int64_t begin, int64_t end) {
-  const sgd_args *a = ctx;
-  double *restrict p = (double *)a->p + begin;     /* (D) */
-  const double *restrict g = (const double *)a->g + begin; /* (D) */
-  double *restrict buf = a->buf ? (double *)a->buf + begin : NULL; /* (D) */
-  const double lr = a->lr, wd = a->wd, mom = a->mom, keep = 1.0 - a->damp;
-  const int64_t n = end - begin;
-  if (!buf) {
-    for (int64_t k = 0; k < n; k++) {
-      double d = g[k] + wd * p[k];
-      p[k] = p[k] - lr * d;
-    }
-  } else if (a->first) {
-    for (int64_t k = 0; k < n; k++) {
-      double d = g[k] + wd * p[k];
-      buf[k] = d;
-      if (a->nesterov) d = d + mom * d;
-      p[k] = p[k] - lr * d;
-    }
-  } else if (a->nesterov) {
-    for (int64_t k = 0; k < n; k++) {
-      double d = g[k] + wd * p[k];
-      double b = buf[k] * mom + keep * d;
-      buf[k] = b;
-      p[k] = p[k] - lr * (d + mom * b);
-    }
-  } else {
-    for (int64_t k = 0; k < n; k++) {
-      double d = g[k] + wd * p[k];
-      double b = buf[k] * mom + keep * d;
-      buf[k] = b;
-      p[k] = p[k] - lr * b;
-    }
-  }
-}
+SGD_KERNEL(sgd_f32, float)
+SGD_KERNEL(sgd_f64, double)
 
 void em_sgd_update(const em_optim_config *c, em_optim_slot *s, const em_tensor *g) {
   bool use_buf = c->momentum != 0 && s->buf[0];

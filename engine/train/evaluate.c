@@ -9,6 +9,8 @@
 em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
                       double label_smoothing, double *mean_loss, double *accuracy,
                       em_error *err) {
+  em_status fit = em_train_check_fit(em_model_spec(m), ds, "evaluation", loss, err);
+  if (fit != EM_OK) return fit;
   em_loader_config lc;
   em_loader_config_defaults(&lc);
   lc.batch_size = batch_size;
@@ -18,7 +20,6 @@ em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss
   if (!ld) return err ? err->status : EM_ERR_INVALID;
   int64_t shape[EM_MAX_DIMS + 1];
   int nd = em_dataset_sample_shape(ds, shape + 1);
-  int64_t classes = em_dataset_num_classes(ds);
   double total_loss = 0;
   int64_t correct = 0, seen = 0;
   em_status st = EM_OK;
@@ -27,13 +28,6 @@ em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss
   em_batch b;
   em_error lerr = {0};
   while (em_loader_next(ld, &b, &lerr)) {
-    for (int64_t i = 0; i < b.n; i++)
-      if (b.y[i] < 0 || b.y[i] >= classes) {
-        st = em_error_set(err, EM_ERR_INVALID, "test label %lld is outside 0..%lld",
-                          (long long)b.y[i], (long long)classes - 1);
-        break;
-      }
-    if (st != EM_OK) break;
     em_scope *s = em_scope_begin();
     shape[0] = b.n;
     em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, nd + 1, shape, (void *)b.x);

@@ -37,6 +37,9 @@ static double now_s(void) {
 em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_dataset *train,
                            const em_dataset *test, em_error *err) {
   if (em_train_config_validate(c, err) != EM_OK) return NULL;
+  if (em_train_check_fit(em_model_spec(m), train, "training", c->loss, err) != EM_OK ||
+      (test && em_train_check_fit(em_model_spec(m), test, "test", c->loss, err) != EM_OK))
+    return NULL;
   em_trainer *t = calloc(1, sizeof *t);
   if (!t) {
     em_error_set(err, EM_ERR_NOMEM, "out of memory creating the trainer");
@@ -110,16 +113,6 @@ static bool emit(em_train_callback cb, void *user, const em_train_event *ev) {
   return cb ? cb(ev, user) : true;
 }
 
-/* Labels must name a class the model can output. */
-static em_status check_labels(const em_batch *b, int64_t classes, em_error *err) {
-  for (int64_t i = 0; i < b->n; i++)
-    if (b->y[i] < 0 || b->y[i] >= classes)
-      return em_error_set(err, EM_ERR_INVALID,
-                          "label %lld is outside the model's %lld outputs (classes 0..%lld)",
-                          (long long)b->y[i], (long long)classes, (long long)classes - 1);
-  return EM_OK;
-}
-
 em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_error *err) {
   const em_train_config *c = &t->cfg;
   em_set_num_threads(c->threads);
@@ -133,7 +126,6 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   bool cycle_momentum = sched.kind == EM_SCHED_ONECYCLE && sched.cycle_momentum;
   double base_momentum = em_optimizer_get_momentum(t->opt);
   memset(&t->summary, 0, sizeof t->summary);
-  int64_t classes = em_dataset_num_classes(t->train);
 
   em_train_event ev = {0};
   ev.epochs = c->epochs;
@@ -163,7 +155,6 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
         }
         break;
       }
-      if ((st = check_labels(&b, classes, err)) != EM_OK) break;
       em_scope *s = em_scope_begin();
       int64_t xshape[EM_MAX_DIMS + 1];
       xshape[0] = b.n;

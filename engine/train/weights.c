@@ -3,7 +3,6 @@
 #include "em-train.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "em-io.h"
 
@@ -32,13 +31,7 @@ em_status em_model_load(em_model *m, const char *path, em_error *err) {
   /* ...and the file must hold nothing the model does not know. */
   for (int k = 0; k < em_safetensors_count(f) && st == EM_OK; k++) {
     const char *fname = em_safetensors_name(f, k);
-    bool known = false;
-    for (int i = 0; i < n && !known; i++) {
-      const char *name;
-      em_model_tensor(m, i, &name);
-      known = strcmp(name, fname) == 0;
-    }
-    if (!known)
+    if (em_model_tensor_find(m, fname) < 0)
       st = em_error_set(err, EM_ERR_FORMAT,
                         "'%s' holds a tensor '%s' that this model does not have; was it saved "
                         "from another model?",

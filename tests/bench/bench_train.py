@@ -94,19 +94,18 @@ def main():
         spec_path = os.path.join(ROOT, "data", "models", "fmnist-%s.json" % m)
         spec = json.load(open(spec_path))
         limit = a.cnn_limit if m == "cnn" else 0
-        lim_e = ["--limit", str(limit)] if limit else []
-        lim_t = ["--limit", str(limit)] if limit else []
+        lim = ["--limit", str(limit)] if limit else []
         res = {"ember": [], "torch-default": [], "torch-best": []}
         rss = {k: [] for k in res}
         core = {}
         for _ in range(a.repeat):
             e = run_json([ember, "train", spec_path, "--epochs", "1", "--threads", "2", "--quiet"]
-                         + lim_e, env)
+                         + lim, env)
             res["ember"].append(e["train_samples_per_sec"])
             rss["ember"].append(e["peak_rss_mb"])
             for mode in ("default", "best"):
                 t = run_json([sys.executable, os.path.join(HERE, "bench_torch.py"), spec_path,
-                              "--mode", mode, "--threads", "2"] + lim_t, env)
+                              "--mode", mode, "--threads", "2"] + lim, env)
                 res["torch-" + mode].append(t["samples_per_sec"])
                 rss["torch-" + mode].append(t["peak_rss_mb"])
                 core[mode] = t["blas_core"]

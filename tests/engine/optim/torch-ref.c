@@ -121,3 +121,11 @@ bool tref_close(const char *what, const double *got, const double *want, int64_t
   if (worst && w > *worst) *worst = w;
   return true;
 }
+
+void tref_batch_run_or_skip(tref_batch **b, char **why) {
+  if (*b && !tref_batch_run(*b, why)) {
+    tref_batch_free(*b);
+    *b = NULL;
+  }
+  if (!*b) g_test_skip(*why);
+}

@@ -22,6 +22,10 @@ void tref_int(tref_batch *b, int64_t v);
  * /usr/bin/python3 or torch is missing (the caller skips); any other
  * failure fails the test. */
 bool tref_batch_run(tref_batch *b, char **why);
+/* Runs *b; when that cannot be done, frees it, sets *b to NULL and marks
+ * the current test skipped with the reason (kept in *why for later
+ * tests). */
+void tref_batch_run_or_skip(tref_batch **b, char **why);
 /* Case c's result: *n doubles. */
 const double *tref_result(const tref_batch *b, int c, int64_t *n);
 
