@@ -1,5 +1,11 @@
-/* autograd.c: grad mode, the tape and the backward walk. */
+/* autograd.c: grad mode, the tape and the backward walk.
+ *
+ * With the profiler or anomaly mode on (one branch on a global flag when
+ * off), each recorded node is tagged with the layer its forward ran in,
+ * and each backward function runs inside a backward span that names it
+ * and that layer; anomaly mode then checks the gradients it wrote. */
 #include "core-private.h"
+#include "profile-private.h"
 
 #include <string.h>
 
@@ -33,6 +39,7 @@ em_node *em_record(const char *op, em_backward_fn bw, em_tensor *out, int n,
   for (int k = 0; k < n; k++) node->in[k] = inputs[k];
   out->grad_fn = node;
   out->flags |= EM_TENSOR_REQUIRES_GRAD;
+  if (em_profile_hooks_on()) em_prof_node_tag(node);
   return node;
 }
 
@@ -93,7 +100,13 @@ static void walk_tape(void) {
   for (int64_t k = n - 1; k >= 0; k--) {
     em_node *node = tape[k];
     if (!node->out->grad || !node->backward) continue;
-    node->backward(node);
+    if (em_profile_hooks_on()) {
+      int tok = em_prof_backward_begin(node);
+      node->backward(node);
+      em_prof_backward_end(tok, node);
+    } else {
+      node->backward(node);
+    }
   }
   em_scope_tape_clear();
 }

@@ -90,10 +90,10 @@ em_tensor *em_tensor_new(em_dtype dt, int ndim, const int64_t *shape, em_error *
   size_t nbytes;
   if (!checked_nbytes(dt, ndim, shape, &nbytes, err)) return NULL;
   em_tensor *t = calloc(1, sizeof *t);
-  void *data = nbytes ? calloc(1, nbytes) : calloc(1, 64);
+  void *data = em_alloc(nbytes); /* counted in em_memory_stats, like PyTorch's */
   if (!t || !data) {
     free(t);
-    free(data);
+    em_free(data, nbytes);
     em_error_set(err, EM_ERR_NOMEM, "out of memory allocating %zu bytes", nbytes);
     return NULL;
   }
@@ -101,6 +101,7 @@ em_tensor *em_tensor_new(em_dtype dt, int ndim, const int64_t *shape, em_error *
   t->ndim = ndim;
   if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
   em_set_contiguous_strides(t);
+  memset(data, 0, nbytes);
   t->data = data;
   t->flags = EM_TENSOR_PERSISTENT | EM_TENSOR_OWNS_DATA;
   return t;
@@ -110,7 +111,7 @@ void em_tensor_free(em_tensor *t) {
   if (!t) return;
   EM_ASSERT(t->flags & EM_TENSOR_PERSISTENT);
   if (t->grad) em_tensor_free(t->grad);
-  if (t->flags & EM_TENSOR_OWNS_DATA) free(t->data);
+  if (t->flags & EM_TENSOR_OWNS_DATA) em_free(t->data, em_tensor_nbytes(t));
   free(t);
 }
 

@@ -151,6 +151,10 @@ em_loader *em_loader_new(const em_dataset *ds, const em_loader_config *c, em_err
  * wrapping around) to a multiple of world, like PyTorch's
  * DistributedSampler; every rank must use the same seed. */
 void em_loader_start_epoch(em_loader *l, int64_t epoch);
+/* Starts epoch `epoch` at batch first_batch (0-based; the batches before
+ * it are skipped without being loaded): a resumed run continues with
+ * exactly the batches an uninterrupted run would have seen. */
+void em_loader_start_epoch_at(em_loader *l, int64_t epoch, int64_t first_batch);
 /* The next batch of the epoch, valid until the next call on this loader
  * (or em_loader_start_epoch / em_loader_free). Returns false at the end
  * of the epoch (err cleared) or on an error (err set; the epoch is over). */

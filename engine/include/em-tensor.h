@@ -137,6 +137,10 @@ typedef struct {
   int64_t peak_allocated_bytes;
   int64_t alloc_count;     /* calls that took a block */
   int64_t system_alloc_count; /* calls that reached the system allocator */
+  int64_t free_count;         /* blocks handed back */
+  int64_t peak_reserved_bytes;
+  int64_t cached_blocks;      /* free blocks kept for reuse */
+  int64_t largest_free_block; /* bytes of the largest cached block (0: none) */
 } em_memory_stats;
 void em_memory_stats_get(em_memory_stats *out);
 void em_memory_reset_peak(void);

@@ -15,6 +15,12 @@
 
 typedef enum { EM_LOSS_CROSS_ENTROPY, EM_LOSS_MSE } em_loss_kind;
 
+typedef enum {
+  EM_DIVERGENCE_AUTO,     /* rollback when a checkpoint exists, else stop */
+  EM_DIVERGENCE_ROLLBACK, /* restore the last checkpoint, lower the lr, go on */
+  EM_DIVERGENCE_STOP,     /* stop with an error that says what happened */
+} em_divergence_policy;
+
 typedef struct {
   /* data */
   char dataset[64];   /* "fashion-mnist", "cifar10", "synthetic" */
@@ -37,12 +43,27 @@ typedef struct {
   uint64_t seed;
   int threads;
   int eval_every; /* epochs between evaluations; 0 = only at the end */
+  /* checkpoints (see em_trainer_save_checkpoint) */
+  int64_t checkpoint_every;  /* optimiser steps between checkpoints; 0 = none on a timer */
+  char checkpoint_dir[512];  /* where the trainer writes them; empty = no checkpoints */
+  /* divergence watchdog: the loss becomes NaN/Inf, or the gradient norm
+   * exceeds spike_factor times the largest of the last 50 steps' norms
+   * (after 20 steps) */
+  em_divergence_policy on_divergence;
+  double divergence_lr_factor; /* rollback multiplies the lr by this; default 0.5 */
+  double divergence_spike_factor; /* default 10 */
+  int max_rollbacks;           /* then stop with an error; default 5 */
 } em_train_config;
 
 void em_train_config_defaults(em_train_config *c);
 /* Reads the spec's "training" and "loss" sections over c; unknown keys
  * and wrong types are errors that name the key. */
 em_status em_train_config_from_spec(em_train_config *c, const em_spec *spec, em_error *err);
+/* The whole config as a JSON object (malloc'd string, free()), and back:
+ * from_json(to_json(c)) == c field for field; unknown keys are errors.
+ * The registry stores this, and --resume rebuilds the run from it. */
+char *em_train_config_to_json(const em_train_config *c);
+em_status em_train_config_from_json(em_train_config *c, const char *json, em_error *err);
 /* Checks ranges (batch >= 1, lr > 0, ...) before a run. */
 em_status em_train_config_validate(const em_train_config *c, em_error *err);
 
@@ -52,6 +73,8 @@ typedef enum {
   EM_EVENT_EVAL,
   EM_EVENT_EPOCH_END,
   EM_EVENT_DONE,
+  EM_EVENT_CHECKPOINT, /* a checkpoint file was written: path, checkpoint_kind */
+  EM_EVENT_DIVERGENCE, /* the watchdog fired: message; rolled back or stopping */
 } em_event_kind;
 
 typedef struct {
@@ -70,6 +93,14 @@ typedef struct {
   double eta_s;
   double test_loss, test_accuracy; /* EVAL */
   int64_t test_samples;
+  /* CHECKPOINT: the file, and "step" (every checkpoint_every steps),
+   * "eval" (after an evaluation; test_loss/test_accuracy are its metrics)
+   * or "final" (end of the run). DIVERGENCE: what happened and what the
+   * trainer does about it. */
+  const char *path;
+  const char *checkpoint_kind;
+  const char *message;
+  double lr_scale; /* product of the rollbacks' lr factors so far (1 = none) */
 } em_train_event;
 
 /* Return false to ask the trainer to stop after this event. */
@@ -97,6 +128,31 @@ void em_trainer_request_stop(em_trainer *t); /* thread-safe */
 void em_trainer_summary(const em_trainer *t, em_train_summary *out);
 void em_trainer_free(em_trainer *t);
 
+/* ---- checkpoints ----------------------------------------------------------
+ * A checkpoint is one safetensors file holding the model's weights and
+ * buffers (PyTorch names), the optimiser state ("optim/<name>"), and in
+ * its metadata: format "ember-checkpoint" and version, epoch, batch within
+ * the epoch and optimiser step (the loader's position: its order is a
+ * function of (seed, epoch)), the dropout RNG state, the lr scale left by
+ * divergence rollbacks, the running epoch-loss sum, and the spec and config
+ * as JSON. It is written to "<path>.tmp", fsynced, renamed over path and
+ * the folder fsynced, so a crash leaves either the old file or the new.
+ *
+ * Written between steps only (never mid-accumulation). Resuming a trainer
+ * made from the same spec, config and datasets from a checkpoint gives
+ * weights bit-identical to a run that never stopped (same thread count). */
+em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *err);
+/* Before em_trainer_run: the run continues from the checkpoint. Checks the
+ * format, the version, that every tensor is present with the right shape
+ * and dtype, and that the checkpoint's spec matches the model's; a
+ * truncated or corrupted file is an EM_ERR_FORMAT error that names it, and
+ * the trainer is left unchanged. */
+em_status em_trainer_load_checkpoint(em_trainer *t, const char *path, em_error *err);
+/* Reads only a checkpoint's metadata value (NULL-terminated copy into out);
+ * EM_ERR_FORMAT when the file is not an Ember checkpoint. */
+em_status em_checkpoint_read_meta(const char *path, const char *key, char *out, size_t cap,
+                                  em_error *err);
+
 /* Mean loss and accuracy of m over ds in inference mode. */
 em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
                       double label_smoothing, double *mean_loss, double *accuracy,
@@ -119,3 +175,8 @@ em_status em_train_check_fit(const em_spec *spec, const em_dataset *ds, const ch
 em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
                                   const int64_t *sample_shape, int sample_ndim, int classes,
                                   em_error *err);
+/* The files a named dataset reads (absolute paths, sorted), for lineage:
+ * up to cap paths of up to 1024 bytes each into paths; *n gets the count.
+ * "synthetic" has none. */
+em_status em_dataset_files_named(const char *name, const char *dir, bool train,
+                                 char (*paths)[1024], int cap, int *n, em_error *err);

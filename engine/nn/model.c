@@ -8,6 +8,7 @@
  * Forward allocates only scope memory (the node-output table is scratch),
  * so a steady training step does no malloc here. */
 #include "nn-private.h"
+#include "em-profile.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -210,7 +211,10 @@ em_tensor *em_model_forward(em_model *m, em_tensor *x, bool training, em_rng *rn
         return NULL;
       }
     }
+    /* the profiler and anomaly mode name the layer its ops ran in */
+    int span = em_profile_layer_begin(nd->name);
     em_tensor *y = nd->type->forward(&nd->view, nd->n_in, in, params, &ctx);
+    em_profile_layer_end(span);
     /* what shape inference promised (a plugin's bug shows here, not later) */
     bool ok = y && y->ndim == nd->out.ndim && y->shape[0] == x->shape[0];
     for (int d = 1; ok && d < y->ndim; d++) ok = y->shape[d] == nd->out.shape[d];

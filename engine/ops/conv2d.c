@@ -7,6 +7,14 @@
  * of a network, whose input needs no grad, never pays for dX. */
 #include "conv-private.h"
 
+/* Multiply-adds of one direct convolution, times two: forward, dX and
+ * dW each do this many (Winograd does fewer; the nominal count is what
+ * FLOP rates are quoted in). */
+static double conv_flops(const em_conv_geom *g) {
+  return 2.0 * (double)g->N * (double)g->K * (double)g->OH * (double)g->OW * (double)g->Cg *
+         (double)g->kh * (double)g->kw;
+}
+
 static void params_save(em_node *nd, const em_conv2d_params *p) {
   nd->i[0] = p->stride[0];
   nd->i[1] = p->stride[1];
@@ -38,6 +46,7 @@ static void conv2d_backward_with(em_node *n, bool ref) {
   em_conv2d_params p = params_load(n);
   em_conv_geom g;
   em_conv_geom_init(&g, xs, w, &p);
+  em_op_add_flops(((gr.gx != NULL) + (gr.gw != NULL)) * conv_flops(&g)); /* dX and dW GEMMs */
   if (ref) em_conv2d_ref_backward(&g, xs, w, n->out->grad, &gr);
   else em_conv2d_fast_backward(&g, xs, w, n->out->grad, &gr);
 }
@@ -52,8 +61,10 @@ static em_tensor *conv2d_run(em_tensor *x /* (N, C, H, W) */,
   EM_ASSERT(p && x->ndim == 4 && w->ndim == 4);
   EM_ASSERT(EM_IS_FLOAT(x) && w->dtype == x->dtype);
   if (b) EM_ASSERT(b->ndim == 1 && b->shape[0] == w->shape[0] && b->dtype == x->dtype);
+  EM_OP_BEGIN("conv2d", 3, x, w, b);
   em_conv_geom g;
   em_conv_geom_init(&g, x, w, p);
+  em_op_add_flops(conv_flops(&g));
   ref = ref || x->dtype != EM_DTYPE_F32;
   em_tensor *xs = x; /* what forward reads and backward keeps */
   if (!ref && !em_tensor_is_contiguous(x)) {
@@ -70,7 +81,7 @@ static em_tensor *conv2d_run(em_tensor *x /* (N, C, H, W) */,
     nd->saved[0] = xs;
     params_save(nd, p);
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 em_tensor *em_conv2d(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv2d_params *p) {

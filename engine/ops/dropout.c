@@ -54,6 +54,7 @@ em_tensor *em_dropout(em_tensor *x, double p, bool training, em_rng *rng) {
   EM_ASSERT(EM_IS_FLOAT(x) && p >= 0 && p <= 1);
   if (!training || p == 0) return x;
   EM_ASSERT(rng);
+  EM_OP_BEGIN("dropout", 1, x);
   int64_t numel = em_tensor_numel(x);
   em_tensor *xc = em_contiguous_nograd(x);
   em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
@@ -74,5 +75,5 @@ em_tensor *em_dropout(em_tensor *x, double p, bool training, em_rng *rng) {
     nd->f[0] = p;
     nd->f[1] = scale;
   }
-  return y;
+  return EM_OP_END(y);
 }

@@ -152,6 +152,7 @@ static void binary_backward(em_node *n) {
 
 static em_tensor *binary_apply(int kind, em_tensor *a, em_tensor *b) {
   EM_ASSERT(EM_IS_FLOAT(a) && a->dtype == b->dtype);
+  EM_OP_BEGIN(bin_names[kind], 2, a, b);
   int64_t shape[EM_MAX_DIMS];
   int nd = em_broadcast_shape(a, b, shape);
   EM_ASSERT(nd >= 0 && "operands do not broadcast");
@@ -165,7 +166,7 @@ static em_tensor *binary_apply(int kind, em_tensor *a, em_tensor *b) {
     em_node *node = em_record(bin_names[kind], binary_backward, y, 2, ins);
     node->i[0] = kind;
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 em_tensor *em_add(em_tensor *a, em_tensor *b) { return binary_apply(K_ADD, a, b); }

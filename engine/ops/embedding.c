@@ -77,6 +77,7 @@ static void embedding_backward(em_node *n) {
 em_tensor *em_embedding(em_tensor *weight, em_tensor *idx) {
   EM_ASSERT(EM_IS_FLOAT(weight) && weight->ndim == 2);
   EM_ASSERT(idx->dtype == EM_DTYPE_I64 && idx->ndim < EM_MAX_DIMS);
+  EM_OP_BEGIN("embedding", 2, weight, idx);
   int64_t V = weight->shape[0], D = weight->shape[1], L = em_tensor_numel(idx);
   em_tensor *ic = em_contiguous_nograd(idx);
   const int64_t *iv = em_i64(ic);
@@ -94,5 +95,5 @@ em_tensor *em_embedding(em_tensor *weight, em_tensor *idx) {
     nd->i[0] = L;
     nd->i[1] = D;
   }
-  return y;
+  return EM_OP_END(y);
 }

@@ -196,6 +196,7 @@ static void cross_entropy_backward(em_node *n) {
 
 em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing) {
   EM_ASSERT(EM_IS_FLOAT(logits) && logits->ndim == 2);
+  EM_OP_BEGIN("cross_entropy", 2, logits, target);
   EM_ASSERT(target->dtype == EM_DTYPE_I64 && target->ndim == 1);
   EM_ASSERT(target->shape[0] == logits->shape[0]);
   EM_ASSERT(label_smoothing >= 0 && label_smoothing <= 1);
@@ -228,7 +229,7 @@ em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_s
     nd->f[0] = label_smoothing;
     nd->ctx = stats;
   }
-  return out;
+  return EM_OP_END(out);
 }
 
 /* ---- mse ------------------------------------------------------------------------------ */
@@ -316,6 +317,7 @@ static void mse_backward(em_node *n) {
 
 em_tensor *em_mse_loss(em_tensor *a, em_tensor *b) {
   EM_ASSERT(EM_IS_FLOAT(a) && a->dtype == b->dtype && em_tensor_same_shape(a, b));
+  EM_OP_BEGIN("mse_loss", 2, a, b);
   int64_t numel = em_tensor_numel(a);
   EM_ASSERT(numel > 0);
   em_tensor *ac = em_contiguous_nograd(a), *bc = em_contiguous_nograd(b);
@@ -339,5 +341,5 @@ em_tensor *em_mse_loss(em_tensor *a, em_tensor *b) {
     nd->saved[0] = ac;
     nd->saved[1] = bc;
   }
-  return out;
+  return EM_OP_END(out);
 }

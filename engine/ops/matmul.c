@@ -8,10 +8,29 @@
 #include <cblas.h>
 #include <string.h>
 
+static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                     double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     double beta, void *c, int64_t ldc);
+
 void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
              const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
              int64_t ldc) {
   if (m == 0 || n == 0) return;
+  /* a span of its own, so that linear's and matmul's self time excludes
+   * the products and their FLOPs are counted where they are done */
+  const int tok = em_profile_hooks_on() ? em_op_begin_("gemm", 0, NULL) : -1;
+  if (tok >= 0) {
+    em_op_note_shape_(tok, 2, (int64_t[]){m, k});
+    em_op_note_shape_(tok, 2, (int64_t[]){k, n});
+    em_op_add_flops_(2.0 * (double)m * (double)n * (double)k);
+  }
+  gemm_run(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (tok >= 0) em_op_end_(tok, NULL);
+}
+
+static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                     double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     double beta, void *c, int64_t ldc) {
   if (k == 0) { /* BLAS may not scale C for k = 0 */
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) {
@@ -118,6 +137,7 @@ em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b) {
   EM_ASSERT(EM_IS_FLOAT(x) && x->dtype == w->dtype);
   EM_ASSERT(w->stride[1] == 1 || w->shape[1] == 1);
   if (b) EM_ASSERT(b->ndim == 1 && b->shape[0] == w->shape[0] && b->dtype == x->dtype);
+  EM_OP_BEGIN("linear", 3, x, w, b);
   int64_t N = x->shape[0], D = x->shape[1], K = w->shape[0];
   x = blas_ready(x, 0, 1);
   em_blas_operand xo;
@@ -145,7 +165,7 @@ em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b) {
     em_node *nd = em_record("linear", linear_backward, y, 3, ins);
     nd->saved[0] = x;
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 /* ---- matmul ------------------------------------------------------------------ */
@@ -217,6 +237,7 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
   EM_ASSERT(a->ndim >= 2 && b->ndim >= 2 && a->dtype == b->dtype && EM_IS_FLOAT(a));
   int64_t L = a->shape[a->ndim - 2], D = a->shape[a->ndim - 1], K = b->shape[b->ndim - 1];
   EM_ASSERT(b->shape[b->ndim - 2] == D);
+  EM_OP_BEGIN("matmul", 2, a, b);
   int nb = (a->ndim > b->ndim ? a->ndim : b->ndim) - 2;
   int64_t shape[EM_MAX_DIMS];
   for (int d = 0; d < nb; d++) {
@@ -243,5 +264,5 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
     nd->saved[0] = ac;
     nd->saved[1] = bc;
   }
-  return y;
+  return EM_OP_END(y);
 }

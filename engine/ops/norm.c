@@ -337,6 +337,7 @@ em_tensor *em_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
                          em_tensor *running_mean, em_tensor *running_var,
                          bool training, double momentum, double eps) {
   EM_ASSERT(EM_IS_FLOAT(x) && x->ndim >= 2);
+  EM_OP_BEGIN("batch_norm", 3, x, weight, bias);
   bn_geom p = {.N = x->shape[0], .C = x->shape[1], .S = 1, .eps = eps, .training = training};
   for (int d = 2; d < x->ndim; d++) p.S *= x->shape[d];
   int64_t C = p.C;
@@ -390,7 +391,7 @@ em_tensor *em_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
     *keep = p;
     nd->ctx = keep;
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 /* ---- layer norm: plain loop reference (f64) -------------------------------------------- */
@@ -563,6 +564,7 @@ static void layer_norm_backward(em_node *n) {
 
 em_tensor *em_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bias, double eps) {
   EM_ASSERT(EM_IS_FLOAT(x) && nd >= 1 && nd <= x->ndim);
+  EM_OP_BEGIN("layer_norm", 3, x, weight, bias);
   ln_geom p = {.R = 1, .D = 1, .eps = eps};
   for (int d = 0; d < x->ndim - nd; d++) p.R *= x->shape[d];
   for (int d = x->ndim - nd; d < x->ndim; d++) p.D *= x->shape[d];
@@ -598,5 +600,5 @@ em_tensor *em_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bia
     *keep = p;
     n->ctx = keep;
   }
-  return y;
+  return EM_OP_END(y);
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "em-ops.h"
+#include "em-profile.h"
 
 #define EM_IS_FLOAT(t) ((t)->dtype == EM_DTYPE_F32 || (t)->dtype == EM_DTYPE_F64)
 

@@ -284,6 +284,7 @@ static void pool_backward_ref(em_node *n) {
 static em_tensor *pool_run(em_tensor *x /* (N, C, H, W) */, const em_pool2d_params *p, bool max,
                            bool ref) {
   EM_ASSERT(p && x->ndim == 4 && EM_IS_FLOAT(x));
+  EM_OP_BEGIN(max ? "max_pool2d" : "avg_pool2d", 1, x);
   em_pool_geom g;
   em_pool_geom_init(&g, x, p);
   EM_ASSERT(g.H * g.W <= INT32_MAX);
@@ -313,7 +314,7 @@ static em_tensor *pool_run(em_tensor *x /* (N, C, H, W) */, const em_pool2d_para
     nd->ctx = idx;
     if (ref) nd->saved[0] = x;
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 em_tensor *em_max_pool2d(em_tensor *x, const em_pool2d_params *p) {

@@ -130,6 +130,7 @@ static void sum_backward(em_node *n) {
 
 static em_tensor *sum_dim(em_tensor *x, int dim, bool keepdim, bool mean) {
   EM_ASSERT(EM_IS_FLOAT(x) && x->ndim > 0);
+  EM_OP_BEGIN(mean ? "mean" : "sum", 1, x);
   int d = em_dim_norm(dim, x->ndim);
   int64_t shape[EM_MAX_DIMS], O, R, I;
   int nd = reduced_shape(x, d, keepdim, shape);
@@ -153,7 +154,7 @@ static em_tensor *sum_dim(em_tensor *x, int dim, bool keepdim, bool mean) {
     nd_->i[0] = d;
     nd_->f[0] = scale;
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 em_tensor *em_sum(em_tensor *x, int dim, bool keepdim) { return sum_dim(x, dim, keepdim, false); }
@@ -191,6 +192,7 @@ static void all_backward(em_node *n) {
 
 static em_tensor *sum_all(em_tensor *x, bool mean) {
   EM_ASSERT(EM_IS_FLOAT(x));
+  EM_OP_BEGIN(mean ? "mean_all" : "sum_all", 1, x);
   em_tensor *c = em_contiguous_nograd(x);
   int64_t n = em_tensor_numel(c), nb = (n + ALL_BLOCK - 1) / ALL_BLOCK;
   all_job j = {em_tensor_ptr(c), n, em_scratch(sizeof(double) * (size_t)(nb ? nb : 1)),
@@ -205,7 +207,7 @@ static em_tensor *sum_all(em_tensor *x, bool mean) {
     em_node *nd = em_record(mean ? "mean_all" : "sum_all", all_backward, y, 1, &x);
     nd->f[0] = scale;
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 em_tensor *em_sum_all(em_tensor *x) { return sum_all(x, false); }
@@ -346,6 +348,7 @@ static void max_impl(em_tensor *x, int d, bool keepdim, bool want_values, em_ten
 
 em_tensor *em_max(em_tensor *x, int dim, bool keepdim, em_tensor **argmax) {
   EM_ASSERT(EM_IS_FLOAT(x) && x->ndim > 0);
+  EM_OP_BEGIN("max", 1, x);
   int d = em_dim_norm(dim, x->ndim);
   em_tensor *y, *idx;
   max_impl(x, d, keepdim, true, &y, &idx);
@@ -355,14 +358,15 @@ em_tensor *em_max(em_tensor *x, int dim, bool keepdim, em_tensor **argmax) {
     nd->i[0] = d;
   }
   if (argmax) *argmax = idx;
-  return y;
+  return EM_OP_END(y);
 }
 
 em_tensor *em_argmax(em_tensor *x, int dim, bool keepdim) {
   EM_ASSERT(x->ndim > 0);
+  EM_OP_BEGIN("argmax", 1, x);
   int d = em_dim_norm(dim, x->ndim);
   em_tensor *y, *idx;
   /* floats take the fast kernel; integer inputs the reference loop */
   max_impl(x, d, keepdim, EM_IS_FLOAT(x), &y, &idx);
-  return idx;
+  return EM_OP_END(idx);
 }

@@ -266,6 +266,7 @@ static void softmax_backward(em_node *n) {
 
 static em_tensor *softmax_any(em_tensor *x, int dim, bool log_out) {
   EM_ASSERT(EM_IS_FLOAT(x));
+  EM_OP_BEGIN(log_out ? "log_softmax" : "softmax", 1, x);
   if (dim < 0) dim += x->ndim;
   EM_ASSERT(x->ndim == 0 ? dim == 0 || dim == -1 : dim >= 0 && dim < x->ndim);
   if (x->ndim == 0) dim = 0;
@@ -287,7 +288,7 @@ static em_tensor *softmax_any(em_tensor *x, int dim, bool log_out) {
     nd->i[2] = g.inner;
     nd->i[3] = log_out;
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 em_tensor *em_softmax(em_tensor *x, int dim) { return softmax_any(x, dim, false); }

@@ -174,6 +174,7 @@ static void unary_backward(em_node *n) {
 
 static em_tensor *unary_apply(const unary_op *op, em_tensor *x, double p0, double p1) {
   EM_ASSERT(EM_IS_FLOAT(x));
+  EM_OP_BEGIN(op->name, 1, x);
   em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
   em_tensor *ops[2] = {y, x};
   unary_params prm = {{p0, p1}};
@@ -187,7 +188,7 @@ static em_tensor *unary_apply(const unary_op *op, em_tensor *x, double p0, doubl
     nd->f[1] = p1;
     nd->saved[0] = op->save == SAVE_X ? x : op->save == SAVE_Y ? y : NULL;
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 em_tensor *em_neg(em_tensor *x) { return unary_apply(&neg_op, x, 0, 0); }

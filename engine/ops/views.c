@@ -66,6 +66,7 @@ static void same_order_backward(em_node *n) {
 
 em_tensor *em_reshape(em_tensor *x, int ndim, const int64_t *shape) {
   EM_ASSERT(ndim >= 0 && ndim <= EM_MAX_DIMS);
+  EM_OP_BEGIN("reshape", 1, x);
   int64_t sh[EM_MAX_DIMS], known = 1;
   int infer = -1;
   for (int d = 0; d < ndim; d++) {
@@ -93,7 +94,7 @@ em_tensor *em_reshape(em_tensor *x, int ndim, const int64_t *shape) {
   }
   em_tensor *y = em_view_raw(src, ndim, sh, stride, src->offset);
   if (em_needs_grad(1, &src)) em_record("reshape", same_order_backward, y, 1, &src);
-  return y;
+  return EM_OP_END(y);
 }
 
 em_tensor *em_flatten(em_tensor *x, int start_dim) {
@@ -120,6 +121,7 @@ static void permute_backward(em_node *n) {
 }
 
 em_tensor *em_permute(em_tensor *x, const int *perm) {
+  EM_OP_BEGIN("permute", 1, x);
   int64_t shape[EM_MAX_DIMS], stride[EM_MAX_DIMS];
   bool seen[EM_MAX_DIMS] = {false};
   int p[EM_MAX_DIMS];
@@ -135,7 +137,7 @@ em_tensor *em_permute(em_tensor *x, const int *perm) {
     em_node *nd = em_record("permute", permute_backward, y, 1, &x);
     for (int j = 0; j < x->ndim; j++) nd->i[j] = p[j];
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 em_tensor *em_transpose(em_tensor *x, int d0, int d1) {
@@ -174,6 +176,7 @@ static void slice_backward(em_node *n) {
 em_tensor *em_slice(em_tensor *x, int dim, int64_t start, int64_t end, int64_t step) {
   int d = em_dim_norm(dim, x->ndim);
   EM_ASSERT(step > 0 && "slice: step must be positive");
+  EM_OP_BEGIN("slice", 1, x);
   int64_t size = x->shape[d];
   /* Python's rules: negative counts from the end, then clamp to [0, size] */
   if (start < 0) start += size;
@@ -194,7 +197,7 @@ em_tensor *em_slice(em_tensor *x, int dim, int64_t start, int64_t end, int64_t s
     nd->i[1] = start;
     nd->i[2] = step;
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 /* ---- expand -------------------------------------------------------------------------------------- */
@@ -206,6 +209,7 @@ static void expand_backward(em_node *n) {
 
 em_tensor *em_expand(em_tensor *x, int ndim, const int64_t *shape) {
   EM_ASSERT(ndim >= x->ndim && ndim <= EM_MAX_DIMS);
+  EM_OP_BEGIN("expand", 1, x);
   int64_t sh[EM_MAX_DIMS], stride[EM_MAX_DIMS];
   int lead = ndim - x->ndim;
   for (int d = 0; d < ndim; d++) {
@@ -225,17 +229,18 @@ em_tensor *em_expand(em_tensor *x, int ndim, const int64_t *shape) {
   }
   em_tensor *y = em_view_raw(x, ndim, sh, stride, x->offset);
   if (em_needs_grad(1, &x)) em_record("expand", expand_backward, y, 1, &x);
-  return y;
+  return EM_OP_END(y);
 }
 
 /* ---- contiguous ----------------------------------------------------------------------------------- */
 
 em_tensor *em_contiguous(em_tensor *x) {
   if (em_tensor_is_contiguous(x)) return x;
+  EM_OP_BEGIN("contiguous", 1, x);
   em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
   em_copy_into(y, x);
   if (em_needs_grad(1, &x)) em_record("contiguous", same_order_backward, y, 1, &x);
-  return y;
+  return EM_OP_END(y);
 }
 
 /* ---- concat ---------------------------------------------------------------------------------------- */
@@ -258,6 +263,7 @@ static void concat_backward(em_node *n) {
 
 em_tensor *em_concat(int n, em_tensor *const *xs, int dim) {
   EM_ASSERT(n >= 1);
+  const int em_op_token_ = em_profile_hooks_on() ? em_op_begin_("concat", n < 4 ? n : 4, xs) : -1;
   const em_tensor *x0 = xs[0];
   int d = em_dim_norm(dim, x0->ndim);
   int64_t shape[EM_MAX_DIMS];
@@ -286,7 +292,7 @@ em_tensor *em_concat(int n, em_tensor *const *xs, int dim) {
     nd->i[0] = d;
     nd->i[1] = n;
   }
-  return y;
+  return EM_OP_END(y);
 }
 
 /* ---- cast ----------------------------------------------------------------------------------------------- */
@@ -300,6 +306,7 @@ static void cast_backward(em_node *n) {
 
 em_tensor *em_cast(em_tensor *x, em_dtype dt) {
   if (x->dtype == dt) return x;
+  EM_OP_BEGIN("cast", 1, x);
   em_tensor *y = em_empty(dt, x->ndim, x->shape);
   int64_t n = em_tensor_numel(x);
   if (em_tensor_is_contiguous(x) && x->dtype == EM_DTYPE_F32 && dt == EM_DTYPE_F64) {
@@ -315,5 +322,5 @@ em_tensor *em_cast(em_tensor *x, em_dtype dt) {
   }
   if (EM_IS_FLOAT(x) && em_dtype_is_float(dt) && em_needs_grad(1, &x))
     em_record("cast", cast_backward, y, 1, &x);
-  return y;
+  return EM_OP_END(y);
 }

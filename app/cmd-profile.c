@@ -1,0 +1,411 @@
+/* cmd-profile.c: `ember profile SPEC`: runs a few training steps of a spec
+ * under the op profiler and prints what they spent their time and memory
+ * on.
+ *
+ * The steps are the trainer's (forward, loss, backward in one scope, then
+ * the optimiser step), driven here so that the command does not depend on
+ * the trainer's options: a few warm-up steps first (the first step
+ * allocates gradients and fills the allocator's cache), then N profiled
+ * steps, each a step span holding the data loading, the ops and the
+ * optimiser step as named ranges. */
+#include "cmd-profile.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "em-pool.h"
+#include "em-profile.h"
+#include "em-train.h"
+
+#define EXIT_USAGE 2
+
+static const char *usage =
+    "usage: ember profile SPEC [options]\n"
+    "\n"
+    "Runs training steps of SPEC under the op profiler and prints the op table\n"
+    "(top ops, and per layer), the FLOPs of matmul and conv ops, the memory\n"
+    "summary and a leak check.\n"
+    "\n"
+    "  --steps N         profiled steps (default 20)\n"
+    "  --warmup N        steps run before profiling starts (default 2)\n"
+    "  --trace FILE      write a Chrome trace / Perfetto JSON of the profiled steps\n"
+    "  --top N           rows of the op table (default 15; 0: all)\n"
+    "  --sort COL        name | count | total | self | mean | percent | flops | bytes\n"
+    "                    (default total)\n"
+    "  --batch N         batch size (default: the spec's)\n"
+    "  --threads N       CPU threads\n"
+    "  --dataset NAME    fashion-mnist | cifar10 | synthetic\n"
+    "  --data-dir DIR    folder of the dataset's files\n"
+    "  --seed N          seed for initialisation and shuffling\n"
+    "  --detect-anomaly  stop at the first op that produces NaN or infinity\n";
+
+typedef struct {
+  const char *spec_path, *trace;
+  int steps, warmup, top;
+  em_op_table_col sort;
+} options;
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "ember profile: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n(run 'ember profile --help' for the options)\n");
+  va_end(ap);
+  return EXIT_USAGE;
+}
+
+static int failure(const em_error *err, const char *what) {
+  fprintf(stderr, "ember profile: %s%s%s\n", what ? what : "", what ? ": " : "", err->msg);
+  return err->status == EM_ERR_INVALID || err->status == EM_ERR_SHAPE ? EXIT_USAGE : 1;
+}
+
+static bool parse_count(const char *s, long long lo, long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+enum { O_STEPS = 256, O_WARMUP, O_TRACE, O_TOP, O_SORT, O_BATCH, O_THREADS, O_DATASET,
+       O_DATA_DIR, O_SEED, O_ANOMALY, O_HELP };
+
+/* Fills o and the config's overrides; returns -1 to go on, else an exit status. */
+static int parse(int argc, char **argv, options *o, bool *anomaly, int *batch, int *threads,
+                 long long *seed, const char **dataset, const char **data_dir) {
+  static const struct option longs[] = {
+      {"steps", required_argument, 0, O_STEPS},     {"warmup", required_argument, 0, O_WARMUP},
+      {"trace", required_argument, 0, O_TRACE},     {"top", required_argument, 0, O_TOP},
+      {"sort", required_argument, 0, O_SORT},       {"batch", required_argument, 0, O_BATCH},
+      {"threads", required_argument, 0, O_THREADS}, {"dataset", required_argument, 0, O_DATASET},
+      {"data-dir", required_argument, 0, O_DATA_DIR}, {"seed", required_argument, 0, O_SEED},
+      {"detect-anomaly", no_argument, 0, O_ANOMALY}, {"help", no_argument, 0, O_HELP},
+      {0, 0, 0, 0},
+  };
+  opterr = 0;
+  optind = 0; /* GNU: start over (another command may have run getopt) */
+  int c;
+  long long v;
+  while ((c = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
+    switch (c) {
+    case O_STEPS:
+      if (!parse_count(optarg, 1, 100000, &v)) return usage_error("--steps expects 1 to 100000, got '%s'", optarg);
+      o->steps = (int)v;
+      break;
+    case O_WARMUP:
+      if (!parse_count(optarg, 0, 1000, &v)) return usage_error("--warmup expects 0 to 1000, got '%s'", optarg);
+      o->warmup = (int)v;
+      break;
+    case O_TOP:
+      if (!parse_count(optarg, 0, 100000, &v)) return usage_error("--top expects 0 to 100000, got '%s'", optarg);
+      o->top = (int)v;
+      break;
+    case O_BATCH:
+      if (!parse_count(optarg, 1, 1 << 20, &v)) return usage_error("--batch expects 1 to 1048576, got '%s'", optarg);
+      *batch = (int)v;
+      break;
+    case O_THREADS:
+      if (!parse_count(optarg, 1, 256, &v)) return usage_error("--threads expects 1 to 256, got '%s'", optarg);
+      *threads = (int)v;
+      break;
+    case O_SEED:
+      if (!parse_count(optarg, 0, 1LL << 62, &v)) return usage_error("--seed expects a whole number >= 0, got '%s'", optarg);
+      *seed = v;
+      break;
+    case O_SORT: {
+      em_error err = {0};
+      if (em_op_table_parse_col(optarg, &o->sort, &err) != EM_OK) return usage_error("--sort: %s", err.msg);
+      break;
+    }
+    case O_TRACE: o->trace = optarg; break;
+    case O_DATASET: *dataset = optarg; break;
+    case O_DATA_DIR: *data_dir = optarg; break;
+    case O_ANOMALY: *anomaly = true; break;
+    case O_HELP: fputs(usage, stdout); return 0;
+    case ':': return usage_error("%s needs a value", argv[optind - 1]);
+    default: return usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind >= argc) return usage_error("expects a SPEC file");
+  o->spec_path = argv[optind++];
+  if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+  return -1;
+}
+
+/* What a step needs. */
+typedef struct {
+  em_model *model;
+  em_optimizer *opt;
+  em_loader *loader;
+  const em_train_config *cfg;
+  int64_t sample_shape[EM_MAX_DIMS];
+  int sample_ndim;
+  em_rng rng;
+  int64_t epoch;
+} runner;
+
+/* Per step: the batch through forward, loss and backward in one scope,
+ * then the optimiser. Returns false (err set) when the step cannot run. */
+static bool run_step(runner *rn, double *loss_out, em_error *err) {
+  const em_train_config *c = rn->cfg;
+  const int64_t *sample_shape = rn->sample_shape;
+  int sample_ndim = rn->sample_ndim;
+  em_profile_step_begin();
+  int r = em_profile_range_begin("dataloader.next");
+  em_batch b;
+  bool got = em_loader_next(rn->loader, &b, err);
+  if (!got && err->status == EM_OK) { /* end of the epoch: start another */
+    em_loader_start_epoch(rn->loader, ++rn->epoch);
+    got = em_loader_next(rn->loader, &b, err);
+  }
+  em_profile_range_end(r);
+  if (!got) {
+    if (err->status == EM_OK) em_error_set(err, EM_ERR_INVALID, "the dataset gave no batch");
+    em_profile_step_end();
+    return false;
+  }
+  em_scope *s = em_scope_begin();
+  int64_t xshape[EM_MAX_DIMS + 1];
+  xshape[0] = b.n;
+  memcpy(xshape + 1, sample_shape, sizeof(int64_t) * (size_t)sample_ndim);
+  em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, sample_ndim + 1, xshape, (void *)b.x);
+  em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b.n, (void *)b.y);
+  em_tensor *out = em_model_forward(rn->model, x, true, &rn->rng, err);
+  bool ok = out != NULL;
+  if (ok) {
+    em_tensor *loss = em_train_loss(c->loss, out, y, c->label_smoothing);
+    *loss_out = em_tensor_item(loss);
+    ok = em_anomaly_check(err) == EM_OK;
+    if (ok && !isfinite(*loss_out)) {
+      em_error_set(err, EM_ERR_NUMERIC,
+                   "the loss became %s; run with --detect-anomaly to find the op and layer "
+                   "that produced it",
+                   isnan(*loss_out) ? "NaN" : "infinite");
+      ok = false;
+    }
+    if (ok) {
+      em_backward(loss);
+      ok = em_anomaly_check(err) == EM_OK;
+    }
+  }
+  em_scope_end(s);
+  if (ok) {
+    r = em_profile_range_begin("optimizer.step");
+    em_optimizer_step(rn->opt);
+    em_optimizer_zero_grad(rn->opt);
+    em_profile_range_end(r);
+  }
+  em_profile_step_end();
+  return ok;
+}
+
+static void print_flops(const em_op_table *t, int steps) {
+  bool any = false;
+  for (int i = 0; i < t->n_rows; i++) {
+    const em_op_row *r = &t->rows[i];
+    if (r->flops <= 0) continue;
+    if (!any) printf("\nFLOPs (matmul, linear and conv; forward and each backward GEMM)\n");
+    any = true;
+    printf("  %-28s %10.3f GFLOP/step %9.2f GFLOP/s\n", r->name, 1e-9 * r->flops / steps,
+           r->total_ms > 0 ? 1e-6 * r->flops / r->total_ms : 0.0);
+  }
+}
+
+int em_cli_profile(int argc, char **argv) {
+  options o = {.steps = 20, .warmup = 2, .top = 15, .sort = EM_OP_COL_TOTAL};
+  bool anomaly = false;
+  int batch = 0, threads = 0;
+  long long seed = -1;
+  const char *dataset = NULL, *data_dir = NULL;
+  int rc = parse(argc, argv, &o, &anomaly, &batch, &threads, &seed, &dataset, &data_dir);
+  if (rc >= 0) return rc;
+
+  em_error err = {0};
+  em_spec *spec = em_spec_load(o.spec_path, &err);
+  if (!spec) return failure(&err, NULL);
+  em_train_config cfg;
+  em_train_config_defaults(&cfg);
+  if (em_train_config_from_spec(&cfg, spec, &err) != EM_OK) {
+    em_spec_free(spec);
+    return failure(&err, o.spec_path);
+  }
+  if (batch) cfg.batch_size = batch;
+  if (threads) cfg.threads = threads;
+  if (seed >= 0) cfg.seed = (uint64_t)seed;
+  if (dataset) snprintf(cfg.dataset, sizeof cfg.dataset, "%s", dataset);
+  if (data_dir) snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
+  em_model *model = NULL;
+  em_dataset *ds = NULL;
+  em_loader *loader = NULL;
+  em_optimizer *opt = NULL;
+  const char **names = NULL;
+  em_tensor **params = NULL;
+  rc = 0;
+  if (em_train_config_validate(&cfg, &err) != EM_OK) {
+    rc = failure(&err, NULL);
+    goto out;
+  }
+  em_set_num_threads(cfg.threads);
+
+  int64_t shape[EM_MAX_DIMS], classes[EM_MAX_DIMS];
+  int nd = em_spec_input_shape(spec, shape);
+  em_spec_output_shape(spec, classes);
+  ds = em_dataset_open_named(cfg.dataset, cfg.data_dir, true, shape, nd, (int)classes[0], &err);
+  if (!ds) {
+    rc = failure(&err, cfg.dataset);
+    goto out;
+  }
+  if (em_train_check_fit(spec, ds, cfg.dataset, cfg.loss, &err) != EM_OK) {
+    rc = failure(&err, NULL);
+    goto out;
+  }
+  model = em_model_new(spec, cfg.seed, &err);
+  if (!model) {
+    rc = failure(&err, o.spec_path);
+    goto out;
+  }
+  em_loader_config lc;
+  em_loader_config_defaults(&lc);
+  lc.batch_size = cfg.batch_size;
+  lc.shuffle = cfg.shuffle;
+  lc.drop_last = true; /* every profiled step the same size */
+  lc.workers = cfg.workers;
+  lc.seed = cfg.seed;
+  if (em_dataset_len(ds) < cfg.batch_size) {
+    em_error_set(&err, EM_ERR_INVALID, "the dataset has %lld samples, fewer than one batch of %d",
+                 (long long)em_dataset_len(ds), cfg.batch_size);
+    rc = failure(&err, cfg.dataset);
+    goto out;
+  }
+  loader = em_loader_new(ds, &lc, &err);
+  if (!loader) {
+    rc = failure(&err, NULL);
+    goto out;
+  }
+  int np = em_model_param_count(model);
+  params = calloc((size_t)np + 1, sizeof *params);
+  names = calloc((size_t)np + 1, sizeof *names);
+  if (!params || !names) {
+    fprintf(stderr, "ember profile: out of memory\n");
+    rc = 1;
+    goto out;
+  }
+  for (int i = 0; i < np; i++) params[i] = em_model_param(model, i, &names[i]);
+  opt = em_optimizer_new(&cfg.optim, np, params, names, &err);
+  if (!opt) {
+    rc = failure(&err, NULL);
+    goto out;
+  }
+  runner rn = {.model = model, .opt = opt, .loader = loader, .cfg = &cfg};
+  em_rng_seed(&rn.rng, cfg.seed ^ 0x5DEECE66Dull);
+  rn.sample_ndim = em_dataset_sample_shape(ds, rn.sample_shape);
+  em_loader_start_epoch(loader, 0);
+  if (anomaly) em_anomaly_set(true);
+  double loss = 0;
+  for (int i = 0; i < o.warmup; i++)
+    if (!run_step(&rn, &loss, &err)) {
+      rc = failure(&err, "warm-up step");
+      goto out;
+    }
+
+  em_memory_reset_peak();
+  em_leak_reset();
+  if (em_profile_start(NULL, &err) != EM_OK) {
+    rc = failure(&err, NULL);
+    goto out;
+  }
+  double *step_ms = calloc((size_t)o.steps, sizeof *step_ms);
+  double wall0 = now_ms();
+  for (int i = 0; i < o.steps && rc == 0; i++) {
+    double t0 = now_ms();
+    if (!run_step(&rn, &loss, &err)) rc = failure(&err, "profiled step");
+    else if (step_ms)
+      step_ms[i] = now_ms() - t0;
+  }
+  double wall = now_ms() - wall0;
+  em_profile_stop();
+  em_memory_stats ms;
+  em_memory_stats_get(&ms);
+  if (rc) {
+    free(step_ms);
+    goto out;
+  }
+
+  double median = 0;
+  if (step_ms) {
+    qsort(step_ms, (size_t)o.steps, sizeof *step_ms, cmp_double);
+    median = step_ms[o.steps / 2];
+    free(step_ms);
+  }
+  printf("ember profile: %s, %d steps of batch %d on %s (%d threads) after %d warm-up steps\n",
+         em_spec_name(spec), o.steps, cfg.batch_size, cfg.dataset, em_get_num_threads(),
+         o.warmup);
+  printf("step time: median %.3f ms, mean %.3f ms; last loss %.4f\n\n", median, wall / o.steps,
+         loss);
+
+  em_op_table t;
+  if (em_op_table_build(&t, EM_OP_TABLE_BY_OP, &err) != EM_OK) {
+    rc = failure(&err, NULL);
+    goto out;
+  }
+  em_op_table_sort(&t, o.sort, o.sort != EM_OP_COL_NAME);
+  char *txt = em_op_table_format(&t, o.top);
+  printf("Top ops\n%s", txt ? txt : "(out of memory)\n");
+  free(txt);
+  print_flops(&t, o.steps);
+  em_op_table_free(&t);
+
+  if (em_op_table_build(&t, EM_OP_TABLE_BY_LAYER, &err) == EM_OK) {
+    em_op_table_sort(&t, o.sort, o.sort != EM_OP_COL_NAME);
+    txt = em_op_table_format(&t, 0);
+    printf("\nPer layer\n%s", txt ? txt : "(out of memory)\n");
+    free(txt);
+    em_op_table_free(&t);
+  }
+
+  txt = em_memory_summary(&ms, "cpu");
+  printf("\n%s", txt ? txt : "(out of memory)\n");
+  free(txt);
+  em_leak_report leak;
+  em_leak_check(o.steps < 10 ? o.steps : 10, &leak);
+  printf("leak check: %s\n", leak.message);
+
+  if (o.trace) {
+    if (em_profile_write_trace(o.trace, &err) != EM_OK) {
+      rc = failure(&err, NULL);
+      goto out;
+    }
+    printf("trace: %s (%lld events; open it in https://ui.perfetto.dev)\n", o.trace,
+           (long long)em_profile_record_count());
+  }
+out:
+  if (anomaly) em_anomaly_set(false);
+  em_optimizer_free(opt);
+  free(params);
+  free(names);
+  em_loader_free(loader);
+  em_model_free(model);
+  em_dataset_free(ds);
+  em_spec_free(spec);
+  return rc;
+}

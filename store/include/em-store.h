@@ -1,0 +1,313 @@
+/* em-store.h: the registry, libember-store. One SQLite database (WAL) at
+ * <dir>/registry.db and an artifacts folder beside it (<dir>/artifacts),
+ * holding runs, metrics, checkpoints, models, versions, aliases with their
+ * audit log, artifacts and dataset identities.
+ *
+ * Threads (house style 14): an em_store is one connection owned by the
+ * thread that opened it; open one per thread. Training records through an
+ * em_store_writer, which owns its own connection in its own thread,
+ * batches rows and commits them in transactions, so the trainer never
+ * waits on SQLite. Readers (CLI, GUI) use their own em_store; WAL lets
+ * them read while a writer commits, and every connection waits
+ * (busy_timeout) instead of failing with "database is locked".
+ *
+ * Errors: every function that can fail returns an em_status and fills an
+ * em_error with a message a person can act on. Opening a file that is not
+ * an Ember registry, or one written by a newer Ember (schema version
+ * above em_store_schema_version()), is refused and the file is left as
+ * it is.
+ *
+ * Times are UNIX seconds (double). Strings returned inside structs are
+ * owned by the struct and freed with its _free function. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "em-error.h"
+
+typedef struct em_store em_store;
+
+/* The registry folder: $EMBER_HOME if set, else $XDG_DATA_HOME/ember, else
+ * $HOME/.local/share/ember. */
+em_status em_store_default_dir(char *out, size_t cap, em_error *err);
+
+/* Opens (creating the folder, the database and artifacts/ when absent) and
+ * migrates the registry in dir. read_only: never creates or migrates (an
+ * absent registry is an error; an older schema is read as far as it can
+ * be only after migration, so read_only on an old schema is an error that
+ * says to run a writing command first). On open for writing, runs marked
+ * "running" whose process (pid on this host) is gone are marked "killed". */
+em_store *em_store_open(const char *dir, bool read_only, em_error *err);
+void em_store_close(em_store *s); /* NULL is fine */
+const char *em_store_dir(const em_store *s);
+/* <dir>/artifacts/<rel>, into out. */
+void em_store_artifact_path(const em_store *s, const char *rel, char *out, size_t cap);
+
+/* The schema version this code writes (PRAGMA user_version). */
+int em_store_schema_version(void);
+/* Tests: creates a fresh database at path migrated only up to version v
+ * (1 <= v <= em_store_schema_version()), to test migrations from it. */
+em_status em_store_create_at_version(const char *path, int v, em_error *err);
+/* PRAGMA integrity_check; EM_OK when it says "ok". */
+em_status em_store_integrity_check(em_store *s, em_error *err);
+
+/* SHA-256 of a file as 64 lowercase hex digits, and its size. */
+em_status em_store_file_sha256(const char *path, char hex[65], int64_t *size, em_error *err);
+
+/* ---- runs -------------------------------------------------------------- */
+
+typedef enum {
+  EM_RUN_RUNNING,
+  EM_RUN_COMPLETED,
+  EM_RUN_FAILED,  /* ended by an error (message kept) */
+  EM_RUN_STOPPED, /* ended by a stop request (Ctrl-C, the GUI's stop) */
+  EM_RUN_KILLED,  /* the process vanished while running */
+} em_run_status;
+const char *em_run_status_name(em_run_status st); /* "running", ... */
+/* Parses a name; EM_ERR_INVALID with the list of names otherwise. */
+em_status em_run_status_parse(const char *name, em_run_status *st, em_error *err);
+
+/* What identifies a dataset: name, folder, and its files' total size and
+ * combined SHA-256 (of the files' hashes in path order). */
+typedef struct {
+  const char *name;     /* "fashion-mnist" */
+  const char *path;     /* folder or file */
+  int n_files;
+  const char *const *files; /* absolute paths */
+} em_dataset_identity;
+
+typedef struct {
+  const char *name;           /* run name; NULL or "": "<model>-<id>" */
+  const char *model;          /* model name: the spec's file stem */
+  const char *spec_json;      /* the spec as given */
+  const char *config_json;    /* the full training config as JSON */
+  uint64_t seed;
+  const char *device;         /* "cpu" */
+  int threads;
+  const char *engine_version;
+  int64_t parent_run;         /* the run this resumes; 0: none */
+  const em_dataset_identity *dataset; /* NULL: none recorded */
+} em_run_new;
+
+/* Creates a run with status "running", started now, host and pid of this
+ * process; the spec's SHA-256 is computed here. Dataset files are hashed
+ * once per (path, size, mtime) and the result is remembered. */
+em_status em_store_run_create(em_store *s, const em_run_new *r, int64_t *run_id, em_error *err);
+/* Ends a run: status, end time, message (may be NULL). */
+em_status em_store_run_finish(em_store *s, int64_t run, em_run_status st, const char *message,
+                              em_error *err);
+
+typedef struct {
+  int64_t id;
+  char *name, *model, *host, *device, *engine_version, *message;
+  em_run_status status;
+  int64_t parent_run;
+  uint64_t seed;
+  int threads;
+  int64_t pid;
+  double started, ended; /* ended 0 while running */
+  /* From the metrics: last recorded values (NAN when absent). */
+  double final_test_accuracy, final_test_loss, final_train_loss;
+  int64_t steps; /* last recorded step */
+  /* Filled by em_store_run_get only (NULL in lists): */
+  char *spec_json, *config_json, *spec_sha256;
+  char *dataset_name, *dataset_path, *dataset_sha256; /* NULL when none */
+  int64_t dataset_size;
+} em_run;
+
+typedef struct {
+  const char *model;  /* NULL: any */
+  bool any_status;    /* false: only runs with status == status */
+  em_run_status status;
+  int limit;          /* 0: no limit; newest first */
+} em_run_filter;
+
+em_status em_store_runs_list(em_store *s, const em_run_filter *f, em_run **runs, int *n,
+                             em_error *err);
+void em_runs_free(em_run *runs, int n);
+/* EM_ERR_INVALID "no run N" when absent. */
+em_status em_store_run_get(em_store *s, int64_t id, em_run *out, em_error *err);
+void em_run_clear(em_run *r);
+/* The newest run with at least one checkpoint (for --resume latest). */
+em_status em_store_run_latest_with_checkpoint(em_store *s, int64_t *id, em_error *err);
+/* Deletes a run with its metrics, checkpoints (rows and files), tags and
+ * notes. Refused (EM_ERR_INVALID, naming the model versions) when a model
+ * version was registered from it. */
+em_status em_store_run_delete(em_store *s, int64_t id, em_error *err);
+
+/* Tags (key -> value, replaced when set again) and free-text notes. */
+em_status em_store_run_tag(em_store *s, int64_t run, const char *key, const char *value,
+                           em_error *err);
+em_status em_store_run_note(em_store *s, int64_t run, const char *text, em_error *err);
+
+/* A run's events (divergence rollbacks, resumes, ...), appended. */
+em_status em_store_run_event(em_store *s, int64_t run, int64_t step, const char *kind,
+                             const char *detail, em_error *err);
+
+/* ---- metrics ----------------------------------------------------------- */
+
+typedef struct {
+  int64_t step;
+  double value;
+  double wall; /* UNIX seconds */
+} em_metric_point;
+
+/* All points of one key, by step. *pts is malloc'd (free with free()). */
+em_status em_store_metrics_get(em_store *s, int64_t run, const char *key, em_metric_point **pts,
+                               int64_t *n, em_error *err);
+
+typedef struct {
+  char *key;
+  int64_t count;
+  double last, min, max;
+  int64_t last_step;
+} em_metric_summary;
+/* One entry per key the run recorded, keys sorted. */
+em_status em_store_metrics_summary(em_store *s, int64_t run, em_metric_summary **out, int *n,
+                                   em_error *err);
+void em_metric_summaries_free(em_metric_summary *m, int n);
+
+/* ---- checkpoints and artifacts ---------------------------------------- */
+
+typedef struct {
+  int64_t id, run, step, epoch;
+  char *path;   /* absolute */
+  char *sha256;
+  int64_t size;
+  char *kind;   /* "step", "eval", "final", "rollback" */
+  double metric; /* test metric when kind == "eval" or "final", else NAN */
+  double created;
+} em_checkpoint_row;
+
+em_status em_store_checkpoints_list(em_store *s, int64_t run, em_checkpoint_row **out, int *n,
+                                    em_error *err);
+void em_checkpoint_rows_free(em_checkpoint_row *c, int n);
+/* The run's newest checkpoint whose file exists and matches its recorded
+ * size and SHA-256 (older ones are tried when the newest is damaged; each
+ * damaged one is reported through em_log_msg). */
+em_status em_store_checkpoint_latest_valid(em_store *s, int64_t run, em_checkpoint_row *out,
+                                           em_error *err);
+void em_checkpoint_row_clear(em_checkpoint_row *c);
+
+typedef struct {
+  int64_t id;
+  char *path;   /* absolute */
+  char *kind;   /* "checkpoint", "export", ... */
+  char *sha256;
+  int64_t size;
+  int64_t run;  /* 0: none */
+  double created;
+} em_artifact;
+em_status em_store_artifacts_list(em_store *s, int64_t run /* 0: all */, em_artifact **out,
+                                  int *n, em_error *err);
+void em_artifacts_free(em_artifact *a, int n);
+/* Records a file under artifacts/ (kind "export", ...): size and SHA-256
+ * are computed here. */
+em_status em_store_artifact_add(em_store *s, const char *abs_path, const char *kind, int64_t run,
+                                int64_t *artifact_id, em_error *err);
+
+/* Removes files under artifacts/ that no row refers to, and reports rows
+ * whose file is gone. dry_run: only counts. */
+typedef struct {
+  int files_removed;
+  int64_t bytes_removed;
+  int rows_missing_file;
+} em_gc_report;
+em_status em_store_gc(em_store *s, bool dry_run, em_gc_report *out, em_error *err);
+
+/* ---- models, versions, aliases ----------------------------------------- */
+
+typedef enum { EM_PICK_BEST, EM_PICK_LAST, EM_PICK_STEP } em_checkpoint_pick;
+
+/* Registers a new version of model `name` (created when new) from a run's
+ * checkpoint: best (by the run's eval metric), last, or the one at step.
+ * The version keeps the run, the checkpoint, the spec and the run's final
+ * metrics (JSON). Returns the version number (1, 2, ...). */
+em_status em_store_model_register(em_store *s, int64_t run, const char *name,
+                                  em_checkpoint_pick pick, int64_t step, int *version,
+                                  em_error *err);
+
+typedef struct {
+  char *name;
+  int versions;
+  int latest;
+  char *aliases; /* "production=3, staging=4" or "" */
+  double created;
+} em_model_row;
+em_status em_store_models_list(em_store *s, em_model_row **out, int *n, em_error *err);
+void em_model_rows_free(em_model_row *m, int n);
+
+typedef struct {
+  int version;
+  int64_t run, checkpoint;
+  char *weights_path; /* absolute */
+  char *sha256;
+  char *metrics_json;
+  char *aliases;      /* "production" or "" */
+  double created;
+} em_version_row;
+em_status em_store_model_versions(em_store *s, const char *name, em_version_row **out, int *n,
+                                  em_error *err);
+void em_version_rows_free(em_version_row *v, int n);
+
+/* Points alias at version; appends to the audit log. */
+em_status em_store_model_promote(em_store *s, const char *name, int version, const char *alias,
+                                 em_error *err);
+/* Moves alias back to the version it pointed to before the last promote
+ * that is still in effect (promotions form a stack: promote pushes,
+ * rollback pops); appends to the audit log. *version: where it points now.
+ * Error when there is nothing to roll back to. */
+em_status em_store_model_rollback(em_store *s, const char *name, const char *alias, int *version,
+                                  em_error *err);
+
+typedef struct {
+  int64_t id;
+  char *alias, *action; /* "promote", "rollback" */
+  int from_version;     /* 0: the alias was unset */
+  int to_version;
+  char *user, *host;
+  double time;
+} em_audit_row;
+/* The model's alias moves, oldest first. The log is append-only: no code
+ * path updates or deletes its rows (a trigger refuses it). */
+em_status em_store_model_history(em_store *s, const char *name, em_audit_row **out, int *n,
+                                 em_error *err);
+void em_audit_rows_free(em_audit_row *a, int n);
+
+/* ---- the writer (recording a training run) ----------------------------- */
+
+typedef struct em_store_writer em_store_writer;
+
+/* Opens its own connection to the registry in dir and starts its thread.
+ * Rows are committed in one transaction every flush_ms (default 200) or
+ * every 4096 rows, whichever comes first. */
+em_store_writer *em_store_writer_new(const char *dir, int flush_ms, em_error *err);
+/* Enqueues a metric point: copies key (< 64 bytes); never blocks on SQLite
+ * (takes a mutex, appends to an in-memory queue). */
+void em_store_writer_metric(em_store_writer *w, int64_t run, int64_t step, const char *key,
+                            double value, double wall);
+/* Enqueues a checkpoint written at abs_path (under artifacts/): the writer
+ * hashes it, records the artifact and checkpoint rows, then prunes the
+ * run's checkpoints, keeping the newest keep_last (>= 1), the best by
+ * metric (lower is better when lower_is_better), and any a model version
+ * refers to; pruned rows are deleted before their files. */
+void em_store_writer_checkpoint(em_store_writer *w, int64_t run, int64_t step, int64_t epoch,
+                                const char *abs_path, const char *kind, double metric,
+                                bool lower_is_better, int keep_last);
+/* Enqueues a run event (see em_store_run_event). */
+void em_store_writer_event(em_store_writer *w, int64_t run, int64_t step, const char *kind,
+                           const char *detail);
+/* Blocks until everything enqueued so far is committed. Returns the first
+ * error the writer met (and clears it), EM_OK otherwise. */
+em_status em_store_writer_flush(em_store_writer *w, em_error *err);
+/* Flushes, stops the thread, closes. NULL is fine. */
+em_status em_store_writer_free(em_store_writer *w, em_error *err);
+/* Counters for the benchmark: rows committed, transactions, seconds spent
+ * committing (in the writer thread) and enqueueing (in callers). */
+typedef struct {
+  int64_t rows, transactions;
+  double commit_seconds, enqueue_seconds;
+} em_store_writer_stats;
+void em_store_writer_get_stats(em_store_writer *w, em_store_writer_stats *out);
