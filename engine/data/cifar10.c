@@ -116,6 +116,16 @@ em_dataset *em_dataset_cifar10_files(int n_files, const char *const *paths, em_e
   return em_dataset_new(&cifar_vtable, s, err);
 }
 
+int em_dataset_cifar10_dir_files(const char *dir, bool train, char (*paths)[4096]) {
+  int n = train ? 5 : 1;
+  for (int i = 0; i < n; i++) {
+    int w = train ? snprintf(paths[i], sizeof paths[i], "%s/data_batch_%d.bin", dir, i + 1)
+                  : snprintf(paths[i], sizeof paths[i], "%s/test_batch.bin", dir);
+    if (w < 0 || (size_t)w >= sizeof paths[i]) return -1;
+  }
+  return n;
+}
+
 em_dataset *em_dataset_cifar10(const char *dir, bool train, em_error *err) {
   if (!dir) {
     em_error_set(err, EM_ERR_INVALID, "CIFAR-10: no folder given");
@@ -123,15 +133,11 @@ em_dataset *em_dataset_cifar10(const char *dir, bool train, em_error *err) {
   }
   char names[5][4096];
   const char *paths[5];
-  int n = train ? 5 : 1;
-  for (int i = 0; i < n; i++) {
-    int w = train ? snprintf(names[i], sizeof names[i], "%s/data_batch_%d.bin", dir, i + 1)
-                  : snprintf(names[i], sizeof names[i], "%s/test_batch.bin", dir);
-    if (w < 0 || (size_t)w >= sizeof names[i]) {
-      em_error_set(err, EM_ERR_INVALID, "folder name too long: '%.200s...'", dir);
-      return NULL;
-    }
-    paths[i] = names[i];
+  int n = em_dataset_cifar10_dir_files(dir, train, names);
+  if (n < 0) {
+    em_error_set(err, EM_ERR_INVALID, "folder name too long: '%.200s...'", dir);
+    return NULL;
   }
+  for (int i = 0; i < n; i++) paths[i] = names[i];
   return em_dataset_cifar10_files(n, paths, err);
 }

@@ -201,20 +201,31 @@ em_dataset *em_dataset_idx(const char *images_path, const char *labels_path, int
   return em_dataset_new(&idx_vtable, s, err);
 }
 
-static em_dataset *idx_from_dir(const char *dir, bool train, int num_classes, em_error *err) {
-  char images[4096], labels[4096];
+/* The two files of a split in dir, as the openers below name them. */
+static int idx_dir_files(const char *dir, bool train, char (*paths)[4096]) {
   const char *split = train ? "train" : "t10k";
-  int a = snprintf(images, sizeof images, "%s/%s-images-idx3-ubyte.gz", dir, split);
-  int b = snprintf(labels, sizeof labels, "%s/%s-labels-idx1-ubyte.gz", dir, split);
-  if (a < 0 || b < 0 || (size_t)a >= sizeof images || (size_t)b >= sizeof labels) {
+  int a = snprintf(paths[0], sizeof paths[0], "%s/%s-images-idx3-ubyte.gz", dir, split);
+  int b = snprintf(paths[1], sizeof paths[1], "%s/%s-labels-idx1-ubyte.gz", dir, split);
+  return a < 0 || b < 0 || (size_t)a >= sizeof paths[0] || (size_t)b >= sizeof paths[1] ? -1 : 2;
+}
+
+static em_dataset *idx_from_dir(const char *dir, bool train, int num_classes, em_error *err) {
+  char paths[2][4096];
+  if (idx_dir_files(dir, train, paths) < 0) {
     em_error_set(err, EM_ERR_INVALID, "folder name too long: '%.200s...'", dir);
     return NULL;
   }
-  return em_dataset_idx(images, labels, num_classes, err);
+  return em_dataset_idx(paths[0], paths[1], num_classes, err);
+}
+
+#define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+int em_dataset_fashion_mnist_files(const char *dir, bool train, char (*paths)[4096]) {
+  return idx_dir_files(dir ? dir : FASHION_MNIST_DIR, train, paths);
 }
 
 em_dataset *em_dataset_fashion_mnist(const char *dir, bool train, em_error *err) {
-  return idx_from_dir(dir ? dir : "/usr/share/datasets/fashion-mnist", train, 10, err);
+  return idx_from_dir(dir ? dir : FASHION_MNIST_DIR, train, 10, err);
 }
 
 em_dataset *em_dataset_mnist(const char *dir, bool train, em_error *err) {

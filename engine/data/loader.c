@@ -148,8 +148,13 @@ static void loader_make_order(em_loader *l, int64_t epoch) {
       l->order[j] = l->perm[(l->c.rank + j * l->c.world) % n];
 }
 
-void em_loader_start_epoch(em_loader *l, int64_t epoch) {
-  EM_ASSERT(epoch >= 0);
+void em_loader_start_epoch(em_loader *l, int64_t epoch) { em_loader_start_epoch_at(l, epoch, 0); }
+
+/* Batch b always comes from order[b*B ...] and lands in slot b % n_slots,
+ * so skipping is only a matter of where claiming and delivery begin. */
+void em_loader_start_epoch_at(em_loader *l, int64_t epoch, int64_t first_batch) {
+  EM_ASSERT(epoch >= 0 && first_batch >= 0);
+  if (first_batch > l->n_batches) first_batch = l->n_batches;
   pthread_mutex_lock(&l->mu);
   atomic_fetch_add(&l->gen, 1);
   l->active = false;
@@ -160,7 +165,7 @@ void em_loader_start_epoch(em_loader *l, int64_t epoch) {
 
   pthread_mutex_lock(&l->mu);
   for (int i = 0; i < l->n_slots; i++) l->slots[i].batch = -1;
-  l->next_claim = l->released = l->next_deliver = 0;
+  l->next_claim = l->released = l->next_deliver = first_batch;
   l->failed = false;
   l->started = true;
   l->active = true;

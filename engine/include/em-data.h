@@ -83,6 +83,12 @@ em_dataset *em_dataset_idx(const char *images_path, const char *labels_path, int
 /* Fashion-MNIST from dir (NULL: /usr/share/datasets/fashion-mnist):
  * train-{images-idx3,labels-idx1}-ubyte.gz, or t10k-* when !train. */
 em_dataset *em_dataset_fashion_mnist(const char *dir, bool train, em_error *err);
+/* The files em_dataset_fashion_mnist (dir NULL: its default folder) and
+ * em_dataset_cifar10 open for a split, named as they name them: IDX
+ * images then labels (2); CIFAR-10 batches (5 for train, 1 for test).
+ * Returns the count, or -1 when a name would not fit. */
+int em_dataset_fashion_mnist_files(const char *dir, bool train, char (*paths)[4096]);
+int em_dataset_cifar10_dir_files(const char *dir, bool train, char (*paths)[4096]);
 /* MNIST: the same file names, under dir (required). */
 em_dataset *em_dataset_mnist(const char *dir, bool train, em_error *err);
 
@@ -152,8 +158,9 @@ em_loader *em_loader_new(const em_dataset *ds, const em_loader_config *c, em_err
  * DistributedSampler; every rank must use the same seed. */
 void em_loader_start_epoch(em_loader *l, int64_t epoch);
 /* Starts epoch `epoch` at batch first_batch (0-based; the batches before
- * it are skipped without being loaded): a resumed run continues with
- * exactly the batches an uninterrupted run would have seen. */
+ * it are skipped without being loaded; batches per epoch or more gives an
+ * empty epoch): a resumed run continues with exactly the batches an
+ * uninterrupted run would have seen. */
 void em_loader_start_epoch_at(em_loader *l, int64_t epoch, int64_t first_batch);
 /* The next batch of the epoch, valid until the next call on this loader
  * (or em_loader_start_epoch / em_loader_free). Returns false at the end

@@ -59,8 +59,11 @@ void em_train_config_defaults(em_train_config *c);
 /* Reads the spec's "training" and "loss" sections over c; unknown keys
  * and wrong types are errors that name the key. */
 em_status em_train_config_from_spec(em_train_config *c, const em_spec *spec, em_error *err);
-/* The whole config as a JSON object (malloc'd string, free()), and back:
- * from_json(to_json(c)) == c field for field; unknown keys are errors.
+/* The whole config as a JSON object (malloc'd string, free(); NULL when a
+ * number is not finite, which JSON cannot hold), and back:
+ * from_json(to_json(c)) == c field for field. from_json starts from the
+ * defaults (a key that is absent keeps its default), and leaves c as it
+ * was on an error; unknown keys and wrong types are errors naming the key.
  * The registry stores this, and --resume rebuilds the run from it. */
 char *em_train_config_to_json(const em_train_config *c);
 em_status em_train_config_from_json(em_train_config *c, const char *json, em_error *err);
@@ -75,6 +78,8 @@ typedef enum {
   EM_EVENT_DONE,
   EM_EVENT_CHECKPOINT, /* a checkpoint file was written: path, checkpoint_kind */
   EM_EVENT_DIVERGENCE, /* the watchdog fired: message; rolled back or stopping */
+  EM_EVENT_WARNING,    /* message: e.g. a probable memory leak */
+  EM_EVENT_PROFILE,    /* the profiled window ended: path (the trace), message (op table) */
 } em_event_kind;
 
 typedef struct {
@@ -87,7 +92,8 @@ typedef struct {
   int64_t total_steps;
   double loss;            /* STEP: this batch; EPOCH_END: mean over the epoch */
   double lr;
-  double grad_norm;       /* when clipping is on, else 0 */
+  double grad_norm;       /* STEP ending an optimiser step: the global
+                             gradient norm (before clipping); else 0 */
   double samples_per_sec; /* training throughput so far (evaluation excluded) */
   double elapsed_s;
   double eta_s;
@@ -101,6 +107,8 @@ typedef struct {
   const char *checkpoint_kind;
   const char *message;
   double lr_scale; /* product of the rollbacks' lr factors so far (1 = none) */
+  /* STEP: the allocator's figures after the step (em_memory_stats) */
+  int64_t mem_allocated, mem_reserved, mem_peak;
 } em_train_event;
 
 /* Return false to ask the trainer to stop after this event. */
@@ -123,10 +131,32 @@ typedef struct {
  * may be NULL (no evaluation). */
 em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_dataset *train,
                            const em_dataset *test, em_error *err);
+/* Runs from the trainer's position (the start, or a loaded checkpoint) to
+ * the configured epochs. With checkpoint_dir set (created if missing):
+ * "step-<step>.safetensors" every checkpoint_every optimiser steps,
+ * "eval-e<epoch>-step-<step>.safetensors" after each evaluation at an
+ * epoch's end, and "final-step-<step>.safetensors" when the run ends or is
+ * stopped, each followed by a CHECKPOINT event (absolute path). A
+ * divergence the policy does not roll back is EM_ERR_NUMERIC. */
 em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_error *err);
-void em_trainer_request_stop(em_trainer *t); /* thread-safe */
+/* Thread-safe; honoured at the next optimiser step (an accumulation in
+ * progress is finished), so that the "final" checkpoint can resume. */
+void em_trainer_request_stop(em_trainer *t);
 void em_trainer_summary(const em_trainer *t, em_train_summary *out);
 void em_trainer_free(em_trainer *t);
+
+/* Diagnostics of a run. They are not part of the config: they never change
+ * the numbers, and a resumed run need not repeat them. */
+typedef struct {
+  char trace_path[512]; /* "": no profile; else a Chrome trace of a window */
+  int64_t start_batch;  /* batches of this run before the window; default 5 */
+  int64_t batches;      /* batches in the window; default 20 */
+  bool detect_anomaly;  /* stop at the first op that makes NaN/Inf, naming it */
+  int leak_every;       /* batches between leak checks; default 50, 0 = off */
+} em_train_diagnostics;
+void em_train_diagnostics_defaults(em_train_diagnostics *d);
+/* Before em_trainer_run. */
+void em_trainer_set_diagnostics(em_trainer *t, const em_train_diagnostics *d);
 
 /* ---- checkpoints ----------------------------------------------------------
  * A checkpoint is one safetensors file holding the model's weights and
@@ -135,18 +165,21 @@ void em_trainer_free(em_trainer *t);
  * the epoch and optimiser step (the loader's position: its order is a
  * function of (seed, epoch)), the dropout RNG state, the lr scale left by
  * divergence rollbacks, the running epoch-loss sum, and the spec and config
- * as JSON. It is written to "<path>.tmp", fsynced, renamed over path and
- * the folder fsynced, so a crash leaves either the old file or the new.
+ * as JSON, and a CRC-32 over all of it. It is written to a temporary file
+ * beside path, fsynced, renamed over path and the folder fsynced, so a
+ * crash leaves either the old file or the new.
  *
  * Written between steps only (never mid-accumulation). Resuming a trainer
  * made from the same spec, config and datasets from a checkpoint gives
  * weights bit-identical to a run that never stopped (same thread count). */
 em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *err);
-/* Before em_trainer_run: the run continues from the checkpoint. Checks the
- * format, the version, that every tensor is present with the right shape
- * and dtype, and that the checkpoint's spec matches the model's; a
- * truncated or corrupted file is an EM_ERR_FORMAT error that names it, and
- * the trainer is left unchanged. */
+/* Before em_trainer_run (or from its callback): the run continues from
+ * the checkpoint. Checks the format, the version, the checksum, that every
+ * tensor is present with the right shape and dtype, that the position fits
+ * this config's batches, and that the checkpoint's spec matches the
+ * model's (all of it but "training", "loss" and "description"). A
+ * truncated or corrupted file is an EM_ERR_FORMAT error, a mismatch
+ * EM_ERR_INVALID; both name the file, and the trainer is left unchanged. */
 em_status em_trainer_load_checkpoint(em_trainer *t, const char *path, em_error *err);
 /* Reads only a checkpoint's metadata value (NULL-terminated copy into out);
  * EM_ERR_FORMAT when the file is not an Ember checkpoint. */

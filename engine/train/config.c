@@ -1,6 +1,6 @@
 /* config.c: the training configuration: defaults, the spec's "training"
  * and "loss" sections (unknown keys are errors), and range checks. */
-#include "em-train.h"
+#include "train-private.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -24,72 +24,27 @@ void em_train_config_defaults(em_train_config *c) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   c->threads = n > 0 ? (int)n : 1;
   c->eval_every = 1;
+  c->checkpoint_every = 0;
+  c->checkpoint_dir[0] = '\0';
+  c->on_divergence = EM_DIVERGENCE_AUTO;
+  c->divergence_lr_factor = 0.5;
+  c->divergence_spike_factor = 10;
+  c->max_rollbacks = 5;
 }
 
-static const char *json_kind(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT: return "an object";
-  case JSON_ARRAY: return "an array";
-  case JSON_STRING: return "a string";
-  case JSON_INTEGER: return "an integer";
-  case JSON_REAL: return "a number";
-  case JSON_TRUE:
-  case JSON_FALSE: return "a boolean";
-  case JSON_NULL: return "null";
-  }
-  return "?";
-}
-
-static em_status want_num(const char *sec, const char *key, const json_t *v, double *out,
-                          em_error *err) {
-  if (!json_is_number(v))
-    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" must be a number, not %s", sec, key,
-                        json_kind(v));
-  *out = json_number_value(v);
-  return EM_OK;
-}
-
-static em_status want_int(const char *sec, const char *key, const json_t *v, int64_t lo,
-                          int64_t hi, int64_t *out, em_error *err) {
-  if (!json_is_integer(v))
-    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" must be a whole number, not %s", sec,
-                        key, json_kind(v));
-  int64_t x = json_integer_value(v);
-  if (x < lo || x > hi)
-    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" must be from %lld to %lld, got %lld",
-                        sec, key, (long long)lo, (long long)hi, (long long)x);
-  *out = x;
-  return EM_OK;
-}
-
-static em_status want_bool(const char *sec, const char *key, const json_t *v, bool *out,
-                           em_error *err) {
-  if (!json_is_boolean(v))
-    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" must be true or false, not %s", sec,
-                        key, json_kind(v));
-  *out = json_is_true(v);
-  return EM_OK;
-}
-
-static em_status want_str(const char *sec, const char *key, const json_t *v, char *out,
-                          size_t n, em_error *err) {
-  if (!json_is_string(v))
-    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" must be a string, not %s", sec, key,
-                        json_kind(v));
-  if (strlen(json_string_value(v)) >= n)
-    return em_error_set(err, EM_ERR_INVALID, "\"%s\".\"%s\" is too long", sec, key);
-  snprintf(out, n, "%s", json_string_value(v));
-  return EM_OK;
-}
-
-#define TRY(x) do { em_status st_ = (x); if (st_ != EM_OK) return st_; } while (0)
+#define TRY EM_TRY
+/* The typed fields of json-fields.c, by shorter names. */
+#define want_num em_json_want_num
+#define want_int em_json_want_int
+#define want_bool em_json_want_bool
+#define want_str em_json_want_str
 
 static em_status parse_schedule(em_schedule *s, const json_t *v, em_error *err) {
   if (json_is_string(v)) return em_schedule_parse_name(json_string_value(v), &s->kind, err);
   if (!json_is_object(v))
     return em_error_set(err, EM_ERR_INVALID,
                         "\"training\".\"schedule\" must be a name or an object, not %s",
-                        json_kind(v));
+                        em_json_kind(v));
   const char *key;
   json_t *x;
   bool typed = false;
@@ -138,7 +93,7 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
   const char *sec = "training";
   if (!json_is_object(tr))
     return em_error_set(err, EM_ERR_INVALID, "\"training\" must be an object, not %s",
-                        json_kind(tr));
+                        em_json_kind(tr));
   /* The optimiser first: its kind decides the defaults the other keys
    * override. */
   json_t *opt = json_object_get(tr, "optimizer");
@@ -180,7 +135,8 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
       TRY(want_int(sec, key, v, 0, 1000000, &i, err));
       c->epochs = (int)i;
     } else if (strcmp(key, "schedule") == 0) sched = v;
-    else if (strcmp(key, "clip_grad_norm") == 0) TRY(want_num(sec, key, v, &c->clip_grad_norm, err));
+    else if (strcmp(key, "clip_grad_norm") == 0)
+      TRY(want_num(sec, key, v, &c->clip_grad_norm, err));
     else if (strcmp(key, "accumulate") == 0) {
       TRY(want_int(sec, key, v, 1, 1 << 16, &i, err));
       c->accumulate = (int)i;
@@ -213,7 +169,8 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
 
 static em_status parse_loss(em_train_config *c, const json_t *lo, em_error *err) {
   if (!json_is_object(lo))
-    return em_error_set(err, EM_ERR_INVALID, "\"loss\" must be an object, not %s", json_kind(lo));
+    return em_error_set(err, EM_ERR_INVALID, "\"loss\" must be an object, not %s",
+                        em_json_kind(lo));
   const char *key;
   json_t *v;
   json_object_foreach((json_t *)lo, key, v) {
@@ -251,6 +208,31 @@ em_status em_train_config_validate(const em_train_config *c, em_error *err) {
   if (c->accumulate < 1)
     return em_error_set(err, EM_ERR_INVALID, "accumulate must be at least 1");
   if (c->threads < 1) return em_error_set(err, EM_ERR_INVALID, "threads must be at least 1");
+  if (c->checkpoint_every < 0)
+    return em_error_set(err, EM_ERR_INVALID,
+                        "checkpoint_every must be 0 (no periodic checkpoints) or a number of "
+                        "optimiser steps, got %lld", (long long)c->checkpoint_every);
+  if (c->checkpoint_every > 0 && !c->checkpoint_dir[0])
+    return em_error_set(err, EM_ERR_INVALID,
+                        "checkpoint_every is %lld but no checkpoint folder is set: give one "
+                        "(--checkpoint-dir) or set checkpoint_every to 0",
+                        (long long)c->checkpoint_every);
+  if ((unsigned)c->on_divergence > EM_DIVERGENCE_STOP)
+    return em_error_set(err, EM_ERR_INVALID, "unknown divergence policy %d (auto, rollback or "
+                        "stop)", (int)c->on_divergence);
+  if (!(c->divergence_lr_factor > 0 && c->divergence_lr_factor <= 1))
+    return em_error_set(err, EM_ERR_INVALID,
+                        "divergence_lr_factor must be above 0 and at most 1 (0.5 halves the "
+                        "learning rate on each rollback), got %g", c->divergence_lr_factor);
+  if (!(c->divergence_spike_factor == 0 ||
+        (c->divergence_spike_factor > 1 && isfinite(c->divergence_spike_factor))))
+    return em_error_set(err, EM_ERR_INVALID,
+                        "divergence_spike_factor must be above 1 (10: a gradient norm 10x the "
+                        "recent largest is a divergence) or 0 (off), got %g",
+                        c->divergence_spike_factor);
+  if (c->max_rollbacks < 0)
+    return em_error_set(err, EM_ERR_INVALID, "max_rollbacks must be 0 or more, got %d",
+                        c->max_rollbacks);
   TRY(em_optim_config_check(&c->optim, err));
   em_schedule s = c->schedule;
   s.lr = c->optim.lr;

@@ -2,6 +2,10 @@
  * checking that a model fits it. */
 #include "em-train.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
@@ -24,6 +28,46 @@ em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
   em_error_set(err, EM_ERR_INVALID,
                "unknown dataset '%s'; known: fashion-mnist, cifar10, synthetic", name);
   return NULL;
+}
+
+static int cmp_path(const void *a, const void *b) { return strcmp(a, b); }
+
+em_status em_dataset_files_named(const char *name, const char *dir, bool train,
+                                 char (*paths)[1024], int cap, int *n, em_error *err) {
+  const char *d = dir && dir[0] ? dir : NULL;
+  char found[5][4096];
+  int k;
+  *n = 0;
+  if (strcmp(name, "synthetic") == 0) return EM_OK;
+  if (strcmp(name, "fashion-mnist") == 0) k = em_dataset_fashion_mnist_files(d, train, found);
+  else if (strcmp(name, "cifar10") == 0) {
+    if (!d)
+      return em_error_set(err, EM_ERR_INVALID,
+                          "the cifar10 dataset needs its folder: give --data-dir DIR (the folder "
+                          "with data_batch_1.bin ... test_batch.bin)");
+    k = em_dataset_cifar10_dir_files(d, train, found);
+  } else
+    return em_error_set(err, EM_ERR_INVALID,
+                        "unknown dataset '%s'; known: fashion-mnist, cifar10, synthetic", name);
+  if (k < 0) return em_error_set(err, EM_ERR_INVALID, "folder name too long: '%.200s...'", d);
+  if (k > cap)
+    return em_error_set(err, EM_ERR_INVALID, "the %s dataset reads %d files; room was given for %d",
+                        name, k, cap);
+  for (int i = 0; i < k; i++) {
+    char *abs = realpath(found[i], NULL);
+    if (!abs)
+      return em_error_set(err, EM_ERR_IO, "cannot find '%s', a file of the %s dataset: %s",
+                          found[i], name, strerror(errno));
+    size_t len = strlen(abs);
+    if (len < sizeof paths[i]) memcpy(paths[i], abs, len + 1);
+    free(abs);
+    if (len >= sizeof paths[i])
+      return em_error_set(err, EM_ERR_INVALID, "the path of '%s' is longer than %zu bytes",
+                          found[i], sizeof paths[i] - 1);
+  }
+  qsort(paths, (size_t)k, sizeof paths[0], cmp_path);
+  *n = k;
+  return EM_OK;
 }
 
 /* The spec's input and output must fit the dataset's samples and classes. */

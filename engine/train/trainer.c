@@ -1,32 +1,26 @@
-/* trainer.c: the training loop. One step: forward (records the tape),
- * loss, backward, optional clip, optimiser step, schedule; all temporaries
- * live in one scope released at the end of the step, so the steady state
- * does no malloc. */
-#include "em-train.h"
+/* trainer.c: the training loop. One micro-batch: forward (records the
+ * tape), loss, backward; every `accumulate` micro-batches an optimiser
+ * step: global gradient norm (and clip), the divergence watchdog, lr from
+ * the schedule, step. All temporaries live in one scope released at the
+ * end of the micro-batch, so the steady state does no malloc.
+ *
+ * The loop runs from the trainer's position (t->pos: epoch, batches done
+ * in it, optimiser steps), which a checkpoint restores; a load while the
+ * loop runs (a divergence rollback, or the callback) sets t->jumped and
+ * the loop starts again from the new position. Checkpoints are written
+ * only between optimiser steps; a stop request is honoured at the next
+ * one. */
+#include "train-private.h"
 
 #include <math.h>
-#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "em-ops.h"
 #include "em-pool.h"
-
-struct em_trainer {
-  em_model *model;
-  em_train_config cfg;
-  const em_dataset *train, *test;
-  em_loader *loader;
-  em_optimizer *opt;
-  int n_params;
-  em_tensor **params;
-  em_rng rng; /* dropout and other training-time randomness */
-  atomic_bool stop;
-  em_train_summary summary;
-  int64_t sample_shape[EM_MAX_DIMS + 1];
-  int sample_ndim;
-};
+#include "em-profile.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -72,10 +66,19 @@ em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_datas
   t->opt = em_optimizer_new(&c->optim, t->n_params, t->params, names, err);
   free(names);
   if (!t->opt) goto fail;
+  /* One-cycle momentum switches SGD's momentum buffers on at the first
+   * step; switch them on now, so that the optimiser's state (what a
+   * checkpoint holds) is the same before and after that step. */
+  if (c->schedule.kind == EM_SCHED_ONECYCLE && c->schedule.cycle_momentum)
+    em_optimizer_set_momentum(t->opt, em_schedule_momentum(&c->schedule, 0,
+                                                           em_optimizer_get_momentum(t->opt)));
   em_rng base;
   em_rng_seed(&base, c->seed ^ 0x5DEECE66Dull);
   t->rng = em_rng_split(&base);
   atomic_init(&t->stop, false);
+  t->lr_scale = 1.0;
+  em_train_diagnostics_defaults(&t->diag);
+  em_watchdog_init(&t->watch, c->divergence_spike_factor);
   return t;
 fail:
   em_trainer_free(t);
@@ -109,152 +112,294 @@ em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double
   return em_mse_loss(out, target);
 }
 
-static bool emit(em_train_callback cb, void *user, const em_train_event *ev) {
-  return cb ? cb(ev, user) : true;
+/* ---- one run ------------------------------------------------------------- */
+
+/* What stays fixed during a run, and the event being filled. */
+typedef struct {
+  em_trainer *t;
+  em_train_callback cb;
+  void *user;
+  int64_t bpe;   /* batches per epoch */
+  int acc;       /* micro-batches per optimiser step */
+  em_schedule sched;
+  bool cycle_momentum;
+  double t_start, train_time;
+  int64_t samples;
+  bool fresh_eval; /* the last evaluation is of the current weights */
+  em_train_event ev;
+  em_diag_state diag;
+} run_ctx;
+
+/* Sends ev; a callback that returns false asks for a stop. */
+static void emit(run_ctx *r, em_event_kind kind) {
+  r->ev.kind = kind;
+  r->ev.lr_scale = r->t->lr_scale;
+  if (r->cb && !r->cb(&r->ev, r->user)) atomic_store(&r->t->stop, true);
+  r->ev.path = r->ev.checkpoint_kind = r->ev.message = NULL;
+}
+
+/* The profiled window ended: its trace is written; table is consumed. */
+static void emit_profile(run_ctx *r, char *table) {
+  r->ev.path = r->t->diag.trace_path;
+  r->ev.message = table;
+  emit(r, EM_EVENT_PROFILE);
+  free(table);
+}
+
+/* Writes a checkpoint of `kind` into the folder and reports it. */
+static em_status write_checkpoint(run_ctx *r, const char *kind, em_error *err) {
+  em_trainer *t = r->t;
+  EM_TRY(em_checkpoint_path(t->ckpt_path, sizeof t->ckpt_path, t->ckpt_dir, kind, t->pos.epoch,
+                            t->pos.step, err));
+  EM_TRY(em_trainer_save_checkpoint(t, t->ckpt_path, err));
+  /* the epoch of the last batch trained (pos moves on after an epoch) */
+  r->ev.epoch = t->pos.batch == 0 && t->pos.epoch > 0 ? t->pos.epoch - 1 : t->pos.epoch;
+  r->ev.step = t->pos.step;
+  r->ev.path = t->ckpt_path;
+  r->ev.checkpoint_kind = kind;
+  /* The checkpoint's metrics: those of an evaluation of these weights, or
+   * NAN. Other events keep showing the last evaluation. */
+  double tl = r->ev.test_loss, ta = r->ev.test_accuracy;
+  bool metrics = strcmp(kind, "step") != 0 && r->fresh_eval;
+  r->ev.test_loss = metrics ? t->summary.test_loss : NAN;
+  r->ev.test_accuracy = metrics ? t->summary.test_accuracy : NAN;
+  emit(r, EM_EVENT_CHECKPOINT);
+  r->ev.test_loss = tl;
+  r->ev.test_accuracy = ta;
+  return EM_OK;
+}
+
+/* The watchdog fired: the policy (watchdog.c) rolls back or stops; the
+ * DIVERGENCE event says which. */
+static em_status diverged(run_ctx *r, em_watch_verdict v, double value, em_error *err) {
+  char msg[1024];
+  int64_t at = r->t->pos.step + 1; /* the step being made */
+  em_status st = em_trainer_diverged(r->t, v, value, msg, sizeof msg, err);
+  if (st == EM_OK) r->fresh_eval = false;
+  r->ev.step = at;
+  r->ev.message = msg;
+  emit(r, EM_EVENT_DIVERGENCE);
+  return st;
+}
+
+/* Forward, loss and backward of one micro-batch. A non-finite loss comes
+ * back in *loss without a backward. */
+static em_status micro_batch(run_ctx *r, const em_batch *b, double *loss, em_error *err) {
+  em_trainer *t = r->t;
+  em_scope *s = em_scope_begin();
+  int64_t xshape[EM_MAX_DIMS + 1];
+  xshape[0] = b->n;
+  memcpy(xshape + 1, t->sample_shape, sizeof(int64_t) * (size_t)t->sample_ndim);
+  em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, t->sample_ndim + 1, xshape, (void *)b->x);
+  em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b->n, (void *)b->y);
+  em_tensor *out = em_model_forward(t->model, x, true, &t->rng, err);
+  if (!out) {
+    em_scope_end(s);
+    em_status st = err ? err->status : EM_ERR_INVALID;
+    return st == EM_OK ? EM_ERR_INVALID : st;
+  }
+  em_tensor *l = em_train_loss(t->cfg.loss, out, y, t->cfg.label_smoothing);
+  *loss = em_tensor_item(l);
+  em_status st = t->diag.detect_anomaly ? em_anomaly_check(err) : EM_OK;
+  if (st == EM_OK && isfinite(*loss)) {
+    if (r->acc > 1) l = em_mul_scalar(l, 1.0 / r->acc);
+    em_backward(l);
+    if (t->diag.detect_anomaly) st = em_anomaly_check(err);
+  }
+  em_scope_end(s);
+  return st;
+}
+
+/* The optimiser step closing an accumulation: the global gradient norm
+ * (clipping when asked), the watchdog, then lr and step. *v reports a
+ * divergence, in which case nothing was updated. */
+static void optimizer_step(run_ctx *r, em_watch_verdict *v, double *norm) {
+  em_trainer *t = r->t;
+  double clip = t->cfg.clip_grad_norm;
+  *norm = em_clip_grad_norm(t->n_params, t->params, clip > 0 ? clip : INFINITY);
+  *v = em_watchdog_check_norm(&t->watch, *norm);
+  if (*v != EM_WATCH_OK) return;
+  int64_t step = em_optimizer_steps(t->opt);
+  double lr = em_schedule_lr(&r->sched, step) * t->lr_scale;
+  em_optimizer_set_lr(t->opt, lr);
+  if (r->cycle_momentum)
+    em_optimizer_set_momentum(t->opt, em_schedule_momentum(&r->sched, step, 0));
+  em_optimizer_step(t->opt);
+  em_optimizer_zero_grad(t->opt);
+  t->pos.step = em_optimizer_steps(t->opt);
+  t->micro = 0;
+  r->fresh_eval = false;
+  r->ev.lr = lr;
+}
+
+/* The epoch's batches from t->pos on, until its end, a stop request
+ * (between optimiser steps), an error or a jump. */
+static em_status run_batches(run_ctx *r, em_error *err) {
+  em_trainer *t = r->t;
+  const em_train_config *c = &t->cfg;
+  em_status st = EM_OK;
+  double t0 = now_s();
+  em_batch b;
+  while (!t->jumped && !(atomic_load(&t->stop) && t->micro == 0)) {
+    em_error lerr = {0};
+    if (!em_loader_next(t->loader, &b, &lerr)) {
+      if (lerr.status != EM_OK) {
+        st = lerr.status;
+        if (err) *err = lerr;
+      }
+      break;
+    }
+    double lv;
+    em_diag_batch_begin(t, &r->diag, err);
+    if ((st = micro_batch(r, &b, &lv, err)) != EM_OK) break;
+    em_watch_verdict v = em_watchdog_check_loss(&t->watch, lv);
+    if (v != EM_WATCH_OK) {
+      if ((st = diverged(r, v, lv, err)) != EM_OK) break;
+      continue; /* rolled back: jumped */
+    }
+    t->micro++;
+    t->pos.batch++;
+    t->pos.loss_sum += lv;
+    r->samples += b.n;
+    r->ev.grad_norm = 0;
+    bool stepped = false;
+    if (t->micro == r->acc || t->pos.batch == r->bpe) {
+      double norm;
+      optimizer_step(r, &v, &norm);
+      if (v != EM_WATCH_OK) {
+        if ((st = diverged(r, v, norm, err)) != EM_OK) break;
+        continue;
+      }
+      r->ev.grad_norm = norm;
+      stepped = true;
+    }
+    double el = r->train_time + (now_s() - t0);
+    r->ev.epoch = t->pos.epoch;
+    r->ev.step = t->pos.step;
+    r->ev.batch = t->pos.batch;
+    r->ev.loss = lv;
+    r->ev.samples_per_sec = el > 0 ? (double)r->samples / el : 0;
+    r->ev.elapsed_s = now_s() - r->t_start;
+    int64_t left = r->bpe * c->epochs - (t->pos.epoch * r->bpe + t->pos.batch);
+    r->ev.eta_s = r->ev.samples_per_sec > 0
+                      ? (double)left * (double)c->batch_size / r->ev.samples_per_sec
+                      : 0;
+    char *table = NULL, warning[1024];
+    if ((st = em_diag_batch_end(t, &r->diag, &r->ev, &table, warning, sizeof warning, err)) !=
+        EM_OK)
+      break;
+    emit(r, EM_EVENT_STEP);
+    if (table) emit_profile(r, table);
+    if (warning[0]) {
+      r->ev.message = warning;
+      emit(r, EM_EVENT_WARNING);
+    }
+    if (stepped && !t->jumped && t->ckpt_dir[0] && c->checkpoint_every > 0 &&
+        t->pos.step % c->checkpoint_every == 0 && (st = write_checkpoint(r, "step", err)) != EM_OK)
+      break;
+  }
+  r->train_time += now_s() - t0;
+  return st;
+}
+
+/* The end of the epoch's batches: EPOCH_END, an evaluation when due or
+ * last, and, when the epoch is complete, the move to the next one (and
+ * an "eval" checkpoint). */
+static em_status end_epoch(run_ctx *r, bool complete, em_error *err) {
+  em_trainer *t = r->t;
+  const em_train_config *c = &t->cfg;
+  int64_t epoch = t->pos.epoch;
+  t->summary.epochs = (int)epoch + 1;
+  t->summary.final_train_loss = t->pos.batch ? t->pos.loss_sum / (double)t->pos.batch : 0;
+  r->ev.epoch = epoch;
+  r->ev.step = t->pos.step;
+  r->ev.batch = t->pos.batch;
+  r->ev.loss = t->summary.final_train_loss;
+  r->ev.samples_per_sec = r->train_time > 0 ? (double)r->samples / r->train_time : 0;
+  emit(r, EM_EVENT_EPOCH_END);
+  if (t->jumped) return EM_OK;
+  bool last = epoch + 1 == c->epochs || atomic_load(&t->stop);
+  bool due = c->eval_every > 0 && (epoch + 1) % c->eval_every == 0;
+  bool evaluated = false;
+  if (t->test && (due || last)) {
+    double tl, ta;
+    EM_TRY(em_evaluate(t->model, t->test, c->batch_size, c->loss, 0.0, &tl, &ta, err));
+    t->summary.test_loss = tl;
+    t->summary.test_accuracy = ta;
+    t->summary.evaluated = true;
+    r->fresh_eval = evaluated = true;
+    r->ev.test_loss = tl;
+    r->ev.test_accuracy = ta;
+    r->ev.test_samples = em_dataset_len(t->test);
+    emit(r, EM_EVENT_EVAL);
+    if (t->jumped) return EM_OK;
+  }
+  if (!complete) return EM_OK;
+  t->pos.epoch++;
+  t->pos.batch = 0;
+  t->pos.loss_sum = 0;
+  if (evaluated && t->ckpt_dir[0]) return write_checkpoint(r, "eval", err);
+  return EM_OK;
 }
 
 em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_error *err) {
   const em_train_config *c = &t->cfg;
   em_set_num_threads(c->threads);
-  int64_t bpe = em_loader_batches_per_epoch(t->loader);
-  int acc = c->accumulate > 0 ? c->accumulate : 1;
-  int64_t steps_per_epoch = (bpe + acc - 1) / acc;
+  run_ctx r = {.t = t, .cb = cb, .user = user};
+  r.bpe = em_loader_batches_per_epoch(t->loader);
+  r.acc = c->accumulate > 0 ? c->accumulate : 1;
+  int64_t steps_per_epoch = (r.bpe + r.acc - 1) / r.acc;
   int64_t total_steps = steps_per_epoch * c->epochs;
-  em_schedule sched = c->schedule;
-  sched.lr = c->optim.lr;
-  if (sched.total_steps == 0) sched.total_steps = total_steps > 0 ? total_steps : 1;
-  bool cycle_momentum = sched.kind == EM_SCHED_ONECYCLE && sched.cycle_momentum;
-  double base_momentum = em_optimizer_get_momentum(t->opt);
+  r.sched = c->schedule;
+  r.sched.lr = c->optim.lr;
+  if (r.sched.total_steps == 0) r.sched.total_steps = total_steps > 0 ? total_steps : 1;
+  r.cycle_momentum = r.sched.kind == EM_SCHED_ONECYCLE && r.sched.cycle_momentum;
   memset(&t->summary, 0, sizeof t->summary);
+  t->ckpt_dir[0] = '\0';
+  if (c->checkpoint_dir[0])
+    EM_TRY(em_checkpoint_dir_prepare(c->checkpoint_dir, t->ckpt_dir, sizeof t->ckpt_dir, err));
 
-  em_train_event ev = {0};
-  ev.epochs = c->epochs;
-  ev.batches_per_epoch = bpe;
-  ev.total_steps = total_steps;
-  ev.kind = EM_EVENT_START;
-  ev.lr = em_schedule_lr(&sched, 0);
-  em_optimizer_set_lr(t->opt, ev.lr);
-  if (!emit(cb, user, &ev)) atomic_store(&t->stop, true);
+  r.ev.epochs = c->epochs;
+  r.ev.batches_per_epoch = r.bpe;
+  r.ev.total_steps = total_steps;
+  r.ev.epoch = t->pos.epoch;
+  r.ev.step = t->pos.step;
+  r.ev.lr = em_schedule_lr(&r.sched, t->pos.step) * t->lr_scale;
+  em_optimizer_set_lr(t->opt, r.ev.lr);
+  emit(&r, EM_EVENT_START);
 
-  double train_time = 0, t_start = now_s();
-  int64_t samples = 0, step = 0;
+  r.t_start = now_s();
   em_status st = EM_OK;
+  t->running = true;
+  em_diag_begin(t, &r.diag);
   em_model_zero_grad(t->model);
-  for (int64_t epoch = 0; epoch < c->epochs && !atomic_load(&t->stop); epoch++) {
-    em_loader_start_epoch(t->loader, epoch);
-    double epoch_loss = 0;
-    int64_t epoch_batches = 0, micro = 0;
-    double t0 = now_s();
-    em_batch b;
-    while (!atomic_load(&t->stop)) {
-      em_error lerr = {0};
-      if (!em_loader_next(t->loader, &b, &lerr)) {
-        if (lerr.status != EM_OK) {
-          st = lerr.status;
-          if (err) *err = lerr;
-        }
-        break;
-      }
-      em_scope *s = em_scope_begin();
-      int64_t xshape[EM_MAX_DIMS + 1];
-      xshape[0] = b.n;
-      memcpy(xshape + 1, t->sample_shape, sizeof(int64_t) * (size_t)t->sample_ndim);
-      em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, t->sample_ndim + 1, xshape, (void *)b.x);
-      em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b.n, (void *)b.y);
-      em_tensor *out = em_model_forward(t->model, x, true, &t->rng, err);
-      if (!out) {
-        em_scope_end(s);
-        st = err ? err->status : EM_ERR_INVALID;
-        if (st == EM_OK) st = EM_ERR_INVALID;
-        break;
-      }
-      em_tensor *loss = em_train_loss(c->loss, out, y, c->label_smoothing);
-      double lv = em_tensor_item(loss);
-      if (!isfinite(lv)) {
-        em_scope_end(s);
-        st = em_error_set(err, EM_ERR_NUMERIC,
-                          "the loss became %s at epoch %lld, batch %lld (step %lld); try a lower "
-                          "learning rate or gradient clipping (--clip-grad-norm)",
-                          isnan(lv) ? "NaN" : "infinite", (long long)epoch + 1,
-                          (long long)epoch_batches + 1, (long long)step);
-        break;
-      }
-      if (acc > 1) loss = em_mul_scalar(loss, 1.0 / acc);
-      em_backward(loss);
-      em_scope_end(s);
-      micro++;
-      epoch_loss += lv;
-      epoch_batches++;
-      samples += b.n;
-      ev.grad_norm = 0;
-      if (micro % acc == 0 || epoch_batches == bpe) {
-        if (c->clip_grad_norm > 0) {
-          ev.grad_norm = em_clip_grad_norm(t->n_params, t->params, c->clip_grad_norm);
-          if (!isfinite(ev.grad_norm)) {
-            st = em_error_set(err, EM_ERR_NUMERIC,
-                              "the gradient norm became non-finite at step %lld; try a lower "
-                              "learning rate",
-                              (long long)step);
-            break;
-          }
-        }
-        double lr = em_schedule_lr(&sched, step);
-        em_optimizer_set_lr(t->opt, lr);
-        if (cycle_momentum)
-          em_optimizer_set_momentum(t->opt, em_schedule_momentum(&sched, step, base_momentum));
-        em_optimizer_step(t->opt);
-        em_optimizer_zero_grad(t->opt);
-        step++;
-        ev.lr = lr;
-      }
-      double el = train_time + (now_s() - t0);
-      ev.kind = EM_EVENT_STEP;
-      ev.epoch = epoch;
-      ev.step = step;
-      ev.batch = epoch_batches;
-      ev.loss = lv;
-      ev.samples_per_sec = el > 0 ? (double)samples / el : 0;
-      ev.elapsed_s = now_s() - t_start;
-      int64_t left = bpe * c->epochs - (epoch * bpe + epoch_batches);
-      ev.eta_s = ev.samples_per_sec > 0 ? (double)left * (double)c->batch_size / ev.samples_per_sec : 0;
-      if (!emit(cb, user, &ev)) atomic_store(&t->stop, true);
-    }
-    train_time += now_s() - t0;
+  while (st == EM_OK && !atomic_load(&t->stop) && t->pos.epoch < c->epochs) {
+    t->jumped = false;
+    t->micro = 0;
+    em_loader_start_epoch_at(t->loader, t->pos.epoch, t->pos.batch);
+    st = run_batches(&r, err);
     /* A last, smaller batch and evaluation use other block sizes than the
      * steady state: hand the cached blocks back so they never pile up. */
     em_memory_release_cached();
-    if (st != EM_OK) break;
-    t->summary.epochs = (int)epoch + 1;
-    t->summary.final_train_loss = epoch_batches ? epoch_loss / (double)epoch_batches : 0;
-    ev.kind = EM_EVENT_EPOCH_END;
-    ev.epoch = epoch;
-    ev.loss = t->summary.final_train_loss;
-    ev.samples_per_sec = train_time > 0 ? (double)samples / train_time : 0;
-    if (!emit(cb, user, &ev)) atomic_store(&t->stop, true);
-    bool last = epoch + 1 == c->epochs || atomic_load(&t->stop);
-    bool due = c->eval_every > 0 && (epoch + 1) % c->eval_every == 0;
-    if (t->test && (due || last)) {
-      double tl, ta;
-      if ((st = em_evaluate(t->model, t->test, c->batch_size, c->loss, 0.0, &tl, &ta, err)) !=
-          EM_OK)
-        break;
-      t->summary.test_loss = tl;
-      t->summary.test_accuracy = ta;
-      t->summary.evaluated = true;
-      ev.kind = EM_EVENT_EVAL;
-      ev.test_loss = tl;
-      ev.test_accuracy = ta;
-      ev.test_samples = em_dataset_len(t->test);
-      if (!emit(cb, user, &ev)) atomic_store(&t->stop, true);
-    }
+    if (st != EM_OK || t->jumped) continue;
+    st = end_epoch(&r, t->pos.batch >= r.bpe, err);
   }
-  t->summary.steps = step;
-  t->summary.train_seconds = train_time;
-  t->summary.train_samples_per_sec = train_time > 0 ? (double)samples / train_time : 0;
+  t->running = false;
+  char *table = NULL;
+  em_error derr = {0};
+  em_status dst = em_diag_end(t, &r.diag, &table, &derr);
+  if (table) emit_profile(&r, table);
+  if (st == EM_OK && dst != EM_OK) {
+    st = dst;
+    if (err) *err = derr;
+  }
+  t->summary.steps = t->pos.step;
+  t->summary.train_seconds = r.train_time;
+  t->summary.train_samples_per_sec = r.train_time > 0 ? (double)r.samples / r.train_time : 0;
   t->summary.stopped = atomic_load(&t->stop);
   if (st != EM_OK) return st;
-  ev.kind = EM_EVENT_DONE;
-  ev.elapsed_s = now_s() - t_start;
-  emit(cb, user, &ev);
+  if (t->ckpt_dir[0]) EM_TRY(write_checkpoint(&r, "final", err));
+  r.ev.elapsed_s = now_s() - r.t_start;
+  emit(&r, EM_EVENT_DONE);
   return EM_OK;
 }

@@ -44,6 +44,10 @@ static bool on_event(const em_train_event *ev, void *user) {
   case EM_EVENT_EPOCH_END: c->epochs++; break;
   case EM_EVENT_EVAL: c->evals++; break;
   case EM_EVENT_DONE: c->dones++; break;
+  case EM_EVENT_CHECKPOINT:
+  case EM_EVENT_DIVERGENCE:
+  case EM_EVENT_WARNING:
+  case EM_EVENT_PROFILE: break;
   }
   return !(c->stop_after && c->steps >= c->stop_after);
 }

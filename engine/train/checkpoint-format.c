@@ -1,0 +1,170 @@
+/* checkpoint-format.c: what saving and loading a checkpoint share: the
+ * file names in a checkpoint folder, the folder itself, the spec
+ * comparison and the checksum. The format:
+ *
+ * Tensors: the model's parameters and buffers under their PyTorch names,
+ * the optimiser's state as "optim/<name>" (step counts included).
+ * Metadata (strings):
+ *   format "ember-checkpoint", version "1"
+ *   epoch, batch, step     where the run stands: `batch` batches of epoch
+ *                          `epoch` are done, `step` optimiser steps in all
+ *   rng                    the dropout stream, 4 x 16 hex digits
+ *   lr_scale, rollbacks    what divergence rollbacks left
+ *   loss_sum               the epoch's running loss sum over `batch` batches
+ *   grad_norms, grad_norms_seen   the watchdog's memory, oldest first
+ *   spec                   the spec (keys sorted); loading compares its
+ *                          model part (everything but "name", "training",
+ *                          "loss" and "description") with the model's
+ *   config                 em_train_config_to_json
+ *   checksum               "crc32:xxxxxxxx" over every tensor (name, dtype,
+ *                          shape, data) and every other metadata entry, in
+ *                          name order, so a flipped byte anywhere is caught
+ *
+ * em_safetensors_save writes atomically (temporary file, fsync, rename,
+ * fsync of the folder), and em_safetensors_open rejects truncated and
+ * malformed files. Loading reads everything into temporaries and checks
+ * it all before it touches the trainer. Doubles are written with 17
+ * significant digits, which read back to the same bits. */
+#include "train-private.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+em_status em_checkpoint_path(char *out, size_t cap, const char *dir, const char *kind,
+                             int64_t epoch, int64_t step, em_error *err) {
+  int w;
+  if (strcmp(kind, "eval") == 0) /* epoch: the number of the epoch just finished, from 1 */
+    w = snprintf(out, cap, "%s/eval-e%03lld-step-%09lld.safetensors", dir, (long long)epoch,
+                 (long long)step);
+  else if (strcmp(kind, "step") == 0)
+    w = snprintf(out, cap, "%s/step-%09lld.safetensors", dir, (long long)step);
+  else
+    w = snprintf(out, cap, "%s/%s-step-%09lld.safetensors", dir, kind, (long long)step);
+  if (w < 0 || (size_t)w >= cap)
+    return em_error_set(err, EM_ERR_INVALID, "the checkpoint folder name is too long: '%.200s...'",
+                        dir);
+  return EM_OK;
+}
+
+/* mkdir -p */
+static em_status make_dirs(const char *dir, em_error *err) {
+  char p[4096];
+  int w = snprintf(p, sizeof p, "%s", dir);
+  if (w < 0 || (size_t)w >= sizeof p)
+    return em_error_set(err, EM_ERR_INVALID, "checkpoint folder name too long: '%.200s...'", dir);
+  for (char *s = p + 1;; s++) {
+    bool end = *s == '\0';
+    if (*s == '/' || end) {
+      *s = '\0';
+      if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return em_error_set(err, EM_ERR_IO, "cannot create the checkpoint folder '%s': %s", p,
+                            strerror(errno));
+      if (end) break;
+      *s = '/';
+    }
+  }
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return em_error_set(err, EM_ERR_IO, "the checkpoint folder '%s' is not a folder", dir);
+  return EM_OK;
+}
+
+em_status em_checkpoint_dir_prepare(const char *dir, char *abs, size_t cap, em_error *err) {
+  EM_TRY(make_dirs(dir, err));
+  char *real = realpath(dir, NULL);
+  if (!real)
+    return em_error_set(err, EM_ERR_IO, "cannot resolve the checkpoint folder '%s': %s", dir,
+                        strerror(errno));
+  int w = snprintf(abs, cap, "%s", real);
+  free(real);
+  if (w < 0 || (size_t)w >= cap)
+    return em_error_set(err, EM_ERR_INVALID, "the checkpoint folder's path is too long: "
+                        "'%.200s...'", abs);
+  return EM_OK;
+}
+
+/* ---- the spec fingerprint ------------------------------------------------- */
+
+/* The spec as JSON with sorted keys; model_only drops what does not
+ * shape the weights. malloc'd, NULL when out of memory. */
+char *em_checkpoint_spec_text(const em_spec *spec, bool model_only) {
+  json_t *doc = json_deep_copy(em_spec_json(spec));
+  if (!doc) return NULL;
+  if (model_only && json_is_object(doc)) {
+    json_object_del(doc, "training");
+    json_object_del(doc, "loss");
+    json_object_del(doc, "description");
+  }
+  char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(doc);
+  return text;
+}
+
+/* The model part of a saved spec text, canonical (sorted keys, compact);
+ * NULL when text is not a JSON object. malloc'd. */
+char *em_checkpoint_model_text(const char *spec_text) {
+  json_t *doc = spec_text ? json_loads(spec_text, 0, NULL) : NULL;
+  if (!json_is_object(doc)) {
+    json_decref(doc);
+    return NULL;
+  }
+  json_object_del(doc, "training");
+  json_object_del(doc, "loss");
+  json_object_del(doc, "description");
+  json_object_del(doc, "name");
+  char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(doc);
+  return text;
+}
+
+/* ---- the checksum ----------------------------------------------------------- */
+
+int em_ckpt_tensor_cmp(const void *a, const void *b) {
+  return strcmp(((const em_ckpt_tensor *)a)->name, ((const em_ckpt_tensor *)b)->name);
+}
+
+static int cmp_ck_meta(const void *a, const void *b) {
+  return strcmp(((const em_ckpt_meta *)a)->key, ((const em_ckpt_meta *)b)->key);
+}
+
+static uLong crc_bytes(uLong crc, const void *p, size_t n) {
+  return crc32_z(crc, (const Bytef *)p, (z_size_t)n);
+}
+
+/* One tensor: name, dtype, shape, data (row-major). */
+static uLong crc_tensor(uLong crc, const char *name, const em_tensor *t) {
+  crc = crc_bytes(crc, name, strlen(name) + 1);
+  const char *dn = em_dtype_name(t->dtype);
+  crc = crc_bytes(crc, dn, strlen(dn) + 1);
+  int64_t dims[EM_MAX_DIMS + 1];
+  dims[0] = t->ndim;
+  memcpy(dims + 1, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  crc = crc_bytes(crc, dims, sizeof(int64_t) * (size_t)(t->ndim + 1));
+  if (em_tensor_is_contiguous(t)) return crc_bytes(crc, em_tensor_ptr(t), em_tensor_nbytes(t));
+  em_tensor *c = em_tensor_new(t->dtype, t->ndim, t->shape, NULL);
+  EM_ASSERT(c && "out of memory for a checksum copy");
+  em_tensor_copy_(c, t);
+  crc = crc_bytes(crc, em_tensor_ptr(c), em_tensor_nbytes(c));
+  em_tensor_free(c);
+  return crc;
+}
+
+/* Sorts both lists in place and returns the checksum of their contents;
+ * the "checksum" entry itself is skipped. */
+uint32_t em_checkpoint_checksum(em_ckpt_tensor *ts, int n, em_ckpt_meta *meta, int n_meta) {
+  qsort(ts, (size_t)n, sizeof *ts, em_ckpt_tensor_cmp);
+  qsort(meta, (size_t)n_meta, sizeof *meta, cmp_ck_meta);
+  uLong crc = crc32_z(0, Z_NULL, 0);
+  for (int i = 0; i < n; i++) crc = crc_tensor(crc, ts[i].name, ts[i].t);
+  for (int i = 0; i < n_meta; i++) {
+    if (strcmp(meta[i].key, "checksum") == 0) continue;
+    crc = crc_bytes(crc, meta[i].key, strlen(meta[i].key) + 1);
+    crc = crc_bytes(crc, meta[i].value, strlen(meta[i].value) + 1);
+  }
+  return (uint32_t)crc;
+}
+

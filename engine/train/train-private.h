@@ -1,0 +1,157 @@
+/* train-private.h: what the files of engine/train share: the trainer's
+ * state (trainer.c runs it, checkpoint-*.c save and restore it), the
+ * divergence watchdog, typed JSON fields for the config readers, and
+ * SHA-256 for the spec fingerprint. */
+#pragma once
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "em-rng.h"
+#include "em-train.h"
+
+/* ---- the divergence watchdog (watchdog.c) ------------------------------- */
+#define EM_WATCHDOG_WINDOW 50 /* norms remembered */
+#define EM_WATCHDOG_WARMUP 20 /* norms seen before spikes count */
+
+typedef enum {
+  EM_WATCH_OK,
+  EM_WATCH_LOSS_NONFINITE,
+  EM_WATCH_NORM_NONFINITE,
+  EM_WATCH_NORM_SPIKE,
+} em_watch_verdict;
+
+typedef struct {
+  double spike_factor;            /* 0: spikes are not checked */
+  double norms[EM_WATCHDOG_WINDOW]; /* ring of the last norms */
+  int n;                          /* how many of norms hold values */
+  int head;                       /* where the next norm goes */
+  int64_t seen;                   /* norms accepted since the last reset */
+} em_watchdog;
+
+void em_watchdog_init(em_watchdog *w, double spike_factor);
+void em_watchdog_reset(em_watchdog *w);
+/* A micro-batch's loss: EM_WATCH_LOSS_NONFINITE when NaN or infinite. */
+em_watch_verdict em_watchdog_check_loss(const em_watchdog *w, double loss);
+/* An optimiser step's global gradient norm: non-finite, or above
+ * spike_factor x the largest of the remembered norms once WARMUP norms
+ * were seen. A norm that passes is remembered; one that fails is not. */
+em_watch_verdict em_watchdog_check_norm(em_watchdog *w, double norm);
+/* The largest remembered norm (0 when none). */
+double em_watchdog_max(const em_watchdog *w);
+
+/* ---- the trainer's state -------------------------------------------------- */
+/* Where the run stands, between optimiser steps: epoch `epoch`, whose
+ * first `batch` batches are done (batch == batches per epoch: all done,
+ * the epoch's end not yet handled), `step` optimiser steps so far, and
+ * the epoch's running loss sum over those batches. */
+typedef struct {
+  int64_t epoch, batch, step;
+  double loss_sum;
+} em_train_position;
+
+struct em_trainer {
+  em_model *model;
+  em_train_config cfg;
+  const em_dataset *train, *test;
+  em_loader *loader;
+  em_optimizer *opt;
+  int n_params;
+  em_tensor **params;
+  em_rng rng; /* dropout and other training-time randomness */
+  atomic_bool stop;
+  em_train_summary summary;
+  int64_t sample_shape[EM_MAX_DIMS + 1];
+  int sample_ndim;
+
+  em_train_position pos;
+  int micro;        /* micro-batches accumulated since the last step */
+  double lr_scale;  /* product of the rollbacks' lr factors */
+  int rollbacks;    /* divergence rollbacks so far */
+  em_watchdog watch;
+  bool jumped;      /* a checkpoint was loaded: the loop restarts at pos */
+  bool running;     /* inside em_trainer_run */
+  char last_ckpt[4096]; /* the checkpoint last written or loaded; "" none */
+  char ckpt_dir[4096];  /* cfg.checkpoint_dir made absolute at run start */
+  char ckpt_path[4096]; /* the file of the CHECKPOINT event being sent */
+  em_train_diagnostics diag;
+};
+
+/* ---- checkpoints (checkpoint-*.c) ------------------------------------------ */
+#define EM_CKPT_FORMAT "ember-checkpoint"
+#define EM_CKPT_VERSION "1"
+
+/* The spec as JSON with sorted keys (malloc'd; NULL when out of memory);
+ * model_only drops what does not shape the weights ("training", "loss",
+ * "description"). Its SHA-256 is the checkpoint's spec fingerprint. */
+char *em_checkpoint_spec_text(const em_spec *spec, bool model_only);
+char *em_checkpoint_model_text(const char *spec_text);
+
+typedef struct {
+  const char *name;
+  const em_tensor *t;
+} em_ckpt_tensor;
+
+typedef struct {
+  const char *key, *value;
+} em_ckpt_meta;
+
+int em_ckpt_tensor_cmp(const void *a, const void *b); /* by name, for qsort and bsearch */
+/* Sorts both lists in place and returns the CRC-32 of their contents
+ * (each tensor's name, dtype, shape and data; each metadata key and value
+ * but "checksum"). */
+uint32_t em_checkpoint_checksum(em_ckpt_tensor *ts, int n, em_ckpt_meta *meta, int n_meta);
+
+/* Makes dir (and its parents) when missing and puts its absolute path in
+ * abs. */
+em_status em_checkpoint_dir_prepare(const char *dir, char *abs, size_t cap, em_error *err);
+/* A checkpoint's file name inside dir: "step-<step>", "eval-e<epoch>-step-
+ * <step>" (epoch: the one just finished, from 1), "<kind>-step-<step>". */
+em_status em_checkpoint_path(char *out, size_t cap, const char *dir, const char *kind,
+                             int64_t epoch, int64_t step, em_error *err);
+/* Restores t from path. keep_scale: leave lr_scale and the rollback count
+ * as they are (a rollback) instead of taking the file's. */
+em_status em_trainer_restore(em_trainer *t, const char *path, bool keep_scale, em_error *err);
+
+/* The divergence policy (watchdog.c), when the watchdog fired on value
+ * (the loss or the gradient norm) at the step being made. Rolling back:
+ * restores the last checkpoint, lowers the lr scale, resets the watchdog
+ * and returns EM_OK. Stopping (policy, no checkpoint, max_rollbacks, or
+ * the rollback failed): returns the error. msg says what happened and
+ * what was done about it, in both cases. */
+em_status em_trainer_diverged(em_trainer *t, em_watch_verdict v, double value, char *msg,
+                              size_t cap, em_error *err);
+
+/* ---- typed JSON fields (json-fields.c) ----------------------------------
+ * Each fills *out or returns EM_ERR_INVALID with a message naming
+ * "<sec>"."<key>" and what was expected. */
+const char *em_json_kind(const json_t *v); /* "a string", "an integer", ... */
+em_status em_json_want_num(const char *sec, const char *key, const json_t *v, double *out,
+                           em_error *err);
+em_status em_json_want_int(const char *sec, const char *key, const json_t *v, int64_t lo,
+                           int64_t hi, int64_t *out, em_error *err);
+em_status em_json_want_bool(const char *sec, const char *key, const json_t *v, bool *out,
+                            em_error *err);
+em_status em_json_want_str(const char *sec, const char *key, const json_t *v, char *out,
+                           size_t n, em_error *err);
+
+#define EM_TRY(x)                  \
+  do {                             \
+    em_status st_ = (x);           \
+    if (st_ != EM_OK) return st_;  \
+  } while (0)
+
+/* ---- diagnostics (diagnostics.c) ------------------------------------------ */
+typedef struct {
+  int64_t batches;     /* micro-batches trained in this run */
+  bool profiling, profiled, leak_reported;
+} em_diag_state;
+void em_diag_begin(em_trainer *t, em_diag_state *d);
+void em_diag_batch_begin(em_trainer *t, em_diag_state *d, em_error *err);
+/* Fills ev's memory figures; *table (malloc'd op table) when the profiled
+ * window just ended and its trace is written; warning (a leak report) or "". */
+em_status em_diag_batch_end(em_trainer *t, em_diag_state *d, em_train_event *ev, char **table,
+                            char *warning, size_t cap, em_error *err);
+em_status em_diag_end(em_trainer *t, em_diag_state *d, char **table, em_error *err);
