@@ -146,7 +146,25 @@ em_status em_store_run_note(em_store *s, int64_t run, const char *text, em_error
 em_status em_store_run_event(em_store *s, int64_t run, int64_t step, const char *kind,
                              const char *detail, em_error *err);
 
+/* What was added to a run, for `ember run show`: its tags (by key), then
+ * its notes and its events (oldest first). */
+typedef struct {
+  char *kind;  /* "tag", "note", or the event's kind ("resumed", "divergence", ...) */
+  char *key;   /* a tag's key; NULL otherwise */
+  char *text;  /* a tag's value, a note's text, an event's detail ("" when none) */
+  int64_t step; /* events; 0 otherwise */
+  double time; /* notes and events; 0 for tags */
+} em_run_annotation;
+em_status em_store_run_annotations(em_store *s, int64_t run, em_run_annotation **out, int *n,
+                                   em_error *err);
+void em_run_annotations_free(em_run_annotation *a, int n);
+
 /* ---- metrics ----------------------------------------------------------- */
+
+/* The keys em_run's final_* values are read from (the last step of each). */
+#define EM_METRIC_TRAIN_LOSS "train_loss"
+#define EM_METRIC_TEST_LOSS "test_loss"
+#define EM_METRIC_TEST_ACCURACY "test_accuracy"
 
 typedef struct {
   int64_t step;
@@ -154,7 +172,8 @@ typedef struct {
   double wall; /* UNIX seconds */
 } em_metric_point;
 
-/* All points of one key, by step. *pts is malloc'd (free with free()). */
+/* All points of one key, by step (a key never recorded: none, EM_OK).
+ * *pts is malloc'd (free with free()). A NaN value reads back as NaN. */
 em_status em_store_metrics_get(em_store *s, int64_t run, const char *key, em_metric_point **pts,
                                int64_t *n, em_error *err);
 
@@ -209,11 +228,14 @@ em_status em_store_artifact_add(em_store *s, const char *abs_path, const char *k
                                 int64_t *artifact_id, em_error *err);
 
 /* Removes files under artifacts/ that no row refers to, and reports rows
- * whose file is gone. dry_run: only counts. */
+ * whose file is gone. dry_run: only counts. Files modified in the last 5
+ * minutes are left and counted in files_too_new (a running trainer may
+ * have written a checkpoint its writer has not recorded yet). */
 typedef struct {
   int files_removed;
   int64_t bytes_removed;
   int rows_missing_file;
+  int files_too_new;
 } em_gc_report;
 em_status em_store_gc(em_store *s, bool dry_run, em_gc_report *out, em_error *err);
 
@@ -223,6 +245,11 @@ typedef enum { EM_PICK_BEST, EM_PICK_LAST, EM_PICK_STEP } em_checkpoint_pick;
 
 /* Registers a new version of model `name` (created when new) from a run's
  * checkpoint: best (by the run's eval metric), last, or the one at step.
+ * Best ranks the run's "eval" and "final" checkpoints by their metric,
+ * each with the lower_is_better recorded with it (see
+ * em_store_writer_checkpoint); ties go to the later step. The file is
+ * checked against its recorded size and SHA-256 first. Model names: 1 to
+ * 100 of [A-Za-z0-9._-], not starting with '.' or '-' (aliases too).
  * The version keeps the run, the checkpoint, the spec and the run's final
  * metrics (JSON). Returns the version number (1, 2, ...). */
 em_status em_store_model_register(em_store *s, int64_t run, const char *name,
@@ -284,15 +311,22 @@ typedef struct em_store_writer em_store_writer;
  * Rows are committed in one transaction every flush_ms (default 200) or
  * every 4096 rows, whichever comes first. */
 em_store_writer *em_store_writer_new(const char *dir, int flush_ms, em_error *err);
-/* Enqueues a metric point: copies key (< 64 bytes); never blocks on SQLite
- * (takes a mutex, appends to an in-memory queue). */
+/* Enqueues a metric point: copies key. A step recorded again for the same
+ * run and key replaces the earlier point (last write wins: a divergence
+ * rollback re-runs steps). Never blocks on SQLite (takes a
+ * mutex, appends to an in-memory queue). One exception, for all enqueue
+ * calls: when about a million rows are waiting (SQLite cannot keep up),
+ * the caller waits for the writer thread rather than growing memory
+ * without bound or dropping rows. */
 void em_store_writer_metric(em_store_writer *w, int64_t run, int64_t step, const char *key,
                             double value, double wall);
 /* Enqueues a checkpoint written at abs_path (under artifacts/): the writer
  * hashes it, records the artifact and checkpoint rows, then prunes the
  * run's checkpoints, keeping the newest keep_last (>= 1), the best by
  * metric (lower is better when lower_is_better), and any a model version
- * refers to; pruned rows are deleted before their files. */
+ * refers to; pruned rows are deleted (and committed) before their files.
+ * lower_is_better is stored with the checkpoint; "register best" uses it.
+ * metric: the test metric for kind "eval"/"final", NAN otherwise. */
 void em_store_writer_checkpoint(em_store_writer *w, int64_t run, int64_t step, int64_t epoch,
                                 const char *abs_path, const char *kind, double metric,
                                 bool lower_is_better, int keep_last);
@@ -300,7 +334,9 @@ void em_store_writer_checkpoint(em_store_writer *w, int64_t run, int64_t step, i
 void em_store_writer_event(em_store_writer *w, int64_t run, int64_t step, const char *kind,
                            const char *detail);
 /* Blocks until everything enqueued so far is committed. Returns the first
- * error the writer met (and clears it), EM_OK otherwise. */
+ * error the writer met (and clears it), EM_OK otherwise. Rows the database
+ * refuses (a run id that does not exist) are skipped and reported; the
+ * other rows of their transaction are still recorded. */
 em_status em_store_writer_flush(em_store_writer *w, em_error *err);
 /* Flushes, stops the thread, closes. NULL is fine. */
 em_status em_store_writer_free(em_store_writer *w, em_error *err);

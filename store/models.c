@@ -1,0 +1,325 @@
+/* models.c: registering a run's checkpoint as a new version of a model,
+ * and listing models and versions. A version keeps its run, checkpoint,
+ * spec, weights (the checkpoint's artifact and its SHA-256 at registration)
+ * and the run's final metrics; pruning and run deletion leave them alone. */
+#include "store-private.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+em_status em_store_check_name(const char *what, const char *name, em_error *err) {
+  size_t n = name ? strlen(name) : 0;
+  bool ok = n > 0 && n <= 100 && name[0] != '.' && name[0] != '-';
+  for (size_t i = 0; ok && i < n; i++)
+    ok = g_ascii_isalnum(name[i]) || name[i] == '.' || name[i] == '_' || name[i] == '-';
+  if (!ok)
+    return em_error_set(err, EM_ERR_INVALID,
+                        "%s name '%s' is not valid: use 1 to 100 letters, digits, '.', '_' or "
+                        "'-', not starting with '.' or '-'",
+                        what, name ? name : "");
+  return EM_OK;
+}
+
+typedef struct {
+  int64_t id, artifact, step;
+  double metric;
+  char kind[16];
+  char path[PATH_MAX];
+  char sha[65];
+  int64_t size;
+} picked;
+
+#define PICK_COLUMNS                                                                   \
+  "SELECT c.id, c.artifact, c.step, c.metric, c.kind, a.rel_path, a.sha256, a.size " \
+  "FROM checkpoints c JOIN artifacts a ON a.id = c.artifact WHERE c.run = ?1 "
+
+static em_status steps_available(em_store *s, int64_t run, GString *out, em_error *err) {
+  sqlite3_stmt *q;
+  bool row = false;
+  em_status st = EM_SQL_PREPARE(s,
+                                "SELECT DISTINCT step FROM checkpoints WHERE run = ? ORDER BY step",
+                                &q, err);
+  if (!st) st = EM_SQL_BIND(s, q, err, "i", run);
+  while (!st && !(st = EM_SQL_STEP(s, q, &row, err)) && row)
+    g_string_append_printf(out, "%s%lld", out->len ? ", " : "",
+                           (long long)sqlite3_column_int64(q, 0));
+  if (q) sqlite3_reset(q);
+  return st;
+}
+
+static em_status pick_checkpoint(em_store *s, int64_t run, em_checkpoint_pick pick, int64_t step,
+                                 picked *p, em_error *err) {
+  sqlite3_stmt *q;
+  em_status st;
+  switch (pick) {
+  case EM_PICK_BEST:
+    /* each checkpoint ranks by its own lower_is_better (one run records
+     * one kind of metric, so they agree); ties go to the later step */
+    st = EM_SQL_PREPARE(s,
+                        PICK_COLUMNS "AND c.kind IN ('eval', 'final') AND c.metric IS NOT NULL "
+                                     "ORDER BY CASE WHEN c.lower_is_better THEN c.metric "
+                                     "ELSE -c.metric END, c.step DESC, c.id DESC LIMIT 1",
+                        &q, err);
+    break;
+  case EM_PICK_LAST:
+    st = EM_SQL_PREPARE(s, PICK_COLUMNS "ORDER BY c.step DESC, c.id DESC LIMIT 1", &q, err);
+    break;
+  case EM_PICK_STEP:
+    st = EM_SQL_PREPARE(s, PICK_COLUMNS "AND c.step = ?2 ORDER BY c.id DESC LIMIT 1", &q, err);
+    if (!st) st = EM_SQL_CHECK(s, sqlite3_bind_int64(q, 2, step), err);
+    break;
+  default: return em_error_set(err, EM_ERR_INVALID, "unknown checkpoint pick %d", (int)pick);
+  }
+  bool row = false;
+  if (!st) st = EM_SQL_CHECK(s, sqlite3_bind_int64(q, 1, run), err);
+  if (!st) st = EM_SQL_STEP(s, q, &row, err);
+  if (!st && row) {
+    p->id = sqlite3_column_int64(q, 0);
+    p->artifact = sqlite3_column_int64(q, 1);
+    p->step = sqlite3_column_int64(q, 2);
+    p->metric = em_col_double(q, 3);
+    g_strlcpy(p->kind, (const char *)sqlite3_column_text(q, 4), sizeof p->kind);
+    em_store_path_from_row(s, (const char *)sqlite3_column_text(q, 5), p->path, sizeof p->path);
+    g_strlcpy(p->sha, (const char *)sqlite3_column_text(q, 6), sizeof p->sha);
+    p->size = sqlite3_column_int64(q, 7);
+  }
+  if (q) sqlite3_reset(q);
+  if (st || row) return st;
+
+  GString *steps = g_string_new(NULL);
+  st = steps_available(s, run, steps, err);
+  if (!st) {
+    if (!steps->len)
+      st = em_error_set(err, EM_ERR_INVALID,
+                        "run %lld has no checkpoints to register; train it with checkpoints on",
+                        (long long)run);
+    else if (pick == EM_PICK_BEST)
+      st = em_error_set(err, EM_ERR_INVALID,
+                        "run %lld has no evaluated checkpoint (kind eval or final with a metric) "
+                        "to pick the best from; pick last, or a step (%s)",
+                        (long long)run, steps->str);
+    else
+      st = em_error_set(err, EM_ERR_INVALID,
+                        "run %lld has no checkpoint at step %lld; its checkpoints are at steps %s",
+                        (long long)run, (long long)step, steps->str);
+  }
+  g_string_free(steps, TRUE);
+  return st;
+}
+
+/* The run's last value of each metric, and the checkpoint's. */
+static em_status version_metrics(em_store *s, int64_t run, const picked *p, char **json,
+                                 em_error *err) {
+  em_metric_summary *m;
+  int n;
+  em_status st = em_store_metrics_summary(s, run, &m, &n, err);
+  if (st) return st;
+  json_t *o = json_object();
+  for (int i = 0; i < n; i++)
+    json_object_set_new(o, m[i].key, isfinite(m[i].last) ? json_real(m[i].last) : json_null());
+  json_object_set_new(o, "checkpoint",
+                      json_pack("{s:I, s:s, s:o}", "step", (json_int_t)p->step, "kind", p->kind,
+                                "metric", isfinite(p->metric) ? json_real(p->metric) : json_null()));
+  char *txt = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(o);
+  em_metric_summaries_free(m, n);
+  if (!txt) return em_error_set(err, EM_ERR_NOMEM, "version metrics: out of memory");
+  *json = g_strdup(txt);
+  free(txt);
+  return EM_OK;
+}
+
+em_status em_store_model_register(em_store *s, int64_t run, const char *name,
+                                  em_checkpoint_pick pick, int64_t step, int *version,
+                                  em_error *err) {
+  em_status st = em_store_require_writable(s, "registering a model", err);
+  if (!st) st = em_store_check_name("model", name, err);
+  if (!st) st = em_store_run_require(s, run, err);
+  picked p = {0};
+  if (!st) st = pick_checkpoint(s, run, pick, step, &p, err);
+  if (st) return st;
+  /* the weights must be what was recorded: hash outside the write lock */
+  char hex[65];
+  int64_t size = 0;
+  st = em_store_file_sha256(p.path, hex, &size, err);
+  if (st) return em_error_prefix(err, "checkpoint of run %lld at step %lld", (long long)run,
+                                 (long long)p.step);
+  if (size != p.size || strcmp(hex, p.sha) != 0)
+    return em_error_set(err, EM_ERR_FORMAT,
+                        "checkpoint %s (run %lld, step %lld) changed since it was recorded "
+                        "(%lld bytes, SHA-256 %.12s...; recorded %lld bytes, %.12s...); "
+                        "register another step",
+                        p.path, (long long)run, (long long)p.step, (long long)size, hex,
+                        (long long)p.size, p.sha);
+  char *metrics = NULL;
+  st = version_metrics(s, run, &p, &metrics, err);
+  if (st) return st;
+
+  sqlite3_stmt *q = NULL;
+  bool row = false;
+  int64_t model = 0;
+  int v = 0;
+  double now = em_store_now();
+  st = EM_SQL_BEGIN(s, err);
+  if (!st)
+    st = EM_SQL_RUN(s, err, "INSERT INTO models (name, created) VALUES (?, ?) "
+                            "ON CONFLICT (name) DO NOTHING", "td", name, now);
+  if (!st)
+    st = EM_SQL_PREPARE(s,
+                        "SELECT m.id, coalesce(max(v.version), 0) + 1 FROM models m "
+                        "LEFT JOIN model_versions v ON v.model = m.id WHERE m.name = ?",
+                        &q, err);
+  if (!st) st = EM_SQL_BIND(s, q, err, "t", name);
+  if (!st) st = EM_SQL_STEP(s, q, &row, err);
+  if (!st && row) {
+    model = sqlite3_column_int64(q, 0);
+    v = sqlite3_column_int(q, 1);
+  }
+  if (q) sqlite3_reset(q);
+  /* the checkpoint may have been pruned since it was picked: the foreign
+   * key then refuses the row */
+  if (!st)
+    st = EM_SQL_RUN(s, err,
+                    "INSERT INTO model_versions (model, version, spec_json, weights, "
+                    "weights_sha256, run, checkpoint, metrics_json, created) "
+                    "SELECT ?1, ?2, spec_json, ?3, ?4, id, ?5, ?6, ?7 FROM runs WHERE id = ?8",
+                    "inititdi", model, v, p.artifact, p.sha, p.id, metrics, now, run);
+  if (!st) st = EM_SQL_COMMIT(s, err);
+  if (st) {
+    em_db_rollback(s);
+    em_error_prefix(err, "registering run %lld as model '%s'", (long long)run, name);
+  } else if (version) {
+    *version = v;
+  }
+  g_free(metrics);
+  return st;
+}
+
+em_status em_store_model_id(em_store *s, const char *name, int64_t *id, em_error *err) {
+  sqlite3_stmt *q;
+  bool row = false;
+  em_status st = EM_SQL_PREPARE(s, "SELECT id FROM models WHERE name = ?", &q, err);
+  if (!st) st = EM_SQL_BIND(s, q, err, "t", name);
+  if (!st) st = EM_SQL_STEP(s, q, &row, err);
+  if (!st && row) *id = sqlite3_column_int64(q, 0);
+  if (q) sqlite3_reset(q);
+  if (st || row) return st;
+  GString *names = g_string_new(NULL);
+  st = EM_SQL_PREPARE(s, "SELECT name FROM models ORDER BY name LIMIT 20", &q, err);
+  while (!st && !(st = EM_SQL_STEP(s, q, &row, err)) && row)
+    g_string_append_printf(names, "%s%s", names->len ? ", " : "", sqlite3_column_text(q, 0));
+  if (q) sqlite3_reset(q);
+  if (!st)
+    st = em_error_set(err, EM_ERR_INVALID, "no model '%s' in the registry (models: %s)",
+                      name ? name : "", names->len ? names->str : "none yet; register a run first");
+  g_string_free(names, TRUE);
+  return st;
+}
+
+em_status em_store_models_list(em_store *s, em_model_row **out, int *n, em_error *err) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *q;
+  em_status st = EM_SQL_PREPARE(
+      s,
+      "SELECT m.name, (SELECT count(*) FROM model_versions WHERE model = m.id), "
+      "  (SELECT coalesce(max(version), 0) FROM model_versions WHERE model = m.id), "
+      "  coalesce((SELECT group_concat(alias || '=' || version, ', ') FROM "
+      "    (SELECT alias, version FROM aliases WHERE model = m.id ORDER BY alias)), ''), "
+      "  m.created "
+      "FROM models m ORDER BY m.name",
+      &q, err);
+  if (st) return st;
+  GArray *arr = g_array_new(FALSE, TRUE, sizeof(em_model_row));
+  bool row = false;
+  while (!(st = EM_SQL_STEP(s, q, &row, err)) && row) {
+    em_model_row m = {
+        .name = em_col_text(q, 0),
+        .versions = sqlite3_column_int(q, 1),
+        .latest = sqlite3_column_int(q, 2),
+        .aliases = em_col_text(q, 3),
+        .created = sqlite3_column_double(q, 4),
+    };
+    g_array_append_val(arr, m);
+  }
+  sqlite3_reset(q);
+  int count = (int)arr->len;
+  em_model_row *rows = (em_model_row *)g_array_free(arr, FALSE);
+  if (st) {
+    em_model_rows_free(rows, count);
+    return st;
+  }
+  *out = rows;
+  *n = count;
+  return EM_OK;
+}
+
+void em_model_rows_free(em_model_row *m, int n) {
+  for (int i = 0; m && i < n; i++) {
+    g_free(m[i].name);
+    g_free(m[i].aliases);
+  }
+  g_free(m);
+}
+
+em_status em_store_model_versions(em_store *s, const char *name, em_version_row **out, int *n,
+                                  em_error *err) {
+  *out = NULL;
+  *n = 0;
+  int64_t model = 0;
+  em_status st = em_store_model_id(s, name, &model, err);
+  if (st) return st;
+  sqlite3_stmt *q;
+  st = EM_SQL_PREPARE(s,
+                      "SELECT v.version, v.run, v.checkpoint, a.rel_path, v.weights_sha256, "
+                      "  v.metrics_json, "
+                      "  coalesce((SELECT group_concat(alias, ', ') FROM (SELECT alias FROM "
+                      "    aliases WHERE model = v.model AND version = v.version "
+                      "    ORDER BY alias)), ''), "
+                      "  v.created "
+                      "FROM model_versions v JOIN artifacts a ON a.id = v.weights "
+                      "WHERE v.model = ? ORDER BY v.version",
+                      &q, err);
+  if (!st) st = EM_SQL_BIND(s, q, err, "i", model);
+  if (st) return st;
+  GArray *arr = g_array_new(FALSE, TRUE, sizeof(em_version_row));
+  bool row = false;
+  while (!(st = EM_SQL_STEP(s, q, &row, err)) && row) {
+    char path[PATH_MAX];
+    em_store_path_from_row(s, (const char *)sqlite3_column_text(q, 3), path, sizeof path);
+    em_version_row v = {
+        .version = sqlite3_column_int(q, 0),
+        .run = sqlite3_column_int64(q, 1),
+        .checkpoint = sqlite3_column_int64(q, 2),
+        .weights_path = g_strdup(path),
+        .sha256 = em_col_text(q, 4),
+        .metrics_json = em_col_text(q, 5),
+        .aliases = em_col_text(q, 6),
+        .created = sqlite3_column_double(q, 7),
+    };
+    g_array_append_val(arr, v);
+  }
+  sqlite3_reset(q);
+  int count = (int)arr->len;
+  em_version_row *rows = (em_version_row *)g_array_free(arr, FALSE);
+  if (st) {
+    em_version_rows_free(rows, count);
+    return st;
+  }
+  *out = rows;
+  *n = count;
+  return EM_OK;
+}
+
+void em_version_rows_free(em_version_row *v, int n) {
+  for (int i = 0; v && i < n; i++) {
+    g_free(v[i].weights_path);
+    g_free(v[i].sha256);
+    g_free(v[i].metrics_json);
+    g_free(v[i].aliases);
+  }
+  g_free(v);
+}

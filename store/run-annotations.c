@@ -1,0 +1,94 @@
+/* run-annotations.c: what people and the trainer add to a run besides its
+ * metrics: tags (key -> value), free-text notes, and events (divergence
+ * rollbacks, resumes, ...). */
+#include "store-private.h"
+
+em_status em_store_run_tag(em_store *s, int64_t run, const char *key, const char *value,
+                           em_error *err) {
+  em_status st = em_store_require_writable(s, "tagging a run", err);
+  if (st) return st;
+  if (!key || !key[0] || !value)
+    return em_error_set(err, EM_ERR_INVALID, "a tag needs a non-empty key and a value");
+  st = em_store_run_require(s, run, err);
+  if (!st)
+    st = EM_SQL_RUN(s, err,
+                    "INSERT INTO run_tags (run, key, value) VALUES (?, ?, ?) "
+                    "ON CONFLICT (run, key) DO UPDATE SET value = excluded.value",
+                    "itt", run, key, value);
+  return st;
+}
+
+em_status em_store_run_note(em_store *s, int64_t run, const char *text, em_error *err) {
+  em_status st = em_store_require_writable(s, "adding a note", err);
+  if (st) return st;
+  if (!text || !text[0]) return em_error_set(err, EM_ERR_INVALID, "a note needs some text");
+  st = em_store_run_require(s, run, err);
+  if (!st)
+    st = EM_SQL_RUN(s, err, "INSERT INTO run_notes (run, text, created) VALUES (?, ?, ?)", "itd",
+                    run, text, em_store_now());
+  return st;
+}
+
+em_status em_store_run_event(em_store *s, int64_t run, int64_t step, const char *kind,
+                             const char *detail, em_error *err) {
+  em_status st = em_store_require_writable(s, "recording a run event", err);
+  if (st) return st;
+  if (!kind || !kind[0]) return em_error_set(err, EM_ERR_INVALID, "a run event needs a kind");
+  st = em_store_run_require(s, run, err);
+  if (!st)
+    st = EM_SQL_RUN(s, err,
+                    "INSERT INTO run_events (run, step, kind, detail, time) VALUES (?, ?, ?, ?, ?)",
+                    "iittd", run, step, kind, detail, em_store_now());
+  return st;
+}
+
+em_status em_store_run_annotations(em_store *s, int64_t run, em_run_annotation **out, int *n,
+                                   em_error *err) {
+  *out = NULL;
+  *n = 0;
+  em_status st = em_store_run_require(s, run, err);
+  sqlite3_stmt *q = NULL;
+  if (!st)
+    st = EM_SQL_PREPARE(s,
+                        "SELECT 0, 'tag', key, value, 0, 0.0, 0 FROM run_tags WHERE run = ?1 "
+                        "UNION ALL SELECT 1, 'note', NULL, text, 0, created, id "
+                        "FROM run_notes WHERE run = ?1 "
+                        "UNION ALL SELECT 1, kind, NULL, COALESCE(detail, ''), step, time, id "
+                        "FROM run_events WHERE run = ?1 "
+                        "ORDER BY 1, 3, 6, 7",
+                        &q, err);
+  if (!st) st = EM_SQL_BIND(s, q, err, "i", run);
+  if (st) return st;
+  GArray *arr = g_array_new(FALSE, TRUE, sizeof(em_run_annotation));
+  bool row = false;
+  while (!(st = EM_SQL_STEP(s, q, &row, err)) && row) {
+    em_run_annotation a = {
+        .kind = em_col_text(q, 1),
+        .key = em_col_text(q, 2),
+        .text = em_col_text(q, 3),
+        .step = sqlite3_column_int64(q, 4),
+        .time = sqlite3_column_double(q, 5),
+    };
+    if (!a.text) a.text = g_strdup("");
+    g_array_append_val(arr, a);
+  }
+  sqlite3_reset(q);
+  int count = (int)arr->len;
+  em_run_annotation *res = (em_run_annotation *)g_array_free(arr, FALSE);
+  if (st) {
+    em_run_annotations_free(res, count);
+    return st;
+  }
+  *out = res;
+  *n = count;
+  return EM_OK;
+}
+
+void em_run_annotations_free(em_run_annotation *a, int n) {
+  for (int i = 0; a && i < n; i++) {
+    g_free(a[i].kind);
+    g_free(a[i].key);
+    g_free(a[i].text);
+  }
+  g_free(a);
+}

@@ -1,0 +1,504 @@
+/* test-store-runs.c: runs (create with dataset lineage, list and filter,
+ * get, finish, tags/notes/events, delete), metrics read back through the
+ * writer, and runs of vanished processes marked killed. */
+#include <glib/gstdio.h>
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include "store-test-util.h"
+
+typedef struct {
+  char *dir;
+  em_store *s;
+} fixture;
+
+static void fx_setup(fixture *f, gconstpointer data) {
+  f->dir = st_tmpdir();
+  em_error err = {0};
+  f->s = em_store_open(f->dir, false, &err);
+  g_assert_nonnull(f->s);
+}
+
+static void fx_teardown(fixture *f, gconstpointer data) {
+  em_store_close(f->s);
+  st_rmrf(f->dir);
+  g_free(f->dir);
+}
+
+/* SHA-256 of the files' SHA-256s in path order, as the store documents. */
+static char *dataset_sha(const char *const *files, int n) {
+  GChecksum *sum = g_checksum_new(G_CHECKSUM_SHA256);
+  for (int i = 0; i < n; i++) {
+    char *h = st_file_sha256(files[i]);
+    g_checksum_update(sum, (const guchar *)h, 64);
+    g_free(h);
+  }
+  char *out = g_strdup(g_checksum_get_string(sum));
+  g_checksum_free(sum);
+  return out;
+}
+
+static int64_t run_with_dataset(em_store *s, const char *name, const char *const *files, int n,
+                                const char *dir) {
+  em_dataset_identity d = {.name = "toy", .path = dir, .n_files = n, .files = files};
+  em_run_new r = {.name = name, .model = "mlp", .spec_json = "{\"name\": \"mlp\"}",
+                  .config_json = "{\"epochs\": 1}", .seed = UINT64_MAX - 1, .device = "cpu",
+                  .threads = 3, .engine_version = "0.1.0", .dataset = &d};
+  em_error err = {0};
+  int64_t id = 0;
+  if (em_store_run_create(s, &r, &id, &err)) g_error("%s", err.msg);
+  return id;
+}
+
+static void test_create_get(fixture *f, gconstpointer data) {
+  char *ddir = g_build_filename(f->dir, "data", NULL);
+  g_mkdir(ddir, 0755);
+  char *a = g_build_filename(ddir, "b-train.bin", NULL);
+  char *b = g_build_filename(ddir, "a-labels.bin", NULL);
+  st_write_random(a, 100000, 1);
+  st_write_random(b, 3000, 2);
+  const char *files[2] = {a, b};           /* given out of order */
+  const char *sorted[2] = {b, a};
+  int64_t id = run_with_dataset(f->s, "", files, 2, ddir);
+  em_error err = {0};
+  int64_t child = 0;
+  em_run_new rn = {.name = "resumed", .model = "mlp", .parent_run = id};
+  g_assert_cmpint(em_store_run_create(f->s, &rn, &child, &err), ==, EM_OK);
+  rn.parent_run = 999;
+  int64_t bad;
+  g_assert_cmpint(em_store_run_create(f->s, &rn, &bad, &err), ==, EM_ERR_INVALID);
+  g_assert_nonnull(strstr(err.msg, "no run 999"));
+  em_run_new nomodel = {.name = "x"};
+  g_assert_cmpint(em_store_run_create(f->s, &nomodel, &bad, &err), ==, EM_ERR_INVALID);
+
+  em_run r;
+  g_assert_cmpint(em_store_run_get(f->s, id, &r, &err), ==, EM_OK);
+  char *name = g_strdup_printf("mlp-%lld", (long long)id);
+  g_assert_cmpstr(r.name, ==, name);
+  g_free(name);
+  g_assert_cmpstr(r.model, ==, "mlp");
+  g_assert_cmpint(r.status, ==, EM_RUN_RUNNING);
+  g_assert_cmpuint(r.seed, ==, UINT64_MAX - 1);
+  g_assert_cmpint(r.threads, ==, 3);
+  g_assert_cmpint(r.pid, ==, getpid());
+  g_assert_cmpfloat(r.ended, ==, 0);
+  g_assert_cmpfloat(fabs(r.started - g_get_real_time() / 1e6), <, 60);
+  g_assert_true(isnan(r.final_test_accuracy) && isnan(r.final_train_loss));
+  g_assert_cmpstr(r.spec_json, ==, "{\"name\": \"mlp\"}");
+  g_assert_cmpstr(r.config_json, ==, "{\"epochs\": 1}");
+  char *spec_sha = g_compute_checksum_for_string(G_CHECKSUM_SHA256, "{\"name\": \"mlp\"}", -1);
+  g_assert_cmpstr(r.spec_sha256, ==, spec_sha);
+  g_free(spec_sha);
+  g_assert_cmpstr(r.dataset_name, ==, "toy");
+  g_assert_cmpstr(r.dataset_path, ==, ddir);
+  g_assert_cmpint(r.dataset_size, ==, 103000);
+  char *dsha = dataset_sha(sorted, 2);
+  g_assert_cmpstr(r.dataset_sha256, ==, dsha);
+  em_run_clear(&r);
+  g_assert_cmpint(em_store_run_get(f->s, child, &r, &err), ==, EM_OK);
+  g_assert_cmpint(r.parent_run, ==, id);
+  g_assert_null(r.dataset_name);
+  em_run_clear(&r);
+  g_assert_cmpint(em_store_run_get(f->s, 12345, &r, &err), ==, EM_ERR_INVALID);
+  g_assert_nonnull(strstr(err.msg, "no run 12345"));
+
+  /* the hash cache: same path, size and mtime -> not hashed again. Change
+   * a file's bytes but keep its size and mtime: the cached hash is used. */
+  GStatBuf sb;
+  g_assert_cmpint(g_stat(a, &sb), ==, 0);
+  st_write_random(a, 100000, 99);
+  struct timespec ts[2] = {sb.st_atim, sb.st_mtim};
+  g_assert_cmpint(utimensat(AT_FDCWD, a, ts, 0), ==, 0);
+  int64_t id2 = run_with_dataset(f->s, "cached", files, 2, ddir);
+  g_assert_cmpint(em_store_run_get(f->s, id2, &r, &err), ==, EM_OK);
+  g_assert_cmpstr(r.dataset_sha256, ==, dsha);
+  em_run_clear(&r);
+  sqlite3 *raw = st_raw_open(f->dir);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM datasets"), ==, 1);
+  /* a new mtime: hashed again, a new dataset identity */
+  st_age_file(a, 10);
+  int64_t id3 = run_with_dataset(f->s, "rehashed", files, 2, ddir);
+  g_assert_cmpint(em_store_run_get(f->s, id3, &r, &err), ==, EM_OK);
+  char *dsha2 = dataset_sha(sorted, 2);
+  g_assert_cmpstr(r.dataset_sha256, ==, dsha2);
+  g_assert_cmpstr(r.dataset_sha256, !=, dsha);
+  em_run_clear(&r);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM datasets"), ==, 2);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM file_hashes"), ==, 2);
+  sqlite3_close(raw);
+  /* a missing dataset file is a clear error and no run */
+  const char *missing[1] = {"/nonexistent/ember/file.bin"};
+  em_dataset_identity d = {.name = "toy", .path = "/nonexistent", .n_files = 1, .files = missing};
+  em_run_new rm = {.model = "mlp", .dataset = &d};
+  g_assert_cmpint(em_store_run_create(f->s, &rm, &bad, &err), ==, EM_ERR_IO);
+  g_assert_nonnull(strstr(err.msg, "/nonexistent/ember/file.bin"));
+  g_free(dsha);
+  g_free(dsha2);
+  g_free(a);
+  g_free(b);
+  g_free(ddir);
+}
+
+static void test_list_filter(fixture *f, gconstpointer data) {
+  em_error err = {0};
+  int64_t ids[6];
+  const char *models[6] = {"mlp", "cnn", "mlp", "cnn", "mlp", "mlp"};
+  for (int i = 0; i < 6; i++) ids[i] = st_make_run(f->s, models[i], NULL);
+  g_assert_cmpint(em_store_run_finish(f->s, ids[0], EM_RUN_COMPLETED, NULL, &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_finish(f->s, ids[1], EM_RUN_FAILED, "NaN loss at step 3", &err), ==,
+                  EM_OK);
+  g_assert_cmpint(em_store_run_finish(f->s, ids[2], EM_RUN_STOPPED, NULL, &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_finish(f->s, 777, EM_RUN_STOPPED, NULL, &err), ==, EM_ERR_INVALID);
+
+  /* final metrics come with the list */
+  em_store_writer *w = em_store_writer_new(f->dir, 50, &err);
+  g_assert_nonnull(w);
+  for (int s = 1; s <= 10; s++) {
+    em_store_writer_metric(w, ids[0], s, EM_METRIC_TRAIN_LOSS, 1.0 / s, 100.0 + s);
+    em_store_writer_metric(w, ids[0], s, "lr", 0.1, 100.0 + s);
+  }
+  em_store_writer_metric(w, ids[0], 5, EM_METRIC_TEST_ACCURACY, 0.5, 105);
+  em_store_writer_metric(w, ids[0], 10, EM_METRIC_TEST_ACCURACY, 0.75, 110);
+  em_store_writer_metric(w, ids[0], 10, EM_METRIC_TEST_LOSS, 0.6, 110);
+  em_store_writer_metric(w, ids[0], 12, "grad_norm", 3.0, 112); /* the last step of any key */
+  em_store_writer_metric(w, ids[2], 3, EM_METRIC_TEST_ACCURACY, 0.4, 3);
+  g_assert_cmpint(em_store_writer_free(w, &err), ==, EM_OK);
+
+  em_run *runs;
+  int n;
+  g_assert_cmpint(em_store_runs_list(f->s, NULL, &runs, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 6);
+  for (int i = 0; i < 6; i++) g_assert_cmpint(runs[i].id, ==, ids[5 - i]); /* newest first */
+  em_run *r0 = &runs[5];
+  g_assert_cmpint(r0->status, ==, EM_RUN_COMPLETED);
+  g_assert_cmpfloat(r0->ended, >=, r0->started);
+  g_assert_cmpfloat(r0->final_test_accuracy, ==, 0.75);
+  g_assert_cmpfloat(r0->final_test_loss, ==, 0.6);
+  g_assert_cmpfloat(r0->final_train_loss, ==, 0.1);
+  g_assert_cmpint(r0->steps, ==, 12);
+  g_assert_null(r0->spec_json); /* only run_get fills it */
+  g_assert_cmpstr(runs[4].message, ==, "NaN loss at step 3");
+  g_assert_cmpfloat(runs[3].final_test_accuracy, ==, 0.4);
+  g_assert_true(isnan(runs[3].final_test_loss));
+  g_assert_cmpint(runs[0].steps, ==, 0);
+  em_runs_free(runs, n);
+
+  em_run_filter fl = {.model = "mlp", .any_status = true};
+  g_assert_cmpint(em_store_runs_list(f->s, &fl, &runs, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 4);
+  for (int i = 0; i < n; i++) g_assert_cmpstr(runs[i].model, ==, "mlp");
+  em_runs_free(runs, n);
+  fl = (em_run_filter){.any_status = false, .status = EM_RUN_RUNNING};
+  g_assert_cmpint(em_store_runs_list(f->s, &fl, &runs, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 3);
+  em_runs_free(runs, n);
+  fl = (em_run_filter){.model = "cnn", .status = EM_RUN_FAILED};
+  g_assert_cmpint(em_store_runs_list(f->s, &fl, &runs, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 1);
+  g_assert_cmpint(runs[0].id, ==, ids[1]);
+  em_runs_free(runs, n);
+  fl = (em_run_filter){.any_status = true, .limit = 2};
+  g_assert_cmpint(em_store_runs_list(f->s, &fl, &runs, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 2);
+  g_assert_cmpint(runs[0].id, ==, ids[5]);
+  em_runs_free(runs, n);
+  fl = (em_run_filter){.model = "nope", .any_status = true};
+  g_assert_cmpint(em_store_runs_list(f->s, &fl, &runs, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 0);
+  em_runs_free(runs, n);
+}
+
+static void test_status_names(void) {
+  em_error err = {0};
+  for (int i = EM_RUN_RUNNING; i <= EM_RUN_KILLED; i++) {
+    em_run_status st;
+    g_assert_cmpint(em_run_status_parse(em_run_status_name(i), &st, &err), ==, EM_OK);
+    g_assert_cmpint(st, ==, i);
+  }
+  em_run_status st;
+  g_assert_cmpint(em_run_status_parse("done", &st, &err), ==, EM_ERR_INVALID);
+  g_assert_nonnull(strstr(err.msg, "completed"));
+}
+
+static void test_annotations_and_delete(fixture *f, gconstpointer data) {
+  em_error err = {0};
+  int64_t keep = st_make_run(f->s, "mlp", "keep");
+  int64_t run = st_make_run(f->s, "mlp", "doomed");
+  int64_t child = 0;
+  em_run_new rn = {.model = "mlp", .parent_run = run};
+  g_assert_cmpint(em_store_run_create(f->s, &rn, &child, &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_tag(f->s, run, "dataset", "mnist", &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_tag(f->s, run, "dataset", "fashion", &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_tag(f->s, run, "", "x", &err), ==, EM_ERR_INVALID);
+  g_assert_cmpint(em_store_run_tag(f->s, 999, "k", "v", &err), ==, EM_ERR_INVALID);
+  g_assert_cmpint(em_store_run_note(f->s, run, "lr too high?", &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_event(f->s, run, 40, "rollback", "NaN loss", &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_event(f->s, 999, 40, "rollback", NULL, &err), ==, EM_ERR_INVALID);
+
+  char *cdir = g_build_filename(f->dir, "artifacts", "ckpt", NULL);
+  g_mkdir_with_parents(cdir, 0755);
+  em_store_writer *w = em_store_writer_new(f->dir, 20, &err);
+  char *paths[3];
+  for (int i = 0; i < 3; i++) {
+    paths[i] = g_strdup_printf("%s/run%lld-%d.safetensors", cdir, (long long)run, i);
+    st_write_random(paths[i], 1000 + i, i);
+    em_store_writer_checkpoint(w, run, 10 * (i + 1), i, paths[i], "step", NAN, true, 5);
+    em_store_writer_metric(w, run, i, "train_loss", 1.0, 1.0);
+    em_store_writer_metric(w, keep, i, "train_loss", 2.0, 1.0);
+  }
+  char *export = g_build_filename(f->dir, "artifacts", "export.onnx", NULL);
+  st_write_random(export, 500, 5);
+  g_assert_cmpint(em_store_writer_free(w, &err), ==, EM_OK);
+  int64_t art = 0;
+  g_assert_cmpint(em_store_artifact_add(f->s, export, "export", run, &art, &err), ==, EM_OK);
+
+  sqlite3 *raw = st_raw_open(f->dir);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM run_tags"), ==, 1);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM run_tags WHERE value = 'fashion'"), ==, 1);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM run_notes"), ==, 1);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM run_events"), ==, 1);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM checkpoints"), ==, 3);
+
+  int64_t latest = 0;
+  g_assert_cmpint(em_store_run_latest_with_checkpoint(f->s, &latest, &err), ==, EM_OK);
+  g_assert_cmpint(latest, ==, run);
+
+  g_assert_cmpint(em_store_run_delete(f->s, run, &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_delete(f->s, run, &err), ==, EM_ERR_INVALID);
+  for (int i = 0; i < 3; i++) {
+    g_assert_false(g_file_test(paths[i], G_FILE_TEST_EXISTS));
+    g_free(paths[i]);
+  }
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM run_tags"), ==, 0);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM run_notes"), ==, 0);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM run_events"), ==, 0);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM checkpoints"), ==, 0);
+  g_assert_cmpint(st_raw_int(raw, "SELECT sum(n) FROM metric_chunks"), ==, 3); /* keep's */
+  /* the export stays, no longer tied to the run; the child run loses its parent */
+  g_assert_true(g_file_test(export, G_FILE_TEST_EXISTS));
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM artifacts WHERE run IS NULL"), ==, 1);
+  em_run r;
+  g_assert_cmpint(em_store_run_get(f->s, child, &r, &err), ==, EM_OK);
+  g_assert_cmpint(r.parent_run, ==, 0);
+  em_run_clear(&r);
+  g_assert_cmpint(em_store_run_latest_with_checkpoint(f->s, &latest, &err), ==, EM_ERR_INVALID);
+  g_assert_cmpint(em_store_integrity_check(f->s, &err), ==, EM_OK);
+  sqlite3_close(raw);
+  g_free(export);
+  g_free(cdir);
+}
+
+static void test_metrics_round_trip(fixture *f, gconstpointer data) {
+  em_error err = {0};
+  int64_t run = st_make_run(f->s, "mlp", NULL);
+  em_store_writer *w = em_store_writer_new(f->dir, 30, &err);
+  g_assert_nonnull(w);
+  for (int s = 0; s < 1000; s++) {
+    em_store_writer_metric(w, run, s, "train_loss", 2.0 - s * 0.001, 1000.0 + s);
+    if (s % 100 == 99) em_store_writer_metric(w, run, s, "test_accuracy", s / 1000.0, 1000.0 + s);
+  }
+  em_store_writer_metric(w, run, 500, "test_loss", NAN, 1.0);
+  em_store_writer_metric(w, run, 600, "test_loss", INFINITY, 2.0);
+  em_store_writer_metric(w, run, 700, "test_loss", 0.5, 3.0);
+  g_assert_cmpint(em_store_writer_flush(w, &err), ==, EM_OK);
+  /* a rollback re-records steps 900..999: the last write wins */
+  for (int s = 900; s < 1000; s++) em_store_writer_metric(w, run, s, "train_loss", -1.0, 5000.0 + s);
+  g_assert_cmpint(em_store_writer_free(w, &err), ==, EM_OK);
+
+  em_metric_point *p;
+  int64_t n;
+  g_assert_cmpint(em_store_metrics_get(f->s, run, "train_loss", &p, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 1000);
+  for (int64_t i = 0; i < n; i++) {
+    g_assert_cmpint(p[i].step, ==, i);
+    g_assert_cmpfloat(p[i].value, ==, i < 900 ? 2.0 - i * 0.001 : -1.0);
+    g_assert_cmpfloat(p[i].wall, ==, i < 900 ? 1000.0 + i : 5000.0 + i);
+  }
+  g_free(p);
+  g_assert_cmpint(em_store_metrics_get(f->s, run, "test_loss", &p, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 3);
+  g_assert_true(isnan(p[0].value));
+  g_assert_true(isinf(p[1].value));
+  g_assert_cmpfloat(p[2].value, ==, 0.5);
+  g_free(p);
+  g_assert_cmpint(em_store_metrics_get(f->s, run, "never", &p, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 0);
+  g_assert_cmpint(em_store_metrics_get(f->s, 4242, "train_loss", &p, &n, &err), ==, EM_ERR_INVALID);
+
+  em_metric_summary *m;
+  int nm;
+  g_assert_cmpint(em_store_metrics_summary(f->s, run, &m, &nm, &err), ==, EM_OK);
+  g_assert_cmpint(nm, ==, 3);
+  g_assert_cmpstr(m[0].key, ==, "test_accuracy");
+  g_assert_cmpint(m[0].count, ==, 10);
+  g_assert_cmpfloat(m[0].last, ==, 0.999);
+  g_assert_cmpfloat(m[0].min, ==, 0.099);
+  g_assert_cmpint(m[0].last_step, ==, 999);
+  g_assert_cmpstr(m[1].key, ==, "test_loss");
+  g_assert_cmpfloat(m[1].min, ==, 0.5); /* NaN is left out of min/max */
+  g_assert_true(isinf(m[1].max));
+  g_assert_cmpstr(m[2].key, ==, "train_loss");
+  g_assert_cmpint(m[2].count, ==, 1000);
+  g_assert_cmpfloat(m[2].last, ==, -1.0);
+  g_assert_cmpfloat(m[2].min, ==, -1.0);
+  g_assert_cmpfloat(m[2].max, ==, 2.0);
+  em_metric_summaries_free(m, nm);
+}
+
+/* Metric chunks against a plain model: random step ranges written (and
+ * written again, as rollbacks do) across chunk boundaries, with flushes in
+ * between; what comes back is the last value written at each step, and
+ * the chunks never overlap. */
+static void test_metrics_merge(fixture *f, gconstpointer data) {
+  em_error err = {0};
+  int64_t run = st_make_run(f->s, "mlp", NULL);
+  enum { MAX_STEP = 3000 };
+  double *ref = g_new(double, MAX_STEP);
+  bool *has = g_new0(bool, MAX_STEP);
+  GRand *rng = g_rand_new_with_seed(1234);
+  em_store_writer *w = em_store_writer_new(f->dir, 1000, &err);
+  int64_t written = 0;
+  for (int op = 0; op < 300; op++) {
+    int len = g_rand_int_range(rng, 1, op % 10 == 0 ? 700 : 60);
+    int start = g_rand_int_range(rng, 0, MAX_STEP - len);
+    bool backwards = g_rand_boolean(rng);
+    for (int i = 0; i < len; i++) {
+      int step = backwards ? start + len - 1 - i : start + i;
+      double v = g_rand_double(rng);
+      if (op % 37 == 0 && i == 0) v = NAN;
+      em_store_writer_metric(w, run, step, "loss", v, op);
+      ref[step] = v;
+      has[step] = true;
+      written++;
+    }
+    if (g_rand_int_range(rng, 0, 4) == 0) g_assert_cmpint(em_store_writer_flush(w, &err), ==, EM_OK);
+  }
+  g_assert_cmpint(em_store_writer_free(w, &err), ==, EM_OK);
+
+  em_metric_point *p;
+  int64_t n;
+  g_assert_cmpint(em_store_metrics_get(f->s, run, "loss", &p, &n, &err), ==, EM_OK);
+  int64_t want = 0, k = 0;
+  double mn = INFINITY, mx = -INFINITY, last = NAN;
+  for (int s = 0; s < MAX_STEP; s++) {
+    if (!has[s]) continue;
+    want++;
+    g_assert_cmpint(k, <, n);
+    g_assert_cmpint(p[k].step, ==, s);
+    if (isnan(ref[s])) g_assert_true(isnan(p[k].value));
+    else {
+      g_assert_cmpfloat(p[k].value, ==, ref[s]);
+      mn = MIN(mn, ref[s]);
+      mx = MAX(mx, ref[s]);
+    }
+    last = ref[s];
+    k++;
+  }
+  g_assert_cmpint(n, ==, want);
+  g_free(p);
+  em_metric_summary *m;
+  int nm;
+  g_assert_cmpint(em_store_metrics_summary(f->s, run, &m, &nm, &err), ==, EM_OK);
+  g_assert_cmpint(nm, ==, 1);
+  g_assert_cmpint(m[0].count, ==, want);
+  g_assert_cmpfloat(m[0].min, ==, mn);
+  g_assert_cmpfloat(m[0].max, ==, mx);
+  if (isnan(last)) g_assert_true(isnan(m[0].last));
+  else g_assert_cmpfloat(m[0].last, ==, last);
+  em_metric_summaries_free(m, nm);
+  sqlite3 *raw = st_raw_open(f->dir);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM metric_chunks a JOIN metric_chunks b "
+                                  "ON a.run = b.run AND a.key_id = b.key_id AND a.id != b.id "
+                                  "AND a.first_step <= b.last_step AND b.first_step <= a.last_step"),
+                  ==, 0);
+  g_assert_cmpint(st_raw_int(raw, "SELECT max(n) FROM metric_chunks"), <=, 256);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM metric_chunks WHERE length(points) != 24 * n"),
+                  ==, 0);
+  g_test_message("%lld points written, %lld distinct steps in %lld chunks", (long long)written,
+                 (long long)want, (long long)st_raw_int(raw, "SELECT count(*) FROM metric_chunks"));
+  sqlite3_close(raw);
+  g_rand_free(rng);
+  g_free(ref);
+  g_free(has);
+}
+
+/* A child creates a run and vanishes; the next writing open marks it
+ * killed. Runs of live processes and of other hosts are left alone; a run
+ * whose pid now belongs to another process (start time differs) is
+ * killed too. */
+static void test_stale_runs(fixture *f, gconstpointer data) {
+  em_error err = {0};
+  int64_t mine = st_make_run(f->s, "mlp", "alive");
+  em_store_close(f->s);
+  f->s = NULL;
+  int fds[2];
+  g_assert_cmpint(pipe(fds), ==, 0);
+  pid_t pid = fork();
+  g_assert_cmpint(pid, >=, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    em_error e = {0};
+    em_store *s = em_store_open(f->dir, false, &e);
+    int64_t id = s ? st_make_run(s, "mlp", "crashing") : 0;
+    if (write(fds[1], &id, sizeof id) != sizeof id) _exit(2);
+    _exit(0); /* no finish, no close */
+  }
+  close(fds[1]);
+  int64_t crashed = 0;
+  g_assert_cmpint(read(fds[0], &crashed, sizeof crashed), ==, sizeof crashed);
+  close(fds[0]);
+  int status = 0;
+  g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
+  g_assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  g_assert_cmpint(crashed, >, 0);
+
+  sqlite3 *raw = st_raw_open(f->dir);
+  char host[256];
+  gethostname(host, sizeof host);
+  char *sql = g_strdup_printf(
+      "INSERT INTO runs (id, name, model, spec_json, spec_sha256, config_json, seed, device, "
+      "threads, status, started, host, pid, pid_start, engine_version) VALUES "
+      "(100, 'elsewhere', 'mlp', '{}', '', '{}', 0, 'cpu', 1, 'running', 1.0, 'another-host', 1, "
+      "NULL, ''), "
+      "(101, 'reused-pid', 'mlp', '{}', '', '{}', 0, 'cpu', 1, 'running', 1.0, '%s', %d, 1, '')",
+      host, (int)getpid());
+  g_assert_cmpint(st_raw_exec(raw, sql, NULL), ==, SQLITE_OK);
+  g_free(sql);
+  sqlite3_close(raw);
+
+  f->s = em_store_open(f->dir, false, &err);
+  g_assert_nonnull(f->s);
+  em_run r;
+  g_assert_cmpint(em_store_run_get(f->s, crashed, &r, &err), ==, EM_OK);
+  g_assert_cmpint(r.status, ==, EM_RUN_KILLED);
+  g_assert_nonnull(strstr(r.message, "ended without finishing"));
+  g_assert_cmpfloat(r.ended, >, 0);
+  em_run_clear(&r);
+  g_assert_cmpint(em_store_run_get(f->s, mine, &r, &err), ==, EM_OK);
+  g_assert_cmpint(r.status, ==, EM_RUN_RUNNING);
+  em_run_clear(&r);
+  g_assert_cmpint(em_store_run_get(f->s, 100, &r, &err), ==, EM_OK);
+  g_assert_cmpint(r.status, ==, EM_RUN_RUNNING);
+  em_run_clear(&r);
+  g_assert_cmpint(em_store_run_get(f->s, 101, &r, &err), ==, EM_OK);
+  g_assert_cmpint(r.status, ==, EM_RUN_KILLED);
+  em_run_clear(&r);
+}
+
+int main(int argc, char **argv) {
+  g_test_init(&argc, &argv, NULL);
+#define ADD(path, fn) g_test_add(path, fixture, NULL, fx_setup, fn, fx_teardown)
+  ADD("/store/runs/create-get", test_create_get);
+  ADD("/store/runs/list-filter", test_list_filter);
+  ADD("/store/runs/annotations-delete", test_annotations_and_delete);
+  ADD("/store/runs/stale-killed", test_stale_runs);
+  ADD("/store/metrics/round-trip", test_metrics_round_trip);
+  ADD("/store/metrics/merge", test_metrics_merge);
+  g_test_add_func("/store/runs/status-names", test_status_names);
+  return g_test_run();
+}
