@@ -60,7 +60,12 @@ bool cli_progress_event(const em_train_event *ev, void *user) {
             (long long)ev->epoch + 1, (long long)ev->epochs, ev->test_loss,
             100 * ev->test_accuracy, (long long)ev->test_samples);
     break;
-  case EM_EVENT_DONE: break;
+  case EM_EVENT_DONE:
+  case EM_EVENT_CHECKPOINT:
+  case EM_EVENT_WARNING:
+  case EM_EVENT_PROFILE:
+  case EM_EVENT_DIVERGENCE: /* printed by the command whether quiet or not */
+    break;
   }
   return true;
 }

@@ -99,7 +99,8 @@ def main():
         rss = {k: [] for k in res}
         core = {}
         for _ in range(a.repeat):
-            e = run_json([ember, "train", spec_path, "--epochs", "1", "--threads", "2", "--quiet"]
+            e = run_json([ember, "train", spec_path, "--epochs", "1", "--threads", "2", "--quiet",
+                          "--no-record"]
                          + lim, env)
             res["ember"].append(e["train_samples_per_sec"])
             rss["ember"].append(e["peak_rss_mb"])

@@ -3,6 +3,11 @@ must reach a stated accuracy, `info`, `eval`, and bad input of every kind,
 each of which must end with a clear message and a non-zero exit, never a
 crash (this suite also runs against the AddressSanitizer build).
 
+EMBER_HOME points at a temporary folder for the whole suite, so nothing
+here touches the user's registry; training runs pass --no-record (the
+registry has its own suites: test_registry.py, test_registry_bad.py,
+test_kill.py).
+
 usage: test_cli.py EMBER SOURCE_ROOT
 """
 import gzip
@@ -180,7 +185,7 @@ class Training(Base):
     def test_subset_reaches_accuracy_and_eval_agrees(self):
         w = os.path.join(self.tmp, "mlp.safetensors")
         p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit", "10000",
-                "--save", w, "--seed", "3")
+                "--save", w, "--seed", "3", "--no-record")
         self.assertEqual(p.returncode, 0, p.stderr)
         res = json.loads(p.stdout.strip().splitlines()[-1])
         for key in ("test_accuracy", "test_loss", "train_samples_per_sec", "epochs", "steps",
@@ -201,7 +206,7 @@ class Training(Base):
             for k in range(2):
                 w = os.path.join(self.tmp, "w%d.safetensors" % k)
                 p = run("train", spec_path(model), "--epochs", "1", "--limit", limit,
-                        "--seed", "11", "--threads", "2", "--save", w)
+                        "--seed", "11", "--threads", "2", "--save", w, "--no-record")
                 self.assertEqual(p.returncode, 0, p.stderr)
                 outs.append(json.loads(p.stdout.strip().splitlines()[-1]))
                 with open(w, "rb") as f:
@@ -212,9 +217,14 @@ class Training(Base):
 
     def test_nan_loss_is_reported(self):
         self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit", "2048",
-                    "--lr", "1000000"], "NaN")
+                    "--lr", "1000000", "--no-record"], "NaN")
 
 
 if __name__ == "__main__":
     EMBER, SOURCE = sys.argv[1], sys.argv[2]
-    unittest.main(argv=[sys.argv[0], "-v"])
+    home = tempfile.mkdtemp(prefix="ember-cli-home-")
+    os.environ["EMBER_HOME"] = home
+    try:
+        unittest.main(argv=[sys.argv[0], "-v"])
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,216 @@
+/* cli-common.c: usage errors, error reports, argument parsing, the
+ * registry folder and human-readable times for every `ember` command. */
+#include "cli-common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+void cli_die_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "ember: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n(run 'ember --help' for the commands and options)\n");
+  va_end(ap);
+  exit(CLI_EXIT_USAGE);
+}
+
+static void report(const em_error *err, const char *what) {
+  fprintf(stderr, "ember: %s%s%s\n", what ? what : "", what ? ": " : "",
+          err->msg[0] ? err->msg : em_status_name(err->status));
+}
+
+int cli_fail(const em_error *err, const char *what) {
+  report(err, what);
+  return err->status == EM_ERR_INVALID || err->status == EM_ERR_SHAPE ? CLI_EXIT_USAGE : 1;
+}
+
+int cli_fail1(const em_error *err, const char *what) {
+  report(err, what);
+  return 1;
+}
+
+void cli_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "ember: warning: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+}
+
+void *cli_xmalloc(size_t n) {
+  void *p = calloc(1, n ? n : 1);
+  if (!p) {
+    fprintf(stderr, "ember: out of memory (%zu bytes)\n", n);
+    exit(1);
+  }
+  return p;
+}
+
+char *cli_xstrdup(const char *s) {
+  size_t n = strlen(s ? s : "") + 1;
+  char *d = cli_xmalloc(n);
+  memcpy(d, s ? s : "", n);
+  return d;
+}
+
+long long cli_parse_int(const char *flag, const char *s, long long lo, long long hi) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi)
+    cli_die_usage("%s expects a whole number from %lld to %lld, got '%s'", flag, lo, hi, s);
+  return v;
+}
+
+double cli_parse_num(const char *flag, const char *s, double lo, double hi) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+    cli_die_usage("%s expects a number from %g to %g, got '%s'", flag, lo, hi, s);
+  return v;
+}
+
+int cli_parse_args(int argc, char **argv, int first, const cli_opt *opts, const char **pos,
+                   int min_pos, int max_pos, const char *what) {
+  int np = 0;
+  bool options = true;
+  for (int i = first; i < argc; i++) {
+    const char *a = argv[i];
+    if (options && strcmp(a, "--") == 0) {
+      options = false;
+      continue;
+    }
+    if (options && a[0] == '-' && a[1] == '-' && a[2]) {
+      const char *name = a + 2, *eq = strchr(name, '=');
+      size_t len = eq ? (size_t)(eq - name) : strlen(name);
+      const cli_opt *o = opts;
+      while (o->name && !(strlen(o->name) == len && strncmp(o->name, name, len) == 0)) o++;
+      if (!o->name) {
+        if (len == 4 && strncmp(name, "help", 4) == 0) {
+          fputs(cli_usage_text, stdout);
+          exit(0);
+        }
+        cli_die_usage("%s: unknown option '%.*s'", what, (int)(len + 2), a);
+      }
+      if (o->value) {
+        if (eq) *o->value = eq + 1;
+        else if (i + 1 < argc) *o->value = argv[++i];
+        else cli_die_usage("%s: --%s needs a value", what, o->name);
+      } else {
+        if (eq) cli_die_usage("%s: --%s takes no value", what, o->name);
+        *o->flag = true;
+      }
+      continue;
+    }
+    if (options && a[0] == '-' && a[1] && !(a[1] >= '0' && a[1] <= '9'))
+      cli_die_usage("%s: unknown option '%s'", what, a);
+    if (np >= max_pos) cli_die_usage("%s: unexpected argument '%s'", what, a);
+    pos[np++] = a;
+  }
+  if (np < min_pos)
+    cli_die_usage("%s: expects %d argument%s, got %d", what, min_pos, min_pos == 1 ? "" : "s", np);
+  return np;
+}
+
+em_status cli_registry_dir(const char *dir, char *out, size_t cap, em_error *err) {
+  if (dir && dir[0]) {
+    if ((size_t)snprintf(out, cap, "%s", dir) >= cap)
+      return em_error_set(err, EM_ERR_INVALID, "--registry: the path is too long");
+    return EM_OK;
+  }
+  return em_store_default_dir(out, cap, err);
+}
+
+bool cli_registry_exists(const char *dir) {
+  char path[4096];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/registry.db", dir);
+  return stat(path, &st) == 0;
+}
+
+em_store *cli_store_open(const char *dir_flag, bool read_only) {
+  char dir[4096];
+  em_error err = {0};
+  if (cli_registry_dir(dir_flag, dir, sizeof dir, &err) != EM_OK) {
+    cli_fail1(&err, "registry");
+    return NULL;
+  }
+  em_store *s = em_store_open(dir, read_only, &err);
+  if (!s) cli_fail1(&err, NULL);
+  return s;
+}
+
+em_status cli_run_id(em_store *s, const char *text, int64_t *id, em_error *err) {
+  if (strcmp(text, "latest") == 0) {
+    em_run_filter f = {.any_status = true, .limit = 1};
+    em_run *runs = NULL;
+    int n = 0;
+    if (em_store_runs_list(s, &f, &runs, &n, err) != EM_OK) return err->status;
+    if (n == 0) {
+      em_runs_free(runs, n);
+      return em_error_set(err, EM_ERR_INVALID, "the registry %s holds no runs yet",
+                          em_store_dir(s));
+    }
+    *id = runs[0].id;
+    em_runs_free(runs, n);
+    return EM_OK;
+  }
+  char *end;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (errno || end == text || *end || v < 1)
+    return em_error_set(err, EM_ERR_INVALID,
+                        "'%s' is not a run id: give the number 'ember runs' shows, or 'latest'",
+                        text);
+  *id = v;
+  return EM_OK;
+}
+
+void cli_format_time(double unix_s, char *buf, size_t cap) {
+  if (!(unix_s > 0)) {
+    snprintf(buf, cap, "-");
+    return;
+  }
+  time_t t = (time_t)unix_s;
+  struct tm tm;
+  localtime_r(&t, &tm);
+  strftime(buf, cap, "%Y-%m-%d %H:%M", &tm);
+}
+
+void cli_format_duration(double s, char *buf, size_t cap) {
+  if (!isfinite(s) || s < 0) {
+    snprintf(buf, cap, "-");
+    return;
+  }
+  if (s < 10) {
+    snprintf(buf, cap, "%.1fs", s);
+    return;
+  }
+  long t = (long)(s + 0.5);
+  if (t < 60) snprintf(buf, cap, "%lds", t);
+  else if (t < 3600) snprintf(buf, cap, "%ldm %02lds", t / 60, t % 60);
+  else if (t < 86400) snprintf(buf, cap, "%ldh %02ldm", t / 3600, t / 60 % 60);
+  else snprintf(buf, cap, "%ldd %ldh", t / 86400, t / 3600 % 24);
+}
+
+void cli_format_bytes(int64_t n, char *buf, size_t cap) {
+  if (n < 0) snprintf(buf, cap, "-");
+  else if (n < 1024) snprintf(buf, cap, "%lld B", (long long)n);
+  else if (n < 1024 * 1024) snprintf(buf, cap, "%.1f KiB", (double)n / 1024);
+  else if (n < 1024LL * 1024 * 1024) snprintf(buf, cap, "%.1f MiB", (double)n / 1048576);
+  else snprintf(buf, cap, "%.2f GiB", (double)n / 1073741824.0);
+}
+
+double cli_wall_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

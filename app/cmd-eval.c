@@ -1,0 +1,71 @@
+/* cmd-eval.c: `ember eval SPEC --weights FILE` (test loss and accuracy of
+ * saved weights) and `ember info SPEC` (the layer table). Neither touches
+ * the registry. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "cli-commands.h"
+#include "cli-common.h"
+#include "em-pool.h"
+#include "em-train.h"
+#include "train-options.h"
+
+int cli_cmd_info(int argc, char **argv) {
+  if (argc != 3 || argv[2][0] == '-') cli_die_usage("info expects one SPEC file");
+  em_error err = {0};
+  em_spec *spec = em_spec_load(argv[2], &err);
+  if (!spec) return cli_fail(&err, NULL);
+  int rc = em_spec_print_summary(spec, stdout, &err) == EM_OK ? 0 : cli_fail(&err, argv[2]);
+  em_spec_free(spec);
+  return rc;
+}
+
+int cli_cmd_eval(int argc, char **argv) {
+  cli_train_opts o;
+  cli_train_opts_parse(argc, argv, "eval", &o);
+  if (!o.spec_path) cli_die_usage("eval expects a SPEC file");
+  if (!o.weights) cli_die_usage("eval needs --weights FILE");
+  em_error err = {0};
+  em_spec *spec = em_spec_load(o.spec_path, &err);
+  if (!spec) return cli_fail(&err, NULL);
+  em_train_config cfg;
+  em_train_config_defaults(&cfg);
+  if (em_train_config_from_spec(&cfg, spec, &err) != EM_OK) {
+    em_spec_free(spec);
+    return cli_fail(&err, o.spec_path);
+  }
+  cli_train_opts_apply(&o, &cfg);
+  int rc = 0;
+  em_dataset *test = NULL;
+  em_model *model = NULL;
+  double loss = 0, acc = 0;
+  int64_t shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
+  int nd = em_spec_input_shape(spec, shape);
+  em_spec_output_shape(spec, out);
+  if (em_train_config_validate(&cfg, &err) != EM_OK) rc = cli_fail(&err, NULL);
+  else if (!(test = em_dataset_open_named(cfg.dataset, cfg.data_dir, false, shape, nd,
+                                          (int)out[0], &err)))
+    rc = cli_fail(&err, cfg.dataset);
+  else if (em_train_check_fit(spec, test, cfg.dataset, cfg.loss, &err) != EM_OK)
+    rc = cli_fail(&err, NULL);
+  else if (!(model = em_model_new(spec, cfg.seed, &err))) rc = cli_fail(&err, o.spec_path);
+  else if (em_model_load(model, o.weights, &err) != EM_OK) rc = cli_fail(&err, o.weights);
+  else {
+    em_set_num_threads(cfg.threads);
+    if (em_evaluate(model, test, cfg.batch_size, cfg.loss, 0.0, &loss, &acc, &err) != EM_OK)
+      rc = cli_fail(&err, "evaluation");
+  }
+  if (rc == 0) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    fprintf(stderr, "test loss %.4f, accuracy %.2f%% on %lld samples\n", loss, 100 * acc,
+            (long long)em_dataset_len(test));
+    printf("{\"model\":\"%s\",\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"peak_rss_mb\":%.1f}\n",
+           em_spec_name(spec), loss, acc, (double)ru.ru_maxrss / 1024.0);
+  }
+  em_model_free(model);
+  em_dataset_free(test);
+  em_spec_free(spec);
+  return rc;
+}

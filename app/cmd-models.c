@@ -1,0 +1,254 @@
+/* cmd-models.c: the model registry from the command line:
+ *
+ *   ember models                                   models, versions, aliases
+ *   ember model register RUN --name N [--checkpoint best|last|STEP]
+ *   ember model versions N
+ *   ember model promote N VERSION --alias A        move alias A to VERSION
+ *   ember model rollback N --alias A               move it back
+ *   ember model history N                          every alias move
+ *
+ * Aliases are names like "production" or "staging": letters, digits,
+ * '-', '_' and '.'; anything else is refused before the registry is
+ * touched. */
+#include <ctype.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli-commands.h"
+#include "cli-common.h"
+#include "cli-table.h"
+#include "em-store.h"
+
+static bool alias_ok(const char *a) {
+  size_t n = strlen(a);
+  if (n == 0 || n > 64) return false;
+  for (const char *p = a; *p; p++)
+    if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') return false;
+  return true;
+}
+
+static int bad_alias(const char *a) {
+  fprintf(stderr,
+          "ember: '%s' is not a usable alias: use 1 to 64 letters, digits, '-', '_' or '.' "
+          "(e.g. production, staging)\n",
+          a);
+  return 1;
+}
+
+int cli_cmd_models(int argc, char **argv) {
+  const char *registry = NULL;
+  bool json = false;
+  const cli_opt opts[] = {{"registry", &registry, NULL}, {"json", NULL, &json}, {0}};
+  cli_parse_args(argc, argv, 2, opts, NULL, 0, 0, "models");
+  em_error err = {0};
+  char dir[4096];
+  if (cli_registry_dir(registry, dir, sizeof dir, &err) != EM_OK) return cli_fail1(&err, NULL);
+  em_model_row *m = NULL;
+  int n = 0;
+  if (cli_registry_exists(dir)) {
+    em_store *s = cli_store_open(registry, true);
+    if (!s) return 1;
+    em_status st = em_store_models_list(s, &m, &n, &err);
+    em_store_close(s);
+    if (st != EM_OK) return cli_fail1(&err, NULL);
+  }
+  cli_table *t = cli_table_new();
+  cli_table_column(t, "NAME", "name", CLI_ALIGN_LEFT);
+  cli_table_column(t, "VERSIONS", "versions", CLI_ALIGN_RIGHT);
+  cli_table_column(t, "LATEST", "latest", CLI_ALIGN_RIGHT);
+  cli_table_column(t, "ALIASES", "aliases", CLI_ALIGN_LEFT);
+  cli_table_column(t, "CREATED", "created", CLI_ALIGN_LEFT);
+  for (int i = 0; i < n; i++) {
+    cli_table_row(t);
+    cli_table_str(t, m[i].name);
+    cli_table_int(t, m[i].versions);
+    cli_table_int(t, m[i].latest);
+    cli_table_cell(t, m[i].aliases && m[i].aliases[0] ? m[i].aliases : "-",
+                   json_string(m[i].aliases ? m[i].aliases : ""));
+    cli_table_time(t, m[i].created);
+  }
+  if (json) cli_json_print(cli_table_json(t));
+  else if (n == 0) printf("no models yet in %s (ember model register RUN --name NAME)\n", dir);
+  else cli_table_print(t, stdout, "");
+  cli_table_free(t);
+  em_model_rows_free(m, n);
+  return 0;
+}
+
+static int model_register(int argc, char **argv) {
+  bool json = false;
+  const char *registry = NULL, *name = NULL, *pick = "best", *pos[1];
+  const cli_opt opts[] = {{"registry", &registry, NULL},
+                          {"name", &name, NULL},
+                          {"checkpoint", &pick, NULL},
+                          {"json", NULL, &json},
+                          {0}};
+  cli_parse_args(argc, argv, 3, opts, pos, 1, 1, "model register");
+  if (!name || !name[0]) cli_die_usage("model register needs --name NAME");
+  em_checkpoint_pick how;
+  int64_t step = 0;
+  if (strcmp(pick, "best") == 0) how = EM_PICK_BEST;
+  else if (strcmp(pick, "last") == 0) how = EM_PICK_LAST;
+  else {
+    how = EM_PICK_STEP;
+    step = cli_parse_int("--checkpoint (best, last or a step)", pick, 0, 1LL << 62);
+  }
+  em_store *s = cli_store_open(registry, false);
+  if (!s) return 1;
+  em_error err = {0};
+  int64_t run;
+  int version = 0;
+  em_status st = cli_run_id(s, pos[0], &run, &err);
+  if (st == EM_OK) st = em_store_model_register(s, run, name, how, step, &version, &err);
+  em_store_close(s);
+  if (st != EM_OK) return cli_fail1(&err, "model register");
+  if (json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "model", json_string(name));
+    json_object_set_new(o, "version", json_integer(version));
+    json_object_set_new(o, "run", json_integer(run));
+    json_object_set_new(o, "checkpoint", json_string(pick));
+    cli_json_print(o);
+  } else {
+    printf("registered %s version %d from run %lld (checkpoint: %s)\n", name, version,
+           (long long)run, pick);
+  }
+  return 0;
+}
+
+static int model_versions(const char *name, const char *registry, bool json) {
+  em_store *s = cli_store_open(registry, true);
+  if (!s) return 1;
+  em_error err = {0};
+  em_version_row *v = NULL;
+  int n = 0;
+  em_status st = em_store_model_versions(s, name, &v, &n, &err);
+  em_store_close(s);
+  if (st != EM_OK) return cli_fail1(&err, NULL);
+  cli_table *t = cli_table_new();
+  cli_table_column(t, "VERSION", "version", CLI_ALIGN_RIGHT);
+  cli_table_column(t, "ALIASES", "aliases", CLI_ALIGN_LEFT);
+  cli_table_column(t, "RUN", "run", CLI_ALIGN_RIGHT);
+  cli_table_column(t, "TEST ACC", "test_accuracy", CLI_ALIGN_RIGHT);
+  cli_table_column(t, "TEST LOSS", "test_loss", CLI_ALIGN_RIGHT);
+  cli_table_column(t, "CREATED", "created", CLI_ALIGN_LEFT);
+  cli_table_column(t, "SHA256", "sha256", CLI_ALIGN_LEFT);
+  cli_table_column(t, "WEIGHTS", "weights", CLI_ALIGN_LEFT);
+  for (int i = 0; i < n; i++) {
+    json_t *mj = v[i].metrics_json ? json_loads(v[i].metrics_json, 0, NULL) : NULL;
+    json_t *acc = json_object_get(mj, "test_accuracy"), *loss = json_object_get(mj, "test_loss");
+    cli_table_row(t);
+    cli_table_int(t, v[i].version);
+    cli_table_cell(t, v[i].aliases && v[i].aliases[0] ? v[i].aliases : "-",
+                   json_string(v[i].aliases ? v[i].aliases : ""));
+    cli_table_int(t, v[i].run);
+    cli_table_pct(t, json_is_number(acc) ? json_number_value(acc) : NAN);
+    cli_table_num(t, json_is_number(loss) ? json_number_value(loss) : NAN, "%.4f");
+    cli_table_time(t, v[i].created);
+    char shortsha[16];
+    snprintf(shortsha, sizeof shortsha, "%.12s", v[i].sha256 ? v[i].sha256 : "-");
+    cli_table_cell(t, shortsha, v[i].sha256 ? json_string(v[i].sha256) : NULL);
+    cli_table_str(t, v[i].weights_path);
+    json_decref(mj);
+  }
+  if (json) cli_json_print(cli_table_json(t));
+  else cli_table_print(t, stdout, "");
+  cli_table_free(t);
+  em_version_rows_free(v, n);
+  return 0;
+}
+
+static int model_history(const char *name, const char *registry, bool json) {
+  em_store *s = cli_store_open(registry, true);
+  if (!s) return 1;
+  em_error err = {0};
+  em_audit_row *a = NULL;
+  int n = 0;
+  em_status st = em_store_model_history(s, name, &a, &n, &err);
+  em_store_close(s);
+  if (st != EM_OK) return cli_fail1(&err, NULL);
+  cli_table *t = cli_table_new();
+  cli_table_column(t, "TIME", "time", CLI_ALIGN_LEFT);
+  cli_table_column(t, "ALIAS", "alias", CLI_ALIGN_LEFT);
+  cli_table_column(t, "ACTION", "action", CLI_ALIGN_LEFT);
+  cli_table_column(t, "FROM", "from_version", CLI_ALIGN_RIGHT);
+  cli_table_column(t, "TO", "to_version", CLI_ALIGN_RIGHT);
+  cli_table_column(t, "USER", "user", CLI_ALIGN_LEFT);
+  cli_table_column(t, "HOST", "host", CLI_ALIGN_LEFT);
+  for (int i = 0; i < n; i++) {
+    cli_table_row(t);
+    cli_table_time(t, a[i].time);
+    cli_table_str(t, a[i].alias);
+    cli_table_str(t, a[i].action);
+    if (a[i].from_version) cli_table_int(t, a[i].from_version);
+    else cli_table_cell(t, "-", NULL);
+    cli_table_int(t, a[i].to_version);
+    cli_table_str(t, a[i].user);
+    cli_table_str(t, a[i].host);
+  }
+  if (json) cli_json_print(cli_table_json(t));
+  else if (n == 0) printf("%s: no alias has been moved yet\n", name);
+  else cli_table_print(t, stdout, "");
+  cli_table_free(t);
+  em_audit_rows_free(a, n);
+  return 0;
+}
+
+static int model_move(int argc, char **argv, bool promote) {
+  const char *registry = NULL, *alias = NULL, *pos[2];
+  bool json = false;
+  const cli_opt opts[] = {
+      {"registry", &registry, NULL}, {"alias", &alias, NULL}, {"json", NULL, &json}, {0}};
+  const char *what = promote ? "model promote" : "model rollback";
+  cli_parse_args(argc, argv, 3, opts, pos, promote ? 2 : 1, promote ? 2 : 1, what);
+  if (!alias) cli_die_usage("%s needs --alias ALIAS (e.g. --alias production)", what);
+  if (!alias_ok(alias)) return bad_alias(alias);
+  int version = 0;
+  if (promote) version = (int)cli_parse_int("VERSION", pos[1], 1, 1 << 30);
+  em_store *s = cli_store_open(registry, false);
+  if (!s) return 1;
+  em_error err = {0};
+  em_status st = promote ? em_store_model_promote(s, pos[0], version, alias, &err)
+                         : em_store_model_rollback(s, pos[0], alias, &version, &err);
+  em_store_close(s);
+  if (st != EM_OK) return cli_fail1(&err, what);
+  if (json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "model", json_string(pos[0]));
+    json_object_set_new(o, "alias", json_string(alias));
+    json_object_set_new(o, "version", json_integer(version));
+    cli_json_print(o);
+  } else {
+    printf("%s: %s -> version %d%s\n", pos[0], alias, version, promote ? "" : " (rolled back)");
+  }
+  return 0;
+}
+
+int cli_cmd_model(int argc, char **argv) {
+  if (argc < 3)
+    cli_die_usage("model expects register, versions, promote, rollback or history");
+  const char *sub = argv[2];
+  if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {
+    fputs(cli_usage_text, stdout);
+    return 0;
+  }
+  if (strcmp(sub, "register") == 0) return model_register(argc, argv);
+  if (strcmp(sub, "promote") == 0) return model_move(argc, argv, true);
+  if (strcmp(sub, "rollback") == 0) return model_move(argc, argv, false);
+  if (strcmp(sub, "versions") == 0 || strcmp(sub, "history") == 0) {
+    const char *registry = NULL, *pos[1];
+    bool json = false;
+    const cli_opt opts[] = {{"registry", &registry, NULL}, {"json", NULL, &json}, {0}};
+    char what[32];
+    snprintf(what, sizeof what, "model %s", sub);
+    cli_parse_args(argc, argv, 3, opts, pos, 1, 1, what);
+    return sub[0] == 'v' ? model_versions(pos[0], registry, json)
+                         : model_history(pos[0], registry, json);
+  }
+  cli_die_usage("model: unknown subcommand '%s'; expected register, versions, promote, "
+                "rollback or history",
+                sub);
+}

@@ -1,0 +1,635 @@
+/* cmd-train.c: `ember train`: a new run from a spec, or a recorded run
+ * continued with --resume, recorded in the registry unless --no-record.
+ *
+ * The trainer runs in this (the main) thread. The registry is touched
+ * from here only before and after the loop (create the run, record a
+ * resume, finish the run); during the loop every row goes through an
+ * em_store_writer, which commits in its own thread.
+ *
+ * Choices:
+ * - The recorded config has an empty checkpoint_dir: the folder is the
+ *   run's own (<registry>/artifacts/runs/<id>/checkpoints, known only once
+ *   the run exists) and the checkpoint rows name every file.
+ * - --epochs 0 only writes the initial weights; it records nothing.
+ * - Ctrl-C / SIGTERM: the first asks the trainer to stop after the step
+ *   (it writes a final checkpoint), the second ends the process at once.
+ *   A run stopped by a signal exits with 128 + the signal after printing
+ *   the JSON summary, so scripts see that it did not finish. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "cli-commands.h"
+#include "cli-common.h"
+#include "cli-progress.h"
+#include "em-pool.h"
+#include "em-store.h"
+#include "em-train.h"
+#include "train-options.h"
+#include "train-recorder.h"
+
+#ifndef EMBER_VERSION
+#define EMBER_VERSION "unknown"
+#endif
+
+/* What the run trains: from a spec file, or rebuilt from the registry. */
+typedef struct {
+  em_spec *spec;
+  char *spec_text;          /* as recorded */
+  char model[256];          /* the spec's file stem */
+  em_train_config cfg;
+  int64_t parent;           /* --resume: the run continued; 0 otherwise */
+  em_checkpoint_row ckpt;   /* --resume: the checkpoint it continues from */
+} train_job;
+
+/* ---- stop on Ctrl-C / SIGTERM ------------------------------------------ */
+
+static _Atomic(em_trainer *) g_trainer;
+static volatile sig_atomic_t g_signal;
+
+static void on_stop_signal(int sig) {
+  g_signal = sig;
+  em_trainer *t = atomic_load(&g_trainer);
+  if (t) em_trainer_request_stop(t);
+}
+
+static void install_stop_handlers(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND | SA_RESTART; /* a second signal ends the process */
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* ---- the event sink ------------------------------------------------------ */
+
+typedef struct {
+  cli_progress prog;
+  train_recorder rec;
+  int64_t stop_after; /* --stop-after-steps */
+  int64_t last_step;  /* the last optimiser step seen */
+} train_sinks;
+
+static bool on_event(const em_train_event *ev, void *user) {
+  train_sinks *s = user;
+  cli_progress_event(ev, &s->prog);
+  if (ev->kind == EM_EVENT_STEP && ev->step == s->last_step) return true; /* mid-accumulation */
+  train_recorder_event(&s->rec, ev);
+  if (ev->kind == EM_EVENT_DIVERGENCE)
+    fprintf(stderr, "ember: divergence at step %lld: %s\n", (long long)ev->step,
+            ev->message ? ev->message : "the loss diverged");
+  if (ev->kind == EM_EVENT_WARNING && ev->message)
+    fprintf(stderr, "ember: warning at step %lld: %s\n", (long long)ev->step, ev->message);
+  if (ev->kind == EM_EVENT_PROFILE && !s->prog.quiet)
+    fprintf(stderr, "%sprofile of the window written to %s (open it in Perfetto or "
+            "chrome://tracing)\n%s", s->prog.tty ? "\n" : "", ev->path,
+            ev->message ? ev->message : "");
+  if (ev->kind == EM_EVENT_STEP) {
+    s->last_step = ev->step;
+    if (s->stop_after > 0 && ev->step >= s->stop_after) return false;
+  }
+  return true;
+}
+
+/* ---- setup ------------------------------------------------------------------ */
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 14, n = 0;
+  char *buf = cli_xmalloc(cap);
+  size_t got;
+  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (n + 1 == cap) {
+      char *b = realloc(buf, cap * 2);
+      if (!b) {
+        free(buf);
+        fclose(f);
+        return NULL;
+      }
+      buf = b;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
+static void file_stem(const char *path, char *out, size_t cap) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  snprintf(out, cap, "%s", base);
+  char *dot = strrchr(out, '.');
+  if (dot && dot != out) *dot = '\0';
+}
+
+static int setup_from_spec(const cli_train_opts *o, train_job *j) {
+  em_error err = {0};
+  j->spec = em_spec_load(o->spec_path, &err);
+  if (!j->spec) return cli_fail(&err, NULL);
+  em_train_config_defaults(&j->cfg);
+  if (em_train_config_from_spec(&j->cfg, j->spec, &err) != EM_OK)
+    return cli_fail(&err, o->spec_path);
+  cli_train_opts_apply(o, &j->cfg);
+  j->spec_text = read_text(o->spec_path);
+  if (!j->spec_text) j->spec_text = json_dumps(em_spec_json(j->spec), JSON_INDENT(2));
+  file_stem(o->spec_path, j->model, sizeof j->model);
+  return 0;
+}
+
+/* --resume RUN|latest: the spec and config the run recorded, its threads
+ * unless --threads is given, and its newest valid checkpoint. */
+static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
+  em_error err = {0};
+  int64_t id = 0;
+  if (strcmp(o->resume, "latest") == 0) {
+    if (em_store_run_latest_with_checkpoint(s, &id, &err) != EM_OK)
+      return cli_fail1(&err, "--resume latest");
+  } else if (cli_run_id(s, o->resume, &id, &err) != EM_OK) {
+    return cli_fail1(&err, "--resume");
+  }
+  em_run r;
+  memset(&r, 0, sizeof r);
+  if (em_store_run_get(s, id, &r, &err) != EM_OK) return cli_fail1(&err, "--resume");
+  int rc = 0;
+  if (r.status == EM_RUN_RUNNING) {
+    fprintf(stderr,
+            "ember: run %lld is still running (pid %lld on %s): stop it first (Ctrl-C where it "
+            "runs, or kill -INT %lld), then resume it\n",
+            (long long)id, (long long)r.pid, r.host ? r.host : "?", (long long)r.pid);
+    rc = 1;
+    goto out;
+  }
+  if (r.status == EM_RUN_COMPLETED) {
+    fprintf(stderr,
+            "ember: run %lld completed: there is nothing left to train; register it ('ember "
+            "model register %lld --name NAME') or start a new run\n",
+            (long long)id, (long long)id);
+    rc = 1;
+    goto out;
+  }
+  char src[64];
+  snprintf(src, sizeof src, "the spec recorded with run %lld", (long long)id);
+  j->spec = em_spec_parse(r.spec_json ? r.spec_json : "", src, &err);
+  if (!j->spec) {
+    rc = cli_fail1(&err, "--resume");
+    goto out;
+  }
+  em_train_config_defaults(&j->cfg);
+  if (em_train_config_from_json(&j->cfg, r.config_json ? r.config_json : "", &err) != EM_OK) {
+    rc = cli_fail1(&err, "--resume: the recorded config");
+    goto out;
+  }
+  if (r.threads > 0) j->cfg.threads = r.threads;
+  if (o->threads_given) {
+    cli_train_opts_apply(o, &j->cfg); /* only --threads can be among them */
+    if (j->cfg.threads != r.threads)
+      cli_warn("run %lld trained with %d threads, this part uses %d: the weights will not be "
+               "bit-identical to an uninterrupted run",
+               (long long)id, r.threads, j->cfg.threads);
+  }
+  j->cfg.checkpoint_dir[0] = '\0';
+  j->spec_text = cli_xstrdup(r.spec_json);
+  snprintf(j->model, sizeof j->model, "%s", r.model ? r.model : em_spec_name(j->spec));
+  j->parent = id;
+
+  if (em_store_checkpoint_latest_valid(s, id, &j->ckpt, &err) != EM_OK) {
+    fprintf(stderr, "ember: run %lld cannot be resumed: %s\n", (long long)id, err.msg);
+    rc = 1;
+    goto out;
+  }
+  /* Say so when a newer checkpoint was passed over as damaged. */
+  em_checkpoint_row *rows = NULL;
+  int n = 0;
+  if (em_store_checkpoints_list(s, id, &rows, &n, &err) == EM_OK) {
+    int newer = 0;
+    for (int i = 0; i < n; i++)
+      if (rows[i].step > j->ckpt.step || (rows[i].step == j->ckpt.step && rows[i].id > j->ckpt.id))
+        newer++;
+    if (newer)
+      cli_warn("%d newer checkpoint%s of run %lld %s damaged or missing; resuming from step %lld",
+               newer, newer == 1 ? "" : "s", (long long)id, newer == 1 ? "is" : "are",
+               (long long)j->ckpt.step);
+    em_checkpoint_rows_free(rows, n);
+  }
+  em_error_clear(&err);
+out:
+  em_run_clear(&r);
+  return rc;
+}
+
+static em_dataset *open_data(const em_spec *spec, const em_train_config *cfg, bool train,
+                             int *rc) {
+  em_error err = {0};
+  int64_t shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
+  int nd = em_spec_input_shape(spec, shape);
+  em_spec_output_shape(spec, out);
+  em_dataset *ds = em_dataset_open_named(cfg->dataset, cfg->data_dir, train, shape, nd,
+                                         (int)out[0], &err);
+  if (!ds) {
+    *rc = cli_fail(&err, cfg->dataset);
+    return NULL;
+  }
+  if (em_train_check_fit(spec, ds, cfg->dataset, cfg->loss, &err) != EM_OK) {
+    *rc = cli_fail(&err, NULL);
+    em_dataset_free(ds);
+    return NULL;
+  }
+  return ds;
+}
+
+/* mkdir -p */
+static em_status make_dirs(const char *path, em_error *err) {
+  char buf[4096];
+  if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf)
+    return em_error_set(err, EM_ERR_INVALID, "the path '%s' is too long", path);
+  for (char *p = buf + 1;; p++) {
+    if (*p == '/' || *p == '\0') {
+      char c = *p;
+      *p = '\0';
+      if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return em_error_set(err, EM_ERR_IO, "cannot create the folder '%s': %s", buf,
+                            strerror(errno));
+      *p = c;
+      if (!c) break;
+    }
+  }
+  return EM_OK;
+}
+
+static int cmp_path(const void *a, const void *b) { return strcmp(a, b); }
+
+/* The dataset's identity for the run row: its name, folder and files
+ * (training and test, sorted). paths must hold 64 entries. */
+static const em_dataset_identity *dataset_identity(const em_train_config *cfg,
+                                                   em_dataset_identity *id,
+                                                   char (*paths)[1024], const char **files,
+                                                   char *folder, size_t folder_cap) {
+  em_error err = {0};
+  int n1 = 0, n2 = 0;
+  if (em_dataset_files_named(cfg->dataset, cfg->data_dir, true, paths, 32, &n1, &err) != EM_OK ||
+      em_dataset_files_named(cfg->dataset, cfg->data_dir, false, paths + n1, 32, &n2, &err) !=
+          EM_OK) {
+    cli_warn("the dataset's files are not recorded: %s", err.msg);
+    return NULL;
+  }
+  int n = n1 + n2;
+  qsort(paths, (size_t)n, sizeof paths[0], cmp_path);
+  for (int i = 0; i < n; i++) files[i] = paths[i];
+  if (cfg->data_dir[0]) {
+    snprintf(folder, folder_cap, "%s", cfg->data_dir);
+  } else if (n > 0) {
+    snprintf(folder, folder_cap, "%s", paths[0]);
+    char *slash = strrchr(folder, '/');
+    if (slash && slash != folder) *slash = '\0';
+  } else {
+    folder[0] = '\0';
+  }
+  *id = (em_dataset_identity){.name = cfg->dataset, .path = folder, .n_files = n, .files = files};
+  return id;
+}
+
+/* Ends a run through a connection of its own (see the writer's comment
+ * in cli_cmd_train); a failure is only a warning: the run's results are
+ * recorded, the registry will show it as killed. */
+static void finish_run(const char *regdir, int64_t run, em_run_status st, const char *msg) {
+  em_error err = {0};
+  em_store *s = em_store_open(regdir, false, &err);
+  if (!s || em_store_run_finish(s, run, st, msg, &err) != EM_OK)
+    cli_warn("run %lld's end is not recorded: %s", (long long)run, err.msg);
+  em_store_close(s);
+}
+
+/* ---- the summary line ------------------------------------------------------ */
+
+static double peak_rss_mb(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
+}
+
+static void print_result_json(const em_train_config *cfg, const em_train_summary *s,
+                              const char *spec_name, int64_t params, int64_t run_id,
+                              const em_store_writer_stats *ws) {
+  json_t *o = json_object();
+  json_object_set_new(o, "model", json_string(spec_name));
+  json_object_set_new(o, "epochs", json_integer(s->epochs));
+  json_object_set_new(o, "steps", json_integer(s->steps));
+  json_object_set_new(o, "batch_size", json_integer(cfg->batch_size));
+  json_object_set_new(o, "params", json_integer(params));
+  json_object_set_new(o, "train_loss", json_real(s->final_train_loss));
+  if (s->evaluated) {
+    json_object_set_new(o, "test_loss", json_real(s->test_loss));
+    json_object_set_new(o, "test_accuracy", json_real(s->test_accuracy));
+  } else {
+    json_object_set_new(o, "test_loss", json_null());
+    json_object_set_new(o, "test_accuracy", json_null());
+  }
+  json_object_set_new(o, "train_seconds", json_real(s->train_seconds));
+  json_object_set_new(o, "train_samples_per_sec", json_real(s->train_samples_per_sec));
+  json_object_set_new(o, "threads", json_integer(cfg->threads));
+  json_object_set_new(o, "blas_core", json_string(em_blas_core()));
+  json_object_set_new(o, "seed", json_integer((json_int_t)cfg->seed));
+  json_object_set_new(o, "stopped", json_boolean(s->stopped));
+  json_object_set_new(o, "peak_rss_mb", json_real(round(peak_rss_mb() * 10) / 10));
+  json_object_set_new(o, "run_id", run_id > 0 ? json_integer((json_int_t)run_id) : json_null());
+  json_object_set_new(o, "record_enqueue_s", json_real(ws->enqueue_seconds));
+  json_object_set_new(o, "record_commit_s", json_real(ws->commit_seconds));
+  char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+  printf("%s\n", txt);
+  fflush(stdout);
+  free(txt);
+  json_decref(o);
+}
+
+/* ---- the command -------------------------------------------------------------- */
+
+static void check_usage(const cli_train_opts *o) {
+  if (o->weights)
+    cli_die_usage("train: --weights is an 'ember eval' option; --init FILE starts training "
+                  "from saved weights");
+  if (o->resume) {
+    if (o->spec_path)
+      cli_die_usage("--resume rebuilds the run from the registry: leave out SPEC ('%s')",
+                    o->spec_path);
+    if (o->no_record)
+      cli_die_usage("--resume records the continued run as a new run: leave out --no-record");
+    const char *bad = cli_train_opts_resume_conflict(o);
+    if (bad)
+      cli_die_usage("%s cannot be combined with --resume: a resumed run keeps the settings it "
+                    "recorded, so that it ends exactly where an uninterrupted run would (start "
+                    "a new run to change them)",
+                    bad);
+    if (o->checkpoint_dir)
+      cli_die_usage("--checkpoint-dir cannot be combined with --resume: a resumed run keeps "
+                    "its checkpoints in the registry");
+    if (o->init)
+      cli_die_usage("--init cannot be combined with --resume: the weights come from the "
+                    "run's checkpoint");
+    return;
+  }
+  if (!o->spec_path) cli_die_usage("train expects a SPEC file (or --resume RUN)");
+  if (!o->no_record && o->checkpoint_dir)
+    cli_die_usage("--checkpoint-dir is for --no-record runs: a recorded run keeps its "
+                  "checkpoints in the registry (artifacts/runs/<id>/checkpoints)");
+}
+
+int cli_cmd_train(int argc, char **argv) {
+  cli_train_opts o;
+  cli_train_opts_parse(argc, argv, "train", &o);
+  check_usage(&o);
+  bool record = !o.no_record;
+
+  train_job j;
+  memset(&j, 0, sizeof j);
+  em_error err = {0};
+  em_store *store = NULL;
+  em_store_writer *writer = NULL;
+  em_dataset *train = NULL, *test = NULL;
+  em_model *model = NULL;
+  em_trainer *tr = NULL;
+  int64_t run = 0;
+  char regdir[4096] = "";
+  int rc = 0;
+
+  if (record || o.resume) {
+    if (cli_registry_dir(o.registry, regdir, sizeof regdir, &err) != EM_OK) {
+      rc = cli_fail1(&err, "registry");
+      goto out;
+    }
+  }
+  if (o.resume) {
+    store = em_store_open(regdir, false, &err);
+    if (!store) {
+      rc = cli_fail1(&err, "--resume");
+      goto out;
+    }
+    if ((rc = setup_from_run(&o, store, &j)) != 0) goto out;
+  } else if ((rc = setup_from_spec(&o, &j)) != 0) {
+    goto out;
+  }
+  em_train_config *cfg = &j.cfg;
+  if (!record) {
+    if (cfg->checkpoint_every > 0 && !o.checkpoint_dir)
+      cli_die_usage("--checkpoint-every with --no-record needs --checkpoint-dir DIR (a "
+                    "recorded run checkpoints into the registry)");
+    if (o.checkpoint_dir) {
+      if (strlen(o.checkpoint_dir) >= sizeof cfg->checkpoint_dir)
+        cli_die_usage("--checkpoint-dir: the path is too long");
+      snprintf(cfg->checkpoint_dir, sizeof cfg->checkpoint_dir, "%s", o.checkpoint_dir);
+    }
+  }
+  /* Checked before anything is recorded. A recorded run's checkpoint
+   * folder is named once the run exists: stand in the registry's. */
+  em_train_config check = *cfg;
+  if (record && !check.checkpoint_dir[0])
+    snprintf(check.checkpoint_dir, sizeof check.checkpoint_dir, "%s",
+             "<registry>/artifacts/runs/<run id>/checkpoints");
+  if (em_train_config_validate(&check, &err) != EM_OK) {
+    rc = cli_fail(&err, NULL);
+    goto out;
+  }
+  /* The registry before the data: a registry that cannot be opened fails
+   * the command at once, not after the dataset loaded. */
+  if (record && cfg->epochs > 0 && !store && !(store = em_store_open(regdir, false, &err))) {
+    fprintf(stderr,
+            "ember: cannot record the run: %s\n(train without recording: --no-record; "
+            "another registry: --registry DIR)\n",
+            err.msg);
+    rc = 1;
+    goto out;
+  }
+  if (!(train = open_data(j.spec, cfg, true, &rc)) || !(test = open_data(j.spec, cfg, false, &rc)))
+    goto out;
+  model = em_model_new(j.spec, cfg->seed, &err);
+  if (!model) {
+    rc = cli_fail(&err, o.spec_path);
+    goto out;
+  }
+  if (o.init && em_model_load(model, o.init, &err) != EM_OK) {
+    rc = cli_fail(&err, o.init);
+    goto out;
+  }
+  em_train_summary sum;
+  memset(&sum, 0, sizeof sum);
+  em_store_writer_stats ws;
+  memset(&ws, 0, sizeof ws);
+  if (cfg->epochs == 0) {
+    record = false; /* nothing trained: the initial weights only */
+    goto save;
+  }
+  if (cfg->checkpoint_dir[0] && make_dirs(cfg->checkpoint_dir, &err) != EM_OK) {
+    rc = cli_fail1(&err, "--checkpoint-dir");
+    goto out;
+  }
+
+  /* The run row, its checkpoint folder and the writer. */
+  if (record) {
+    char (*paths)[1024] = cli_xmalloc(64 * sizeof *paths);
+    const char *files[64];
+    char folder[1024];
+    em_dataset_identity ident;
+    char *config_json = em_train_config_to_json(cfg); /* checkpoint_dir still empty */
+    em_run_new rn = {
+        .name = o.name,
+        .model = j.model,
+        .spec_json = j.spec_text,
+        .config_json = config_json ? config_json : "{}",
+        .seed = cfg->seed,
+        .device = "cpu",
+        .threads = cfg->threads,
+        .engine_version = EMBER_VERSION,
+        .parent_run = j.parent,
+        .dataset = dataset_identity(cfg, &ident, paths, files, folder, sizeof folder),
+    };
+    em_status st = em_store_run_create(store, &rn, &run, &err);
+    free(config_json);
+    free(paths);
+    if (st != EM_OK) {
+      rc = cli_fail1(&err, "cannot record the run");
+      goto out;
+    }
+    char rel[128];
+    snprintf(rel, sizeof rel, "runs/%lld/checkpoints", (long long)run);
+    char ckdir[4096];
+    em_store_artifact_path(store, rel, ckdir, sizeof ckdir);
+    if (strlen(ckdir) >= sizeof cfg->checkpoint_dir)
+      em_error_set(&err, EM_ERR_INVALID,
+                   "the registry's path is too long for checkpoints (%zu bytes, at most %zu): "
+                   "use a shorter --registry or EMBER_HOME",
+                   strlen(ckdir), sizeof cfg->checkpoint_dir - 1);
+    else
+      memcpy(cfg->checkpoint_dir, ckdir, strlen(ckdir) + 1);
+    if (err.status != EM_OK || make_dirs(cfg->checkpoint_dir, &err) != EM_OK) {
+      em_store_run_finish(store, run, EM_RUN_FAILED, err.msg, NULL);
+      rc = cli_fail1(&err, "cannot record the run");
+      goto out;
+    }
+  }
+
+  tr = em_trainer_new(model, cfg, train, test, &err);
+  if (!tr) {
+    if (run) em_store_run_finish(store, run, EM_RUN_FAILED, err.msg, NULL);
+    rc = cli_fail(&err, NULL);
+    goto out;
+  }
+  if (j.parent) {
+    if (em_trainer_load_checkpoint(tr, j.ckpt.path, &err) != EM_OK) {
+      em_store_run_finish(store, run, EM_RUN_FAILED, err.msg, NULL);
+      rc = cli_fail1(&err, "--resume");
+      goto out;
+    }
+    char detail[160];
+    snprintf(detail, sizeof detail, "resumed from run %lld step %lld", (long long)j.parent,
+             (long long)j.ckpt.step);
+    em_error e2 = {0};
+    if (em_store_run_event(store, run, j.ckpt.step, "resumed", detail, &e2) != EM_OK ||
+        (snprintf(detail, sizeof detail, "resumed from run %lld step %lld as run %lld",
+                  (long long)j.parent, (long long)j.ckpt.step, (long long)run),
+         em_store_run_event(store, j.parent, j.ckpt.step, "resumed", detail, &e2)) != EM_OK)
+      cli_warn("the resume is not recorded as a run event: %s", e2.msg);
+    if (!o.quiet)
+      fprintf(stderr, "resuming run %lld from step %lld (epoch %lld) as run %lld\n",
+              (long long)j.parent, (long long)j.ckpt.step, (long long)j.ckpt.epoch + 1,
+              (long long)run);
+  }
+
+  /* While training, the writer's connection is the process's only one:
+   * this one is closed first and opened again to finish the run, so no
+   * idle connection sits beside the writer for the length of a run. */
+  if (run) {
+    em_store_close(store);
+    store = NULL;
+    if (!(writer = em_store_writer_new(regdir, 200, &err))) {
+      rc = cli_fail1(&err, "cannot record the run");
+      finish_run(regdir, run, EM_RUN_FAILED, err.msg);
+      goto out;
+    }
+  }
+
+  train_sinks sinks;
+  memset(&sinks, 0, sizeof sinks);
+  cli_progress_init(&sinks.prog, o.quiet, em_spec_name(j.spec));
+  train_recorder_init(&sinks.rec, writer, run, o.keep_checkpoints);
+  sinks.stop_after = o.stop_after_steps;
+  sinks.last_step = j.parent ? j.ckpt.step : 0;
+  if (run && !o.quiet) fprintf(stderr, "recording as run %lld in %s\n", (long long)run, regdir);
+
+  em_train_diagnostics diag;
+  em_train_diagnostics_defaults(&diag);
+  diag.detect_anomaly = o.detect_anomaly;
+  if (o.profile) {
+    snprintf(diag.trace_path, sizeof diag.trace_path, "%s", o.profile);
+    if (o.profile_steps > 0) diag.batches = o.profile_steps;
+  }
+  em_trainer_set_diagnostics(tr, &diag);
+
+  atomic_store(&g_trainer, tr);
+  install_stop_handlers();
+  em_status st = em_trainer_run(tr, on_event, &sinks, &err);
+  atomic_store(&g_trainer, NULL);
+  cli_progress_finish(&sinks.prog);
+  em_trainer_summary(tr, &sum);
+
+  if (writer) {
+    em_error werr = {0};
+    if (em_store_writer_flush(writer, &werr) != EM_OK)
+      cli_warn("some rows of run %lld were not recorded: %s", (long long)run, werr.msg);
+    em_store_writer_get_stats(writer, &ws);
+    if (em_store_writer_free(writer, &werr) != EM_OK)
+      cli_warn("some rows of run %lld were not recorded: %s", (long long)run, werr.msg);
+    writer = NULL;
+  }
+  /* --save before the run is marked completed: "completed" means every
+   * output of the command exists. */
+  em_error serr = {0};
+  bool saved = st != EM_OK || !o.save || em_model_save(model, o.save, &serr) == EM_OK;
+  if (run)
+    finish_run(regdir, run,
+               st != EM_OK ? EM_RUN_FAILED : sum.stopped ? EM_RUN_STOPPED : EM_RUN_COMPLETED,
+               st != EM_OK ? err.msg : NULL);
+  if (st != EM_OK) {
+    rc = cli_fail(&err, "training stopped");
+    goto out;
+  }
+  if (!saved) {
+    rc = cli_fail(&serr, o.save);
+    goto out;
+  }
+  if (sum.stopped && run)
+    fprintf(stderr, "ember: run %lld stopped at step %lld%s; continue it with: ember train "
+            "--resume %lld\n",
+            (long long)run, (long long)sum.steps, g_signal ? " by a signal" : "", (long long)run);
+  goto report;
+
+save: /* --epochs 0: the initial weights */
+  if (o.save && em_model_save(model, o.save, &err) != EM_OK) {
+    rc = cli_fail(&err, o.save);
+    goto out;
+  }
+report:
+  print_result_json(cfg, &sum, em_spec_name(j.spec), em_spec_param_count(j.spec), run, &ws);
+  if (g_signal) rc = 128 + g_signal;
+out:
+  if (writer) em_store_writer_free(writer, NULL);
+  em_trainer_free(tr);
+  em_model_free(model);
+  em_dataset_free(train);
+  em_dataset_free(test);
+  em_spec_free(j.spec);
+  free(j.spec_text);
+  em_checkpoint_row_clear(&j.ckpt);
+  em_store_close(store);
+  return rc;
+}

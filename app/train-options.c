@@ -1,0 +1,195 @@
+/* train-options.c: parsing `ember train` / `ember eval` flags and
+ * applying them over a configuration. */
+#include "train-options.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli-common.h"
+
+enum {
+  /* settings: they change the configuration */
+  OPT_EPOCHS = 256, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD,
+  OPT_SCHEDULE, OPT_WARMUP, OPT_CLIP, OPT_ACCUM, OPT_SMOOTH, OPT_SEED, OPT_THREADS, OPT_WORKERS,
+  OPT_LIMIT, OPT_NO_SHUFFLE, OPT_DATASET, OPT_DATA_DIR, OPT_CKPT_EVERY, OPT_ON_DIVERGENCE,
+  OPT_DIV_LR_FACTOR,
+  OPT_LAST_SETTING,
+  /* everything else */
+  OPT_INIT, OPT_SAVE, OPT_QUIET, OPT_WEIGHTS, OPT_HELP, OPT_REGISTRY, OPT_NO_RECORD, OPT_NAME,
+  OPT_CKPT_DIR, OPT_KEEP_CKPT, OPT_RESUME, OPT_STOP_AFTER, OPT_PROFILE, OPT_PROFILE_STEPS,
+  OPT_DETECT_ANOMALY,
+};
+
+static const struct option long_opts[] = {
+    {"epochs", required_argument, 0, OPT_EPOCHS},
+    {"batch", required_argument, 0, OPT_BATCH},
+    {"lr", required_argument, 0, OPT_LR},
+    {"optimizer", required_argument, 0, OPT_OPTIMIZER},
+    {"momentum", required_argument, 0, OPT_MOMENTUM},
+    {"nesterov", no_argument, 0, OPT_NESTEROV},
+    {"weight-decay", required_argument, 0, OPT_WD},
+    {"schedule", required_argument, 0, OPT_SCHEDULE},
+    {"warmup-steps", required_argument, 0, OPT_WARMUP},
+    {"clip-grad-norm", required_argument, 0, OPT_CLIP},
+    {"accumulate", required_argument, 0, OPT_ACCUM},
+    {"label-smoothing", required_argument, 0, OPT_SMOOTH},
+    {"seed", required_argument, 0, OPT_SEED},
+    {"threads", required_argument, 0, OPT_THREADS},
+    {"workers", required_argument, 0, OPT_WORKERS},
+    {"limit", required_argument, 0, OPT_LIMIT},
+    {"no-shuffle", no_argument, 0, OPT_NO_SHUFFLE},
+    {"dataset", required_argument, 0, OPT_DATASET},
+    {"data-dir", required_argument, 0, OPT_DATA_DIR},
+    {"checkpoint-every", required_argument, 0, OPT_CKPT_EVERY},
+    {"on-divergence", required_argument, 0, OPT_ON_DIVERGENCE},
+    {"divergence-lr-factor", required_argument, 0, OPT_DIV_LR_FACTOR},
+    {"init", required_argument, 0, OPT_INIT},
+    {"save", required_argument, 0, OPT_SAVE},
+    {"quiet", no_argument, 0, OPT_QUIET},
+    {"weights", required_argument, 0, OPT_WEIGHTS},
+    {"help", no_argument, 0, OPT_HELP},
+    {"registry", required_argument, 0, OPT_REGISTRY},
+    {"no-record", no_argument, 0, OPT_NO_RECORD},
+    {"name", required_argument, 0, OPT_NAME},
+    {"checkpoint-dir", required_argument, 0, OPT_CKPT_DIR},
+    {"keep-checkpoints", required_argument, 0, OPT_KEEP_CKPT},
+    {"resume", required_argument, 0, OPT_RESUME},
+    {"profile", required_argument, 0, OPT_PROFILE},
+    {"profile-steps", required_argument, 0, OPT_PROFILE_STEPS},
+    {"detect-anomaly", no_argument, 0, OPT_DETECT_ANOMALY},
+    {"stop-after-steps", required_argument, 0, OPT_STOP_AFTER}, /* tests: not in --help */
+    {0, 0, 0, 0},
+};
+
+static const char *flag_name(int code) {
+  for (const struct option *o = long_opts; o->name; o++)
+    if (o->val == code) return o->name;
+  return "?";
+}
+
+/* Checks one setting's value; applies it when cfg is given. */
+static void apply_one(int code, const char *arg, em_train_config *cfg) {
+  em_train_config scratch;
+  if (!cfg) {
+    em_train_config_defaults(&scratch);
+    cfg = &scratch;
+  }
+  switch (code) {
+  case OPT_EPOCHS: cfg->epochs = (int)cli_parse_int("--epochs", arg, 0, 1000000); break;
+  case OPT_BATCH: cfg->batch_size = (int)cli_parse_int("--batch", arg, 1, 1 << 20); break;
+  case OPT_LR: cfg->optim.lr = cli_parse_num("--lr", arg, 0, 1e6); break;
+  case OPT_OPTIMIZER: {
+    em_optim_kind k;
+    if (strcmp(arg, "sgd") == 0) k = EM_OPTIM_SGD;
+    else if (strcmp(arg, "adam") == 0) k = EM_OPTIM_ADAM;
+    else if (strcmp(arg, "adamw") == 0) k = EM_OPTIM_ADAMW;
+    else cli_die_usage("--optimizer expects sgd, adam or adamw, got '%s'", arg);
+    if (k != cfg->optim.kind) { /* switching kind: that optimiser's defaults, keep lr */
+      double lr = cfg->optim.lr;
+      em_optim_config_defaults(&cfg->optim, k);
+      cfg->optim.lr = lr;
+    }
+    break;
+  }
+  case OPT_MOMENTUM: cfg->optim.momentum = cli_parse_num("--momentum", arg, 0, 1); break;
+  case OPT_NESTEROV: cfg->optim.nesterov = true; break;
+  case OPT_WD: cfg->optim.weight_decay = cli_parse_num("--weight-decay", arg, 0, 1e3); break;
+  case OPT_SCHEDULE: {
+    em_error err = {0};
+    if (em_schedule_parse_name(arg, &cfg->schedule.kind, &err) != EM_OK)
+      cli_die_usage("--schedule: %s", err.msg);
+    break;
+  }
+  case OPT_WARMUP:
+    cfg->schedule.warmup_steps = cli_parse_int("--warmup-steps", arg, 0, 1LL << 40);
+    break;
+  case OPT_CLIP: cfg->clip_grad_norm = cli_parse_num("--clip-grad-norm", arg, 0, 1e12); break;
+  case OPT_ACCUM: cfg->accumulate = (int)cli_parse_int("--accumulate", arg, 1, 1 << 16); break;
+  case OPT_SMOOTH: cfg->label_smoothing = cli_parse_num("--label-smoothing", arg, 0, 1); break;
+  case OPT_SEED: cfg->seed = (uint64_t)cli_parse_int("--seed", arg, 0, 1LL << 62); break;
+  case OPT_THREADS: cfg->threads = (int)cli_parse_int("--threads", arg, 1, 256); break;
+  case OPT_WORKERS: cfg->workers = (int)cli_parse_int("--workers", arg, 0, 64); break;
+  case OPT_LIMIT: cfg->limit = cli_parse_int("--limit", arg, 1, 1LL << 40); break;
+  case OPT_NO_SHUFFLE: cfg->shuffle = false; break;
+  case OPT_DATASET:
+    if (strlen(arg) >= sizeof cfg->dataset) cli_die_usage("--dataset: the name is too long");
+    snprintf(cfg->dataset, sizeof cfg->dataset, "%s", arg);
+    break;
+  case OPT_DATA_DIR:
+    if (strlen(arg) >= sizeof cfg->data_dir) cli_die_usage("--data-dir: the path is too long");
+    snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", arg);
+    break;
+  case OPT_CKPT_EVERY:
+    cfg->checkpoint_every = cli_parse_int("--checkpoint-every", arg, 0, 1LL << 40);
+    break;
+  case OPT_ON_DIVERGENCE:
+    if (strcmp(arg, "rollback") == 0) cfg->on_divergence = EM_DIVERGENCE_ROLLBACK;
+    else if (strcmp(arg, "stop") == 0) cfg->on_divergence = EM_DIVERGENCE_STOP;
+    else if (strcmp(arg, "auto") == 0) cfg->on_divergence = EM_DIVERGENCE_AUTO;
+    else cli_die_usage("--on-divergence expects rollback, stop or auto, got '%s'", arg);
+    break;
+  case OPT_DIV_LR_FACTOR:
+    cfg->divergence_lr_factor = cli_parse_num("--divergence-lr-factor", arg, 1e-6, 1);
+    break;
+  default: break;
+  }
+}
+
+void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->keep_checkpoints = 3;
+  int c;
+  opterr = 0; /* we report unknown options ourselves */
+  optind = 2; /* after the command word; GNU getopt moves SPEC to the end */
+  while ((c = getopt_long(argc, argv, ":", long_opts, NULL)) != -1) {
+    if (c >= OPT_EPOCHS && c < OPT_LAST_SETTING) {
+      if (o->n_settings == CLI_MAX_SETTINGS) cli_die_usage("%s: too many flags", cmd);
+      apply_one(c, optarg, NULL); /* check the value now: a bad one is named at once */
+      static char names[OPT_LAST_SETTING - OPT_EPOCHS][32];
+      char *nm = names[c - OPT_EPOCHS];
+      snprintf(nm, sizeof names[0], "--%s", flag_name(c));
+      o->settings[o->n_settings++] = (cli_setting){c, optarg, nm};
+      if (c == OPT_THREADS) o->threads_given = true;
+      continue;
+    }
+    switch (c) {
+    case OPT_INIT: o->init = optarg; break;
+    case OPT_SAVE: o->save = optarg; break;
+    case OPT_QUIET: o->quiet = true; break;
+    case OPT_WEIGHTS: o->weights = optarg; break;
+    case OPT_REGISTRY: o->registry = optarg; break;
+    case OPT_NO_RECORD: o->no_record = true; break;
+    case OPT_NAME: o->name = optarg; break;
+    case OPT_CKPT_DIR: o->checkpoint_dir = optarg; break;
+    case OPT_KEEP_CKPT:
+      o->keep_checkpoints = (int)cli_parse_int("--keep-checkpoints", optarg, 1, 1000000);
+      break;
+    case OPT_RESUME: o->resume = optarg; break;
+    case OPT_PROFILE: o->profile = optarg; break;
+    case OPT_PROFILE_STEPS:
+      o->profile_steps = cli_parse_int("--profile-steps", optarg, 1, 1000000);
+      break;
+    case OPT_DETECT_ANOMALY: o->detect_anomaly = true; break;
+    case OPT_STOP_AFTER:
+      o->stop_after_steps = cli_parse_int("--stop-after-steps", optarg, 1, 1LL << 40);
+      break;
+    case OPT_HELP: fputs(cli_usage_text, stdout); exit(0);
+    case ':': cli_die_usage("%s needs a value", argv[optind - 1]);
+    default: cli_die_usage("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) o->spec_path = argv[optind++];
+  if (optind < argc) cli_die_usage("%s: unexpected argument '%s'", cmd, argv[optind]);
+}
+
+void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg) {
+  for (int i = 0; i < o->n_settings; i++) apply_one(o->settings[i].code, o->settings[i].arg, cfg);
+}
+
+const char *cli_train_opts_resume_conflict(const cli_train_opts *o) {
+  for (int i = 0; i < o->n_settings; i++)
+    if (o->settings[i].code != OPT_THREADS) return o->settings[i].flag;
+  return NULL;
+}

@@ -1,0 +1,45 @@
+/* train-options.h: the flags of `ember train` and `ember eval`.
+ *
+ * Flags are collected first and applied over the configuration later,
+ * in the order given, because the defaults they override come from the
+ * spec (or, for --resume, from the registry). Training settings are kept
+ * as a list so that --resume can name the first one it must refuse. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "em-train.h"
+
+typedef struct {
+  int code;
+  const char *arg;
+  const char *flag; /* "--lr", for messages */
+} cli_setting;
+
+#define CLI_MAX_SETTINGS 128
+
+typedef struct {
+  const char *spec_path; /* the positional SPEC; NULL when absent */
+  const char *init, *save, *weights;
+  const char *registry, *name, *checkpoint_dir, *resume;
+  bool quiet, no_record, threads_given;
+  int keep_checkpoints;     /* --keep-checkpoints; default 3 */
+  int64_t stop_after_steps; /* --stop-after-steps (for tests); 0: off */
+  const char *profile;      /* --profile FILE: a Chrome trace of a window of batches */
+  int64_t profile_steps;    /* --profile-steps; 0: the default window (20) */
+  bool detect_anomaly;      /* --detect-anomaly */
+  /* every flag that changes the configuration, in order */
+  cli_setting settings[CLI_MAX_SETTINGS];
+  int n_settings;
+} cli_train_opts;
+
+/* Parses argv[2..] (cmd: "train" or "eval", for messages). Bad flags and
+ * values are usage errors (exit 2); --help prints the usage (exit 0). */
+void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts *o);
+/* Applies the settings over cfg in order (values were checked when
+ * parsed; an unknown schedule name or optimiser exits with 2). */
+void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg);
+/* The first setting that --resume must refuse (everything that changes
+ * what is computed: all but --threads), or NULL. */
+const char *cli_train_opts_resume_conflict(const cli_train_opts *o);

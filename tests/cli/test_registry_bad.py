@@ -1,0 +1,226 @@
+"""Bad input to the registry commands: each must end with a clear
+`ember: ...` message and exit 1 (2 for bad usage), never a crash, and
+must leave what is on disk as it was. This suite also runs against the
+AddressSanitizer build (suite badinput), so its trainings are small.
+
+- a registry.db that is random bytes, an SQLite file of another program,
+  a registry written by a newer Ember (file unchanged in each case);
+- damaged checkpoints: resume passes over a truncated newest checkpoint
+  (and says so) and still ends bit-identical to an uninterrupted run;
+  with no valid checkpoint it refuses clearly;
+- unknown runs, keys, models and aliases; usage errors.
+
+usage: test_registry_bad.py EMBER SOURCE_ROOT
+"""
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import unittest
+
+from cli_util import Ember, same_weights, sha256_file
+
+EMBER = SOURCE = None
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ember-regbad-")
+        self.e = Ember(EMBER, SOURCE, os.path.join(self.tmp, "home"))
+        os.makedirs(self.e.home)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def fails(self, args, *needles, code=1):
+        p = self.e.run(*args)
+        self.assertEqual(p.returncode, code, "%s: %s" % (args, p.stderr))
+        for n in needles:
+            self.assertIn(n, p.stderr, args)
+        self.assertTrue(any(l.startswith("ember: ") for l in p.stderr.splitlines()), p.stderr)
+        return p
+
+    def quick_train_args(self):
+        # the synthetic set: nothing to load, a small test split (fast under ASan too)
+        return [self.e.spec(), "--epochs", "1", "--dataset", "synthetic", "--limit", "256",
+                "--batch", "64", "--threads", "2", "--quiet"]
+
+
+class ForeignRegistry(Base):
+    """Files that are not (this) Ember's registry are refused, untouched."""
+
+    def refused_everywhere(self, needle):
+        before = sha256_file(self.e.db)
+        size = os.path.getsize(self.e.db)
+        for args in (["runs"], ["runs", "--json"], ["run", "show", "1"], ["models"],
+                     ["metrics", "1", "loss"], ["gc"], ["model", "versions", "m"],
+                     ["train"] + self.quick_train_args()):
+            p = self.fails(args, needle)
+            self.assertIn("registry.db", p.stderr, args)
+        self.assertEqual(sha256_file(self.e.db), before)
+        self.assertEqual(os.path.getsize(self.e.db), size)
+
+    def test_random_bytes(self):
+        with open(self.e.db, "wb") as f:
+            f.write(os.urandom(8192))
+        self.refused_everywhere("registry.db")
+
+    def test_sqlite_of_another_program(self):
+        con = sqlite3.connect(self.e.db)
+        con.execute("CREATE TABLE recipes (name TEXT, minutes INTEGER)")
+        con.execute("INSERT INTO recipes VALUES ('soup', 40)")
+        con.commit()
+        con.close()
+        self.refused_everywhere("another program")
+        con = sqlite3.connect(self.e.db)
+        self.assertEqual(con.execute("SELECT * FROM recipes").fetchall(), [("soup", 40)])
+        self.assertEqual([r[0] for r in con.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")], ["recipes"])
+        con.close()
+
+    def test_newer_schema(self):
+        self.e.ok("gc")  # a fresh registry
+        con = sqlite3.connect(self.e.db)
+        con.execute("PRAGMA user_version = 999")
+        con.close()
+        self.refused_everywhere("newer")
+        con = sqlite3.connect(self.e.db)
+        self.assertEqual(con.execute("PRAGMA user_version").fetchone()[0], 999)
+        con.close()
+
+
+class DamagedCheckpoints(Base):
+    # 8 steps an epoch, a checkpoint every 3
+    ARGS = ["--epochs", "2", "--threads", "2", "--checkpoint-every", "3", "--seed", "8",
+            "--dataset", "synthetic", "--limit", "256", "--batch", "32", "--quiet"]
+
+    def test_truncated_newest_is_passed_over(self):
+        e = self.e
+        a, b = os.path.join(self.tmp, "a.st"), os.path.join(self.tmp, "b.st")
+        ra = e.train(e.spec(), *self.ARGS, "--save", a)  # run 1
+        total = ra["steps"]
+        stop = total // 2 + 5
+        e.train(e.spec(), *self.ARGS, "--stop-after-steps", stop)  # run 2
+        rows = e.checkpoints(2)
+        newest = rows[-1]
+        self.assertEqual((newest["step"], newest["kind"]), (stop, "final"))
+        with open(newest["path"], "r+b") as f:
+            f.truncate(newest["size"] // 2)
+        prev = max(c["step"] for c in rows if c["step"] < stop)
+        p = e.ok("train", "--resume", "2", "--save", b)
+        self.assertIn("damaged", p.stderr)
+        self.assertIn("step %d" % prev, p.stderr)
+        same, why = same_weights(a, b)
+        self.assertTrue(same, why)
+        loss = e.json("metrics", "3", "loss", "--json")
+        self.assertEqual(loss[0]["step"], prev + 1)
+
+    def test_no_valid_checkpoint_is_a_clear_error(self):
+        e = self.e
+        e.train(e.spec(), *self.ARGS, "--stop-after-steps", "5")
+        rows = e.checkpoints(1)
+        self.assertTrue(rows)
+        for c in rows:
+            with open(c["path"], "r+b") as f:
+                f.truncate(10)
+        self.fails(["train", "--resume", "1"], "cannot be resumed")
+        self.fails(["train", "--resume", "latest"], "cannot be resumed")
+        os.unlink(rows[0]["path"])
+        self.fails(["train", "--resume", "1"], "cannot be resumed")
+        self.assertEqual([r[0] for r in e.sql("SELECT id FROM runs")], [1])  # no new run
+
+
+class Divergence(Base):
+    """A learning rate that makes the loss NaN: printed, recorded as run
+    events, and the run ends "failed" with the reason."""
+
+    ARGS = ["--epochs", "1", "--threads", "2", "--dataset", "synthetic", "--limit", "256",
+            "--batch", "32", "--lr", "50", "--quiet"]
+
+    def test_rollbacks_then_failure_are_recorded(self):
+        e = self.e
+        p = self.fails(["train", e.spec(), *self.ARGS, "--checkpoint-every", "2",
+                        "--divergence-lr-factor", "0.5"], "divergence at step", "NaN")
+        self.assertIn("rolled back", p.stderr)
+        (status, message), = e.sql("SELECT status, message FROM runs WHERE id = 1")
+        self.assertEqual(status, "failed")
+        self.assertIn("NaN", message)
+        events = [(a["kind"], a["text"]) for a in
+                  e.json("run", "show", "1", "--json")["annotations"]]
+        self.assertGreaterEqual(len(events), 2, events)
+        self.assertTrue(all(k == "divergence" for k, _ in events), events)
+        self.assertIn("rolled back", events[0][1])
+        self.assertEqual(e.integrity(), "ok")
+
+    def test_stop_policy(self):
+        e = self.e
+        self.fails(["train", e.spec(), *self.ARGS, "--checkpoint-every", "2",
+                    "--on-divergence", "stop"], "divergence at step", "NaN")
+        events = [(a["kind"], a["text"]) for a in
+                  e.json("run", "show", "1", "--json")["annotations"]]
+        self.assertEqual(len(events), 1, events)
+        self.assertNotIn("rolled back", events[0][1])
+        self.assertEqual(e.status(1), "failed")
+
+
+class BadArguments(Base):
+    def test_unknown_things_exit_1(self):
+        e = self.e
+        self.fails(["run", "show", "1"], "registry")  # no registry yet
+        e.train(*self.quick_train_args())
+        self.fails(["run", "show", "42"], "no run 42")
+        self.fails(["run", "show", "abc"], "abc")
+        self.fails(["metrics", "42", "loss"], "42")
+        self.fails(["metrics", "1", "nokey"], "nokey", "loss")
+        self.fails(["compare", "1", "42"], "42")
+        self.fails(["run", "delete", "42"], "42")
+        self.fails(["run", "tag", "42", "a=b"], "42")
+        self.fails(["model", "versions", "nope"], "nope")
+        self.fails(["model", "history", "nope"], "nope")
+        self.fails(["model", "register", "42", "--name", "m"], "42")
+        self.fails(["model", "promote", "nope", "1", "--alias", "production"], "nope")
+        e.ok("model", "register", "1", "--name", "m")
+        self.fails(["model", "promote", "m", "7", "--alias", "production"], "7")
+        self.fails(["model", "promote", "m", "1", "--alias", "bad alias!"], "alias")
+        self.fails(["model", "rollback", "m", "--alias", "production"], "production")
+        e.ok("model", "promote", "m", "1", "--alias", "production")
+        self.fails(["model", "rollback", "m", "--alias", "production"], "production")
+        self.fails(["train", "--resume", "42"], "42")
+        self.assertEqual(e.integrity(), "ok")
+
+    def test_usage_errors_exit_2(self):
+        e = self.e
+        spec = e.spec()
+        for args, needle in (
+                (["runs", "--limit", "0"], "--limit"),
+                (["runs", "--status", "sleeping"], "sleeping"),
+                (["runs", "--frobnicate"], "--frobnicate"),
+                (["runs", "extra"], "extra"),
+                (["run"], "run"),
+                (["run", "explode", "1"], "explode"),
+                (["run", "show"], "run show"),
+                (["run", "tag", "1", "novalue"], "KEY=VALUE"),
+                (["compare", "1"], "compare"),
+                (["metrics", "1"], "metrics"),
+                (["metrics", "1", "loss", "--csv", "--json"], "--csv"),
+                (["model"], "model"),
+                (["model", "register", "1"], "--name"),
+                (["model", "promote", "m", "1"], "--alias"),
+                (["model", "promote", "m", "x", "--alias", "a"], "VERSION"),
+                (["model", "register", "1", "--name", "m", "--checkpoint", "worst"], "worst"),
+                (["train", spec, "--no-record", "--checkpoint-every", "5"], "--checkpoint-dir"),
+                (["train", spec, "--checkpoint-dir", self.tmp], "--no-record"),
+                (["train", spec, "--on-divergence", "panic"], "panic"),
+                (["train", spec, "--divergence-lr-factor", "2"], "--divergence-lr-factor"),
+                (["train", spec, "--keep-checkpoints", "0"], "--keep-checkpoints"),
+                (["train", "--resume", "1", "--lr", "0.1"], "--lr"),
+                (["train", "--resume", "1", "--init", "w.st"], "--init"),
+                (["train"], "SPEC")):
+            self.fails(args, needle, code=2)
+        self.assertFalse(os.path.exists(e.db), "a usage error created a registry")
+
+
+if __name__ == "__main__":
+    EMBER, SOURCE = sys.argv[1], sys.argv[2]
+    unittest.main(argv=[sys.argv[0], "-v"])
