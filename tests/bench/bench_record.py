@@ -88,7 +88,7 @@ def main():
     print("  %-14s %11.3fs   SQLite commit time in the writer thread (median per run)" % (
         "commit", statistics.median(commit)))
     steps = rec[0]["steps"]
-    print("  rows per run: %d steps x 3 metrics + per epoch and evaluation 4" % steps)
+    print("  rows per run: %d steps x 6 metrics (loss, lr, grad_norm, 3 memory figures) + per epoch and evaluation 4" % steps)
     print(json.dumps({"median_samples_per_sec": {"recorded": m_rec, "not_recorded": m_plain},
                       "ratio": ratio, "enqueue_fraction": statistics.median(enq),
                       "commit_seconds": statistics.median(commit)}))
