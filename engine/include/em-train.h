@@ -142,6 +142,14 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
 /* Thread-safe; honoured at the next optimiser step (an accumulation in
  * progress is finished), so that the "final" checkpoint can resume. */
 void em_trainer_request_stop(em_trainer *t);
+/* Changes between steps, from the trainer's thread (the event callback;
+ * a GUI pauses a run by blocking in its callback, and changes these
+ * there): the lr actually used is the schedule's lr times this scale
+ * (which divergence rollbacks also lower, and checkpoints keep); and the
+ * gradient clipping norm (0 = off). */
+void em_trainer_set_lr_scale(em_trainer *t, double scale);
+double em_trainer_lr_scale(const em_trainer *t);
+void em_trainer_set_clip_grad_norm(em_trainer *t, double max_norm);
 void em_trainer_summary(const em_trainer *t, em_train_summary *out);
 void em_trainer_free(em_trainer *t);
 

@@ -95,6 +95,16 @@ void em_trainer_free(em_trainer *t) {
 
 void em_trainer_request_stop(em_trainer *t) { atomic_store(&t->stop, true); }
 
+void em_trainer_set_lr_scale(em_trainer *t, double scale) {
+  if (scale > 0 && isfinite(scale)) t->lr_scale = scale;
+}
+
+double em_trainer_lr_scale(const em_trainer *t) { return t->lr_scale; }
+
+void em_trainer_set_clip_grad_norm(em_trainer *t, double max_norm) {
+  if (max_norm >= 0 && isfinite(max_norm)) t->cfg.clip_grad_norm = max_norm;
+}
+
 void em_trainer_summary(const em_trainer *t, em_train_summary *out) { *out = t->summary; }
 
 em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double label_smoothing) {

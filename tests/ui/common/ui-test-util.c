@@ -1,0 +1,84 @@
+/* ui-test-util.c: see the header. */
+#include "ui-test-util.h"
+
+#include <glib/gstdio.h>
+
+void ui_test_init(int *argc, char ***argv) {
+  g_setenv("GSETTINGS_BACKEND", "memory", TRUE);
+  g_setenv("GSK_RENDERER", "cairo", FALSE);
+  gtk_test_init(argc, argv, NULL);
+}
+
+gboolean ui_test_wait(gboolean (*cond)(gpointer), gpointer data, int timeout_ms) {
+  gint64 end = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+  while (!cond(data)) {
+    if (g_get_monotonic_time() > end) return cond(data);
+    g_main_context_iteration(NULL, FALSE);
+    g_usleep(1000);
+  }
+  return TRUE;
+}
+
+void ui_test_spin(int ms) {
+  gint64 end = g_get_monotonic_time() + (gint64)ms * 1000;
+  while (g_get_monotonic_time() < end) {
+    g_main_context_iteration(NULL, FALSE);
+    g_usleep(1000);
+  }
+}
+
+static gboolean is_drawn(gpointer w) {
+  return gtk_widget_get_mapped(w) && gtk_widget_get_width(w) > 0;
+}
+
+GtkWindow *ui_test_show(GtkWidget *widget, int width, int height) {
+  GtkRoot *root = gtk_widget_get_root(widget);
+  GtkWindow *win;
+  if (root && GTK_IS_WINDOW(root)) {
+    win = GTK_WINDOW(root);
+  } else {
+    win = GTK_WINDOW(gtk_window_new());
+    gtk_window_set_child(win, widget);
+  }
+  gtk_window_set_default_size(win, width, height);
+  gtk_window_present(win);
+  ui_test_wait(is_drawn, widget, 5000);
+  ui_test_spin(100);
+  return win;
+}
+
+char *ui_test_screenshot(GtkWidget *widget, const char *name) {
+  const char *dir = g_getenv("EMBER_SCREENSHOT_DIR");
+  char *fallback = NULL;
+  if (!dir) {
+    const char *build = g_getenv("EMBER_BUILD_ROOT");
+    fallback = g_build_filename(build ? build : ".", "tests", "ui", "screenshots", NULL);
+    dir = fallback;
+  }
+  g_mkdir_with_parents(dir, 0755);
+  int w = gtk_widget_get_width(widget), h = gtk_widget_get_height(widget);
+  char *path = g_strdup_printf("%s/%s.png", dir, name);
+  g_free(fallback);
+  GdkPaintable *p = gtk_widget_paintable_new(widget);
+  GtkSnapshot *s = gtk_snapshot_new();
+  gdk_paintable_snapshot(p, s, w, h);
+  GskRenderNode *node = gtk_snapshot_free_to_node(s);
+  g_object_unref(p);
+  if (!node || w <= 0 || h <= 0) {
+    g_test_fail_printf("nothing to render for '%s' (%dx%d)", name, w, h);
+    if (node) gsk_render_node_unref(node);
+    g_free(path);
+    return NULL;
+  }
+  GskRenderer *r = gtk_native_get_renderer(gtk_widget_get_native(widget));
+  GdkTexture *tex = gsk_renderer_render_texture(r, node, &GRAPHENE_RECT_INIT(0, 0, w, h));
+  gboolean ok = gdk_texture_save_to_png(tex, path);
+  g_object_unref(tex);
+  gsk_render_node_unref(node);
+  if (!ok) {
+    g_test_fail_printf("could not write %s", path);
+    g_free(path);
+    return NULL;
+  }
+  return path;
+}
