@@ -5,23 +5,34 @@
 
 #include <math.h>
 
-/* Sum of squares of a contiguous gradient, accumulated in double (f32
- * squares would overflow near 1e19) in eight partial sums that the
- * compiler keeps in vector registers. */
+/* Sum of squares of a contiguous gradient. f32: blocks of 512 values are
+ * summed in 16 f32 lanes (one AVX-512 register's worth, which the
+ * compiler keeps in vector registers), and the blocks' sums in double: as
+ * fast as the f32 sum PyTorch does, and more accurate. A square that
+ * overflows f32 (a gradient above ~1e19) makes the norm infinite, as in
+ * PyTorch, which the divergence watchdog treats as divergence. */
 static double sum_squares(const em_tensor *g) {
   int64_t n = em_tensor_numel(g), k = 0;
-  double acc[8] = {0};
+  double total = 0;
   if (g->dtype == EM_DTYPE_F32) {
     const float *x = em_f32(g); /* (D) */
-    for (; k + 8 <= n; k += 8)
-      for (int j = 0; j < 8; j++) acc[j] += (double)x[k + j] * (double)x[k + j];
-    for (; k < n; k++) acc[0] += (double)x[k] * (double)x[k];
-  } else {
-    const double *x = em_f64(g); /* (D) */
-    for (; k + 8 <= n; k += 8)
-      for (int j = 0; j < 8; j++) acc[j] += x[k + j] * x[k + j];
-    for (; k < n; k++) acc[0] += x[k] * x[k];
+    enum { LANES = 16, BLOCK = 512 };
+    for (; k + BLOCK <= n; k += BLOCK) {
+      float acc[LANES] = {0};
+      for (int b = 0; b < BLOCK; b += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += x[k + b + j] * x[k + b + j];
+      float s = 0;
+      for (int j = 0; j < LANES; j++) s += acc[j];
+      total += s;
+    }
+    for (; k < n; k++) total += (double)x[k] * (double)x[k];
+    return total;
   }
+  const double *x = em_f64(g); /* (D) */
+  double acc[8] = {0};
+  for (; k + 8 <= n; k += 8)
+    for (int j = 0; j < 8; j++) acc[j] += x[k + j] * x[k + j];
+  for (; k < n; k++) acc[0] += x[k] * x[k];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 

@@ -89,36 +89,30 @@ em_status em_checkpoint_dir_prepare(const char *dir, char *abs, size_t cap, em_e
 
 /* ---- the spec fingerprint ------------------------------------------------- */
 
-/* The spec as JSON with sorted keys; model_only drops what does not
- * shape the weights. malloc'd, NULL when out of memory. */
-char *em_checkpoint_spec_text(const em_spec *spec, bool model_only) {
-  json_t *doc = json_deep_copy(em_spec_json(spec));
-  if (!doc) return NULL;
-  if (model_only && json_is_object(doc)) {
-    json_object_del(doc, "training");
-    json_object_del(doc, "loss");
-    json_object_del(doc, "description");
-  }
-  char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+/* doc as canonical text (sorted keys, compact); consumes doc. */
+static char *canonical_text(json_t *doc) {
+  char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(doc);
   return text;
 }
 
-/* The model part of a saved spec text, canonical (sorted keys, compact);
- * NULL when text is not a JSON object. malloc'd. */
+/* The spec as JSON with sorted keys. malloc'd, NULL when out of memory. */
+char *em_checkpoint_spec_text(const em_spec *spec) {
+  return canonical_text(json_deep_copy(em_spec_json(spec)));
+}
+
+/* The model part of a saved spec text (everything that shapes the
+ * weights), canonical; NULL when text is not a JSON object. malloc'd. */
 char *em_checkpoint_model_text(const char *spec_text) {
   json_t *doc = spec_text ? json_loads(spec_text, 0, NULL) : NULL;
   if (!json_is_object(doc)) {
     json_decref(doc);
     return NULL;
   }
-  json_object_del(doc, "training");
-  json_object_del(doc, "loss");
-  json_object_del(doc, "description");
-  json_object_del(doc, "name");
-  char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
-  json_decref(doc);
-  return text;
+  static const char *const not_model[] = {"training", "loss", "description", "name"};
+  for (size_t i = 0; i < sizeof not_model / sizeof *not_model; i++)
+    json_object_del(doc, not_model[i]);
+  return canonical_text(doc);
 }
 
 /* ---- the checksum ----------------------------------------------------------- */

@@ -291,7 +291,7 @@ static em_status restore(em_trainer *t, const char *path, bool keep_scale, em_er
                       "between optimiser steps when accumulating %d batches; was it written with "
                       "another accumulate setting?", path, (long long)s.pos.batch, acc);
   if (st == EM_OK) {
-    char *mine_full = em_checkpoint_spec_text(em_model_spec(t->model), false);
+    char *mine_full = em_checkpoint_spec_text(em_model_spec(t->model));
     char *mine = em_checkpoint_model_text(mine_full);
     char *saved = em_checkpoint_model_text(em_safetensors_meta(f, "spec"));
     if (!mine)

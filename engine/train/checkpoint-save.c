@@ -85,7 +85,7 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
   vals[M_NORMS] = norms_text(&t->watch);
   snprintf(buf, sizeof buf, "%" PRId64, t->watch.seen);
   vals[M_NORMS_SEEN] = strdup(buf);
-  vals[M_SPEC] = em_checkpoint_spec_text(spec, false);
+  vals[M_SPEC] = em_checkpoint_spec_text(spec);
   vals[M_CONFIG] = em_train_config_to_json(&t->cfg);
   for (int k = 0; k < M_CHECKSUM; k++)
     if (!vals[k]) {

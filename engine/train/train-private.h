@@ -83,10 +83,10 @@ struct em_trainer {
 #define EM_CKPT_FORMAT "ember-checkpoint"
 #define EM_CKPT_VERSION "1"
 
-/* The spec as JSON with sorted keys (malloc'd; NULL when out of memory);
- * model_only drops what does not shape the weights ("training", "loss",
- * "description"). Its SHA-256 is the checkpoint's spec fingerprint. */
-char *em_checkpoint_spec_text(const em_spec *spec, bool model_only);
+/* The spec as JSON with sorted keys (malloc'd; NULL when out of memory),
+ * and the model part of such a text (without "name", "training", "loss"
+ * and "description"), which loading compares with the model's. */
+char *em_checkpoint_spec_text(const em_spec *spec);
 char *em_checkpoint_model_text(const char *spec_text);
 
 typedef struct {
