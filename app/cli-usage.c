@@ -9,7 +9,7 @@ const char *const cli_usage_text =
     "       ember profile SPEC [--steps N] [--trace FILE]   op profile and memory of a few steps\n"
     "\n"
     "registry (each takes --registry DIR and --json):\n"
-    "       ember runs [--model M] [--status S] [--limit N]\n"
+    "       ember runs [--model M] [--status S] [--limit N] [--dataset NAME|SHA] [--spec SHA]\n"
     "       ember run show RUN | run delete RUN | run tag RUN KEY=VALUE | run note RUN TEXT\n"
     "       ember compare RUN RUN... [--csv]     differing settings, final and best metrics\n"
     "       ember metrics RUN KEY [--csv]        step, value, wall time\n"

@@ -22,13 +22,16 @@ static double run_duration(const em_run *r) {
 /* ---- ember runs ------------------------------------------------------------ */
 
 int cli_cmd_runs(int argc, char **argv) {
-  const char *registry = NULL, *model = NULL, *status = NULL, *limit = NULL;
+  const char *registry = NULL, *model = NULL, *status = NULL, *limit = NULL, *dataset = NULL,
+             *spec = NULL;
   bool json = false;
   const cli_opt opts[] = {{"registry", &registry, NULL}, {"model", &model, NULL},
                           {"status", &status, NULL},     {"limit", &limit, NULL},
+                          {"dataset", &dataset, NULL},   {"spec", &spec, NULL},
                           {"json", NULL, &json},         {0}};
   cli_parse_args(argc, argv, 2, opts, NULL, 0, 0, "runs");
-  em_run_filter f = {.model = model, .any_status = true};
+  em_run_filter f = {.model = model, .any_status = true, .dataset = dataset,
+                     .spec_sha256 = spec};
   em_error err = {0};
   if (status) {
     if (em_run_status_parse(status, &f.status, &err) != EM_OK)
@@ -72,7 +75,7 @@ int cli_cmd_runs(int argc, char **argv) {
     cli_table_num(t, r->final_test_loss, "%.4f");
   }
   if (json) cli_json_print(cli_table_json(t));
-  else if (n == 0) printf("no runs%s in %s\n", model || status ? " match" : " yet", dir);
+  else if (n == 0) printf("no runs%s in %s\n", model || status || dataset || spec ? " match" : " yet", dir);
   else cli_table_print(t, stdout, "");
   cli_table_free(t);
   em_runs_free(runs, n);

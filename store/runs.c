@@ -151,6 +151,9 @@ em_status em_store_runs_list(em_store *s, const em_run_filter *f, em_run **runs,
   em_status st = EM_SQL_PREPARE(s,
                                 "SELECT " RUN_COLUMNS "FROM runs r "
                                 "WHERE (?4 IS NULL OR r.model = ?4) AND (?5 IS NULL OR r.status = ?5) "
+                                "AND (?7 IS NULL OR r.dataset IN (SELECT id FROM datasets WHERE "
+                                "name = ?7 OR substr(sha256, 1, length(?7)) = lower(?7))) "
+                                "AND (?8 IS NULL OR substr(r.spec_sha256, 1, length(?8)) = lower(?8)) "
                                 "ORDER BY r.id DESC LIMIT ?6",
                                 &q, err);
   if (st) return st;
@@ -162,6 +165,10 @@ em_status em_store_runs_list(em_store *s, const em_run_filter *f, em_run **runs,
     st = EM_SQL_CHECK(s, sqlite3_bind_text(q, 4, model, -1, SQLITE_STATIC), err);
     if (!st) st = EM_SQL_CHECK(s, sqlite3_bind_text(q, 5, status, -1, SQLITE_STATIC), err);
     if (!st) st = EM_SQL_CHECK(s, sqlite3_bind_int64(q, 6, limit), err);
+    const char *ds = f && f->dataset && f->dataset[0] ? f->dataset : NULL;
+    const char *sha = f && f->spec_sha256 && f->spec_sha256[0] ? f->spec_sha256 : NULL;
+    if (!st) st = EM_SQL_CHECK(s, sqlite3_bind_text(q, 7, ds, -1, SQLITE_STATIC), err);
+    if (!st) st = EM_SQL_CHECK(s, sqlite3_bind_text(q, 8, sha, -1, SQLITE_STATIC), err);
   }
   GArray *out = g_array_new(FALSE, TRUE, sizeof(em_run));
   bool row = false;

@@ -119,6 +119,10 @@ typedef struct {
 
 typedef struct {
   const char *model;  /* NULL: any */
+  /* lineage, walked backwards: runs on a dataset (its name or a prefix of
+   * its SHA-256) or of a spec (a prefix of the spec's SHA-256); NULL: any */
+  const char *dataset;
+  const char *spec_sha256;
   bool any_status;    /* false: only runs with status == status */
   em_run_status status;
   int limit;          /* 0: no limit; newest first */

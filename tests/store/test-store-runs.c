@@ -131,6 +131,32 @@ static void test_create_get(fixture *f, gconstpointer data) {
   g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM datasets"), ==, 2);
   g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM file_hashes"), ==, 2);
   sqlite3_close(raw);
+  /* lineage backwards: the runs on a dataset (by name or SHA-256 prefix) */
+  em_run *runs;
+  int nr;
+  em_run_filter by_name = {.any_status = true, .dataset = "toy"};
+  g_assert_cmpint(em_store_runs_list(f->s, &by_name, &runs, &nr, &err), ==, EM_OK);
+  g_assert_cmpint(nr, ==, 3);
+  g_assert_cmpint(runs[0].id, ==, id3);
+  em_runs_free(runs, nr);
+  char prefix[13];
+  g_strlcpy(prefix, dsha2, sizeof prefix);
+  em_run_filter by_sha = {.any_status = true, .dataset = prefix};
+  g_assert_cmpint(em_store_runs_list(f->s, &by_sha, &runs, &nr, &err), ==, EM_OK);
+  g_assert_cmpint(nr, ==, 1);
+  g_assert_cmpint(runs[0].id, ==, id3);
+  em_runs_free(runs, nr);
+  em_run_filter none = {.any_status = true, .dataset = "cifar10"};
+  g_assert_cmpint(em_store_runs_list(f->s, &none, &runs, &nr, &err), ==, EM_OK);
+  g_assert_cmpint(nr, ==, 0);
+  em_runs_free(runs, nr);
+  g_assert_cmpint(em_store_run_get(f->s, id3, &r, &err), ==, EM_OK);
+  g_strlcpy(prefix, r.spec_sha256, sizeof prefix);
+  em_run_clear(&r);
+  em_run_filter by_spec = {.any_status = true, .spec_sha256 = prefix};
+  g_assert_cmpint(em_store_runs_list(f->s, &by_spec, &runs, &nr, &err), ==, EM_OK);
+  g_assert_cmpint(nr, >=, 3); /* the same spec text in every run of this test */
+  em_runs_free(runs, nr);
   /* a missing dataset file is a clear error and no run */
   const char *missing[1] = {"/nonexistent/ember/file.bin"};
   em_dataset_identity d = {.name = "toy", .path = "/nonexistent", .n_files = 1, .files = missing};
