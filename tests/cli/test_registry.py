@@ -105,6 +105,11 @@ class Recording(Base):
         self.assertEqual(show["dataset"]["name"], "fashion-mnist")
         self.assertRegex(show["dataset"]["sha256"], "^[0-9a-f]{64}$")
         self.assertGreater(show["dataset"]["size"], 30_000_000)
+        # ... and backwards: the runs on that dataset, of that spec.
+        for flag, value in (("--dataset", "fashion-mnist"), ("--dataset", show["dataset"]["sha256"][:12]),
+                            ("--spec", show["spec_sha256"][:12])):
+            self.assertEqual([r["id"] for r in e.json("runs", "--json", flag, value)], [1], flag)
+        self.assertEqual(e.json("runs", "--json", "--dataset", "cifar10"), [])
         kinds = [c["kind"] for c in show["checkpoints"]]
         self.assertIn("final", kinds)
         for c in show["checkpoints"]:
