@@ -56,9 +56,12 @@ static json_t *optim_to_json(const em_optim_config *o) {
   return ok ? j : NULL;
 }
 
-static json_t *schedule_to_json(const em_schedule *s) {
+/* The schedule's base lr is the optimiser's (the trainer sets it so at run
+ * time): base_lr is written in its place, so that two configs with the
+ * same lr never differ in a stale copy of it. */
+static json_t *schedule_to_json(const em_schedule *s, double base_lr) {
   json_t *j = json_object();
-  bool ok = j && put_str(j, "type", em_schedule_kind_name(s->kind)) && put_real(j, "lr", s->lr) &&
+  bool ok = j && put_str(j, "type", em_schedule_kind_name(s->kind)) && put_real(j, "lr", base_lr) &&
             put_int(j, "step_size", s->step_size) && put_real(j, "gamma", s->gamma) &&
             put_int(j, "total_steps", s->total_steps) && put_real(j, "eta_min", s->eta_min) &&
             put_int(j, "warmup_steps", s->warmup_steps) &&
@@ -84,7 +87,7 @@ static bool put_seed(json_t *o, uint64_t seed) {
 char *em_train_config_to_json(const em_train_config *c) {
   json_t *j = json_object();
   if (!j) return NULL;
-  json_t *optim = optim_to_json(&c->optim), *sched = schedule_to_json(&c->schedule);
+  json_t *optim = optim_to_json(&c->optim), *sched = schedule_to_json(&c->schedule, c->optim.lr);
   bool loss_ok = (unsigned)c->loss < sizeof loss_names / sizeof *loss_names;
   bool div_ok = (unsigned)c->on_divergence < sizeof divergence_names / sizeof *divergence_names;
   bool ok = optim && sched && loss_ok && div_ok && put_str(j, "dataset", c->dataset) &&
@@ -315,6 +318,7 @@ em_status em_train_config_from_json(em_train_config *c, const char *json, em_err
       if ((st = config_field(&tmp, key, v, err)) != EM_OK) break;
     }
   json_decref(root);
+  tmp.schedule.lr = tmp.optim.lr; /* see schedule_to_json */
   if (st == EM_OK) *c = tmp;
   return st;
 }

@@ -29,7 +29,8 @@ static void config_unusual(em_train_config *c) {
   c->optim.beta2 = 0.995;
   c->optim.eps = 1e-7;
   c->optim.amsgrad = true;
-  em_schedule_init(&c->schedule, EM_SCHED_ONECYCLE, 0.3);
+  /* the schedule's base lr is the optimiser's (config-json.c) */
+  em_schedule_init(&c->schedule, EM_SCHED_ONECYCLE, c->optim.lr);
   c->schedule.step_size = 11;
   c->schedule.gamma = 0.25;
   c->schedule.total_steps = 999;
