@@ -1,0 +1,58 @@
+/* em-line-chart.h: a line chart widget for training curves. Every point
+ * appended is kept; display uses min/max level-of-detail decimation per
+ * pixel column (a pyramid of min/max blocks, so a frame's cost depends on
+ * the widget's width, not on the number of points), and an exponential
+ * moving average (TensorBoard-style smoothing) computed incrementally on
+ * append over the full series, never on the draw path.
+ *
+ * Interaction: scroll zooms x around the pointer (Ctrl+scroll zooms y),
+ * pinch zooms, drag pans, Shift+drag (or secondary button drag) zooms to
+ * a box, double-click resets the view. Hovering shows the nearest point of
+ * each series (x, raw y, smoothed y). Main thread only. */
+#pragma once
+
+#include <gtk/gtk.h>
+
+G_BEGIN_DECLS
+
+#define EM_TYPE_LINE_CHART (em_line_chart_get_type())
+G_DECLARE_FINAL_TYPE(EmLineChart, em_line_chart, EM, LINE_CHART, GtkWidget)
+
+GtkWidget *em_line_chart_new(void);
+
+/* Adds an empty series; color NULL picks one from the palette. Returns the
+ * series id (0, 1, ...) for em_line_chart_append. */
+int em_line_chart_add_series(EmLineChart *self, const char *name, const GdkRGBA *color);
+int em_line_chart_get_n_series(EmLineChart *self);
+/* Appends n points (x should be non-decreasing; each point is kept).
+ * Amortised O(1) per point. */
+void em_line_chart_append(EmLineChart *self, int series, const double *x, const double *y, int n);
+/* Number of points held by series (-1 for an unknown id). */
+gint64 em_line_chart_get_n_points(EmLineChart *self, int series);
+/* Removes every series and its points. */
+void em_line_chart_clear(EmLineChart *self);
+
+/* Logarithmic y axis (values <= 0 are not drawn on it). */
+void em_line_chart_set_log_y(EmLineChart *self, gboolean log_y);
+gboolean em_line_chart_get_log_y(EmLineChart *self);
+/* Smoothing weight alpha in [0, 1): 0 draws the raw curve only; otherwise
+ * the smoothed curve is drawn bold over a faint raw curve. Recomputed over
+ * the full series when alpha changes. */
+void em_line_chart_set_smoothing(EmLineChart *self, double alpha);
+double em_line_chart_get_smoothing(EmLineChart *self);
+
+void em_line_chart_set_title(EmLineChart *self, const char *title);
+void em_line_chart_set_x_label(EmLineChart *self, const char *label);
+void em_line_chart_set_y_label(EmLineChart *self, const char *label);
+
+/* Back to fitting every point (follows new data again). */
+void em_line_chart_reset_view(EmLineChart *self);
+/* The visible data range (after zoom/pan, or the fitted range). */
+void em_line_chart_get_view(EmLineChart *self, double *x0, double *x1, double *y0, double *y1);
+/* Sets the visible data range (stops following new data). */
+void em_line_chart_set_view(EmLineChart *self, double x0, double x1, double y0, double y1);
+
+/* Extra text drawn in the top-right corner (throughput, ETA; NULL: none). */
+void em_line_chart_set_note(EmLineChart *self, const char *note);
+
+G_END_DECLS
