@@ -1,0 +1,31 @@
+/* em-compare-page.h: the Compare page for two or more runs: the curves of
+ * one metric overlaid (keys the runs share, chosen from a dropdown), the
+ * settings, spec and final metrics that differ (flattened to dotted keys),
+ * and accuracy against cost (parameters, FLOPs or step time), one labelled
+ * point per run. */
+#pragma once
+
+#include <gtk/gtk.h>
+
+#include "em-app-state.h"
+
+G_BEGIN_DECLS
+
+#define EM_TYPE_COMPARE_PAGE (em_compare_page_get_type())
+G_DECLARE_FINAL_TYPE(EmComparePage, em_compare_page, EM, COMPARE_PAGE, GtkBox)
+
+GtkWidget *em_compare_page_new(EmAppState *state);
+/* Loads the runs (copies ids) and shows them; errors appear in the page. */
+void em_compare_page_set_runs(EmComparePage *self, const gint64 *ids, int n);
+
+/* For tests: the metric shown, choosing one, points in the chart's series
+ * for run index i, the differences (rows; key of row i), and the error
+ * line ("" when none). */
+const char *em_compare_page_get_metric(EmComparePage *self);
+gboolean em_compare_page_set_metric(EmComparePage *self, const char *key);
+gint64 em_compare_page_get_n_points(EmComparePage *self, int run_index);
+guint em_compare_page_get_n_differences(EmComparePage *self);
+const char *em_compare_page_get_difference_key(EmComparePage *self, guint i);
+const char *em_compare_page_get_message(EmComparePage *self);
+
+G_END_DECLS

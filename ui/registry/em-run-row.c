@@ -1,0 +1,95 @@
+/* em-run-row.c: see the header. */
+#include "em-run-row.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+struct _EmRunRow {
+  GObject parent_instance;
+  em_run run;
+  char *tags;
+};
+
+G_DEFINE_FINAL_TYPE(EmRunRow, em_run_row, G_TYPE_OBJECT)
+
+static void em_run_row_finalize(GObject *object) {
+  EmRunRow *self = EM_RUN_ROW(object);
+  g_free(self->run.name);
+  g_free(self->run.model);
+  g_free(self->run.host);
+  g_free(self->run.device);
+  g_free(self->run.engine_version);
+  g_free(self->run.message);
+  g_free(self->tags);
+  G_OBJECT_CLASS(em_run_row_parent_class)->finalize(object);
+}
+
+static void em_run_row_class_init(EmRunRowClass *klass) {
+  G_OBJECT_CLASS(klass)->finalize = em_run_row_finalize;
+}
+
+static void em_run_row_init(EmRunRow *self) {
+  (void)self;
+}
+
+EmRunRow *em_run_row_new(const em_run *r) {
+  EmRunRow *self = g_object_new(EM_TYPE_RUN_ROW, NULL);
+  self->run = *r;
+  self->run.name = g_strdup(r->name ? r->name : "");
+  self->run.model = g_strdup(r->model ? r->model : "");
+  self->run.host = g_strdup(r->host);
+  self->run.device = g_strdup(r->device);
+  self->run.engine_version = g_strdup(r->engine_version);
+  self->run.message = g_strdup(r->message);
+  self->run.spec_json = self->run.config_json = self->run.spec_sha256 = NULL;
+  self->run.dataset_name = self->run.dataset_path = self->run.dataset_sha256 = NULL;
+  self->tags = g_strdup("");
+  return self;
+}
+
+const em_run *em_run_row_get(EmRunRow *self) {
+  return &self->run;
+}
+
+const char *em_run_row_get_tags(EmRunRow *self) {
+  return self->tags;
+}
+
+void em_run_row_set_tags(EmRunRow *self, const char *tags) {
+  g_free(self->tags);
+  self->tags = g_strdup(tags ? tags : "");
+}
+
+void em_run_row_format(EmRunRow *self, const char *column, char *buf, size_t cap) {
+  const em_run *r = &self->run;
+  buf[0] = 0;
+  if (strcmp(column, "id") == 0) {
+    g_snprintf(buf, cap, "%" G_GINT64_FORMAT, (gint64)r->id);
+  } else if (strcmp(column, "name") == 0) {
+    g_snprintf(buf, cap, "%s", r->name);
+  } else if (strcmp(column, "model") == 0) {
+    g_snprintf(buf, cap, "%s", r->model);
+  } else if (strcmp(column, "status") == 0) {
+    g_snprintf(buf, cap, "%s", em_run_status_name(r->status));
+  } else if (strcmp(column, "started") == 0) {
+    time_t t = (time_t)r->started;
+    struct tm tm;
+    if (localtime_r(&t, &tm)) strftime(buf, cap, "%Y-%m-%d %H:%M", &tm);
+  } else if (strcmp(column, "duration") == 0) {
+    double end = r->ended > 0 ? r->ended : (double)g_get_real_time() / 1e6;
+    double d = end - r->started;
+    if (d < 0) d = 0;
+    if (d < 60) g_snprintf(buf, cap, "%.1fs", d);
+    else if (d < 3600) g_snprintf(buf, cap, "%dm %02ds", (int)d / 60, (int)d % 60);
+    else g_snprintf(buf, cap, "%dh %02dm", (int)d / 3600, ((int)d / 60) % 60);
+  } else if (strcmp(column, "steps") == 0) {
+    g_snprintf(buf, cap, "%" G_GINT64_FORMAT, (gint64)r->steps);
+  } else if (strcmp(column, "accuracy") == 0) {
+    if (!isnan(r->final_test_accuracy)) g_snprintf(buf, cap, "%.2f%%", 100 * r->final_test_accuracy);
+  } else if (strcmp(column, "loss") == 0) {
+    if (!isnan(r->final_test_loss)) g_snprintf(buf, cap, "%.4f", r->final_test_loss);
+  } else if (strcmp(column, "tags") == 0) {
+    g_snprintf(buf, cap, "%s", self->tags);
+  }
+}

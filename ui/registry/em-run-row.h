@@ -1,0 +1,24 @@
+/* em-run-row.h: one run of the registry as a small GObject, for the list
+ * models behind the Runs and Registry pages' tables. */
+#pragma once
+
+#include <glib-object.h>
+
+#include "em-store.h"
+
+G_BEGIN_DECLS
+
+#define EM_TYPE_RUN_ROW (em_run_row_get_type())
+G_DECLARE_FINAL_TYPE(EmRunRow, em_run_row, EM, RUN_ROW, GObject)
+
+/* Copies what the lists show from r (strings duplicated). */
+EmRunRow *em_run_row_new(const em_run *r);
+/* The copy (valid while the row lives; spec/config are NULL). */
+const em_run *em_run_row_get(EmRunRow *self);
+/* Tags as "k=v, k2=v2" ("" when none), set by the page that reads them. */
+const char *em_run_row_get_tags(EmRunRow *self);
+void em_run_row_set_tags(EmRunRow *self, const char *tags);
+/* "2026-11-29 21:50", "1m 12s", "51.67%", "1.3226" (or "" when absent). */
+void em_run_row_format(EmRunRow *self, const char *column, char *buf, size_t cap);
+
+G_END_DECLS

@@ -1,0 +1,36 @@
+/* em-runs-page.h: the Runs page: the registry's runs in a sortable,
+ * filterable table (text, status, model), multi-selection, delete (after a
+ * confirmation), key=value tags, and Compare (two or more selected): it
+ * hands the ids to the Compare page and switches to it ("win.page"
+ * "compare"). Reads through its own read-only em_store on the main thread;
+ * reloads on "registry-changed", at the end of a run, and every 2 s while
+ * a run is training. */
+#pragma once
+
+#include <gtk/gtk.h>
+
+#include "em-app-state.h"
+#include "em-compare-page.h"
+
+G_BEGIN_DECLS
+
+#define EM_TYPE_RUNS_PAGE (em_runs_page_get_type())
+G_DECLARE_FINAL_TYPE(EmRunsPage, em_runs_page, EM, RUNS_PAGE, GtkBox)
+
+GtkWidget *em_runs_page_new(EmAppState *state);
+/* The Compare page the "Compare" button fills (the shell wires it). */
+void em_runs_page_set_compare_page(EmRunsPage *self, EmComparePage *compare);
+/* Reads the registry again now. */
+void em_runs_page_reload(EmRunsPage *self);
+
+/* For tests and the shell: rows shown (after the filter), the run id of
+ * shown row i (in the current sort order), selecting shown rows by run id,
+ * and the selected ids (g_free; *n set). */
+guint em_runs_page_get_n_shown(EmRunsPage *self);
+gint64 em_runs_page_get_shown_id(EmRunsPage *self, guint i);
+void em_runs_page_select_ids(EmRunsPage *self, const gint64 *ids, int n);
+gint64 *em_runs_page_get_selected_ids(EmRunsPage *self, int *n);
+/* The message line (errors such as a refused delete; "" when none). */
+const char *em_runs_page_get_message(EmRunsPage *self);
+
+G_END_DECLS
