@@ -1,0 +1,47 @@
+/* em-spec-costs.h: what the builder shows beside every node and under the
+ * model, computed from a parsed spec alone (shape inference, no tensors):
+ * each node's forward FLOPs and activation bytes per sample, and a
+ * pre-flight estimate of peak training memory on the CPU for a batch size
+ * and the spec's optimiser, against the memory the machine has free. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "em-nn.h"
+
+typedef struct {
+  double flops;          /* forward, one sample: 2 x MACs for Linear/Conv2d,
+                            one op per output value elsewhere */
+  int64_t act_bytes;     /* the node's output for one sample */
+} em_node_cost;
+
+/* Fills costs[em_spec_node_count(spec)]. */
+void em_spec_costs_compute(const em_spec *spec, em_node_cost *costs);
+
+typedef struct {
+  int64_t batch;
+  int optim_states;       /* tensors of state per parameter: Adam 2, SGD+momentum 1 */
+  int64_t weights_bytes;  /* parameters and buffers */
+  int64_t grads_bytes;
+  int64_t optim_bytes;
+  int64_t act_bytes;      /* input and every node's output, and their gradients, x batch */
+  int64_t workspace_bytes;/* what ops keep: Conv2d's unfolded input, MaxPool2d's indices, x batch */
+  int64_t total_bytes;
+  int64_t fixed_bytes;    /* what does not grow with the batch */
+  int64_t per_sample_bytes;
+  int64_t available_bytes;/* MemAvailable (0: unknown) */
+  bool fits;
+  int64_t max_batch;      /* the largest batch that fits (0: none) */
+} em_memory_estimate;
+
+/* available_bytes < 0: read /proc/meminfo (MemAvailable). */
+void em_memory_estimate_compute(const em_spec *spec, int64_t batch, int64_t available_bytes,
+                                em_memory_estimate *out);
+/* Bytes free for a new process: /proc/meminfo MemAvailable, else
+ * sysconf(_SC_AVPHYS_PAGES) x page size. */
+int64_t em_memory_available(void);
+/* "1.2 MiB", "512 B" into buf; returns buf. */
+const char *em_format_bytes(int64_t bytes, char *buf, size_t n);
+/* "3.4 MFLOP" into buf; returns buf. */
+const char *em_format_flops(double flops, char *buf, size_t n);
