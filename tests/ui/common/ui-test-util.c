@@ -3,10 +3,14 @@
 
 #include <glib/gstdio.h>
 
+#include "em-application.h"
+
 void ui_test_init(int *argc, char ***argv) {
   g_setenv("GSETTINGS_BACKEND", "memory", TRUE);
   g_setenv("GSK_RENDERER", "cairo", FALSE);
+  g_setenv("GTK_A11Y", "none", FALSE); /* no session bus under xvfb-run: no AT-SPI warning */
   gtk_test_init(argc, argv, NULL);
+  em_ui_register_resources(); /* every ui/ folder that built a GResource */
 }
 
 gboolean ui_test_wait(gboolean (*cond)(gpointer), gpointer data, int timeout_ms) {

@@ -1,0 +1,223 @@
+/* em-application.c: the workbench's application (see the header). */
+#include "em-application.h"
+
+#include <string.h>
+
+#include "em-app-state.h"
+#include "em-preferences.h"
+#include "em-shell-config.h"
+#include "em-train-page.h"
+#include "em-window.h"
+
+extern GResource *em_ui_shell_get_resource(void);
+#if EM_HAVE_RESOURCE_CHART
+extern GResource *em_ui_chart_get_resource(void);
+#endif
+#if EM_HAVE_RESOURCE_REGISTRY
+extern GResource *em_ui_registry_get_resource(void);
+#endif
+#if EM_HAVE_RESOURCE_BUILDER
+extern GResource *em_ui_builder_get_resource(void);
+#endif
+#if EM_HAVE_RESOURCE_PROFILE
+extern GResource *em_ui_profile_get_resource(void);
+#endif
+
+struct _EmApplication {
+  GtkApplication parent_instance;
+  GSettings *settings;      /* org.ember.Workbench; NULL without the schema */
+  GSettings *interface;     /* org.gnome.desktop.interface, when it has color-scheme */
+  gboolean system_dark;     /* GTK's own preference at startup (no desktop schema) */
+};
+
+G_DEFINE_FINAL_TYPE(EmApplication, em_application, GTK_TYPE_APPLICATION)
+
+void em_ui_register_resources(void) {
+  static gsize done = 0;
+  if (!g_once_init_enter(&done)) return;
+  g_resources_register(em_ui_shell_get_resource());
+#if EM_HAVE_RESOURCE_CHART
+  g_resources_register(em_ui_chart_get_resource());
+#endif
+#if EM_HAVE_RESOURCE_REGISTRY
+  g_resources_register(em_ui_registry_get_resource());
+#endif
+#if EM_HAVE_RESOURCE_BUILDER
+  g_resources_register(em_ui_builder_get_resource());
+#endif
+#if EM_HAVE_RESOURCE_PROFILE
+  g_resources_register(em_ui_profile_get_resource());
+#endif
+  g_once_init_leave(&done, 1);
+}
+
+/* The schema installed, or compiled in the build tree for uninstalled runs. */
+static GSettings *open_settings(const char *id, gboolean build_tree) {
+  GSettingsSchemaSource *def = g_settings_schema_source_get_default();
+  GSettingsSchema *schema = def ? g_settings_schema_source_lookup(def, id, TRUE) : NULL;
+  if (!schema && build_tree) {
+    GSettingsSchemaSource *src =
+        g_settings_schema_source_new_from_directory(EM_BUILD_SCHEMA_DIR, def, FALSE, NULL);
+    if (src) {
+      schema = g_settings_schema_source_lookup(src, id, FALSE);
+      g_settings_schema_source_unref(src);
+    }
+  }
+  if (!schema) return NULL;
+  GSettings *s = g_settings_new_full(schema, NULL, NULL);
+  g_settings_schema_unref(schema);
+  return s;
+}
+
+GSettings *em_application_get_settings(EmApplication *self) { return self->settings; }
+
+gboolean em_application_is_dark(EmApplication *self) {
+  char *pref = self->settings ? g_settings_get_string(self->settings, "color-scheme")
+                              : g_strdup("system");
+  gboolean dark;
+  if (strcmp(pref, "dark") == 0) {
+    dark = TRUE;
+  } else if (strcmp(pref, "light") == 0) {
+    dark = FALSE;
+  } else if (self->interface) {
+    char *cs = g_settings_get_string(self->interface, "color-scheme");
+    dark = strcmp(cs, "prefer-dark") == 0;
+    g_free(cs);
+  } else {
+    dark = self->system_dark;
+  }
+  g_free(pref);
+  return dark;
+}
+
+static void apply_style(EmApplication *self) {
+  GtkSettings *gs = gtk_settings_get_default();
+  if (gs) g_object_set(gs, "gtk-application-prefer-dark-theme", em_application_is_dark(self), NULL);
+}
+
+static void on_scheme_changed(GSettings *s, const char *key, gpointer data) {
+  apply_style(EM_APPLICATION(data));
+}
+
+/* ---- actions ------------------------------------------------------------ */
+
+static void quit_activated(GSimpleAction *a, GVariant *p, gpointer data) {
+  GtkApplication *app = data;
+  GList *wins = g_list_copy(gtk_application_get_windows(app));
+  for (GList *l = wins; l; l = l->next) gtk_window_destroy(l->data); /* stops a run */
+  g_list_free(wins);
+  g_application_quit(G_APPLICATION(app));
+}
+
+static void preferences_activated(GSimpleAction *a, GVariant *p, gpointer data) {
+  EmApplication *self = data;
+  GtkWindow *parent = gtk_application_get_active_window(GTK_APPLICATION(self));
+  GtkWidget *prefs = em_preferences_new(self->settings);
+  if (parent) gtk_window_set_transient_for(GTK_WINDOW(prefs), parent);
+  gtk_window_present(GTK_WINDOW(prefs));
+}
+
+static void about_activated(GSimpleAction *a, GVariant *p, gpointer data) {
+  GtkApplication *app = data;
+  gtk_show_about_dialog(gtk_application_get_active_window(app), "program-name",
+                        "Ember Workbench", "logo-icon-name", "org.ember.Workbench", "comments",
+                        "Build, train, profile and compare neural networks", "license-type",
+                        GTK_LICENSE_MIT_X11, NULL);
+}
+
+static const GActionEntry app_actions[] = {
+    {.name = "quit", .activate = quit_activated},
+    {.name = "preferences", .activate = preferences_activated},
+    {.name = "about", .activate = about_activated},
+};
+
+/* ---- GApplication ----------------------------------------------------------- */
+
+static void em_application_startup(GApplication *app) {
+  EmApplication *self = EM_APPLICATION(app);
+  G_APPLICATION_CLASS(em_application_parent_class)->startup(app);
+  em_ui_register_resources();
+  g_action_map_add_action_entries(G_ACTION_MAP(app), app_actions, G_N_ELEMENTS(app_actions), app);
+  GtkApplication *ga = GTK_APPLICATION(app);
+  static const char *const pages[] = {"builder", "data", "train", "memory",
+                                      "profiler", "runs", "compare", "registry"};
+  for (int i = 0; i < 8; i++) {
+    char action[64], accel[32];
+    g_snprintf(action, sizeof action, "win.page('%s')", pages[i]);
+    g_snprintf(accel, sizeof accel, "<Control>%d", i + 1);
+    const char *accels[] = {accel, NULL};
+    gtk_application_set_accels_for_action(ga, action, accels);
+  }
+  const char *quit[] = {"<Control>q", NULL}, *open[] = {"<Control>o", NULL},
+             *prefs[] = {"<Control>comma", NULL}, *help[] = {"<Control>question", "F1", NULL};
+  gtk_application_set_accels_for_action(ga, "app.quit", quit);
+  gtk_application_set_accels_for_action(ga, "win.open", open);
+  gtk_application_set_accels_for_action(ga, "app.preferences", prefs);
+  gtk_application_set_accels_for_action(ga, "win.show-help-overlay", help);
+
+  GtkCssProvider *css = gtk_css_provider_new();
+  gtk_css_provider_load_from_resource(css, "/org/ember/Workbench/shell/style.css");
+  gtk_style_context_add_provider_for_display(gdk_display_get_default(), GTK_STYLE_PROVIDER(css),
+                                             GTK_STYLE_PROVIDER_PRIORITY_APPLICATION);
+  g_object_unref(css);
+  GtkIconTheme *icons = gtk_icon_theme_get_for_display(gdk_display_get_default());
+  if (!gtk_icon_theme_has_icon(icons, "org.ember.Workbench")) /* not installed: the source's */
+    gtk_icon_theme_add_search_path(icons, EM_SOURCE_ICONS_DIR);
+  gtk_window_set_default_icon_name("org.ember.Workbench");
+
+  GtkSettings *gs = gtk_settings_get_default();
+  if (gs) g_object_get(gs, "gtk-application-prefer-dark-theme", &self->system_dark, NULL);
+  self->settings = open_settings("org.ember.Workbench", TRUE);
+  GSettings *iface = open_settings("org.gnome.desktop.interface", FALSE);
+  if (iface) {
+    GSettingsSchema *sc = NULL;
+    g_object_get(iface, "settings-schema", &sc, NULL);
+    if (sc && g_settings_schema_has_key(sc, "color-scheme")) self->interface = g_object_ref(iface);
+    if (sc) g_settings_schema_unref(sc);
+    g_object_unref(iface);
+  }
+  if (self->settings)
+    g_signal_connect_object(self->settings, "changed::color-scheme",
+                            G_CALLBACK(on_scheme_changed), self, 0);
+  if (self->interface)
+    g_signal_connect_object(self->interface, "changed::color-scheme",
+                            G_CALLBACK(on_scheme_changed), self, 0);
+  apply_style(self);
+}
+
+static void em_application_activate(GApplication *app) {
+  EmApplication *self = EM_APPLICATION(app);
+  GtkWindow *win = gtk_application_get_active_window(GTK_APPLICATION(app));
+  if (!win) {
+    char *dir = self->settings ? g_settings_get_string(self->settings, "registry-dir") : NULL;
+    EmAppState *state = em_app_state_new(dir && dir[0] ? dir : NULL);
+    g_free(dir);
+    EmWindow *w = em_window_new(GTK_APPLICATION(app), state);
+    g_object_unref(state);
+    int threads = self->settings ? g_settings_get_int(self->settings, "default-threads") : 0;
+    GtkWidget *train = em_window_get_page(w, "train");
+    if (threads > 0 && train) em_train_page_set_value(EM_TRAIN_PAGE(train), "threads", threads);
+    win = GTK_WINDOW(w);
+  }
+  gtk_window_present(win);
+}
+
+static void em_application_dispose(GObject *obj) {
+  EmApplication *self = EM_APPLICATION(obj);
+  g_clear_object(&self->settings);
+  g_clear_object(&self->interface);
+  G_OBJECT_CLASS(em_application_parent_class)->dispose(obj);
+}
+
+static void em_application_class_init(EmApplicationClass *klass) {
+  G_OBJECT_CLASS(klass)->dispose = em_application_dispose;
+  G_APPLICATION_CLASS(klass)->startup = em_application_startup;
+  G_APPLICATION_CLASS(klass)->activate = em_application_activate;
+}
+
+static void em_application_init(EmApplication *self) {}
+
+EmApplication *em_application_new(void) {
+  return g_object_new(EM_TYPE_APPLICATION, "application-id", "org.ember.Workbench", "flags",
+                      G_APPLICATION_DEFAULT_FLAGS, NULL);
+}

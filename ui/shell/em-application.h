@@ -1,0 +1,24 @@
+/* em-application.h: ember-workbench's GtkApplication (id
+ * org.ember.Workbench): registers every ui/ folder's GResource, installs
+ * the accelerators and app actions (quit, preferences, about), follows the
+ * system's light/dark preference unless the person chose one
+ * (GSettings org.ember.Workbench color-scheme), and opens windows. */
+#pragma once
+
+#include <gtk/gtk.h>
+
+G_BEGIN_DECLS
+
+#define EM_TYPE_APPLICATION (em_application_get_type())
+G_DECLARE_FINAL_TYPE(EmApplication, em_application, EM, APPLICATION, GtkApplication)
+
+EmApplication *em_application_new(void);
+/* The preferences (NULL when the schema is neither installed nor in the
+ * build tree: the workbench then runs on its defaults). */
+GSettings *em_application_get_settings(EmApplication *self);
+/* Registers the GResources of every ui/ folder that has one (idempotent). */
+void em_ui_register_resources(void);
+/* "system", "light" or "dark" -> whether the dark style applies now. */
+gboolean em_application_is_dark(EmApplication *self);
+
+G_END_DECLS

@@ -1,0 +1,542 @@
+/* em-train-page.c: the Train page (see the header). */
+#include "em-train-page.h"
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "em-shell-config.h"
+#include "em-store.h"
+#include "em-train-session.h"
+#include "em-train.h"
+#if EM_HAVE_LINE_CHART
+#include "em-line-chart.h"
+#endif
+
+struct _EmTrainPage {
+  GtkWidget parent_instance;
+  EmAppState *state;
+  em_train_session *session;
+  guint tick_id;
+  gboolean started_emitted, pause_requested, worker_paused;
+  double run_lr, run_clip; /* the values the worker runs with */
+  int n_profiles;
+  gint64 labels_at; /* when the figures were last written (text changes relayout) */
+  /* charts and their series */
+  GtkWidget *loss_chart, *acc_chart;
+  int s_loss, s_test_loss, s_acc;
+  /* template children */
+  GtkWidget *paned, *model_label, *form, *optimizer, *lr, *schedule, *batch, *epochs, *seed;
+  GtkWidget *device, *device_cpu, *device_gpu, *threads, *clip, *ckpt_every, *limit;
+  GtkWidget *profile_check, *start_button, *pause_button, *resume_button, *stop_button;
+  GtkWidget *status_label, *throughput_label, *eta_label, *chart_box;
+};
+
+G_DEFINE_FINAL_TYPE(EmTrainPage, em_train_page, GTK_TYPE_WIDGET)
+
+static const char *const optimizers[] = {"sgd", "adam", "adamw"};
+static const char *const schedules[] = {"constant", "cosine", "onecycle"};
+
+/* ---- the spec ------------------------------------------------------------ */
+
+char *em_train_page_models_dir(void) {
+  const char *src = g_getenv("EMBER_SOURCE_ROOT");
+  char *cands[3] = {
+      src ? g_build_filename(src, "data", "models", NULL) : NULL,
+      g_strdup(EM_SOURCE_MODELS_DIR),
+      g_strdup(EM_INSTALLED_MODELS_DIR),
+  };
+  char *found = NULL;
+  for (int i = 0; i < 3; i++) {
+    if (!found && cands[i] && g_file_test(cands[i], G_FILE_TEST_IS_DIR)) found = cands[i];
+    else g_free(cands[i]);
+  }
+  return found;
+}
+
+/* The state's spec, or the zoo's MLP; *name gets a name for the run. */
+static char *current_spec(EmTrainPage *self, char **name, GError **error) {
+  const char *json = em_app_state_get_spec_json(self->state);
+  if (json) {
+    const char *path = em_app_state_get_spec_path(self->state);
+    if (path) {
+      char *base = g_path_get_basename(path);
+      char *dot = strrchr(base, '.');
+      if (dot && dot != base) *dot = '\0';
+      *name = base;
+    } else {
+      *name = NULL;
+    }
+    return g_strdup(json);
+  }
+  char *dir = em_train_page_models_dir();
+  char *text = NULL;
+  if (dir) {
+    char *path = g_build_filename(dir, "fmnist-mlp.json", NULL);
+    g_file_get_contents(path, &text, NULL, error);
+    g_free(path);
+    g_free(dir);
+  } else {
+    g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_NOENT,
+                "no model to train: build one on the Builder page or open a spec (Ctrl+O)");
+  }
+  *name = text ? g_strdup("fmnist-mlp") : NULL;
+  return text;
+}
+
+/* ---- the form ------------------------------------------------------------ */
+
+static GtkWidget *field_widget(EmTrainPage *self, const char *field) {
+  static const struct {
+    const char *name;
+    size_t off;
+  } fields[] = {
+      {"lr", G_STRUCT_OFFSET(EmTrainPage, lr)},
+      {"batch", G_STRUCT_OFFSET(EmTrainPage, batch)},
+      {"epochs", G_STRUCT_OFFSET(EmTrainPage, epochs)},
+      {"seed", G_STRUCT_OFFSET(EmTrainPage, seed)},
+      {"threads", G_STRUCT_OFFSET(EmTrainPage, threads)},
+      {"clip", G_STRUCT_OFFSET(EmTrainPage, clip)},
+      {"checkpoint-every", G_STRUCT_OFFSET(EmTrainPage, ckpt_every)},
+      {"limit", G_STRUCT_OFFSET(EmTrainPage, limit)},
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(fields); i++)
+    if (strcmp(fields[i].name, field) == 0)
+      return G_STRUCT_MEMBER(GtkWidget *, self, fields[i].off);
+  return NULL;
+}
+
+gboolean em_train_page_set_value(EmTrainPage *self, const char *field, double value) {
+  GtkWidget *w = field_widget(self, field);
+  if (!w) return FALSE;
+  gtk_spin_button_set_value(GTK_SPIN_BUTTON(w), value);
+  return TRUE;
+}
+
+double em_train_page_get_value(EmTrainPage *self, const char *field) {
+  GtkWidget *w = field_widget(self, field);
+  return w ? gtk_spin_button_get_value(GTK_SPIN_BUTTON(w)) : NAN;
+}
+
+static double spin(GtkWidget *w) { return gtk_spin_button_get_value(GTK_SPIN_BUTTON(w)); }
+
+static int index_of(const char *const *names, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(names[i], name) == 0) return i;
+  return 0;
+}
+
+/* Fills the form from the spec's "training" section (when the spec reads). */
+static void load_spec_defaults(EmTrainPage *self) {
+  g_autoptr(GError) gerr = NULL;
+  char *name = NULL;
+  char *json = current_spec(self, &name, &gerr);
+  if (!json) {
+    gtk_label_set_text(GTK_LABEL(self->model_label), gerr ? gerr->message : "no model");
+    return;
+  }
+  em_error err = {0};
+  em_spec *spec = em_spec_parse(json, "the model", &err);
+  em_train_config cfg;
+  em_train_config_defaults(&cfg);
+  if (spec && em_train_config_from_spec(&cfg, spec, &err) == EM_OK) {
+    char *label = g_strdup_printf("Model: %s · %lld parameters · dataset: %s",
+                                  name ? name : em_spec_name(spec),
+                                  (long long)em_spec_param_count(spec),
+                                  em_app_state_get_dataset_name(self->state));
+    gtk_label_set_text(GTK_LABEL(self->model_label), label);
+    g_free(label);
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(self->optimizer),
+                               (guint)index_of(optimizers, 3, em_optim_kind_name(cfg.optim.kind)));
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(self->schedule),
+                               (guint)index_of(schedules, 3,
+                                               em_schedule_kind_name(cfg.schedule.kind)));
+    gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->lr), cfg.optim.lr);
+    gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->batch), cfg.batch_size);
+    gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->epochs), cfg.epochs);
+    gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->clip), cfg.clip_grad_norm);
+  } else {
+    char *label = g_strdup_printf("The model cannot be trained: %s", err.msg);
+    gtk_label_set_text(GTK_LABEL(self->model_label), label);
+    g_free(label);
+  }
+  em_spec_free(spec);
+  g_free(json);
+  g_free(name);
+}
+
+/* ---- state of the buttons and fields ----------------------------------------- */
+
+static void update_sensitivity(EmTrainPage *self) {
+  gboolean running = self->session != NULL;
+  gboolean paused = running && self->pause_requested;
+  gtk_widget_action_set_enabled(GTK_WIDGET(self), "train.start", !running);
+  gtk_widget_action_set_enabled(GTK_WIDGET(self), "train.pause", running && !paused);
+  gtk_widget_action_set_enabled(GTK_WIDGET(self), "train.resume", paused);
+  gtk_widget_action_set_enabled(GTK_WIDGET(self), "train.stop", running);
+  GtkWidget *fixed[] = {self->optimizer, self->schedule, self->batch, self->epochs, self->seed,
+                        self->device, self->threads, self->ckpt_every, self->limit,
+                        self->profile_check};
+  for (size_t i = 0; i < G_N_ELEMENTS(fixed); i++) gtk_widget_set_sensitive(fixed[i], !running);
+  /* lr and clipping change while paused */
+  gtk_widget_set_sensitive(self->lr, !running || paused);
+  gtk_widget_set_sensitive(self->clip, !running || paused);
+}
+
+static void set_status(EmTrainPage *self, const char *text) {
+  gtk_label_set_text(GTK_LABEL(self->status_label), text);
+}
+
+static void format_duration(double s, char *out, size_t cap) {
+  if (!isfinite(s) || s < 0) {
+    g_strlcpy(out, "–", cap);
+    return;
+  }
+  long t = lround(s);
+  if (t >= 3600) g_snprintf(out, cap, "%ldh %02ldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60) g_snprintf(out, cap, "%ldm %02lds", t / 60, t % 60);
+  else g_snprintf(out, cap, "%lds", t);
+}
+
+/* ---- the drain timer ------------------------------------------------------------- */
+
+static void finish_session(EmTrainPage *self, const em_train_drain *d);
+
+static void apply_drain(EmTrainPage *self, em_train_drain *d) {
+  if (d->started && !self->started_emitted) {
+    self->started_emitted = TRUE;
+    em_app_state_run_started(self->state, d->run_id);
+  }
+  int n = (int)d->step->len, ne = (int)d->eval_step->len;
+  if (n > 0 || ne > 0 || d->paused != self->worker_paused) {
+    EmTrainUpdate u = {
+        .n = n,
+        .step = (const int64_t *)(void *)d->step->data,
+        .loss = (const double *)(void *)d->loss->data,
+        .lr = (const double *)(void *)d->lr->data,
+        .grad_norm = (const double *)(void *)d->grad_norm->data,
+        .mem_allocated = (const int64_t *)(void *)d->mem_allocated->data,
+        .mem_reserved = (const int64_t *)(void *)d->mem_reserved->data,
+        .mem_peak = (const int64_t *)(void *)d->mem_peak->data,
+        .n_eval = ne,
+        .eval_step = (const int64_t *)(void *)d->eval_step->data,
+        .test_loss = (const double *)(void *)d->test_loss->data,
+        .test_accuracy = (const double *)(void *)d->test_accuracy->data,
+        .epoch = d->epoch,
+        .epochs = d->epochs,
+        .total_steps = d->total_steps,
+        .samples_per_sec = d->samples_per_sec,
+        .eta_s = d->eta_s,
+        .elapsed_s = d->elapsed_s,
+        .paused = d->paused,
+    };
+    em_app_state_run_progress(self->state, &u);
+  }
+  self->worker_paused = d->paused;
+#if EM_HAVE_LINE_CHART
+  if (n > 0 || ne > 0) {
+    double *x = g_new(double, MAX(n, ne)), *y = g_new(double, MAX(n, ne));
+    for (int i = 0; i < n; i++) x[i] = (double)g_array_index(d->step, int64_t, i);
+    em_line_chart_append(EM_LINE_CHART(self->loss_chart), self->s_loss, x,
+                         (const double *)(void *)d->loss->data, n);
+    for (int i = 0; i < ne; i++) x[i] = (double)g_array_index(d->eval_step, int64_t, i);
+    em_line_chart_append(EM_LINE_CHART(self->loss_chart), self->s_test_loss, x,
+                         (const double *)(void *)d->test_loss->data, ne);
+    for (int i = 0; i < ne; i++) y[i] = g_array_index(d->test_accuracy, double, i);
+    em_line_chart_append(EM_LINE_CHART(self->acc_chart), self->s_acc, x, y, ne);
+    g_free(x);
+    g_free(y);
+  }
+#endif
+  gint64 now = g_get_monotonic_time();
+  if (d->last_step > 0 && now - self->labels_at >= 250000) {
+    self->labels_at = now;
+    char eta[32], el[32], buf[160];
+    format_duration(d->eta_s, eta, sizeof eta);
+    format_duration(d->elapsed_s, el, sizeof el);
+    g_snprintf(buf, sizeof buf, "%.0f samples/s · step %lld of %lld", d->samples_per_sec,
+               (long long)d->last_step, (long long)d->total_steps);
+    gtk_label_set_text(GTK_LABEL(self->throughput_label), buf);
+    g_snprintf(buf, sizeof buf, "Epoch %lld of %lld · elapsed %s · ETA %s",
+               (long long)MIN(d->epoch + 1, d->epochs), (long long)d->epochs, el, eta);
+    gtk_label_set_text(GTK_LABEL(self->eta_label), buf);
+#if EM_HAVE_LINE_CHART
+    g_snprintf(buf, sizeof buf, "%.0f samples/s · ETA %s", d->samples_per_sec, eta);
+    em_line_chart_set_note(EM_LINE_CHART(self->loss_chart), buf);
+#endif
+  }
+  for (guint i = 0; i < d->warnings->len; i++) set_status(self, d->warnings->pdata[i]);
+  if (!d->finished) {
+    char buf[96];
+    if (d->paused) g_snprintf(buf, sizeof buf, "Paused at step %lld: the learning rate and "
+                              "clipping can be changed before resuming", (long long)d->last_step);
+    else if (self->pause_requested) g_strlcpy(buf, "Pausing after this step…", sizeof buf);
+    else if (d->run_id) g_snprintf(buf, sizeof buf, "Training, recorded as run %lld",
+                                   (long long)d->run_id);
+    else g_strlcpy(buf, "Preparing the data…", sizeof buf);
+    if (d->warnings->len == 0) set_status(self, buf);
+  }
+  for (guint i = 0; i < d->profiles->len; i++)
+    em_app_state_profile_ready(self->state, d->profiles->pdata[i]);
+  if (d->finished) finish_session(self, d);
+}
+
+static gboolean on_tick(gpointer data) {
+  EmTrainPage *self = data;
+  em_train_drain d;
+  if (self->session && em_train_session_drain(self->session, &d)) {
+    apply_drain(self, &d);
+    em_train_drain_clear(&d);
+  }
+  return self->session ? G_SOURCE_CONTINUE : (self->tick_id = 0, G_SOURCE_REMOVE);
+}
+
+static void finish_session(EmTrainPage *self, const em_train_drain *d) {
+  em_train_session_free(g_steal_pointer(&self->session)); /* the worker has ended */
+  self->pause_requested = self->worker_paused = FALSE;
+  if (!self->started_emitted) em_app_state_run_started(self->state, 0);
+  char buf[1200];
+  const char *what = em_run_status_name((em_run_status)d->status);
+  if (d->run_id)
+    g_snprintf(buf, sizeof buf, "Run %lld %s%s%s", (long long)d->run_id, what,
+               d->message ? ": " : "", d->message ? d->message : "");
+  else
+    g_snprintf(buf, sizeof buf, "Training %s%s%s", what, d->message ? ": " : "",
+               d->message ? d->message : "");
+  set_status(self, buf);
+  if (d->last_step > 0) {
+    char el[32], line[96];
+    format_duration(d->elapsed_s, el, sizeof el);
+    g_snprintf(line, sizeof line, "Ended at step %lld of %lld after %s", (long long)d->last_step,
+               (long long)d->total_steps, el);
+    gtk_label_set_text(GTK_LABEL(self->eta_label), line);
+  }
+#if EM_HAVE_LINE_CHART
+  em_line_chart_set_note(EM_LINE_CHART(self->loss_chart), NULL);
+#endif
+  em_app_state_run_finished(self->state, d->run_id, d->status, d->message);
+  update_sensitivity(self);
+}
+
+/* ---- actions ------------------------------------------------------------------------ */
+
+static gboolean build_config(EmTrainPage *self, const char *spec_json, em_train_config *cfg,
+                             char **error) {
+  em_error err = {0};
+  em_spec *spec = em_spec_parse(spec_json, "the model", &err);
+  em_train_config_defaults(cfg);
+  if (!spec || em_train_config_from_spec(cfg, spec, &err) != EM_OK) {
+    em_spec_free(spec);
+    *error = g_strdup_printf("The model cannot be trained: %s", err.msg);
+    return FALSE;
+  }
+  em_spec_free(spec);
+  em_optim_kind kind = EM_OPTIM_SGD;
+  em_optim_parse_kind(optimizers[gtk_drop_down_get_selected(GTK_DROP_DOWN(self->optimizer))],
+                      &kind, &err);
+  if (kind != cfg->optim.kind) em_optim_config_defaults(&cfg->optim, kind);
+  cfg->optim.lr = spin(self->lr);
+  em_sched_kind sk = EM_SCHED_CONSTANT;
+  em_schedule_parse_name(schedules[gtk_drop_down_get_selected(GTK_DROP_DOWN(self->schedule))],
+                         &sk, &err);
+  if (sk != cfg->schedule.kind) em_schedule_init(&cfg->schedule, sk, cfg->optim.lr);
+  cfg->batch_size = (int)spin(self->batch);
+  cfg->epochs = (int)spin(self->epochs);
+  cfg->seed = (uint64_t)spin(self->seed);
+  cfg->threads = (int)spin(self->threads);
+  cfg->clip_grad_norm = spin(self->clip);
+  cfg->checkpoint_every = (int64_t)spin(self->ckpt_every);
+  cfg->limit = (int64_t)spin(self->limit);
+  const char *ds = em_app_state_get_dataset_name(self->state);
+  const char *dir = em_app_state_get_dataset_dir(self->state);
+  g_strlcpy(cfg->dataset, ds ? ds : "fashion-mnist", sizeof cfg->dataset);
+  g_strlcpy(cfg->data_dir, dir ? dir : "", sizeof cfg->data_dir);
+  em_train_config check = *cfg;
+  g_strlcpy(check.checkpoint_dir, "<the run's folder>", sizeof check.checkpoint_dir);
+  if (em_train_config_validate(&check, &err) != EM_OK) {
+    *error = g_strdup_printf("Check the settings: %s", err.msg);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static void start_action(GtkWidget *w, const char *name, GVariant *param) {
+  EmTrainPage *self = EM_TRAIN_PAGE(w);
+  if (self->session) return;
+  g_autoptr(GError) gerr = NULL;
+  char *model = NULL, *error = NULL;
+  char *json = current_spec(self, &model, &gerr);
+  em_train_session_options o = {0};
+  if (!json) {
+    set_status(self, gerr->message);
+    return;
+  }
+  if (!build_config(self, json, &o.cfg, &error)) {
+    set_status(self, error);
+    g_free(error);
+    g_free(json);
+    g_free(model);
+    return;
+  }
+  char *trace = NULL;
+  if (gtk_check_button_get_active(GTK_CHECK_BUTTON(self->profile_check)))
+    trace = g_strdup_printf("%s/ember-profile-%d-%d.json", g_get_tmp_dir(), (int)getpid(),
+                            ++self->n_profiles);
+  o.spec_json = json;
+  o.model = model;
+  o.registry_dir = em_app_state_get_registry_dir(self->state);
+  o.trace_path = trace;
+  self->run_lr = o.cfg.optim.lr;
+  self->run_clip = o.cfg.clip_grad_norm;
+  self->started_emitted = self->pause_requested = self->worker_paused = FALSE;
+#if EM_HAVE_LINE_CHART
+  EmLineChart *lc = EM_LINE_CHART(self->loss_chart), *ac = EM_LINE_CHART(self->acc_chart);
+  em_line_chart_clear(lc);
+  em_line_chart_clear(ac);
+  self->s_loss = em_line_chart_add_series(lc, "train loss", NULL);
+  self->s_test_loss = em_line_chart_add_series(lc, "test loss", NULL);
+  self->s_acc = em_line_chart_add_series(ac, "test accuracy", NULL);
+  em_line_chart_reset_view(lc);
+  em_line_chart_reset_view(ac);
+#endif
+  self->session = em_train_session_start(&o);
+  g_free(json);
+  g_free(model);
+  g_free(trace);
+  gtk_label_set_text(GTK_LABEL(self->throughput_label), "");
+  gtk_label_set_text(GTK_LABEL(self->eta_label), "");
+  set_status(self, "Preparing the data…");
+  if (!self->tick_id) self->tick_id = g_timeout_add(50, on_tick, self);
+  update_sensitivity(self);
+}
+
+static void pause_action(GtkWidget *w, const char *name, GVariant *param) {
+  EmTrainPage *self = EM_TRAIN_PAGE(w);
+  if (!self->session || self->pause_requested) return;
+  self->pause_requested = TRUE;
+  em_train_session_pause(self->session);
+  set_status(self, "Pausing after this step…");
+  update_sensitivity(self);
+}
+
+static void resume_action(GtkWidget *w, const char *name, GVariant *param) {
+  EmTrainPage *self = EM_TRAIN_PAGE(w);
+  if (!self->session || !self->pause_requested) return;
+  double lr = spin(self->lr), clip = spin(self->clip);
+  em_train_session_resume(self->session, lr, clip);
+  self->run_lr = lr;
+  self->run_clip = clip;
+  self->pause_requested = FALSE;
+  set_status(self, "Training");
+  update_sensitivity(self);
+}
+
+static void stop_action(GtkWidget *w, const char *name, GVariant *param) {
+  EmTrainPage *self = EM_TRAIN_PAGE(w);
+  if (!self->session) return;
+  em_train_session_stop(self->session);
+  set_status(self, "Stopping after this step…");
+  gtk_widget_action_set_enabled(w, "train.pause", FALSE);
+  gtk_widget_action_set_enabled(w, "train.resume", FALSE);
+}
+
+void em_train_page_set_profile(EmTrainPage *self, gboolean profile) {
+  gtk_check_button_set_active(GTK_CHECK_BUTTON(self->profile_check), profile);
+}
+
+gboolean em_train_page_is_running(EmTrainPage *self) { return self->session != NULL; }
+gboolean em_train_page_is_paused(EmTrainPage *self) { return self->worker_paused; }
+GtkWidget *em_train_page_get_loss_chart(EmTrainPage *self) { return self->loss_chart; }
+
+/* ---- the widget ------------------------------------------------------------------------ */
+
+static void on_spec_changed(EmAppState *state, gpointer data) {
+  EmTrainPage *self = data;
+  if (!self->session) load_spec_defaults(self);
+}
+
+static void em_train_page_dispose(GObject *obj) {
+  EmTrainPage *self = EM_TRAIN_PAGE(obj);
+  g_clear_handle_id(&self->tick_id, g_source_remove);
+  if (self->session) {
+    /* the window closes mid-run: stop the worker and record the end */
+    em_train_session_free(g_steal_pointer(&self->session));
+  }
+  gtk_widget_dispose_template(GTK_WIDGET(obj), EM_TYPE_TRAIN_PAGE);
+  g_clear_object(&self->state);
+  G_OBJECT_CLASS(em_train_page_parent_class)->dispose(obj);
+}
+
+static void em_train_page_class_init(EmTrainPageClass *klass) {
+  GObjectClass *oc = G_OBJECT_CLASS(klass);
+  GtkWidgetClass *wc = GTK_WIDGET_CLASS(klass);
+  oc->dispose = em_train_page_dispose;
+  gtk_widget_class_set_layout_manager_type(wc, GTK_TYPE_BIN_LAYOUT);
+  gtk_widget_class_set_template_from_resource(wc, "/org/ember/Workbench/shell/em-train-page.ui");
+#define CHILD(n) gtk_widget_class_bind_template_child(wc, EmTrainPage, n)
+  CHILD(paned);
+  CHILD(model_label);
+  CHILD(form);
+  CHILD(optimizer);
+  CHILD(lr);
+  CHILD(schedule);
+  CHILD(batch);
+  CHILD(epochs);
+  CHILD(seed);
+  CHILD(device);
+  CHILD(device_cpu);
+  CHILD(device_gpu);
+  CHILD(threads);
+  CHILD(clip);
+  CHILD(ckpt_every);
+  CHILD(limit);
+  CHILD(profile_check);
+  CHILD(start_button);
+  CHILD(pause_button);
+  CHILD(resume_button);
+  CHILD(stop_button);
+  CHILD(status_label);
+  CHILD(throughput_label);
+  CHILD(eta_label);
+  CHILD(chart_box);
+#undef CHILD
+  gtk_widget_class_install_action(wc, "train.start", NULL, start_action);
+  gtk_widget_class_install_action(wc, "train.pause", NULL, pause_action);
+  gtk_widget_class_install_action(wc, "train.resume", NULL, resume_action);
+  gtk_widget_class_install_action(wc, "train.stop", NULL, stop_action);
+}
+
+static void em_train_page_init(EmTrainPage *self) {
+  gtk_widget_init_template(GTK_WIDGET(self));
+  gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->threads), MIN(g_get_num_processors(), 256));
+  gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->seed), 1);
+#if EM_HAVE_LINE_CHART
+  self->loss_chart = em_line_chart_new();
+  self->acc_chart = em_line_chart_new();
+  em_line_chart_set_title(EM_LINE_CHART(self->loss_chart), "Loss");
+  em_line_chart_set_x_label(EM_LINE_CHART(self->loss_chart), "step");
+  em_line_chart_set_title(EM_LINE_CHART(self->acc_chart), "Test accuracy");
+  em_line_chart_set_x_label(EM_LINE_CHART(self->acc_chart), "step");
+  em_line_chart_set_smoothing(EM_LINE_CHART(self->loss_chart), 0.6);
+  gtk_widget_set_vexpand(self->loss_chart, TRUE);
+  gtk_widget_set_vexpand(self->acc_chart, TRUE);
+  gtk_box_append(GTK_BOX(self->chart_box), self->loss_chart);
+  gtk_box_append(GTK_BOX(self->chart_box), self->acc_chart);
+#else
+  GtkWidget *ph = gtk_label_new("The loss and accuracy charts appear here once ui/chart is built.");
+  gtk_widget_set_vexpand(ph, TRUE);
+  gtk_widget_add_css_class(ph, "dim-label");
+  gtk_box_append(GTK_BOX(self->chart_box), ph);
+#endif
+  set_status(self, "Ready: press Start to train.");
+}
+
+GtkWidget *em_train_page_new(EmAppState *state) {
+  EmTrainPage *self = g_object_new(EM_TYPE_TRAIN_PAGE, NULL);
+  self->state = g_object_ref(state);
+  g_signal_connect_object(state, "spec-changed", G_CALLBACK(on_spec_changed), self, 0);
+  g_signal_connect_object(state, "dataset-changed", G_CALLBACK(on_spec_changed), self, 0);
+  load_spec_defaults(self);
+  update_sensitivity(self);
+  return GTK_WIDGET(self);
+}

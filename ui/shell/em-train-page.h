@@ -1,0 +1,35 @@
+/* em-train-page.h: the Train page: the training settings, Start / Pause /
+ * Resume / Stop (actions train.start, train.pause, train.resume,
+ * train.stop), live loss and accuracy charts, throughput and ETA. It owns
+ * the session's worker (em-train-session.h) and is the one page that
+ * emits EmAppState's run signals, coalesced by one 50 ms timer. */
+#pragma once
+
+#include <gtk/gtk.h>
+
+#include "em-app-state.h"
+
+G_BEGIN_DECLS
+
+#define EM_TYPE_TRAIN_PAGE (em_train_page_get_type())
+G_DECLARE_FINAL_TYPE(EmTrainPage, em_train_page, EM, TRAIN_PAGE, GtkWidget)
+
+GtkWidget *em_train_page_new(EmAppState *state);
+
+/* Sets a number of the form: "lr", "batch", "epochs", "seed", "threads",
+ * "clip", "checkpoint-every", "limit". FALSE for an unknown field. */
+gboolean em_train_page_set_value(EmTrainPage *self, const char *field, double value);
+double em_train_page_get_value(EmTrainPage *self, const char *field);
+/* The "profile a window" check box: the run's 20-batch profiled window
+ * ends in EmAppState "profile-ready" with its trace file. */
+void em_train_page_set_profile(EmTrainPage *self, gboolean profile);
+/* The loss chart (an EmLineChart when ui/chart is built; NULL otherwise). */
+GtkWidget *em_train_page_get_loss_chart(EmTrainPage *self);
+/* TRUE while a session runs (paused included). */
+gboolean em_train_page_is_running(EmTrainPage *self);
+gboolean em_train_page_is_paused(EmTrainPage *self);
+/* The folder of the model zoo (data/models), installed or in the source
+ * tree; g_free. NULL when neither exists. */
+char *em_train_page_models_dir(void);
+
+G_END_DECLS

@@ -1,0 +1,233 @@
+/* em-window.c: the main window (see the header). */
+#include "em-window.h"
+
+#include <string.h>
+
+#include "em-shell-config.h"
+#include "em-store.h"
+#include "em-train-page.h"
+#if EM_HAVE_BUILDER_PAGE
+#include "em-builder-page.h"
+#endif
+#if EM_HAVE_DATA_PAGE
+#include "em-data-page.h"
+#endif
+#if EM_HAVE_MEMORY_PAGE
+#include "em-memory-page.h"
+#endif
+#if EM_HAVE_PROFILER_PAGE
+#include "em-profiler-page.h"
+#endif
+#if EM_HAVE_RUNS_PAGE
+#include "em-runs-page.h"
+#endif
+#if EM_HAVE_COMPARE_PAGE
+#include "em-compare-page.h"
+#endif
+#if EM_HAVE_REGISTRY_PAGE
+#include "em-registry-page.h"
+#endif
+
+struct _EmWindow {
+  GtkApplicationWindow parent_instance;
+  EmAppState *state;
+  GtkWidget *sidebar, *stack, *run_label;
+};
+
+G_DEFINE_FINAL_TYPE(EmWindow, em_window, GTK_TYPE_APPLICATION_WINDOW)
+
+static const char *const page_names[] = {"builder", "data",    "train",   "memory",
+                                         "profiler", "runs", "compare", "registry", NULL};
+static const char *const page_titles[] = {"Builder", "Data",    "Train",   "Memory",
+                                          "Profiler", "Runs", "Compare", "Registry"};
+
+const char *const *em_window_page_names(void) { return page_names; }
+
+static GtkWidget *placeholder(const char *title) {
+  char *text = g_strdup_printf("The %s page is not built into this workbench yet.", title);
+  GtkWidget *l = gtk_label_new(text);
+  g_free(text);
+  gtk_widget_add_css_class(l, "dim-label");
+  return l;
+}
+
+static GtkWidget *make_page(int i, EmAppState *st) {
+  const char *n = page_names[i];
+  (void)n;
+#if EM_HAVE_BUILDER_PAGE
+  if (strcmp(n, "builder") == 0) return em_builder_page_new(st);
+#endif
+#if EM_HAVE_DATA_PAGE
+  if (strcmp(n, "data") == 0) return em_data_page_new(st);
+#endif
+  if (strcmp(n, "train") == 0) return em_train_page_new(st);
+#if EM_HAVE_MEMORY_PAGE
+  if (strcmp(n, "memory") == 0) return em_memory_page_new(st);
+#endif
+#if EM_HAVE_PROFILER_PAGE
+  if (strcmp(n, "profiler") == 0) return em_profiler_page_new(st);
+#endif
+#if EM_HAVE_RUNS_PAGE
+  if (strcmp(n, "runs") == 0) return em_runs_page_new(st);
+#endif
+#if EM_HAVE_COMPARE_PAGE
+  if (strcmp(n, "compare") == 0) return em_compare_page_new(st);
+#endif
+#if EM_HAVE_REGISTRY_PAGE
+  if (strcmp(n, "registry") == 0) return em_registry_page_new(st);
+#endif
+  return placeholder(page_titles[i]);
+}
+
+GtkWidget *em_window_get_page(EmWindow *self, const char *name) {
+  return gtk_stack_get_child_by_name(GTK_STACK(self->stack), name);
+}
+
+void em_window_show_page(EmWindow *self, const char *name) {
+  if (gtk_stack_get_child_by_name(GTK_STACK(self->stack), name))
+    gtk_stack_set_visible_child_name(GTK_STACK(self->stack), name);
+}
+
+const char *em_window_get_visible_page(EmWindow *self) {
+  return gtk_stack_get_visible_child_name(GTK_STACK(self->stack));
+}
+
+EmAppState *em_window_get_state(EmWindow *self) { return self->state; }
+
+/* ---- opening a spec ------------------------------------------------------------ */
+
+static void show_error(EmWindow *self, const char *primary, const char *secondary) {
+  GtkWidget *dlg =
+      gtk_message_dialog_new(GTK_WINDOW(self), GTK_DIALOG_MODAL | GTK_DIALOG_DESTROY_WITH_PARENT,
+                             GTK_MESSAGE_ERROR, GTK_BUTTONS_CLOSE, "%s", primary);
+  gtk_message_dialog_format_secondary_text(GTK_MESSAGE_DIALOG(dlg), "%s", secondary);
+  g_signal_connect(dlg, "response", G_CALLBACK(gtk_window_destroy), NULL);
+  gtk_window_present(GTK_WINDOW(dlg));
+}
+
+void em_window_open_spec(EmWindow *self, GFile *file) {
+#if EM_HAVE_BUILDER_PAGE && EM_HAVE_BUILDER_OPEN
+  g_autoptr(GError) error = NULL;
+  GtkWidget *b = em_window_get_page(self, "builder");
+  if (b && EM_IS_BUILDER_PAGE(b)) {
+    if (em_builder_page_open(EM_BUILDER_PAGE(b), file, &error))
+      em_window_show_page(self, "builder");
+    else
+      show_error(self, "The spec could not be opened", error->message);
+    return;
+  }
+#else
+  g_autoptr(GError) error = NULL;
+#endif
+  char *text = NULL;
+  if (!g_file_load_contents(file, NULL, &text, NULL, NULL, &error)) {
+    show_error(self, "The spec could not be read", error->message);
+    return;
+  }
+  char *path = g_file_get_path(file);
+  em_app_state_set_spec(self->state, text, path);
+  g_free(path);
+  g_free(text);
+}
+
+static void on_open_response(GtkNativeDialog *dialog, int response, gpointer data) {
+  EmWindow *self = data;
+  if (response == GTK_RESPONSE_ACCEPT) {
+    GFile *f = gtk_file_chooser_get_file(GTK_FILE_CHOOSER(dialog));
+    if (f) {
+      em_window_open_spec(self, f);
+      g_object_unref(f);
+    }
+  }
+  g_object_unref(dialog);
+}
+
+static void open_activated(GSimpleAction *a, GVariant *p, gpointer data) {
+  EmWindow *self = data;
+  GtkFileChooserNative *fc = gtk_file_chooser_native_new(
+      "Open a Model Spec", GTK_WINDOW(self), GTK_FILE_CHOOSER_ACTION_OPEN, "_Open", "_Cancel");
+  GtkFileFilter *filter = gtk_file_filter_new();
+  gtk_file_filter_set_name(filter, "Model specs (JSON)");
+  gtk_file_filter_add_pattern(filter, "*.json");
+  gtk_file_chooser_add_filter(GTK_FILE_CHOOSER(fc), filter);
+  g_object_unref(filter);
+  char *zoo = em_train_page_models_dir();
+  if (zoo) {
+    GFile *dir = g_file_new_for_path(zoo);
+    gtk_file_chooser_set_current_folder(GTK_FILE_CHOOSER(fc), dir, NULL);
+    g_object_unref(dir);
+    g_free(zoo);
+  }
+  g_signal_connect(fc, "response", G_CALLBACK(on_open_response), self);
+  gtk_native_dialog_show(GTK_NATIVE_DIALOG(fc));
+}
+
+static void page_activated(GSimpleAction *a, GVariant *p, gpointer data) {
+  em_window_show_page(EM_WINDOW(data), g_variant_get_string(p, NULL));
+}
+
+static const GActionEntry win_actions[] = {
+    {.name = "page", .activate = page_activated, .parameter_type = "s"},
+    {.name = "open", .activate = open_activated},
+};
+
+/* ---- the run in the header bar ---------------------------------------------------- */
+
+static void on_run_started(EmAppState *st, gint64 run, gpointer data) {
+  EmWindow *self = data;
+  char buf[64];
+  if (run) g_snprintf(buf, sizeof buf, "Training run %lld", (long long)run);
+  else g_strlcpy(buf, "Training", sizeof buf);
+  gtk_label_set_text(GTK_LABEL(self->run_label), buf);
+}
+
+static void on_run_finished(EmAppState *st, gint64 run, int status, const char *msg,
+                            gpointer data) {
+  EmWindow *self = data;
+  char buf[96];
+  g_snprintf(buf, sizeof buf, "Run %lld %s", (long long)run,
+             em_run_status_name((em_run_status)status));
+  gtk_label_set_text(GTK_LABEL(self->run_label), run ? buf : "");
+}
+
+/* ---- the widget -------------------------------------------------------------------- */
+
+static void em_window_dispose(GObject *obj) {
+  EmWindow *self = EM_WINDOW(obj);
+  gtk_widget_dispose_template(GTK_WIDGET(obj), EM_TYPE_WINDOW);
+  g_clear_object(&self->state);
+  G_OBJECT_CLASS(em_window_parent_class)->dispose(obj);
+}
+
+static void em_window_class_init(EmWindowClass *klass) {
+  GObjectClass *oc = G_OBJECT_CLASS(klass);
+  GtkWidgetClass *wc = GTK_WIDGET_CLASS(klass);
+  oc->dispose = em_window_dispose;
+  gtk_widget_class_set_template_from_resource(wc, "/org/ember/Workbench/shell/em-window.ui");
+  gtk_widget_class_bind_template_child(wc, EmWindow, sidebar);
+  gtk_widget_class_bind_template_child(wc, EmWindow, stack);
+  gtk_widget_class_bind_template_child(wc, EmWindow, run_label);
+}
+
+static void em_window_init(EmWindow *self) {
+  gtk_widget_init_template(GTK_WIDGET(self));
+  g_action_map_add_action_entries(G_ACTION_MAP(self), win_actions, G_N_ELEMENTS(win_actions),
+                                  self);
+  GtkBuilder *b = gtk_builder_new_from_resource("/org/ember/Workbench/shell/em-shortcuts.ui");
+  gtk_application_window_set_help_overlay(
+      GTK_APPLICATION_WINDOW(self),
+      GTK_SHORTCUTS_WINDOW(gtk_builder_get_object(b, "help_overlay")));
+  g_object_unref(b);
+}
+
+EmWindow *em_window_new(GtkApplication *app, EmAppState *state) {
+  EmWindow *self = g_object_new(EM_TYPE_WINDOW, "application", app, NULL);
+  self->state = g_object_ref(state);
+  for (int i = 0; page_names[i]; i++)
+    gtk_stack_add_titled(GTK_STACK(self->stack), make_page(i, state), page_names[i],
+                         page_titles[i]);
+  gtk_stack_set_visible_child_name(GTK_STACK(self->stack), "builder");
+  g_signal_connect_object(state, "run-started", G_CALLBACK(on_run_started), self, 0);
+  g_signal_connect_object(state, "run-finished", G_CALLBACK(on_run_finished), self, 0);
+  return self;
+}
