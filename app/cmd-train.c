@@ -33,7 +33,6 @@
 #include "em-store.h"
 #include "em-train.h"
 #include "train-options.h"
-#include "train-recorder.h"
 
 #ifndef EMBER_VERSION
 #define EMBER_VERSION "unknown"
@@ -74,7 +73,7 @@ static void install_stop_handlers(void) {
 
 typedef struct {
   cli_progress prog;
-  train_recorder rec;
+  em_run_recorder rec;
   int64_t stop_after; /* --stop-after-steps */
   int64_t last_step;  /* the last optimiser step seen */
 } train_sinks;
@@ -83,7 +82,7 @@ static bool on_event(const em_train_event *ev, void *user) {
   train_sinks *s = user;
   cli_progress_event(ev, &s->prog);
   if (ev->kind == EM_EVENT_STEP && ev->step == s->last_step) return true; /* mid-accumulation */
-  train_recorder_event(&s->rec, ev);
+  em_run_recorder_event(&s->rec, ev);
   if (ev->kind == EM_EVENT_DIVERGENCE)
     fprintf(stderr, "ember: divergence at step %lld: %s\n", (long long)ev->step,
             ev->message ? ev->message : "the loss diverged");
@@ -561,7 +560,7 @@ int cli_cmd_train(int argc, char **argv) {
   train_sinks sinks;
   memset(&sinks, 0, sizeof sinks);
   cli_progress_init(&sinks.prog, o.quiet, em_spec_name(j.spec));
-  train_recorder_init(&sinks.rec, writer, run, o.keep_checkpoints);
+  em_run_recorder_init(&sinks.rec, writer, run, o.keep_checkpoints);
   sinks.stop_after = o.stop_after_steps;
   sinks.last_step = j.parent ? j.ckpt.step : 0;
   if (run && !o.quiet) fprintf(stderr, "recording as run %lld in %s\n", (long long)run, regdir);

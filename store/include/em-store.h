@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "em-error.h"
+#include "em-train.h" /* the events a run recorder turns into rows */
 
 typedef struct em_store em_store;
 
@@ -351,3 +352,29 @@ typedef struct {
   double commit_seconds, enqueue_seconds;
 } em_store_writer_stats;
 void em_store_writer_get_stats(em_store_writer *w, em_store_writer_stats *out);
+
+/* ---- recording a training run ------------------------------------------
+ * The sink that turns trainer events into registry rows through a writer,
+ * shared by `ember train` and the workbench. It runs in the trainer's
+ * thread and only enqueues (a mutex and a copy):
+ *   STEP        loss, lr, grad_norm, mem_allocated_mb, mem_reserved_mb,
+ *               mem_peak_mb                      at the optimiser step
+ *   EPOCH_END   train_loss, samples_per_sec     at the step the epoch ended
+ *   EVAL        test_loss, test_accuracy        at the step it evaluated
+ *   CHECKPOINT  a checkpoint row (metric: the test loss of an "eval" or of
+ *               a "final" that follows an evaluation; lower is better),
+ *               pruned to keep_checkpoints + the best
+ *   DIVERGENCE, WARNING, PROFILE   run events "divergence", "warning",
+ *               "profile" (the trace's path) */
+typedef struct {
+  em_store_writer *writer; /* NULL: records nothing */
+  int64_t run;
+  int keep_checkpoints;
+  double last_eval_loss;
+  int64_t last_eval_step; /* -1: none yet */
+  int64_t checkpoints, divergences;
+} em_run_recorder;
+
+void em_run_recorder_init(em_run_recorder *r, em_store_writer *w, int64_t run,
+                          int keep_checkpoints);
+void em_run_recorder_event(em_run_recorder *r, const em_train_event *ev);

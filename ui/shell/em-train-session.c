@@ -28,8 +28,7 @@ struct em_train_session {
   /* worker-thread only */
   em_store_writer *writer;
   int64_t run, last_step;
-  double last_eval_loss;
-  int64_t last_eval_step;
+  em_run_recorder rec; /* trainer events -> registry rows */
   double base_lr, clip;
 };
 
@@ -58,60 +57,6 @@ void em_train_drain_clear(em_train_drain *d) {
   g_clear_pointer(&d->profiles, g_ptr_array_unref);
   g_clear_pointer(&d->warnings, g_ptr_array_unref);
   g_clear_pointer(&d->message, g_free);
-}
-
-/* ---- recording (worker thread) ------------------------------------------- */
-
-static double wall_now(void) { return (double)g_get_real_time() / 1e6; }
-
-static void record_event(em_train_session *s, const em_train_event *ev) {
-  em_store_writer *w = s->writer;
-  if (!w) return;
-  double wall = wall_now();
-  switch (ev->kind) {
-  case EM_EVENT_STEP:
-    em_store_writer_metric(w, s->run, ev->step, "loss", ev->loss, wall);
-    em_store_writer_metric(w, s->run, ev->step, "lr", ev->lr, wall);
-    em_store_writer_metric(w, s->run, ev->step, "grad_norm", ev->grad_norm, wall);
-    em_store_writer_metric(w, s->run, ev->step, "mem_allocated_mb",
-                           ev->mem_allocated / 1048576.0, wall);
-    em_store_writer_metric(w, s->run, ev->step, "mem_reserved_mb", ev->mem_reserved / 1048576.0,
-                           wall);
-    em_store_writer_metric(w, s->run, ev->step, "mem_peak_mb", ev->mem_peak / 1048576.0, wall);
-    break;
-  case EM_EVENT_EPOCH_END:
-    em_store_writer_metric(w, s->run, ev->step, "train_loss", ev->loss, wall);
-    em_store_writer_metric(w, s->run, ev->step, "samples_per_sec", ev->samples_per_sec, wall);
-    break;
-  case EM_EVENT_EVAL:
-    em_store_writer_metric(w, s->run, ev->step, "test_loss", ev->test_loss, wall);
-    em_store_writer_metric(w, s->run, ev->step, "test_accuracy", ev->test_accuracy, wall);
-    s->last_eval_loss = ev->test_loss;
-    s->last_eval_step = ev->step;
-    break;
-  case EM_EVENT_CHECKPOINT: {
-    const char *kind = ev->checkpoint_kind ? ev->checkpoint_kind : "step";
-    double metric = NAN;
-    if (strcmp(kind, "eval") == 0) metric = ev->test_loss;
-    else if (strcmp(kind, "final") == 0 && s->last_eval_step == ev->step)
-      metric = s->last_eval_loss;
-    if (ev->path)
-      em_store_writer_checkpoint(w, s->run, ev->step, ev->epoch, ev->path, kind, metric, true, 3);
-    break;
-  }
-  case EM_EVENT_DIVERGENCE:
-    em_store_writer_event(w, s->run, ev->step, "divergence",
-                          ev->message ? ev->message : "the loss diverged");
-    break;
-  case EM_EVENT_WARNING:
-    em_store_writer_event(w, s->run, ev->step, "warning", ev->message ? ev->message : "");
-    break;
-  case EM_EVENT_PROFILE:
-    em_store_writer_event(w, s->run, ev->step, "profile", ev->path ? ev->path : "");
-    break;
-  case EM_EVENT_START:
-  case EM_EVENT_DONE: break;
-  }
 }
 
 /* ---- the event callback (worker thread) ------------------------------------ */
@@ -148,7 +93,7 @@ static void buffer_event(em_train_session *s, const em_train_event *ev) {
 static bool on_event(const em_train_event *ev, void *user) {
   em_train_session *s = user;
   if (ev->kind == EM_EVENT_STEP && ev->step == s->last_step) return true; /* mid-accumulation */
-  record_event(s, ev);
+  em_run_recorder_event(&s->rec, ev);
   if (ev->kind == EM_EVENT_STEP) s->last_step = ev->step;
 
   char change[256] = "";
@@ -293,6 +238,7 @@ static gpointer worker_main(gpointer data) {
   em_run_status status = EM_RUN_FAILED;
   em_train_summary sum;
   memset(&sum, 0, sizeof sum);
+  em_run_recorder_init(&s->rec, NULL, 0, 3); /* records nothing until the writer opens */
 
   if (!(spec = em_spec_parse(s->spec_json, "the workbench's model", &err))) goto out;
   if (em_train_config_validate(&cfg, &err) != EM_OK) goto out;
@@ -307,6 +253,7 @@ static gpointer worker_main(gpointer data) {
     s->dirty = TRUE;
     g_mutex_unlock(&s->lock);
     if (!(s->writer = em_store_writer_new(s->registry_dir, 200, &err))) goto out;
+    em_run_recorder_init(&s->rec, s->writer, s->run, 3);
   }
   if (!(tr = em_trainer_new(model, &cfg, train, test, &err))) goto out;
   s->base_lr = cfg.optim.lr;
@@ -367,8 +314,6 @@ em_train_session *em_train_session_start(const em_train_session_options *o) {
   s->registry_dir = g_strdup(o->registry_dir);
   s->trace_path = g_strdup(o->trace_path);
   s->new_lr = s->new_clip = -1;
-  s->last_eval_step = -1;
-  s->last_eval_loss = NAN;
   g_mutex_init(&s->lock);
   g_cond_init(&s->cond);
   drain_init(&s->buf);

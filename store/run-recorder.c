@@ -1,21 +1,21 @@
-/* train-recorder.c: trainer events -> store writer (see the header). */
-#include "train-recorder.h"
+/* run-recorder.c: trainer events -> store writer rows (see em-store.h). */
+#include "em-store.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "cli-common.h"
+#include <glib.h>
 
-void train_recorder_init(train_recorder *r, em_store_writer *w, int64_t run,
+void em_run_recorder_init(em_run_recorder *r, em_store_writer *w, int64_t run,
                          int keep_checkpoints) {
-  *r = (train_recorder){.writer = w, .run = run, .keep_checkpoints = keep_checkpoints,
-                        .last_eval_loss = NAN, .last_eval_step = -1};
+  *r = (em_run_recorder){.writer = w, .run = run, .keep_checkpoints = keep_checkpoints,
+                         .last_eval_loss = NAN, .last_eval_step = -1};
 }
 
-void train_recorder_event(train_recorder *r, const em_train_event *ev) {
+void em_run_recorder_event(em_run_recorder *r, const em_train_event *ev) {
   em_store_writer *w = r->writer;
   if (!w) return;
-  double wall = cli_wall_now();
+  double wall = (double)g_get_real_time() / 1e6;
   switch (ev->kind) {
   case EM_EVENT_STEP:
     em_store_writer_metric(w, r->run, ev->step, "loss", ev->loss, wall);
