@@ -70,10 +70,13 @@ em_status em_diag_batch_end(em_trainer *t, em_diag_state *d, em_train_event *ev,
   return EM_OK;
 }
 
-em_status em_diag_end(em_trainer *t, em_diag_state *d, char **table, em_error *err) {
+em_status em_diag_window_end(em_trainer *t, em_diag_state *d, char **table, em_error *err) {
   *table = NULL;
+  return d->profiling ? finish_profile(t, d, table, err) : EM_OK;
+}
+
+em_status em_diag_end(em_trainer *t, em_diag_state *d, char **table, em_error *err) {
   if (t->diag.detect_anomaly) em_anomaly_set(false);
   /* A run shorter than the window still gets its trace. */
-  if (d->profiling) return finish_profile(t, d, table, err);
-  return EM_OK;
+  return em_diag_window_end(t, d, table, err);
 }

@@ -154,4 +154,7 @@ void em_diag_batch_begin(em_trainer *t, em_diag_state *d, em_error *err);
  * window just ended and its trace is written; warning (a leak report) or "". */
 em_status em_diag_batch_end(em_trainer *t, em_diag_state *d, em_train_event *ev, char **table,
                             char *warning, size_t cap, em_error *err);
+/* Ends the profiled window now if it is open (before an evaluation: the
+ * window holds training steps only); *table as for em_diag_batch_end. */
+em_status em_diag_window_end(em_trainer *t, em_diag_state *d, char **table, em_error *err);
 em_status em_diag_end(em_trainer *t, em_diag_state *d, char **table, em_error *err);

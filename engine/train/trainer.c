@@ -332,6 +332,9 @@ static em_status end_epoch(run_ctx *r, bool complete, em_error *err) {
   bool due = c->eval_every > 0 && (epoch + 1) % c->eval_every == 0;
   bool evaluated = false;
   if (t->test && (due || last)) {
+    char *table = NULL;
+    EM_TRY(em_diag_window_end(t, &r->diag, &table, err));
+    if (table) emit_profile(r, table);
     double tl, ta;
     EM_TRY(em_evaluate(t->model, t->test, c->batch_size, c->loss, 0.0, &tl, &ta, err));
     t->summary.test_loss = tl;
