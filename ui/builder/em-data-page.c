@@ -233,8 +233,8 @@ static void on_loaded(GObject *src, GAsyncResult *res, gpointer data) {
   EmDataPage *self = EM_DATA_PAGE(src);
   load_job *j = g_task_get_task_data(G_TASK(res));
   gboolean ok = g_task_propagate_boolean(G_TASK(res), NULL);
+  if (g_task_get_cancellable(G_TASK(res)) != self->cancel) return; /* superseded: still loading */
   self->loading = FALSE;
-  if (g_task_get_cancellable(G_TASK(res)) != self->cancel) return; /* superseded */
   if (self->last) load_job_free(self->last);
   self->last = NULL;
   if (!ok) {

@@ -126,8 +126,9 @@ static int index_of(const char *const *names, int n, const char *name) {
   return 0;
 }
 
-/* Fills the form from the spec's "training" section (when the spec reads). */
-static void load_spec_defaults(EmTrainPage *self) {
+/* Fills the model line and, with fill_form, the form from the spec's
+ * "training" section (when the spec reads). */
+static void load_spec(EmTrainPage *self, gboolean fill_form) {
   g_autoptr(GError) gerr = NULL;
   char *name = NULL;
   char *json = current_spec(self, &name, &gerr);
@@ -139,26 +140,28 @@ static void load_spec_defaults(EmTrainPage *self) {
   em_spec *spec = em_spec_parse(json, "the model", &err);
   em_train_config cfg;
   em_train_config_defaults(&cfg);
-  if (spec && em_train_config_from_spec(&cfg, spec, &err) == EM_OK) {
+  if (!spec || em_train_config_from_spec(&cfg, spec, &err) != EM_OK) {
+    char *label = g_strdup_printf("The model cannot be trained: %s", err.msg);
+    gtk_label_set_text(GTK_LABEL(self->model_label), label);
+    g_free(label);
+  } else {
     char *label = g_strdup_printf("Model: %s · %lld parameters · dataset: %s",
                                   name ? name : em_spec_name(spec),
                                   (long long)em_spec_param_count(spec),
                                   em_app_state_get_dataset_name(self->state));
     gtk_label_set_text(GTK_LABEL(self->model_label), label);
     g_free(label);
-    gtk_drop_down_set_selected(GTK_DROP_DOWN(self->optimizer),
-                               (guint)index_of(optimizers, 3, em_optim_kind_name(cfg.optim.kind)));
-    gtk_drop_down_set_selected(GTK_DROP_DOWN(self->schedule),
-                               (guint)index_of(schedules, 3,
-                                               em_schedule_kind_name(cfg.schedule.kind)));
-    gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->lr), cfg.optim.lr);
-    gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->batch), cfg.batch_size);
-    gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->epochs), cfg.epochs);
-    gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->clip), cfg.clip_grad_norm);
-  } else {
-    char *label = g_strdup_printf("The model cannot be trained: %s", err.msg);
-    gtk_label_set_text(GTK_LABEL(self->model_label), label);
-    g_free(label);
+    if (fill_form) {
+      gtk_drop_down_set_selected(GTK_DROP_DOWN(self->optimizer),
+                                 (guint)index_of(optimizers, 3, em_optim_kind_name(cfg.optim.kind)));
+      gtk_drop_down_set_selected(GTK_DROP_DOWN(self->schedule),
+                                 (guint)index_of(schedules, 3,
+                                                 em_schedule_kind_name(cfg.schedule.kind)));
+      gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->lr), cfg.optim.lr);
+      gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->batch), cfg.batch_size);
+      gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->epochs), cfg.epochs);
+      gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->clip), cfg.clip_grad_norm);
+    }
   }
   em_spec_free(spec);
   g_free(json);
@@ -452,7 +455,13 @@ GtkWidget *em_train_page_get_loss_chart(EmTrainPage *self) { return self->loss_c
 
 static void on_spec_changed(EmAppState *state, gpointer data) {
   EmTrainPage *self = data;
-  if (!self->session) load_spec_defaults(self);
+  if (!self->session) load_spec(self, TRUE);
+}
+
+/* A new dataset changes the model line, not the settings a person chose. */
+static void on_dataset_changed(EmAppState *state, gpointer data) {
+  EmTrainPage *self = data;
+  if (!self->session) load_spec(self, FALSE);
 }
 
 static void em_train_page_dispose(GObject *obj) {
@@ -535,8 +544,8 @@ GtkWidget *em_train_page_new(EmAppState *state) {
   EmTrainPage *self = g_object_new(EM_TYPE_TRAIN_PAGE, NULL);
   self->state = g_object_ref(state);
   g_signal_connect_object(state, "spec-changed", G_CALLBACK(on_spec_changed), self, 0);
-  g_signal_connect_object(state, "dataset-changed", G_CALLBACK(on_spec_changed), self, 0);
-  load_spec_defaults(self);
+  g_signal_connect_object(state, "dataset-changed", G_CALLBACK(on_dataset_changed), self, 0);
+  load_spec(self, TRUE);
   update_sensitivity(self);
   return GTK_WIDGET(self);
 }

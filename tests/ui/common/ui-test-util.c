@@ -60,14 +60,22 @@ char *ui_test_screenshot(GtkWidget *widget, const char *name) {
     dir = fallback;
   }
   g_mkdir_with_parents(dir, 0755);
-  int w = gtk_widget_get_width(widget), h = gtk_widget_get_height(widget);
   char *path = g_strdup_printf("%s/%s.png", dir, name);
   g_free(fallback);
-  GdkPaintable *p = gtk_widget_paintable_new(widget);
-  GtkSnapshot *s = gtk_snapshot_new();
-  gdk_paintable_snapshot(p, s, w, h);
-  GskRenderNode *node = gtk_snapshot_free_to_node(s);
-  g_object_unref(p);
+  /* A widget whose frame is not drawn yet (a loaded machine) renders to
+   * nothing: let the main loop draw it, for up to 5 s. */
+  GskRenderNode *node = NULL;
+  int w = 0, h = 0;
+  for (int tries = 0; tries < 50 && !node; tries++) {
+    if (tries) ui_test_spin(100);
+    w = gtk_widget_get_width(widget);
+    h = gtk_widget_get_height(widget);
+    GdkPaintable *p = gtk_widget_paintable_new(widget);
+    GtkSnapshot *s = gtk_snapshot_new();
+    gdk_paintable_snapshot(p, s, w, h);
+    node = gtk_snapshot_free_to_node(s);
+    g_object_unref(p);
+  }
   if (!node || w <= 0 || h <= 0) {
     g_test_fail_printf("nothing to render for '%s' (%dx%d)", name, w, h);
     if (node) gsk_render_node_unref(node);
