@@ -1,13 +1,8 @@
 /* cmd-profile.c: `ember profile SPEC`: runs a few training steps of a spec
- * under the op profiler and prints what they spent their time and memory
- * on.
- *
- * The steps are the trainer's (forward, loss, backward in one scope, then
- * the optimiser step), driven here so that the command does not depend on
- * the trainer's options: a few warm-up steps first (the first step
- * allocates gradients and fills the allocator's cache), then N profiled
- * steps, each a step span holding the data loading, the ops and the
- * optimiser step as named ranges. */
+ * under the op profiler (em_profile_training: the trainer's own loop, a
+ * few warm-up steps first, which allocate gradients and fill the
+ * allocator's cache, then N profiled steps) and prints what they spent
+ * their time and memory on. */
 #include "cmd-profile.h"
 
 #include <errno.h>
@@ -76,17 +71,6 @@ static bool parse_count(const char *s, long long lo, long long hi, long long *ou
   return true;
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 enum { O_STEPS = 256, O_WARMUP, O_TRACE, O_TOP, O_SORT, O_BATCH, O_THREADS, O_DATASET,
        O_DATA_DIR, O_SEED, O_ANOMALY, O_HELP };
 
@@ -153,72 +137,6 @@ static int parse(int argc, char **argv, options *o, bool *anomaly, int *batch, i
 }
 
 /* What a step needs. */
-typedef struct {
-  em_model *model;
-  em_optimizer *opt;
-  em_loader *loader;
-  const em_train_config *cfg;
-  int64_t sample_shape[EM_MAX_DIMS];
-  int sample_ndim;
-  em_rng rng;
-  int64_t epoch;
-} runner;
-
-/* Per step: the batch through forward, loss and backward in one scope,
- * then the optimiser. Returns false (err set) when the step cannot run. */
-static bool run_step(runner *rn, double *loss_out, em_error *err) {
-  const em_train_config *c = rn->cfg;
-  const int64_t *sample_shape = rn->sample_shape;
-  int sample_ndim = rn->sample_ndim;
-  em_profile_step_begin();
-  int r = em_profile_range_begin("dataloader.next");
-  em_batch b;
-  bool got = em_loader_next(rn->loader, &b, err);
-  if (!got && err->status == EM_OK) { /* end of the epoch: start another */
-    em_loader_start_epoch(rn->loader, ++rn->epoch);
-    got = em_loader_next(rn->loader, &b, err);
-  }
-  em_profile_range_end(r);
-  if (!got) {
-    if (err->status == EM_OK) em_error_set(err, EM_ERR_INVALID, "the dataset gave no batch");
-    em_profile_step_end();
-    return false;
-  }
-  em_scope *s = em_scope_begin();
-  int64_t xshape[EM_MAX_DIMS + 1];
-  xshape[0] = b.n;
-  memcpy(xshape + 1, sample_shape, sizeof(int64_t) * (size_t)sample_ndim);
-  em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, sample_ndim + 1, xshape, (void *)b.x);
-  em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b.n, (void *)b.y);
-  em_tensor *out = em_model_forward(rn->model, x, true, &rn->rng, err);
-  bool ok = out != NULL;
-  if (ok) {
-    em_tensor *loss = em_train_loss(c->loss, out, y, c->label_smoothing);
-    *loss_out = em_tensor_item(loss);
-    ok = em_anomaly_check(err) == EM_OK;
-    if (ok && !isfinite(*loss_out)) {
-      em_error_set(err, EM_ERR_NUMERIC,
-                   "the loss became %s; run with --detect-anomaly to find the op and layer "
-                   "that produced it",
-                   isnan(*loss_out) ? "NaN" : "infinite");
-      ok = false;
-    }
-    if (ok) {
-      em_backward(loss);
-      ok = em_anomaly_check(err) == EM_OK;
-    }
-  }
-  em_scope_end(s);
-  if (ok) {
-    r = em_profile_range_begin("optimizer.step");
-    em_optimizer_step(rn->opt);
-    em_optimizer_zero_grad(rn->opt);
-    em_profile_range_end(r);
-  }
-  em_profile_step_end();
-  return ok;
-}
-
 static void print_flops(const em_op_table *t, int steps) {
   bool any = false;
   for (int i = 0; i < t->n_rows; i++) {
@@ -256,10 +174,6 @@ int em_cli_profile(int argc, char **argv) {
   if (data_dir) snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
   em_model *model = NULL;
   em_dataset *ds = NULL;
-  em_loader *loader = NULL;
-  em_optimizer *opt = NULL;
-  const char **names = NULL;
-  em_tensor **params = NULL;
   rc = 0;
   if (em_train_config_validate(&cfg, &err) != EM_OK) {
     rc = failure(&err, NULL);
@@ -284,79 +198,15 @@ int em_cli_profile(int argc, char **argv) {
     rc = failure(&err, o.spec_path);
     goto out;
   }
-  em_loader_config lc;
-  em_loader_config_defaults(&lc);
-  lc.batch_size = cfg.batch_size;
-  lc.shuffle = cfg.shuffle;
-  lc.drop_last = true; /* every profiled step the same size */
-  lc.workers = cfg.workers;
-  lc.seed = cfg.seed;
-  if (em_dataset_len(ds) < cfg.batch_size) {
-    em_error_set(&err, EM_ERR_INVALID, "the dataset has %lld samples, fewer than one batch of %d",
-                 (long long)em_dataset_len(ds), cfg.batch_size);
-    rc = failure(&err, cfg.dataset);
+  em_profile_training_options po = {.warmup = o.warmup, .steps = o.steps,
+                                     .detect_anomaly = anomaly};
+  if (em_profile_training(model, &cfg, ds, &po, &err) != EM_OK) {
+    rc = failure(&err, "profiled training");
     goto out;
   }
-  loader = em_loader_new(ds, &lc, &err);
-  if (!loader) {
-    rc = failure(&err, NULL);
-    goto out;
-  }
-  int np = em_model_param_count(model);
-  params = calloc((size_t)np + 1, sizeof *params);
-  names = calloc((size_t)np + 1, sizeof *names);
-  if (!params || !names) {
-    fprintf(stderr, "ember profile: out of memory\n");
-    rc = 1;
-    goto out;
-  }
-  for (int i = 0; i < np; i++) params[i] = em_model_param(model, i, &names[i]);
-  opt = em_optimizer_new(&cfg.optim, np, params, names, &err);
-  if (!opt) {
-    rc = failure(&err, NULL);
-    goto out;
-  }
-  runner rn = {.model = model, .opt = opt, .loader = loader, .cfg = &cfg};
-  em_rng_seed(&rn.rng, cfg.seed ^ 0x5DEECE66Dull);
-  rn.sample_ndim = em_dataset_sample_shape(ds, rn.sample_shape);
-  em_loader_start_epoch(loader, 0);
-  if (anomaly) em_anomaly_set(true);
-  double loss = 0;
-  for (int i = 0; i < o.warmup; i++)
-    if (!run_step(&rn, &loss, &err)) {
-      rc = failure(&err, "warm-up step");
-      goto out;
-    }
-
-  em_memory_reset_peak();
-  em_leak_reset();
-  if (em_profile_start(NULL, &err) != EM_OK) {
-    rc = failure(&err, NULL);
-    goto out;
-  }
-  double *step_ms = calloc((size_t)o.steps, sizeof *step_ms);
-  double wall0 = now_ms();
-  for (int i = 0; i < o.steps && rc == 0; i++) {
-    double t0 = now_ms();
-    if (!run_step(&rn, &loss, &err)) rc = failure(&err, "profiled step");
-    else if (step_ms)
-      step_ms[i] = now_ms() - t0;
-  }
-  double wall = now_ms() - wall0;
-  em_profile_stop();
-  em_memory_stats ms;
-  em_memory_stats_get(&ms);
-  if (rc) {
-    free(step_ms);
-    goto out;
-  }
-
-  double median = 0;
-  if (step_ms) {
-    qsort(step_ms, (size_t)o.steps, sizeof *step_ms, cmp_double);
-    median = step_ms[o.steps / 2];
-    free(step_ms);
-  }
+  em_memory_stats ms = po.memory;
+  double median = po.step_ms_median, loss = po.last_loss;
+  double wall = po.step_ms_mean * po.steps_done;
   printf("ember profile: %s, %d steps of batch %d on %s (%d threads) after %d warm-up steps\n",
          em_spec_name(spec), o.steps, cfg.batch_size, cfg.dataset, em_get_num_threads(),
          o.warmup);
@@ -399,11 +249,6 @@ int em_cli_profile(int argc, char **argv) {
            (long long)em_profile_record_count());
   }
 out:
-  if (anomaly) em_anomaly_set(false);
-  em_optimizer_free(opt);
-  free(params);
-  free(names);
-  em_loader_free(loader);
   em_model_free(model);
   em_dataset_free(ds);
   em_spec_free(spec);

@@ -156,7 +156,8 @@ void em_trainer_free(em_trainer *t);
 /* Diagnostics of a run. They are not part of the config: they never change
  * the numbers, and a resumed run need not repeat them. */
 typedef struct {
-  char trace_path[512]; /* "": no profile; else a Chrome trace of a window */
+  char trace_path[512]; /* a Chrome trace of the profiled window; "": none */
+  bool profile;         /* profile the window even without a trace file */
   int64_t start_batch;  /* batches of this run before the window; default 5 */
   int64_t batches;      /* batches in the window; default 20 */
   bool detect_anomaly;  /* stop at the first op that makes NaN/Inf, naming it */
@@ -165,6 +166,24 @@ typedef struct {
 void em_train_diagnostics_defaults(em_train_diagnostics *d);
 /* Before em_trainer_run. */
 void em_trainer_set_diagnostics(em_trainer *t, const em_train_diagnostics *d);
+
+/* Profiles a window of real training steps of m on train (the trainer's
+ * loop: data loading, forward, loss, backward, optimiser step): `warmup`
+ * batches, then `steps` profiled ones, then stops. The records stay for
+ * em_op_table_build and em_profile_write_trace; `ember profile` and the
+ * workbench's "Profile now" share it. The model's weights move. */
+typedef struct {
+  int warmup;             /* batches before the window (>= 0; ember profile uses 2) */
+  int steps;              /* profiled batches; <= 0: 10 */
+  bool detect_anomaly;
+  const _Atomic int *cancel; /* NULL, or nonzero to stop between batches */
+  /* out */
+  int steps_done;         /* profiled steps run */
+  double step_ms_median, step_ms_mean, last_loss;
+  em_memory_stats memory; /* at the end of the window (peak: over it) */
+} em_profile_training_options;
+em_status em_profile_training(em_model *m, const em_train_config *c, const em_dataset *train,
+                              em_profile_training_options *o, em_error *err);
 
 /* ---- checkpoints ----------------------------------------------------------
  * A checkpoint is one safetensors file holding the model's weights and

@@ -23,7 +23,7 @@ void em_diag_begin(em_trainer *t, em_diag_state *d) {
 
 void em_diag_batch_begin(em_trainer *t, em_diag_state *d, em_error *err) {
   const em_train_diagnostics *g = &t->diag;
-  if (g->trace_path[0] && !d->profiled && !em_profile_running() && d->batches >= g->start_batch) {
+  if ((g->trace_path[0] || g->profile) && !d->profiled && !em_profile_running() && d->batches >= g->start_batch) {
     em_error e = {0};
     if (em_profile_start(NULL, &e) == EM_OK) d->profiling = true;
     else d->profiled = true; /* another session owns the profiler: give up quietly */
@@ -37,7 +37,7 @@ static em_status finish_profile(em_trainer *t, em_diag_state *d, char **table, e
   em_profile_stop();
   d->profiling = false;
   d->profiled = true;
-  EM_TRY(em_profile_write_trace(t->diag.trace_path, err));
+  if (t->diag.trace_path[0]) EM_TRY(em_profile_write_trace(t->diag.trace_path, err));
   em_op_table tab;
   if (em_op_table_build(&tab, EM_OP_TABLE_BY_OP, err) == EM_OK) {
     em_op_table_sort(&tab, EM_OP_COL_SELF, true);

@@ -252,7 +252,12 @@ static em_status run_batches(run_ctx *r, em_error *err) {
   em_batch b;
   while (!t->jumped && !(atomic_load(&t->stop) && t->micro == 0)) {
     em_error lerr = {0};
-    if (!em_loader_next(t->loader, &b, &lerr)) {
+    em_diag_batch_begin(t, &r->diag, err); /* the batch's step span holds its loading */
+    int span = em_profile_range_begin("dataloader.next");
+    bool got = em_loader_next(t->loader, &b, &lerr);
+    em_profile_range_end(span);
+    if (!got) {
+      em_profile_step_end(); /* the epoch's end: no batch in this span */
       if (lerr.status != EM_OK) {
         st = lerr.status;
         if (err) *err = lerr;
@@ -260,7 +265,6 @@ static em_status run_batches(run_ctx *r, em_error *err) {
       break;
     }
     double lv;
-    em_diag_batch_begin(t, &r->diag, err);
     if ((st = micro_batch(r, &b, &lv, err)) != EM_OK) break;
     em_watch_verdict v = em_watchdog_check_loss(&t->watch, lv);
     if (v != EM_WATCH_OK) {
@@ -275,7 +279,9 @@ static em_status run_batches(run_ctx *r, em_error *err) {
     bool stepped = false;
     if (t->micro == r->acc || t->pos.batch == r->bpe) {
       double norm;
+      span = em_profile_range_begin("optimizer.step");
       optimizer_step(r, &v, &norm);
+      em_profile_range_end(span);
       if (v != EM_WATCH_OK) {
         if ((st = diverged(r, v, norm, err)) != EM_OK) break;
         continue;

@@ -142,9 +142,43 @@ static void test_anomaly_names_layer(void) {
   g_assert_null(strstr(plain.msg, "layer 'fc'"));
 }
 
+/* em_profile_training: warm-up, then exactly the window, through the
+ * trainer (its loader and optimiser ranges appear), then stops. */
+static void test_profile_training(void) {
+  fixture f;
+  fixture_init(&f);
+  em_error err = {0};
+  em_profile_training_options o = {.warmup = 3, .steps = 4};
+  g_assert_cmpint(em_profile_training(f.m, &f.cfg, f.train, &o, &err), ==, EM_OK);
+  g_assert_cmpint(o.steps_done, ==, 4);
+  g_assert_cmpfloat(o.step_ms_median, >, 0);
+  g_assert_cmpfloat(o.step_ms_mean, >, 0);
+  g_assert_cmpint(o.memory.peak_allocated_bytes, >, 0);
+  g_assert_false(em_profile_running());
+  em_op_table tab;
+  g_assert_cmpint(em_op_table_build(&tab, EM_OP_TABLE_BY_OP, &err), ==, EM_OK);
+  g_assert_cmpint(tab.steps, ==, 4);
+  bool conv = false, opt = false, data = false;
+  for (int i = 0; i < tab.n_rows; i++) {
+    conv |= strcmp(tab.rows[i].name, "conv2d") == 0 && tab.rows[i].count == 4;
+    opt |= strcmp(tab.rows[i].name, "optimizer.step") == 0 && tab.rows[i].count == 4;
+    data |= strcmp(tab.rows[i].name, "dataloader.next") == 0 && tab.rows[i].count == 4;
+    g_test_message("%s x%lld", tab.rows[i].name, (long long)tab.rows[i].count);
+  }
+  em_op_table_free(&tab);
+  g_assert_true(conv && opt && data);
+  /* a cancel before the first batch: no step runs */
+  _Atomic int cancel = 1;
+  em_profile_training_options c = {.warmup = 0, .steps = 4, .cancel = &cancel};
+  g_assert_cmpint(em_profile_training(f.m, &f.cfg, f.train, &c, &err), ==, EM_OK);
+  g_assert_cmpint(c.steps_done, ==, 0);
+  fixture_free(&f);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/train/diagnostics/profile-window", test_profile_window);
   g_test_add_func("/train/diagnostics/anomaly", test_anomaly_names_layer);
+  g_test_add_func("/train/diagnostics/profile-training", test_profile_training);
   return g_test_run();
 }
