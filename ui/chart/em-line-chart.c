@@ -21,6 +21,7 @@ struct _EmLineChart {
   GtkWidget parent_instance;
   GPtrArray *series; /* EmChartSeries* */
   gboolean log_y;
+  gboolean integer_x; /* x is a count (steps): no ticks between integers */
   double alpha;
   char *title, *x_label, *y_label, *note;
 
@@ -199,6 +200,7 @@ static void draw_axes(EmLineChart *self, cairo_t *cr, const Frame *f, const GdkR
   cairo_set_line_width(cr, 1);
   /* x ticks */
   double xs = nice_step(f->vx1 - f->vx0, f->w / 90);
+  if (self->integer_x && xs < 1) xs = 1;
   for (double t = ceil(f->vx0 / xs) * xs; t <= f->vx1 + xs * 1e-9; t += xs) {
     double px = round(px_of(f, t)) + 0.5;
     set_rgba(cr, fg, 0.12);
@@ -797,6 +799,13 @@ void em_line_chart_set_log_y(EmLineChart *self, gboolean log_y) {
   self->log_y = !!log_y;
   self->user_view = FALSE;
   invalidate(self);
+}
+
+void em_line_chart_set_integer_x(EmLineChart *self, gboolean integer_x) {
+  g_return_if_fail(EM_IS_LINE_CHART(self));
+  self->integer_x = integer_x;
+  g_clear_pointer(&self->cache, gsk_render_node_unref);
+  gtk_widget_queue_draw(GTK_WIDGET(self));
 }
 
 gboolean em_line_chart_get_log_y(EmLineChart *self) {

@@ -34,6 +34,8 @@ void em_line_chart_clear(EmLineChart *self);
 
 /* Logarithmic y axis (values <= 0 are not drawn on it). */
 void em_line_chart_set_log_y(EmLineChart *self, gboolean log_y);
+/* x values are counts (optimiser steps): ticks only at integers. */
+void em_line_chart_set_integer_x(EmLineChart *self, gboolean integer_x);
 gboolean em_line_chart_get_log_y(EmLineChart *self);
 /* Smoothing weight alpha in [0, 1): 0 draws the raw curve only; otherwise
  * the smoothed curve is drawn bold over a faint raw curve. Recomputed over

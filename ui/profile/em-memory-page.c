@@ -141,6 +141,7 @@ static void em_memory_page_class_init(EmMemoryPageClass *klass) {
 static void em_memory_page_init(EmMemoryPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
   self->chart = EM_LINE_CHART(em_line_chart_new());
+  em_line_chart_set_integer_x(self->chart, TRUE);
   em_line_chart_set_title(self->chart, "Memory (CPU allocator)");
   em_line_chart_set_x_label(self->chart, "step");
   em_line_chart_set_y_label(self->chart, "MiB");

@@ -399,6 +399,7 @@ static void em_compare_page_init(EmComparePage *self) {
   g_array_set_clear_func(self->runs, cmp_run_clear);
   self->diff_values = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, (GDestroyNotify)g_strfreev);
   self->chart = EM_LINE_CHART(em_line_chart_new());
+  em_line_chart_set_integer_x(self->chart, TRUE);
   em_line_chart_set_x_label(self->chart, "step");
   gtk_box_append(self->chart_box, GTK_WIDGET(self->chart));
   self->scatter = EM_COST_SCATTER(em_cost_scatter_new());

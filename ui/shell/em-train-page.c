@@ -522,6 +522,8 @@ static void em_train_page_init(EmTrainPage *self) {
 #if EM_HAVE_LINE_CHART
   self->loss_chart = em_line_chart_new();
   self->acc_chart = em_line_chart_new();
+  em_line_chart_set_integer_x(EM_LINE_CHART(self->loss_chart), TRUE);
+  em_line_chart_set_integer_x(EM_LINE_CHART(self->acc_chart), TRUE);
   em_line_chart_set_title(EM_LINE_CHART(self->loss_chart), "Loss");
   em_line_chart_set_x_label(EM_LINE_CHART(self->loss_chart), "step");
   em_line_chart_set_title(EM_LINE_CHART(self->acc_chart), "Test accuracy");
