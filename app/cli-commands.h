@@ -13,3 +13,4 @@ int cli_cmd_metrics(int argc, char **argv); /* cmd-metrics.c */
 int cli_cmd_models(int argc, char **argv);  /* cmd-models.c */
 int cli_cmd_model(int argc, char **argv);   /* cmd-models.c: model register|versions|... */
 int cli_cmd_gc(int argc, char **argv);      /* cmd-gc.c */
+int cli_cmd_export(int argc, char **argv);  /* cmd-export.c */

@@ -7,6 +7,8 @@ const char *const cli_usage_text =
     "       ember eval SPEC --weights FILE [--batch N] [--data-dir DIR] [--threads N]\n"
     "       ember info SPEC                     layers, output shapes, parameters\n"
     "       ember profile SPEC [--steps N] [--trace FILE]   op profile and memory of a few steps\n"
+    "       ember export SPEC --weights FILE -o OUT.onnx   ONNX (opset 17) for deployment\n"
+    "       ember export NAME@ALIAS|NAME@VERSION [-o OUT.onnx] [--registry DIR]   recorded as an artifact\n"
     "\n"
     "registry (each takes --registry DIR and --json):\n"
     "       ember runs [--model M] [--status S] [--limit N] [--dataset NAME|SHA] [--spec SHA]\n"

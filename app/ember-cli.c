@@ -43,7 +43,7 @@ static const struct {
     {"train", cli_cmd_train},     {"eval", cli_cmd_eval},     {"info", cli_cmd_info},
     {"runs", cli_cmd_runs},       {"run", cli_cmd_run},       {"compare", cli_cmd_compare},
     {"metrics", cli_cmd_metrics}, {"models", cli_cmd_models}, {"model", cli_cmd_model},
-    {"gc", cli_cmd_gc},           {"profile", cmd_profile},
+    {"gc", cli_cmd_gc},           {"profile", cmd_profile},   {"export", cli_cmd_export},
 };
 
 int main(int argc, char **argv) {
@@ -61,6 +61,6 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc, argv);
   cli_die_usage("unknown command '%s'; commands: train, eval, info, runs, run, compare, "
-                "metrics, models, model, gc, profile",
+                "metrics, models, model, gc, profile, export",
                 cmd);
 }

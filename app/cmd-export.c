@@ -1,0 +1,185 @@
+/* cmd-export.c: `ember export` writes a model as ONNX (em-export.h).
+ *
+ *   ember export SPEC --weights FILE -o OUT.onnx
+ *   ember export NAME@ALIAS|NAME@VERSION [-o OUT.onnx] [--registry DIR]
+ *
+ * The registry form takes the version's weights file and the spec its run
+ * recorded, writes artifacts/exports/NAME-vV.onnx under the registry
+ * (and -o OUT too, when given) and records the registry's file as an
+ * artifact of kind "export" on the version's run. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli-commands.h"
+#include "cli-common.h"
+#include "em-export.h"
+#include "em-io.h"
+#include "em-train.h"
+
+#ifndef EMBER_VERSION
+#define EMBER_VERSION "unknown"
+#endif
+
+/* The model's weights from a weights file (em_model_save), or from a
+ * training checkpoint, whose optimiser state ("optim/...") is skipped: a
+ * registered version's weights file is its run's checkpoint. */
+static em_status load_weights(em_model *m, const char *path, em_error *err) {
+  em_safetensors *f = em_safetensors_open(path, err);
+  if (!f) return err->status;
+  const char *format = em_safetensors_meta(f, "format");
+  bool checkpoint = format && !strcmp(format, "ember-checkpoint");
+  em_safetensors_close(f);
+  if (!checkpoint) return em_model_load(m, path, err);
+  if (!(f = em_safetensors_open(path, err))) return err->status;
+  em_status st = EM_OK;
+  for (int i = 0; i < em_model_tensor_count(m) && st == EM_OK; i++) {
+    const char *name;
+    em_tensor *t = em_model_tensor(m, i, &name);
+    st = em_safetensors_read(f, name, t, err);
+  }
+  for (int k = 0; k < em_safetensors_count(f) && st == EM_OK; k++) {
+    const char *name = em_safetensors_name(f, k);
+    if (strncmp(name, "optim/", 6) != 0 && em_model_tensor_find(m, name) < 0)
+      st = em_error_set(err, EM_ERR_FORMAT,
+                        "checkpoint '%s' holds a tensor '%s' that this model does not have; "
+                        "was it saved from another model?",
+                        path, name);
+  }
+  em_safetensors_close(f);
+  return st;
+}
+
+/* Writes the model of spec + weights to out. */
+static int export_model(const em_spec *spec, const char *weights, const char *out,
+                        const em_export_meta *meta) {
+  em_error err = {0};
+  em_model *model = em_model_new(spec, 0, &err);
+  int rc = 0;
+  if (!model) rc = cli_fail(&err, NULL);
+  else if (load_weights(model, weights, &err) != EM_OK) rc = cli_fail1(&err, weights);
+  else if (em_export_onnx(model, out, meta, &err) != EM_OK) rc = cli_fail(&err, out);
+  em_model_free(model);
+  return rc;
+}
+
+/* "production" among "production, staging". */
+static bool has_alias(const char *list, const char *alias) {
+  size_t n = strlen(alias);
+  for (const char *p = list; p && *p;) {
+    while (*p == ' ' || *p == ',') p++;
+    size_t k = strcspn(p, ", ");
+    if (k == n && !strncmp(p, alias, n)) return true;
+    p += k;
+  }
+  return false;
+}
+
+static int export_registry(const char *ref, const char *out, const char *registry) {
+  char name[128];
+  const char *at = strchr(ref, '@');
+  if (!at || at == ref || !at[1] || (size_t)(at - ref) >= sizeof name)
+    cli_die_usage("export expects SPEC --weights FILE, or NAME@ALIAS / NAME@VERSION");
+  memcpy(name, ref, (size_t)(at - ref));
+  name[at - ref] = '\0';
+  const char *sel = at + 1;
+  char *end;
+  long want = strtol(sel, &end, 10);
+  bool by_number = *end == '\0' && want > 0;
+
+  em_store *s = cli_store_open(registry, false);
+  if (!s) return 1;
+  em_error err = {0};
+  em_version_row *v = NULL;
+  int nv = 0, rc = 0;
+  em_run run = {0};
+  em_spec *spec = NULL;
+  const em_version_row *pick = NULL;
+  if (em_store_model_versions(s, name, &v, &nv, &err) != EM_OK) {
+    rc = cli_fail1(&err, name);
+    goto done;
+  }
+  for (int i = 0; i < nv && !pick; i++)
+    if (by_number ? v[i].version == want : has_alias(v[i].aliases, sel)) pick = &v[i];
+  if (!pick) {
+    fprintf(stderr,
+            "ember: model '%s' has no %s '%s'; see `ember model versions %s` for its versions "
+            "and aliases\n",
+            name, by_number ? "version" : "alias", sel, name);
+    rc = 1;
+    goto done;
+  }
+  if (em_store_run_get(s, pick->run, &run, &err) != EM_OK) {
+    rc = cli_fail1(&err, "the version's run");
+    goto done;
+  }
+  char src[64];
+  snprintf(src, sizeof src, "<spec of run %lld>", (long long)pick->run);
+  if (!run.spec_json || !(spec = em_spec_parse(run.spec_json, src, &err))) {
+    if (!run.spec_json) em_error_set(&err, EM_ERR_FORMAT, "the run recorded no spec");
+    rc = cli_fail1(&err, src);
+    goto done;
+  }
+  char rel[256], inside[4096], dir[4096];
+  snprintf(rel, sizeof rel, "exports/%s-v%d.onnx", name, pick->version);
+  em_store_artifact_path(s, rel, inside, sizeof inside);
+  em_store_artifact_path(s, "exports", dir, sizeof dir);
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "ember: cannot create '%s': %s\n", dir, strerror(errno));
+    rc = 1;
+    goto done;
+  }
+  em_export_meta meta = {.ember_version = EMBER_VERSION,
+                         .run_id = pick->run,
+                         .model_version = pick->version,
+                         .registry_model = name};
+  /* The registry keeps its own copy; -o elsewhere gets a second, equal
+   * export (each written atomically, so neither can be torn). */
+  if ((rc = export_model(spec, pick->weights_path, inside, &meta)) != 0) goto done;
+  if (out) {
+    char *ro = realpath(out, NULL);
+    bool same = ro && !strcmp(ro, inside);
+    free(ro);
+    if (!same && (rc = export_model(spec, pick->weights_path, out, &meta)) != 0) goto done;
+  }
+  int64_t art = 0;
+  if (em_store_artifact_add(s, inside, "export", pick->run, &art, &err) != EM_OK) {
+    rc = cli_fail1(&err, "recording the export");
+    goto done;
+  }
+  if (out) printf("exported %s version %d to %s\n", name, pick->version, out);
+  printf("recorded artifact %lld (export of run %lld) at %s\n", (long long)art,
+         (long long)pick->run, inside);
+done:
+  em_spec_free(spec);
+  em_run_clear(&run);
+  em_version_rows_free(v, nv);
+  em_store_close(s);
+  return rc;
+}
+
+int cli_cmd_export(int argc, char **argv) {
+  const char *weights = NULL, *out = NULL, *registry = NULL, *pos[1] = {NULL};
+  /* -o is the short form of --output. */
+  for (int i = 2; i < argc; i++)
+    if (!strcmp(argv[i], "-o")) argv[i] = "--output";
+  const cli_opt opts[] = {{"weights", &weights, NULL},
+                          {"output", &out, NULL},
+                          {"registry", &registry, NULL},
+                          {0}};
+  cli_parse_args(argc, argv, 2, opts, pos, 1, 1, "export");
+  if (strchr(pos[0], '@') && !weights) return export_registry(pos[0], out, registry);
+  if (!weights) cli_die_usage("export SPEC needs --weights FILE (or use NAME@ALIAS)");
+  if (!out) cli_die_usage("export SPEC needs -o OUT.onnx");
+  if (registry) cli_die_usage("--registry goes with NAME@ALIAS, not with a SPEC file");
+  em_error err = {0};
+  em_spec *spec = em_spec_load(pos[0], &err);
+  if (!spec) return cli_fail(&err, NULL);
+  em_export_meta meta = {.ember_version = EMBER_VERSION};
+  int rc = export_model(spec, weights, out, &meta);
+  if (rc == 0) printf("exported %s to %s\n", em_spec_name(spec), out);
+  em_spec_free(spec);
+  return rc;
+}

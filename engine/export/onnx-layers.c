@@ -1,0 +1,310 @@
+/* onnx-layers.c: each built-in layer type as ONNX operators (opset 17),
+ * with inference semantics: Dropout is the identity (handled by the
+ * caller, which aliases its output), BatchNorm2d uses running statistics,
+ * GELU is the exact erf form Ember computes. */
+#include "export-private.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Index of attribute `name` in the node's type table (an invariant: the
+ * built-in types declare these). */
+static int attr_index(const em_layer_node *n, const char *name) {
+  for (int i = 0; i < n->type->n_attrs; i++)
+    if (!strcmp(n->type->attrs[i].name, name)) return i;
+  EM_ASSERT(!"attribute missing from a built-in layer type");
+  return -1;
+}
+
+static int64_t attr_i(const em_layer_node *n, const char *name, int k) {
+  return em_attr_int(n, attr_index(n, name), k);
+}
+
+/* The input shape of node i's first input. */
+static const em_shape *in_shape(const em_spec *spec, int i) {
+  int k = spec->nodes[i].in[0];
+  return k < 0 ? &spec->input : &spec->nodes[k].out;
+}
+
+static const char *op1(em_onnx_builder *b, const char *op, const char *node, const char *x,
+                       const char *out) {
+  const char *in[1] = {x};
+  return em_onnx_node(b, op, node, 1, in, out) ? out : NULL;
+}
+
+static const char *op2(em_onnx_builder *b, const char *op, const char *node, const char *x,
+                       const char *y, const char *out) {
+  const char *in[2] = {x, y};
+  return em_onnx_node(b, op, node, 2, in, out) ? out : NULL;
+}
+
+static void linear(em_onnx_builder *b, const em_spec *spec, int i, const char *x, const char *out,
+                   em_tensor *const *t, const char *const *tn) {
+  const char *name = spec->nodes[i].name;
+  bool bias = spec->nodes[i].n_decl > 1;
+  em_onnx_init_tensor(b, tn[0], t[0]);
+  if (bias) em_onnx_init_tensor(b, tn[1], t[1]);
+  if (in_shape(spec, i)->ndim == 2) { /* (N, D) @ (K, D)^T + (K) */
+    const char *in[3] = {x, tn[0], bias ? tn[1] : NULL};
+    Onnx__NodeProto *n = em_onnx_node(b, "Gemm", name, bias ? 3 : 2, in, out);
+    em_onnx_attr_int(b, n, "transB", 1);
+    return;
+  }
+  /* (N, ..., D) @ (D, K) [+ (K)]: MatMul broadcasts over the leading dims. */
+  em_tensor wt = *t[0];
+  wt.shape[0] = t[0]->shape[1];
+  wt.shape[1] = t[0]->shape[0];
+  wt.stride[0] = t[0]->stride[1];
+  wt.stride[1] = t[0]->stride[0];
+  char *wt_name = em_onnx_printf(b, "%s.T", tn[0]);
+  if (!wt_name) return;
+  em_onnx_init_tensor(b, wt_name, &wt);
+  if (!bias) {
+    op2(b, "MatMul", name, x, wt_name, out);
+    return;
+  }
+  char *mm = em_onnx_tmp_name(b, name, "matmul");
+  char *nm = em_onnx_printf(b, "%s/matmul", name), *na = em_onnx_printf(b, "%s/add", name);
+  if (!mm || !nm || !na) return;
+  op2(b, "MatMul", nm, x, wt_name, mm);
+  op2(b, "Add", na, mm, tn[1], out);
+}
+
+static void conv2d(em_onnx_builder *b, const em_spec *spec, int i, const char *x, const char *out,
+                   em_tensor *const *t, const char *const *tn) {
+  const em_layer_node *node = &spec->nodes[i].view;
+  bool bias = spec->nodes[i].n_decl > 1;
+  em_onnx_init_tensor(b, tn[0], t[0]);
+  if (bias) em_onnx_init_tensor(b, tn[1], t[1]);
+  const char *in[3] = {x, tn[0], bias ? tn[1] : NULL};
+  Onnx__NodeProto *n = em_onnx_node(b, "Conv", node->name, bias ? 3 : 2, in, out);
+  int64_t k[2] = {attr_i(node, "kernel_size", 0), attr_i(node, "kernel_size", 1)};
+  int64_t s[2] = {attr_i(node, "stride", 0), attr_i(node, "stride", 1)};
+  int64_t d[2] = {attr_i(node, "dilation", 0), attr_i(node, "dilation", 1)};
+  int64_t ph = attr_i(node, "padding", 0), pw = attr_i(node, "padding", 1);
+  int64_t p[4] = {ph, pw, ph, pw}; /* begins, then ends */
+  em_onnx_attr_ints(b, n, "kernel_shape", 2, k);
+  em_onnx_attr_ints(b, n, "strides", 2, s);
+  em_onnx_attr_ints(b, n, "dilations", 2, d);
+  em_onnx_attr_ints(b, n, "pads", 4, p);
+  em_onnx_attr_int(b, n, "group", attr_i(node, "groups", 0));
+}
+
+static void pool2d(em_onnx_builder *b, const em_spec *spec, int i, const char *x, const char *out,
+                   bool avg) {
+  const em_layer_node *node = &spec->nodes[i].view;
+  int ks = attr_index(node, "kernel_size"), ss = attr_index(node, "stride");
+  int64_t k[2], s[2], p[4];
+  for (int a = 0; a < 2; a++) {
+    k[a] = em_attr_int(node, ks, a);
+    s[a] = node->attr[ss].given ? em_attr_int(node, ss, a) : k[a]; /* PyTorch's default */
+    p[a] = p[a + 2] = attr_i(node, "padding", a);
+  }
+  bool padded = p[0] || p[1];
+  if (avg && padded) {
+    /* Ember averages over the whole window, padding included. ONNX says
+     * that with count_include_pad=1, but consumers differ (OpenCV 4.6
+     * ignores it), so the zeros are padded explicitly: (N, C, H+2ph,
+     * W+2pw), then an unpadded AveragePool. */
+    int64_t pads[8] = {0, 0, p[0], p[1], 0, 0, p[0], p[1]};
+    char *pn = em_onnx_printf(b, "%s/pads", node->name);
+    char *v = em_onnx_tmp_name(b, node->name, "padded");
+    char *nn = em_onnx_printf(b, "%s/Pad", node->name);
+    if (!pn || !v || !nn) return;
+    em_onnx_init_i64s(b, pn, 8, pads);
+    op2(b, "Pad", nn, x, pn, v); /* mode "constant", value 0 */
+    x = v;
+    memset(p, 0, sizeof p);
+  }
+  Onnx__NodeProto *n = em_onnx_node(b, avg ? "AveragePool" : "MaxPool", node->name, 1, &x, out);
+  em_onnx_attr_ints(b, n, "kernel_shape", 2, k);
+  em_onnx_attr_ints(b, n, "strides", 2, s);
+  em_onnx_attr_ints(b, n, "pads", 4, p);
+  if (avg) em_onnx_attr_int(b, n, "count_include_pad", 1);
+}
+
+static void flatten(em_onnx_builder *b, const em_spec *spec, int i, const char *x,
+                    const char *out) {
+  const em_layer_node *node = &spec->nodes[i].view;
+  const em_shape *in = in_shape(spec, i);
+  int s = (int)attr_i(node, "start_dim", 0), e = (int)attr_i(node, "end_dim", 0);
+  s = s < 0 ? s + in->ndim : s;
+  e = e < 0 ? e + in->ndim : e;
+  if (s == 1 && e == in->ndim - 1) {
+    Onnx__NodeProto *n = em_onnx_node(b, "Flatten", node->name, 1, &x, out);
+    em_onnx_attr_int(b, n, "axis", 1);
+    return;
+  }
+  /* Reshape to [0 (keep)..., -1, the dims after end_dim]. */
+  int64_t shape[EM_MAX_DIMS];
+  int k = 0;
+  for (int d = 0; d < s; d++) shape[k++] = 0;
+  shape[k++] = -1;
+  for (int d = e + 1; d < in->ndim; d++) shape[k++] = in->shape[d];
+  char *sn = em_onnx_printf(b, "%s/shape", node->name);
+  if (!sn) return;
+  em_onnx_init_i64s(b, sn, k, shape);
+  op2(b, "Reshape", node->name, x, sn, out);
+}
+
+/* 0.5 x (1 + erf(x / sqrt 2)), as in engine/ops/unary.c. */
+static void gelu(em_onnx_builder *b, const char *name, const char *x, const char *out) {
+  char *c_sqrt2 = em_onnx_printf(b, "%s/sqrt2", name), *c_one = em_onnx_printf(b, "%s/one", name);
+  char *c_half = em_onnx_printf(b, "%s/half", name);
+  char *v_div = em_onnx_tmp_name(b, name, "div"), *v_erf = em_onnx_tmp_name(b, name, "erf");
+  char *v_add = em_onnx_tmp_name(b, name, "add"), *v_mul = em_onnx_tmp_name(b, name, "mul");
+  char *n_div = em_onnx_printf(b, "%s/Div", name), *n_erf = em_onnx_printf(b, "%s/Erf", name);
+  char *n_add = em_onnx_printf(b, "%s/Add", name), *n_mul = em_onnx_printf(b, "%s/Mul", name);
+  char *n_mul2 = em_onnx_printf(b, "%s/Mul_half", name);
+  if (b->failed) return;
+  em_onnx_init_scalar(b, c_sqrt2, (float)sqrt(2.0));
+  em_onnx_init_scalar(b, c_one, 1.f);
+  em_onnx_init_scalar(b, c_half, 0.5f);
+  op2(b, "Div", n_div, x, c_sqrt2, v_div);
+  op1(b, "Erf", n_erf, v_div, v_erf);
+  op2(b, "Add", n_add, v_erf, c_one, v_add);
+  op2(b, "Mul", n_mul, x, v_add, v_mul);
+  op2(b, "Mul", n_mul2, v_mul, c_half, out);
+}
+
+/* LayerNorm over the last nd dims (flattened to D), in primitive
+ * operators:
+ *   d = x - mean(x); y = d / sqrt(mean(d^2) + eps) * weight + bias
+ * (the biased variance, as Ember and PyTorch compute it). The means are
+ * MatMuls with a (D, 1) column of 1/D and go back to (.., D) through a
+ * MatMul with a (1, D) row of ones, so every elementwise op sees equal
+ * shapes. Opset 17 has LayerNormalization, but consumers that predate it
+ * (Debian 12's OpenCV 4.6) cannot load it, nor broadcast (N, D) against
+ * (N, 1); this form runs everywhere and costs O(D) extra weights. */
+static void layer_norm(em_onnx_builder *b, const em_spec *spec, int i, const char *x,
+                       const char *out, em_tensor *const *t, const char *const *tn) {
+  const char *name = spec->nodes[i].name;
+  const em_shape *in = in_shape(spec, i);
+  int nd = t[0]->ndim, lead = in->ndim - nd;
+  int64_t D = em_tensor_numel(t[0]);
+  const em_layer_node *node = &spec->nodes[i].view;
+  /* Weight and bias as (D) (they are contiguous model tensors). */
+  em_tensor flat[2];
+  for (int k = 0; k < 2; k++) {
+    EM_ASSERT(em_tensor_is_contiguous(t[k]));
+    flat[k] = *t[k];
+    flat[k].ndim = 1;
+    flat[k].shape[0] = D;
+    flat[k].stride[0] = 1;
+    em_onnx_init_tensor(b, tn[k], &flat[k]);
+  }
+  char *c_eps = em_onnx_printf(b, "%s/eps", name), *c_avg = em_onnx_printf(b, "%s/avg", name);
+  char *c_ones = em_onnx_printf(b, "%s/ones", name);
+  if (b->failed) return;
+  em_onnx_init_scalar(b, c_eps, (float)em_attr_float(node, attr_index(node, "eps")));
+  em_tensor col = {.dtype = EM_DTYPE_F32, .ndim = 2, .shape = {D, 1}, .stride = {1, 1}};
+  em_tensor row = {.dtype = EM_DTYPE_F32, .ndim = 2, .shape = {1, D}, .stride = {D, 1}};
+  float *vals = em_onnx_alloc(b, (size_t)D * sizeof *vals);
+  if (!vals) return;
+  for (int64_t k = 0; k < D; k++) vals[k] = 1.f / (float)D;
+  col.data = vals;
+  em_onnx_init_tensor(b, c_avg, &col);
+  for (int64_t k = 0; k < D; k++) vals[k] = 1.f;
+  row.data = vals;
+  em_onnx_init_tensor(b, c_ones, &row);
+
+  const char *xf = x; /* (.., D) */
+  if (nd > 1) {
+    int64_t shape[EM_MAX_DIMS];
+    for (int k = 0; k < lead; k++) shape[k] = 0;
+    shape[lead] = -1;
+    char *sn = em_onnx_printf(b, "%s/flat_shape", name), *v = em_onnx_tmp_name(b, name, "flat");
+    char *nn = em_onnx_printf(b, "%s/Reshape_flat", name);
+    if (!sn || !v || !nn) return;
+    em_onnx_init_i64s(b, sn, lead + 1, shape);
+    xf = op2(b, "Reshape", nn, x, sn, v);
+  }
+  static const char *const what[] = {"mean1", "mean", "centered", "square", "var1", "var_eps",
+                                     "std1", "std", "normalized", "scaled", "shifted"};
+  char *v[11], *nn[11];
+  for (int k = 0; k < 11; k++) {
+    v[k] = em_onnx_tmp_name(b, name, what[k]);
+    nn[k] = em_onnx_printf(b, "%s/%s", name, what[k]);
+  }
+  if (b->failed || !xf) return;
+  const char *y = nd > 1 ? v[10] : out;
+  op2(b, "MatMul", nn[0], xf, c_avg, v[0]);   /* (.., 1) */
+  op2(b, "MatMul", nn[1], v[0], c_ones, v[1]); /* (.., D) */
+  op2(b, "Sub", nn[2], xf, v[1], v[2]);
+  op2(b, "Mul", nn[3], v[2], v[2], v[3]);
+  op2(b, "MatMul", nn[4], v[3], c_avg, v[4]);
+  op2(b, "Add", nn[5], v[4], c_eps, v[5]);
+  op1(b, "Sqrt", nn[6], v[5], v[6]);
+  op2(b, "MatMul", nn[7], v[6], c_ones, v[7]);
+  op2(b, "Div", nn[8], v[2], v[7], v[8]);
+  op2(b, "Mul", nn[9], v[8], tn[0], v[9]);
+  op2(b, "Add", nn[10], v[9], tn[1], y);
+  if (nd > 1) { /* back to (.., the normalized dims) */
+    int64_t shape[EM_MAX_DIMS];
+    for (int k = 0; k < lead; k++) shape[k] = 0;
+    for (int k = 0; k < nd; k++) shape[lead + k] = in->shape[lead + k];
+    char *sn = em_onnx_printf(b, "%s/out_shape", name);
+    char *n2 = em_onnx_printf(b, "%s/Reshape_back", name);
+    if (!sn || !n2) return;
+    em_onnx_init_i64s(b, sn, in->ndim, shape);
+    op2(b, "Reshape", n2, y, sn, out);
+  }
+}
+
+em_status em_onnx_layer(em_onnx_builder *b, const em_spec *spec, int i, const char *const *in,
+                        const char *out, em_tensor *const *t, const char *const *tn,
+                        em_error *err) {
+  const em_spec_node *sn = &spec->nodes[i];
+  const char *type = sn->type->name, *name = sn->name;
+  /* A plugin may not reuse a built-in name (the registry refuses it), so
+   * a name match is the built-in type itself. */
+  if (sn->type != em_layer_type_find(type))
+    return em_error_set(err, EM_ERR_UNSUPPORTED,
+                        "node '%s': layer type '%s' is not the registered one", name, type);
+  if (!strcmp(type, "Linear")) {
+    linear(b, spec, i, in[0], out, t, tn);
+  } else if (!strcmp(type, "Conv2d")) {
+    conv2d(b, spec, i, in[0], out, t, tn);
+  } else if (!strcmp(type, "BatchNorm2d")) {
+    for (int k = 0; k < 4; k++) em_onnx_init_tensor(b, tn[k], t[k]);
+    const char *ins[5] = {in[0], tn[0], tn[1], tn[2], tn[3]};
+    Onnx__NodeProto *n = em_onnx_node(b, "BatchNormalization", name, 5, ins, out);
+    em_onnx_attr_float(b, n, "epsilon", (float)em_attr_float(&sn->view, attr_index(&sn->view, "eps")));
+  } else if (!strcmp(type, "LayerNorm")) {
+    layer_norm(b, spec, i, in[0], out, t, tn);
+  } else if (!strcmp(type, "ReLU") || !strcmp(type, "Sigmoid") || !strcmp(type, "Tanh")) {
+    op1(b, !strcmp(type, "ReLU") ? "Relu" : type, name, in[0], out);
+  } else if (!strcmp(type, "GELU")) {
+    gelu(b, name, in[0], out);
+  } else if (!strcmp(type, "SiLU")) { /* x sigmoid(x) */
+    char *v = em_onnx_tmp_name(b, name, "sigmoid");
+    char *ns = em_onnx_printf(b, "%s/Sigmoid", name), *nm = em_onnx_printf(b, "%s/Mul", name);
+    if (v && ns && nm) {
+      op1(b, "Sigmoid", ns, in[0], v);
+      op2(b, "Mul", nm, in[0], v, out);
+    }
+  } else if (!strcmp(type, "MaxPool2d") || !strcmp(type, "AvgPool2d")) {
+    pool2d(b, spec, i, in[0], out, type[0] == 'A');
+  } else if (!strcmp(type, "Flatten")) {
+    flatten(b, spec, i, in[0], out);
+  } else if (!strcmp(type, "Embedding")) { /* weight[indices] */
+    em_onnx_init_tensor(b, tn[0], t[0]);
+    Onnx__NodeProto *n = em_onnx_node(b, "Gather", name, 2, (const char *[]){tn[0], in[0]}, out);
+    em_onnx_attr_int(b, n, "axis", 0);
+  } else if (!strcmp(type, "Add")) { /* a chain of binary Adds */
+    const char *acc = in[0];
+    for (int k = 1; k < sn->n_in && !b->failed; k++) {
+      bool last = k == sn->n_in - 1;
+      const char *o = last ? out : em_onnx_tmp_name(b, name, "sum");
+      const char *nn = sn->n_in == 2 ? name : em_onnx_printf(b, "%s/Add_%d", name, k);
+      if (o && nn) acc = op2(b, "Add", nn, acc, in[k], o);
+    }
+  } else {
+    return em_error_set(err, EM_ERR_UNSUPPORTED,
+                        "node '%s': layer type '%s' has no ONNX form; export supports the "
+                        "built-in layers only (replace it, or export without it)",
+                        name, type);
+  }
+  if (b->failed) return em_error_set(err, EM_ERR_NOMEM, "node '%s': out of memory building the ONNX graph", name);
+  return EM_OK;
+}
