@@ -23,35 +23,6 @@
 #define EMBER_VERSION "unknown"
 #endif
 
-/* The model's weights from a weights file (em_model_save), or from a
- * training checkpoint, whose optimiser state ("optim/...") is skipped: a
- * registered version's weights file is its run's checkpoint. */
-static em_status load_weights(em_model *m, const char *path, em_error *err) {
-  em_safetensors *f = em_safetensors_open(path, err);
-  if (!f) return err->status;
-  const char *format = em_safetensors_meta(f, "format");
-  bool checkpoint = format && !strcmp(format, "ember-checkpoint");
-  em_safetensors_close(f);
-  if (!checkpoint) return em_model_load(m, path, err);
-  if (!(f = em_safetensors_open(path, err))) return err->status;
-  em_status st = EM_OK;
-  for (int i = 0; i < em_model_tensor_count(m) && st == EM_OK; i++) {
-    const char *name;
-    em_tensor *t = em_model_tensor(m, i, &name);
-    st = em_safetensors_read(f, name, t, err);
-  }
-  for (int k = 0; k < em_safetensors_count(f) && st == EM_OK; k++) {
-    const char *name = em_safetensors_name(f, k);
-    if (strncmp(name, "optim/", 6) != 0 && em_model_tensor_find(m, name) < 0)
-      st = em_error_set(err, EM_ERR_FORMAT,
-                        "checkpoint '%s' holds a tensor '%s' that this model does not have; "
-                        "was it saved from another model?",
-                        path, name);
-  }
-  em_safetensors_close(f);
-  return st;
-}
-
 /* Writes the model of spec + weights to out. */
 static int export_model(const em_spec *spec, const char *weights, const char *out,
                         const em_export_meta *meta) {
@@ -59,7 +30,7 @@ static int export_model(const em_spec *spec, const char *weights, const char *ou
   em_model *model = em_model_new(spec, 0, &err);
   int rc = 0;
   if (!model) rc = cli_fail(&err, NULL);
-  else if (load_weights(model, weights, &err) != EM_OK) rc = cli_fail1(&err, weights);
+  else if (em_model_load(model, weights, &err) != EM_OK) rc = cli_fail1(&err, weights);
   else if (em_export_onnx(model, out, meta, &err) != EM_OK) rc = cli_fail(&err, out);
   em_model_free(model);
   return rc;

@@ -221,7 +221,8 @@ em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss
 /* The loss of a batch: out (N, K) against integer labels y (N). */
 em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double label_smoothing);
 
-/* Weights (parameters and buffers) as safetensors, PyTorch names. */
+/* Weights (parameters and buffers) as safetensors, PyTorch names. Load
+ * also reads the model's part of a training checkpoint. */
 em_status em_model_save(const em_model *m, const char *path, em_error *err);
 em_status em_model_load(em_model *m, const char *path, em_error *err);
 

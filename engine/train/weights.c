@@ -1,8 +1,11 @@
 /* weights.c: a model's parameters and buffers to and from safetensors,
- * named as PyTorch names them (fc1.weight, bn1.running_mean, ...). */
+ * named as PyTorch names them (fc1.weight, bn1.running_mean, ...). A
+ * training checkpoint loads too (its optimiser state, "optim/...", is not
+ * the model's): a registered model version's weights are a checkpoint. */
 #include "em-train.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "em-io.h"
 
@@ -29,8 +32,11 @@ em_status em_model_load(em_model *m, const char *path, em_error *err) {
     st = em_safetensors_read(f, name, t, err);
   }
   /* ...and the file must hold nothing the model does not know. */
+  const char *format = em_safetensors_meta(f, "format");
+  bool checkpoint = format && strcmp(format, "ember-checkpoint") == 0;
   for (int k = 0; k < em_safetensors_count(f) && st == EM_OK; k++) {
     const char *fname = em_safetensors_name(f, k);
+    if (checkpoint && strncmp(fname, "optim/", 6) == 0) continue;
     if (em_model_tensor_find(m, fname) < 0)
       st = em_error_set(err, EM_ERR_FORMAT,
                         "'%s' holds a tensor '%s' that this model does not have; was it saved "

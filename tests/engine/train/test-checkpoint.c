@@ -451,6 +451,20 @@ static void test_read_meta(void) {
   em_model *m = em_model_new(s.spec, 1, &err);
   g_assert_cmpint(em_model_save(m, w, &err), ==, EM_OK);
   g_assert_cmpint(em_checkpoint_read_meta(w, "step", v, sizeof v, &err), ==, EM_ERR_FORMAT);
+  /* em_model_load reads a checkpoint's model part (a registered version's
+   * weights are a checkpoint): the weights of step 5, optimiser skipped */
+  g_assert_cmpint(em_model_load(m, ck, &err), ==, EM_OK);
+  em_safetensors *f = em_safetensors_open(ck, &err);
+  g_assert_nonnull(f);
+  for (int i = 0; i < em_model_tensor_count(m); i++) {
+    const char *name;
+    em_tensor *t = em_model_tensor(m, i, &name);
+    em_tensor *x = em_tensor_new(t->dtype, t->ndim, t->shape, &err);
+    g_assert_cmpint(em_safetensors_read(f, name, x, &err), ==, EM_OK);
+    g_assert_cmpint(memcmp(em_tensor_ptr(t), em_tensor_ptr(x), em_tensor_nbytes(t)), ==, 0);
+    em_tensor_free(x);
+  }
+  em_safetensors_close(f);
   em_model_free(m);
   g_free(w);
   th_record_clear(&full);
