@@ -7,11 +7,9 @@
  * recorded, writes artifacts/exports/NAME-vV.onnx under the registry
  * (and -o OUT too, when given) and records the registry's file as an
  * artifact of kind "export" on the version's run. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli-commands.h"
 #include "cli-common.h"
@@ -65,8 +63,6 @@ static int export_registry(const char *ref, const char *out, const char *registr
   em_error err = {0};
   em_version_row *v = NULL;
   int nv = 0, rc = 0;
-  em_run run = {0};
-  em_spec *spec = NULL;
   const em_version_row *pick = NULL;
   if (em_store_model_versions(s, name, &v, &nv, &err) != EM_OK) {
     rc = cli_fail1(&err, name);
@@ -82,50 +78,41 @@ static int export_registry(const char *ref, const char *out, const char *registr
     rc = 1;
     goto done;
   }
-  if (em_store_run_get(s, pick->run, &run, &err) != EM_OK) {
-    rc = cli_fail1(&err, "the version's run");
+  char inside[4096];
+  int64_t art = 0;
+  if (em_store_export_version(s, name, pick->version, EMBER_VERSION, inside, sizeof inside, &art,
+                              &err) != EM_OK) {
+    rc = cli_fail1(&err, ref);
     goto done;
   }
-  char src[64];
-  snprintf(src, sizeof src, "<spec of run %lld>", (long long)pick->run);
-  if (!run.spec_json || !(spec = em_spec_parse(run.spec_json, src, &err))) {
-    if (!run.spec_json) em_error_set(&err, EM_ERR_FORMAT, "the run recorded no spec");
-    rc = cli_fail1(&err, src);
-    goto done;
-  }
-  char rel[256], inside[4096], dir[4096];
-  snprintf(rel, sizeof rel, "exports/%s-v%d.onnx", name, pick->version);
-  em_store_artifact_path(s, rel, inside, sizeof inside);
-  em_store_artifact_path(s, "exports", dir, sizeof dir);
-  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-    fprintf(stderr, "ember: cannot create '%s': %s\n", dir, strerror(errno));
-    rc = 1;
-    goto done;
-  }
-  em_export_meta meta = {.ember_version = EMBER_VERSION,
-                         .run_id = pick->run,
-                         .model_version = pick->version,
-                         .registry_model = name};
   /* The registry keeps its own copy; -o elsewhere gets a second, equal
-   * export (each written atomically, so neither can be torn). */
-  if ((rc = export_model(spec, pick->weights_path, inside, &meta)) != 0) goto done;
+   * export (written atomically, like the first). */
   if (out) {
     char *ro = realpath(out, NULL);
     bool same = ro && !strcmp(ro, inside);
     free(ro);
-    if (!same && (rc = export_model(spec, pick->weights_path, out, &meta)) != 0) goto done;
+    em_run run = {0};
+    em_spec *spec = NULL;
+    char src[64];
+    snprintf(src, sizeof src, "<spec of run %lld>", (long long)pick->run);
+    if (!same && (em_store_run_get(s, pick->run, &run, &err) != EM_OK ||
+                  !(spec = em_spec_parse(run.spec_json, src, &err)))) {
+      rc = cli_fail1(&err, src);
+    } else if (!same) {
+      em_export_meta meta = {.ember_version = EMBER_VERSION,
+                             .run_id = pick->run,
+                             .model_version = pick->version,
+                             .registry_model = name};
+      rc = export_model(spec, pick->weights_path, out, &meta);
+    }
+    em_spec_free(spec);
+    em_run_clear(&run);
+    if (rc) goto done;
+    printf("exported %s version %d to %s\n", name, pick->version, out);
   }
-  int64_t art = 0;
-  if (em_store_artifact_add(s, inside, "export", pick->run, &art, &err) != EM_OK) {
-    rc = cli_fail1(&err, "recording the export");
-    goto done;
-  }
-  if (out) printf("exported %s version %d to %s\n", name, pick->version, out);
   printf("recorded artifact %lld (export of run %lld) at %s\n", (long long)art,
          (long long)pick->run, inside);
 done:
-  em_spec_free(spec);
-  em_run_clear(&run);
   em_version_rows_free(v, nv);
   em_store_close(s);
   return rc;

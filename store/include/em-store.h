@@ -353,6 +353,14 @@ typedef struct {
 } em_store_writer_stats;
 void em_store_writer_get_stats(em_store_writer *w, em_store_writer_stats *out);
 
+/* Exports model `name` version `version` to ONNX inside the registry
+ * (artifacts/exports/NAME-vVERSION.onnx: the version's weights, the spec of
+ * its run; metadata names the model, version and run) and records it as an
+ * artifact of kind "export" on the version's run. path gets the file. */
+em_status em_store_export_version(em_store *s, const char *name, int version,
+                                  const char *ember_version, char *path, size_t cap,
+                                  int64_t *artifact_id, em_error *err);
+
 /* ---- recording a training run ------------------------------------------
  * The sink that turns trainer events into registry rows through a writer,
  * shared by `ember train` and the workbench. It runs in the trainer's

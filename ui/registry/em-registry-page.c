@@ -11,6 +11,10 @@
 
 #include "em-flatten.h"
 #include "em-store.h"
+
+#ifndef EMBER_VERSION
+#define EMBER_VERSION "unknown"
+#endif
 #include "em-text-row.h"
 
 struct _EmRegistryPage {
@@ -362,6 +366,33 @@ static void action_rollback(GtkWidget *w, const char *name, GVariant *p) {
   em_app_state_registry_changed(self->state);
 }
 
+static void action_export(GtkWidget *w, const char *name, GVariant *p) {
+  (void)name;
+  (void)p;
+  EmRegistryPage *self = EM_REGISTRY_PAGE(w);
+  int v = selected_version(self);
+  if (!self->model || v == 0) {
+    set_message(self, "Select a model and one of its versions to export.", TRUE);
+    return;
+  }
+  em_store *s = open_for_writing(self);
+  if (!s) return;
+  em_error err = {0};
+  char path[4096];
+  int64_t art = 0;
+  if (em_store_export_version(s, self->model, v, EMBER_VERSION, path, sizeof path, &art, &err) ==
+      EM_OK) {
+    char *m = g_strdup_printf("Exported %s v%d to %s (artifact %" G_GINT64_FORMAT ").",
+                              self->model, v, path, art);
+    set_message(self, m, FALSE);
+    g_free(m);
+  } else {
+    set_message(self, err.msg, TRUE);
+  }
+  em_store_close(s);
+  em_app_state_registry_changed(self->state);
+}
+
 static void action_reload(GtkWidget *w, const char *name, GVariant *p) {
   (void)name;
   (void)p;
@@ -429,6 +460,7 @@ static void em_registry_page_class_init(EmRegistryPageClass *klass) {
   gtk_widget_class_install_action(wc, "registry.promote", NULL, action_promote);
   gtk_widget_class_install_action(wc, "registry.rollback", NULL, action_rollback);
   gtk_widget_class_install_action(wc, "registry.reload", NULL, action_reload);
+  gtk_widget_class_install_action(wc, "registry.export", NULL, action_export);
 }
 
 static void em_registry_page_init(EmRegistryPage *self) {

@@ -246,6 +246,25 @@ static void test_registry_page(void) {
   gtk_widget_activate_action(GTK_WIDGET(page), "registry.reload", NULL);
   g_assert_true(em_registry_page_select_model(page, "fmnist"));
   g_assert_true(em_registry_page_select_version(page, 1));
+  /* export v1 to ONNX: a file in the registry, recorded on its run (2) */
+  g_assert_true(gtk_widget_activate_action(GTK_WIDGET(page), "registry.export", NULL));
+  g_assert_true(g_str_has_prefix(em_registry_page_get_message(page), "Exported fmnist v1 to "));
+  char *onnx = g_build_filename(g_getenv("EMBER_HOME"), "artifacts", "exports", "fmnist-v1.onnx",
+                                NULL);
+  g_assert_true(g_file_test(onnx, G_FILE_TEST_IS_REGULAR));
+  em_error err = {0};
+  em_store *st = em_store_open(g_getenv("EMBER_HOME"), true, &err);
+  g_assert_nonnull(st);
+  em_artifact *arts = NULL;
+  int na = 0;
+  g_assert_cmpint(em_store_artifacts_list(st, 2, &arts, &na, &err), ==, EM_OK);
+  gboolean recorded = FALSE;
+  for (int i = 0; i < na; i++)
+    recorded |= g_strcmp0(arts[i].kind, "export") == 0 && g_strcmp0(arts[i].path, onnx) == 0;
+  g_assert_true(recorded);
+  em_artifacts_free(arts, na);
+  em_store_close(st);
+  g_free(onnx);
   ui_test_spin(100);
   char *png = ui_test_screenshot(GTK_WIDGET(page), "registry");
   g_assert_nonnull(png);
