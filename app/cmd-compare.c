@@ -12,7 +12,6 @@
 
 #include "cli-commands.h"
 #include "cli-common.h"
-#include "cli-flatten.h"
 #include "cli-table.h"
 #include "em-store.h"
 
@@ -86,7 +85,7 @@ int cli_cmd_compare(int argc, char **argv) {
     }
     x->config = json_object();
     json_t *cfg = json_loads(x->run.config_json ? x->run.config_json : "{}", 0, NULL);
-    if (cfg) cli_json_flatten(cfg, "config", x->config);
+    if (cfg) em_json_flatten(cfg, "config", x->config);
     json_decref(cfg);
   }
 
@@ -135,7 +134,7 @@ int cli_cmd_compare(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
       json_t *v = json_object_get(c[i].config, k);
       char buf[256];
-      if (v) cli_json_leaf_text(v, buf, sizeof buf);
+      if (v) em_json_leaf_text(v, buf, sizeof buf);
       cli_table_cell(t, v ? buf : "-", v ? json_incref(v) : NULL);
     }
   }

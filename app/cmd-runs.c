@@ -10,7 +10,6 @@
 
 #include "cli-commands.h"
 #include "cli-common.h"
-#include "cli-flatten.h"
 #include "cli-table.h"
 #include "em-store.h"
 
@@ -223,12 +222,12 @@ static cli_table *config_table(const char *config_json) {
   cli_table_column(t, "VALUE", "value", CLI_ALIGN_LEFT);
   json_t *cfg = json_loads(config_json ? config_json : "{}", 0, NULL);
   json_t *flat = json_object();
-  if (cfg) cli_json_flatten(cfg, "", flat);
+  if (cfg) em_json_flatten(cfg, "", flat);
   const char *k;
   json_t *v;
   json_object_foreach(flat, k, v) {
     char buf[512];
-    cli_json_leaf_text(v, buf, sizeof buf);
+    em_json_leaf_text(v, buf, sizeof buf);
     cli_table_row(t);
     cli_table_str(t, k);
     cli_table_cell(t, buf, json_incref(v));

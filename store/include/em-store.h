@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "em-error.h"
 #include "em-train.h" /* the events a run recorder turns into rows */
 
@@ -360,6 +362,15 @@ void em_store_writer_get_stats(em_store_writer *w, em_store_writer_stats *out);
 em_status em_store_export_version(em_store *s, const char *name, int version,
                                   const char *ember_version, char *path, size_t cap,
                                   int64_t *artifact_id, em_error *err);
+
+/* ---- showing and comparing what runs recorded ---------------------------
+ * A JSON object (a run's config or spec) as dotted keys ("optim.lr" ->
+ * 0.1): adds every leaf of v under prefix ("" for the top) to out; arrays
+ * and empty objects are leaves. */
+void em_json_flatten(const json_t *v, const char *prefix, json_t *out);
+/* A leaf as a person reads it: strings bare, numbers %.6g, arrays and
+ * objects as compact JSON, NULL (absent) as an em dash. Returns buf. */
+const char *em_json_leaf_text(const json_t *v, char *buf, size_t cap);
 
 /* ---- recording a training run ------------------------------------------
  * The sink that turns trainer events into registry rows through a writer,

@@ -126,3 +126,18 @@ char *st_list_dir(const char *dir) {
   g_ptr_array_unref(names);
   return out;
 }
+
+void st_fixture_setup(st_fixture *f, gconstpointer data) {
+  (void)data;
+  f->dir = st_tmpdir();
+  em_error err = {0};
+  f->s = em_store_open(f->dir, false, &err);
+  g_assert_nonnull(f->s);
+}
+
+void st_fixture_teardown(st_fixture *f, gconstpointer data) {
+  (void)data;
+  em_store_close(f->s);
+  st_rmrf(f->dir);
+  g_free(f->dir);
+}

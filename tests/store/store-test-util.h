@@ -27,3 +27,13 @@ int64_t st_raw_int(sqlite3 *db, const char *sql);
 int st_raw_exec(sqlite3 *db, const char *sql, char **msg);
 /* Names of the files in a folder, sorted, joined by spaces. */
 char *st_list_dir(const char *dir);
+
+/* A fresh registry, opened for writing, in a temporary folder (GLib test
+ * fixture: g_test_add(path, st_fixture, NULL, st_fixture_setup, fn,
+ * st_fixture_teardown)). */
+typedef struct {
+  char *dir;
+  em_store *s;
+} st_fixture;
+void st_fixture_setup(st_fixture *f, gconstpointer data);
+void st_fixture_teardown(st_fixture *f, gconstpointer data);

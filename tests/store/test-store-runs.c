@@ -12,23 +12,7 @@
 #include <sys/stat.h>
 #include "store-test-util.h"
 
-typedef struct {
-  char *dir;
-  em_store *s;
-} fixture;
-
-static void fx_setup(fixture *f, gconstpointer data) {
-  f->dir = st_tmpdir();
-  em_error err = {0};
-  f->s = em_store_open(f->dir, false, &err);
-  g_assert_nonnull(f->s);
-}
-
-static void fx_teardown(fixture *f, gconstpointer data) {
-  em_store_close(f->s);
-  st_rmrf(f->dir);
-  g_free(f->dir);
-}
+typedef st_fixture fixture; /* a fresh registry in a temporary folder */
 
 /* SHA-256 of the files' SHA-256s in path order, as the store documents. */
 static char *dataset_sha(const char *const *files, int n) {
@@ -518,7 +502,7 @@ static void test_stale_runs(fixture *f, gconstpointer data) {
 
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
-#define ADD(path, fn) g_test_add(path, fixture, NULL, fx_setup, fn, fx_teardown)
+#define ADD(path, fn) g_test_add(path, fixture, NULL, st_fixture_setup, fn, st_fixture_teardown)
   ADD("/store/runs/create-get", test_create_get);
   ADD("/store/runs/list-filter", test_list_filter);
   ADD("/store/runs/annotations-delete", test_annotations_and_delete);

@@ -10,23 +10,7 @@
 
 #include "store-test-util.h"
 
-typedef struct {
-  char *dir;
-  em_store *s;
-} fixture;
-
-static void fx_setup(fixture *f, gconstpointer data) {
-  f->dir = st_tmpdir();
-  em_error err = {0};
-  f->s = em_store_open(f->dir, false, &err);
-  g_assert_nonnull(f->s);
-}
-
-static void fx_teardown(fixture *f, gconstpointer data) {
-  em_store_close(f->s);
-  st_rmrf(f->dir);
-  g_free(f->dir);
-}
+typedef st_fixture fixture; /* a fresh registry in a temporary folder */
 
 static int64_t count_metrics(const char *dir) {
   sqlite3 *raw = st_raw_open(dir);
@@ -364,7 +348,7 @@ static void test_one_process(fixture *f, gconstpointer data) {
 
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
-#define ADD(path, fn) g_test_add(path, fixture, NULL, fx_setup, fn, fx_teardown)
+#define ADD(path, fn) g_test_add(path, fixture, NULL, st_fixture_setup, fn, st_fixture_teardown)
   ADD("/store/writer/batching", test_batching);
   ADD("/store/writer/errors", test_errors);
   ADD("/store/checkpoints/prune", test_prune);

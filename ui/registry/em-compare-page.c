@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "em-cost-scatter.h"
-#include "em-flatten.h"
 #include "em-line-chart.h"
 #include "em-nn.h"
 #include "em-spec-costs.h"

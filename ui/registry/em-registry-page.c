@@ -9,7 +9,6 @@
 
 #include <jansson.h>
 
-#include "em-flatten.h"
 #include "em-store.h"
 
 #ifndef EMBER_VERSION
@@ -252,6 +251,15 @@ static em_store *open_for_writing(EmRegistryPage *self) {
   return s;
 }
 
+/* Ends a change made through s: shows msg (taken; NULL: err's message as
+ * an error), closes s and tells the other pages the registry changed. */
+static void change_done(EmRegistryPage *self, em_store *s, char *msg, const em_error *err) {
+  set_message(self, msg ? msg : err->msg, msg == NULL);
+  g_free(msg);
+  em_store_close(s);
+  em_app_state_registry_changed(self->state);
+}
+
 gboolean em_registry_page_register(EmRegistryPage *self, gint64 run, gboolean best,
                                    const char *model) {
   g_return_val_if_fail(EM_IS_REGISTRY_PAGE(self), FALSE);
@@ -328,16 +336,11 @@ static void action_promote(GtkWidget *w, const char *name, GVariant *p) {
   if (!s) return;
   em_error err = {0};
   char *alias = g_strdup(alias_text(self));
-  if (em_store_model_promote(s, self->model, v, alias, &err) == EM_OK) {
-    char *m = g_strdup_printf("%s: %s now points at v%d.", self->model, alias, v);
-    set_message(self, m, FALSE);
-    g_free(m);
-  } else {
-    set_message(self, err.msg, TRUE);
-  }
+  char *m = em_store_model_promote(s, self->model, v, alias, &err) == EM_OK
+                ? g_strdup_printf("%s: %s now points at v%d.", self->model, alias, v)
+                : NULL;
   g_free(alias);
-  em_store_close(s);
-  em_app_state_registry_changed(self->state);
+  change_done(self, s, m, &err);
 }
 
 static void action_rollback(GtkWidget *w, const char *name, GVariant *p) {
@@ -353,17 +356,12 @@ static void action_rollback(GtkWidget *w, const char *name, GVariant *p) {
   em_error err = {0};
   int v = 0;
   char *alias = g_strdup(alias_text(self));
-  if (em_store_model_rollback(s, self->model, alias, &v, &err) == EM_OK) {
-    char *m = v ? g_strdup_printf("%s: %s rolled back to v%d.", self->model, alias, v)
-                : g_strdup_printf("%s: %s rolled back (now unset).", self->model, alias);
-    set_message(self, m, FALSE);
-    g_free(m);
-  } else {
-    set_message(self, err.msg, TRUE);
-  }
+  char *m = NULL;
+  if (em_store_model_rollback(s, self->model, alias, &v, &err) == EM_OK)
+    m = v ? g_strdup_printf("%s: %s rolled back to v%d.", self->model, alias, v)
+          : g_strdup_printf("%s: %s rolled back (now unset).", self->model, alias);
   g_free(alias);
-  em_store_close(s);
-  em_app_state_registry_changed(self->state);
+  change_done(self, s, m, &err);
 }
 
 static void action_export(GtkWidget *w, const char *name, GVariant *p) {
@@ -380,17 +378,12 @@ static void action_export(GtkWidget *w, const char *name, GVariant *p) {
   em_error err = {0};
   char path[4096];
   int64_t art = 0;
-  if (em_store_export_version(s, self->model, v, EMBER_VERSION, path, sizeof path, &art, &err) ==
-      EM_OK) {
-    char *m = g_strdup_printf("Exported %s v%d to %s (artifact %" G_GINT64_FORMAT ").",
-                              self->model, v, path, art);
-    set_message(self, m, FALSE);
-    g_free(m);
-  } else {
-    set_message(self, err.msg, TRUE);
-  }
-  em_store_close(s);
-  em_app_state_registry_changed(self->state);
+  char *m = em_store_export_version(s, self->model, v, EMBER_VERSION, path, sizeof path, &art,
+                                    &err) == EM_OK
+                ? g_strdup_printf("Exported %s v%d to %s (artifact %" G_GINT64_FORMAT ").",
+                                  self->model, v, path, art)
+                : NULL;
+  change_done(self, s, m, &err);
 }
 
 static void action_reload(GtkWidget *w, const char *name, GVariant *p) {

@@ -94,3 +94,18 @@ char *ui_test_screenshot(GtkWidget *widget, const char *name) {
   }
   return path;
 }
+
+void ui_test_collect(GtkWidget *w, GType t, GPtrArray *out) {
+  if (G_TYPE_CHECK_INSTANCE_TYPE(w, t)) g_ptr_array_add(out, w);
+  for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c))
+    ui_test_collect(c, t, out);
+}
+
+GtkWidget *ui_test_find(GtkWidget *w, GType t, guint index) {
+  GPtrArray *all = g_ptr_array_new();
+  ui_test_collect(w, t, all);
+  GtkWidget *hit = index < all->len ? all->pdata[index] : NULL;
+  g_ptr_array_unref(all);
+  g_assert_nonnull(hit);
+  return hit;
+}

@@ -19,3 +19,7 @@ GtkWindow *ui_test_show(GtkWidget *widget, int width, int height);
 /* Renders widget (mapped) to <screenshots>/<name>.png; returns the path
  * (g_free) or NULL with a test failure. */
 char *ui_test_screenshot(GtkWidget *widget, const char *name);
+/* Appends the widgets of type t under w (w included), in tree order. */
+void ui_test_collect(GtkWidget *w, GType t, GPtrArray *out);
+/* The index-th widget of type t under w; a test failure when absent. */
+GtkWidget *ui_test_find(GtkWidget *w, GType t, guint index);

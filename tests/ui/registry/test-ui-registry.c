@@ -43,21 +43,7 @@ static void train(const char *spec, const char *lr) {
   g_free(spec_path);
 }
 
-/* The widgets of type t under w, in tree order. */
-static void collect(GtkWidget *w, GType t, GPtrArray *out) {
-  if (G_TYPE_CHECK_INSTANCE_TYPE(w, t)) g_ptr_array_add(out, w);
-  for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c))
-    collect(c, t, out);
-}
 
-static GtkWidget *find(GtkWidget *w, GType t, guint index) {
-  GPtrArray *all = g_ptr_array_new();
-  collect(w, t, all);
-  GtkWidget *hit = index < all->len ? all->pdata[index] : NULL;
-  g_ptr_array_unref(all);
-  g_assert_nonnull(hit);
-  return hit;
-}
 
 static void select_ids(gint64 a, gint64 b) {
   gint64 ids[2] = {a, b};
@@ -89,7 +75,7 @@ static void test_runs_page(void) {
   g_assert_cmpstr(em_runs_page_get_message(runs_page), ==, "");
 
   /* sorting by a column: test accuracy, ascending then descending */
-  GtkColumnView *view = GTK_COLUMN_VIEW(find(GTK_WIDGET(runs_page), GTK_TYPE_COLUMN_VIEW, 0));
+  GtkColumnView *view = GTK_COLUMN_VIEW(ui_test_find(GTK_WIDGET(runs_page), GTK_TYPE_COLUMN_VIEW, 0));
   GListModel *cols = gtk_column_view_get_columns(view);
   GtkColumnViewColumn *acc_col = NULL;
   for (guint i = 0; i < g_list_model_get_n_items(cols); i++) {
@@ -109,7 +95,7 @@ static void test_runs_page(void) {
                     accuracy_of(em_runs_page_get_shown_id(runs_page, 1)));
 
   /* filtering: text, status, model */
-  GtkEditable *search = GTK_EDITABLE(find(GTK_WIDGET(runs_page), GTK_TYPE_SEARCH_ENTRY, 0));
+  GtkEditable *search = GTK_EDITABLE(ui_test_find(GTK_WIDGET(runs_page), GTK_TYPE_SEARCH_ENTRY, 0));
   gtk_editable_set_text(search, "cnn");
   ui_test_spin(400); /* the search entry's delay */
   g_assert_cmpuint(em_runs_page_get_n_shown(runs_page), ==, 1);
@@ -117,8 +103,8 @@ static void test_runs_page(void) {
   gtk_editable_set_text(search, "");
   ui_test_spin(400);
   g_assert_cmpuint(em_runs_page_get_n_shown(runs_page), ==, 2);
-  GtkDropDown *status = GTK_DROP_DOWN(find(GTK_WIDGET(runs_page), GTK_TYPE_DROP_DOWN, 0));
-  GtkDropDown *model = GTK_DROP_DOWN(find(GTK_WIDGET(runs_page), GTK_TYPE_DROP_DOWN, 1));
+  GtkDropDown *status = GTK_DROP_DOWN(ui_test_find(GTK_WIDGET(runs_page), GTK_TYPE_DROP_DOWN, 0));
+  GtkDropDown *model = GTK_DROP_DOWN(ui_test_find(GTK_WIDGET(runs_page), GTK_TYPE_DROP_DOWN, 1));
   gtk_drop_down_set_selected(status, 3); /* failed */
   g_assert_cmpuint(em_runs_page_get_n_shown(runs_page), ==, 0);
   gtk_drop_down_set_selected(status, 2); /* completed */
@@ -133,7 +119,7 @@ static void test_runs_page(void) {
 
   /* a tag on run 1, seen in the registry and by the filter */
   select_ids(1, 0);
-  GtkEditable *tag = GTK_EDITABLE(find(GTK_WIDGET(runs_page), GTK_TYPE_ENTRY, 0));
+  GtkEditable *tag = GTK_EDITABLE(ui_test_find(GTK_WIDGET(runs_page), GTK_TYPE_ENTRY, 0));
   gtk_editable_set_text(tag, "purpose=baseline");
   g_assert_true(gtk_widget_activate_action(GTK_WIDGET(runs_page), "runs.tag", NULL));
   g_assert_cmpstr(em_runs_page_get_message(runs_page), ==, "");
@@ -216,10 +202,10 @@ static void test_registry_page(void) {
   EmRegistryPage *page = EM_REGISTRY_PAGE(em_registry_page_new(state));
   GtkWindow *win = ui_test_show(GTK_WIDGET(page), 1100, 640);
   /* register run 2's best checkpoint through the page's form */
-  GtkDropDown *runs = GTK_DROP_DOWN(find(GTK_WIDGET(page), GTK_TYPE_DROP_DOWN, 0));
+  GtkDropDown *runs = GTK_DROP_DOWN(ui_test_find(GTK_WIDGET(page), GTK_TYPE_DROP_DOWN, 0));
   g_assert_cmpuint(g_list_model_get_n_items(gtk_drop_down_get_model(runs)), ==, 2);
   gtk_drop_down_set_selected(runs, 0); /* newest first: run 2 */
-  GtkEditable *name = GTK_EDITABLE(find(GTK_WIDGET(page), GTK_TYPE_ENTRY, 0));
+  GtkEditable *name = GTK_EDITABLE(ui_test_find(GTK_WIDGET(page), GTK_TYPE_ENTRY, 0));
   gtk_editable_set_text(name, "fmnist");
   g_assert_true(gtk_widget_activate_action(GTK_WIDGET(page), "registry.register", NULL));
   g_assert_true(g_str_has_prefix(em_registry_page_get_message(page), "Registered run 2"));
@@ -323,7 +309,7 @@ static void test_live_refresh(void) {
   printf("# runs page: a new run appeared %.1f s after it was recorded\n",
          (g_get_monotonic_time() - t0) / 1e6);
   em_app_state_run_finished(state, 3, EM_RUN_COMPLETED, NULL);
-  GtkColumnView *view = GTK_COLUMN_VIEW(find(GTK_WIDGET(runs_page), GTK_TYPE_COLUMN_VIEW, 0));
+  GtkColumnView *view = GTK_COLUMN_VIEW(ui_test_find(GTK_WIDGET(runs_page), GTK_TYPE_COLUMN_VIEW, 0));
   GtkColumnViewColumn *id_col = g_list_model_get_item(gtk_column_view_get_columns(view), 0);
   g_assert_cmpstr(gtk_column_view_column_get_title(id_col), ==, "ID");
   gtk_column_view_sort_by_column(view, id_col, GTK_SORT_DESCENDING);

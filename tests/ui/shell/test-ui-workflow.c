@@ -42,20 +42,7 @@ static EmApplication *g_app;
 
 /* ---- finding widgets ---------------------------------------------------------- */
 
-static void collect(GtkWidget *w, GType t, GPtrArray *out) {
-  if (G_TYPE_CHECK_INSTANCE_TYPE(w, t)) g_ptr_array_add(out, w);
-  for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c))
-    collect(c, t, out);
-}
 
-static GtkWidget *find(GtkWidget *w, GType t, guint index) {
-  GPtrArray *all = g_ptr_array_new();
-  collect(w, t, all);
-  GtkWidget *hit = index < all->len ? all->pdata[index] : NULL;
-  g_ptr_array_unref(all);
-  g_assert_nonnull(hit);
-  return hit;
-}
 
 /* A label under w whose text is exactly text. */
 static gboolean has_label(GtkWidget *w, const char *text) {
@@ -80,7 +67,7 @@ static guint item_with_prefix(GtkDropDown *dd, const char *prefix) {
 /* The builder's "Model zoo…" dropdown. */
 static GtkDropDown *zoo_dropdown(GtkWidget *builder) {
   GPtrArray *all = g_ptr_array_new();
-  collect(builder, GTK_TYPE_DROP_DOWN, all);
+  ui_test_collect(builder, GTK_TYPE_DROP_DOWN, all);
   GtkDropDown *zoo = NULL;
   for (guint i = 0; i < all->len && !zoo; i++)
     if (item_with_prefix(all->pdata[i], "Model zoo") == 0) zoo = all->pdata[i];
@@ -214,7 +201,7 @@ static void test_workflow(void) {
   show(win, "data");
   EmDataPage *data = EM_DATA_PAGE(em_window_get_page(win, "data"));
   if (!fmnist) {
-    GtkDropDown *kind = GTK_DROP_DOWN(find(GTK_WIDGET(data), GTK_TYPE_DROP_DOWN, 0));
+    GtkDropDown *kind = GTK_DROP_DOWN(ui_test_find(GTK_WIDGET(data), GTK_TYPE_DROP_DOWN, 0));
     gtk_drop_down_set_selected(kind, 3); /* synthetic */
     g_assert_true(gtk_widget_activate_action(GTK_WIDGET(data), "data.load", NULL));
   }
@@ -319,13 +306,13 @@ static void test_workflow(void) {
   gint64 best = isnan(acc_mlp) || acc_cnn >= acc_mlp ? run_cnn : run_mlp;
   show(win, "registry");
   EmRegistryPage *registry = EM_REGISTRY_PAGE(em_window_get_page(win, "registry"));
-  GtkDropDown *run_dd = GTK_DROP_DOWN(find(GTK_WIDGET(registry), GTK_TYPE_DROP_DOWN, 0));
+  GtkDropDown *run_dd = GTK_DROP_DOWN(ui_test_find(GTK_WIDGET(registry), GTK_TYPE_DROP_DOWN, 0));
   char prefix[32];
   g_snprintf(prefix, sizeof prefix, "run %lld ", (long long)best);
   guint at = item_with_prefix(run_dd, prefix);
   g_assert_cmpuint(at, !=, GTK_INVALID_LIST_POSITION);
   gtk_drop_down_set_selected(run_dd, at);
-  gtk_editable_set_text(GTK_EDITABLE(find(GTK_WIDGET(registry), GTK_TYPE_ENTRY, 0)), "fmnist");
+  gtk_editable_set_text(GTK_EDITABLE(ui_test_find(GTK_WIDGET(registry), GTK_TYPE_ENTRY, 0)), "fmnist");
   g_assert_true(gtk_widget_activate_action(GTK_WIDGET(registry), "registry.register", NULL));
   g_assert_true(g_str_has_prefix(em_registry_page_get_message(registry), "Registered run"));
   g_assert_true(em_registry_page_select_model(registry, "fmnist"));

@@ -1,5 +1,7 @@
-/* em-flatten.c: see the header. */
-#include "em-flatten.h"
+/* json-flatten.c: a recorded config or spec as dotted keys, for showing
+ * runs and finding where they differ (ember run show, ember compare, the
+ * workbench's Compare and Registry pages). See em-store.h. */
+#include "em-store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
