@@ -34,55 +34,21 @@ static int export_model(const em_spec *spec, const char *weights, const char *ou
   return rc;
 }
 
-/* "production" among "production, staging". */
-static bool has_alias(const char *list, const char *alias) {
-  size_t n = strlen(alias);
-  for (const char *p = list; p && *p;) {
-    while (*p == ' ' || *p == ',') p++;
-    size_t k = strcspn(p, ", ");
-    if (k == n && !strncmp(p, alias, n)) return true;
-    p += k;
-  }
-  return false;
-}
-
-static int export_registry(const char *ref, const char *out, const char *registry) {
-  char name[128];
-  const char *at = strchr(ref, '@');
-  if (!at || at == ref || !at[1] || (size_t)(at - ref) >= sizeof name)
-    cli_die_usage("export expects SPEC --weights FILE, or NAME@ALIAS / NAME@VERSION");
-  memcpy(name, ref, (size_t)(at - ref));
-  name[at - ref] = '\0';
-  const char *sel = at + 1;
-  char *end;
-  long want = strtol(sel, &end, 10);
-  bool by_number = *end == '\0' && want > 0;
-
+static int export_registry(const char *ref_text, const char *out, const char *registry) {
   em_store *s = cli_store_open(registry, false);
   if (!s) return 1;
   em_error err = {0};
-  em_version_row *v = NULL;
-  int nv = 0, rc = 0;
-  const em_version_row *pick = NULL;
-  if (em_store_model_versions(s, name, &v, &nv, &err) != EM_OK) {
-    rc = cli_fail1(&err, name);
-    goto done;
-  }
-  for (int i = 0; i < nv && !pick; i++)
-    if (by_number ? v[i].version == want : has_alias(v[i].aliases, sel)) pick = &v[i];
-  if (!pick) {
-    fprintf(stderr,
-            "ember: model '%s' has no %s '%s'; see `ember model versions %s` for its versions "
-            "and aliases\n",
-            name, by_number ? "version" : "alias", sel, name);
-    rc = 1;
+  em_version_ref ref;
+  int rc = 0;
+  if (em_store_resolve_version(s, ref_text, &ref, &err) != EM_OK) {
+    rc = cli_fail1(&err, ref_text);
     goto done;
   }
   char inside[4096];
   int64_t art = 0;
-  if (em_store_export_version(s, name, pick->version, EMBER_VERSION, inside, sizeof inside, &art,
-                              &err) != EM_OK) {
-    rc = cli_fail1(&err, ref);
+  if (em_store_export_version(s, ref.name, ref.version, EMBER_VERSION, inside, sizeof inside,
+                              &art, &err) != EM_OK) {
+    rc = cli_fail1(&err, ref_text);
     goto done;
   }
   /* The registry keeps its own copy; -o elsewhere gets a second, equal
@@ -91,29 +57,26 @@ static int export_registry(const char *ref, const char *out, const char *registr
     char *ro = realpath(out, NULL);
     bool same = ro && !strcmp(ro, inside);
     free(ro);
-    em_run run = {0};
     em_spec *spec = NULL;
     char src[64];
-    snprintf(src, sizeof src, "<spec of run %lld>", (long long)pick->run);
-    if (!same && (em_store_run_get(s, pick->run, &run, &err) != EM_OK ||
-                  !(spec = em_spec_parse(run.spec_json, src, &err)))) {
+    snprintf(src, sizeof src, "<spec of run %lld>", (long long)ref.run);
+    if (!same && !(spec = em_spec_parse(ref.spec_json, src, &err))) {
       rc = cli_fail1(&err, src);
     } else if (!same) {
       em_export_meta meta = {.ember_version = EMBER_VERSION,
-                             .run_id = pick->run,
-                             .model_version = pick->version,
-                             .registry_model = name};
-      rc = export_model(spec, pick->weights_path, out, &meta);
+                             .run_id = ref.run,
+                             .model_version = ref.version,
+                             .registry_model = ref.name};
+      rc = export_model(spec, ref.weights_path, out, &meta);
     }
     em_spec_free(spec);
-    em_run_clear(&run);
     if (rc) goto done;
-    printf("exported %s version %d to %s\n", name, pick->version, out);
+    printf("exported %s version %d to %s\n", ref.name, ref.version, out);
   }
   printf("recorded artifact %lld (export of run %lld) at %s\n", (long long)art,
-         (long long)pick->run, inside);
+         (long long)ref.run, inside);
 done:
-  em_version_rows_free(v, nv);
+  em_version_ref_clear(&ref);
   em_store_close(s);
   return rc;
 }
@@ -128,7 +91,7 @@ int cli_cmd_export(int argc, char **argv) {
                           {"registry", &registry, NULL},
                           {0}};
   cli_parse_args(argc, argv, 2, opts, pos, 1, 1, "export");
-  if (strchr(pos[0], '@') && !weights) return export_registry(pos[0], out, registry);
+  if (em_version_ref_looks_like(pos[0]) && !weights) return export_registry(pos[0], out, registry);
   if (!weights) cli_die_usage("export SPEC needs --weights FILE (or use NAME@ALIAS)");
   if (!out) cli_die_usage("export SPEC needs -o OUT.onnx");
   if (registry) cli_die_usage("--registry goes with NAME@ALIAS, not with a SPEC file");

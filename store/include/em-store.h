@@ -286,6 +286,26 @@ em_status em_store_model_versions(em_store *s, const char *name, em_version_row 
                                   em_error *err);
 void em_version_rows_free(em_version_row *v, int n);
 
+/* A version named on the command line: "NAME@ALIAS" or "NAME@VERSION". */
+typedef struct {
+  char name[128];     /* the model's name */
+  char selector[128]; /* what followed '@' */
+  int version;
+  int64_t run, checkpoint;
+  char *weights_path; /* absolute: a checkpoint (em_model_load reads it) */
+  char *sha256;       /* of the weights file */
+  char *spec_json;    /* the spec the version's run recorded */
+} em_version_ref;
+
+/* True when text has the form NAME@SOMETHING (not a path). */
+bool em_version_ref_looks_like(const char *text);
+/* Resolves ref; an unknown model, alias or version is EM_ERR_INVALID with
+ * a message that says how to list them. Clear out with
+ * em_version_ref_clear. */
+em_status em_store_resolve_version(em_store *s, const char *ref, em_version_ref *out,
+                                   em_error *err);
+void em_version_ref_clear(em_version_ref *r);
+
 /* Points alias at version; appends to the audit log. */
 em_status em_store_model_promote(em_store *s, const char *name, int version, const char *alias,
                                  em_error *err);
