@@ -124,6 +124,20 @@ em_dataset *em_dataset_synthetic_split(int64_t n, int ndim, const int64_t *shape
                                        int num_classes, double noise, uint64_t seed, bool train,
                                        em_error *err);
 
+/* ---- images ----------------------------------------------------------------- */
+/* A decoded image: floats (channels, height, width) in [0, 1] (pixel/255). */
+typedef struct {
+  int channels, height, width;
+  float *data;
+} em_image;
+/* Reads a PNG file (any bit depth, palette, interlacing; alpha is composed
+ * on black). want_channels 1 converts to grey, 3 to RGB, 0 keeps the
+ * file's (grey -> 1, colour -> 3). A file that is not a PNG, is corrupt
+ * or is larger than 16384 pixels a side is an error naming the file.
+ * Clear out with em_image_clear. */
+em_status em_image_read_png(const char *path, int want_channels, em_image *out, em_error *err);
+void em_image_clear(em_image *img); /* NULL is fine */
+
 /* ---- the data loader ------------------------------------------------------ */
 typedef struct {
   int batch_size;  /* default 64 */

@@ -1,0 +1,43 @@
+/* em-quant.h: dynamic int8 quantisation of a model's Linear layers for
+ * CPU inference.
+ *
+ * Weights are quantised once, per output channel, symmetric int8 (scale =
+ * max|w_row| / 127). Activations are quantised on the fly, per row
+ * (per sample), asymmetric uint8 with a zero point, so a sample's answer
+ * never depends on what else is in its batch (micro-batching in
+ * `ember serve` cannot change a result). The products accumulate in
+ * int32 and are rescaled to f32, plus the f32 bias. Every other layer
+ * runs in f32 as before.
+ *
+ * A quantised model runs inference only: em_model_forward with
+ * training = true, or with gradients wanted, is an error. The float
+ * weights are kept, so em_model_save still writes the f32 model. */
+#pragma once
+
+#include <stdint.h>
+
+#include "em-error.h"
+#include "em-nn.h"
+
+typedef enum {
+  EM_QUANT_NONE = 0,
+  EM_QUANT_INT8_DYNAMIC, /* Linear layers: int8 weights per channel, uint8 activations per row */
+} em_quant_mode;
+
+typedef struct {
+  int layers_quantized;    /* Linear nodes now running in int8 */
+  int layers_kept;         /* other nodes (f32) */
+  int64_t weight_bytes_f32;  /* of the quantised layers' weights before */
+  int64_t weight_bytes_int8; /* after (int8 values + f32 scales) */
+  const char *kernel;      /* the int8 GEMM kernel chosen: "avx512-vnni", "avx2", "scalar" */
+} em_quant_report;
+
+/* "int8" -> EM_QUANT_INT8_DYNAMIC, "none"/"off" -> EM_QUANT_NONE; else an
+ * error that lists the choices. */
+em_status em_quant_mode_parse(const char *text, em_quant_mode *out, em_error *err);
+
+/* Quantises m in place (mode NONE undoes it). rep may be NULL. A model
+ * without Linear layers is quantised with nothing to do (layers_quantized
+ * 0), not an error. Call again after loading new weights. */
+em_status em_model_quantize(em_model *m, em_quant_mode mode, em_quant_report *rep, em_error *err);
+em_quant_mode em_model_quant_mode(const em_model *m);
