@@ -4,6 +4,7 @@
  * thread free list, so a steady training loop never calls malloc here. */
 #include "core-private.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,29 @@ static _Thread_local em_scope *stack[MAX_DEPTH];
 static _Thread_local int depth;
 static _Thread_local em_scope *free_scopes;
 
+/* A thread's cached scopes go when the thread ends (a server's workers
+ * come and go): a pthread key's destructor frees the free list. */
+static pthread_key_t exit_key;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+
+static void free_scope_list(void *unused) {
+  (void)unused;
+  while (free_scopes) {
+    em_scope *s = free_scopes;
+    free_scopes = s->next_free;
+    for (chunk *c = s->first; c;) {
+      chunk *next = c->next;
+      free(c);
+      c = next;
+    }
+    free(s->allocs);
+    free(s->tape);
+    free(s);
+  }
+}
+
+static void make_exit_key(void) { EM_ASSERT(pthread_key_create(&exit_key, free_scope_list) == 0); }
+
 em_scope *em_scope_begin(void) {
   EM_ASSERT(depth < MAX_DEPTH);
   em_scope *s = free_scopes;
@@ -41,6 +65,9 @@ em_scope *em_scope_begin(void) {
   else {
     s = calloc(1, sizeof *s);
     EM_ASSERT(s);
+    /* a non-NULL value makes the destructor run at this thread's exit */
+    pthread_once(&exit_key_once, make_exit_key);
+    pthread_setspecific(exit_key, s);
   }
   s->cur = s->first;
   if (s->cur) s->cur->used = 0;
