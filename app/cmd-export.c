@@ -1,40 +1,82 @@
 /* cmd-export.c: `ember export` writes a model as ONNX (em-export.h).
  *
- *   ember export SPEC --weights FILE -o OUT.onnx
- *   ember export NAME@ALIAS|NAME@VERSION [-o OUT.onnx] [--registry DIR]
+ *   ember export SPEC --weights FILE -o OUT.onnx [--quantize int8]
+ *   ember export NAME@ALIAS|NAME@VERSION [-o OUT.onnx] [--registry DIR] [--quantize int8]
  *
  * The registry form takes the version's weights file and the spec its run
  * recorded, writes artifacts/exports/NAME-vV.onnx under the registry
  * (and -o OUT too, when given) and records the registry's file as an
- * artifact of kind "export" on the version's run. */
+ * artifact of kind "export" on the version's run. --quantize int8 exports
+ * the Linear layers as dynamic int8 (em-quant.h; the metadata says so);
+ * in the registry it is written as NAME-vV-int8.onnx. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli-commands.h"
 #include "cli-common.h"
 #include "em-export.h"
 #include "em-io.h"
+#include "em-quant.h"
 #include "em-train.h"
 
 #ifndef EMBER_VERSION
 #define EMBER_VERSION "unknown"
 #endif
 
-/* Writes the model of spec + weights to out. */
+/* Writes the model of spec + weights to out, quantised per qmode. */
 static int export_model(const em_spec *spec, const char *weights, const char *out,
-                        const em_export_meta *meta) {
+                        const em_export_meta *meta, em_quant_mode qmode) {
   em_error err = {0};
   em_model *model = em_model_new(spec, 0, &err);
   int rc = 0;
   if (!model) rc = cli_fail(&err, NULL);
   else if (em_model_load(model, weights, &err) != EM_OK) rc = cli_fail1(&err, weights);
+  else if (qmode != EM_QUANT_NONE && em_model_quantize(model, qmode, NULL, &err) != EM_OK)
+    rc = cli_fail(&err, "--quantize");
   else if (em_export_onnx(model, out, meta, &err) != EM_OK) rc = cli_fail(&err, out);
   em_model_free(model);
   return rc;
 }
 
-static int export_registry(const char *ref_text, const char *out, const char *registry) {
+/* The registry form with --quantize: the store's export is the f32 one,
+ * so the int8 file is written and recorded here
+ * (artifacts/exports/NAME-vV-int8.onnx). */
+static int export_registry_quantized(em_store *s, const em_version_ref *ref, const char *out,
+                                     em_quant_mode qmode) {
+  em_error err = {0};
+  char dir[4096], rel[512], inside[4096], src[64];
+  em_store_artifact_path(s, "exports", dir, sizeof dir);
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "ember: cannot create '%s': %s\n", dir, strerror(errno));
+    return 1;
+  }
+  snprintf(rel, sizeof rel, "exports/%s-v%d-int8.onnx", ref->name, ref->version);
+  em_store_artifact_path(s, rel, inside, sizeof inside);
+  snprintf(src, sizeof src, "<spec of run %lld>", (long long)ref->run);
+  em_spec *spec = em_spec_parse(ref->spec_json, src, &err);
+  if (!spec) return cli_fail1(&err, src);
+  em_export_meta meta = {.ember_version = EMBER_VERSION,
+                         .run_id = ref->run,
+                         .model_version = ref->version,
+                         .registry_model = ref->name};
+  int rc = export_model(spec, ref->weights_path, inside, &meta, qmode);
+  if (rc == 0 && out) rc = export_model(spec, ref->weights_path, out, &meta, qmode);
+  em_spec_free(spec);
+  if (rc) return rc;
+  int64_t art = 0;
+  if (em_store_artifact_add(s, inside, "export", ref->run, &art, &err) != EM_OK)
+    return cli_fail1(&err, inside);
+  if (out) printf("exported %s version %d (int8) to %s\n", ref->name, ref->version, out);
+  printf("recorded artifact %lld (int8 export of run %lld) at %s\n", (long long)art,
+         (long long)ref->run, inside);
+  return 0;
+}
+
+static int export_registry(const char *ref_text, const char *out, const char *registry,
+                           em_quant_mode qmode) {
   em_store *s = cli_store_open(registry, false);
   if (!s) return 1;
   em_error err = {0};
@@ -42,6 +84,10 @@ static int export_registry(const char *ref_text, const char *out, const char *re
   int rc = 0;
   if (em_store_resolve_version(s, ref_text, &ref, &err) != EM_OK) {
     rc = cli_fail1(&err, ref_text);
+    goto done;
+  }
+  if (qmode != EM_QUANT_NONE) {
+    rc = export_registry_quantized(s, &ref, out, qmode);
     goto done;
   }
   char inside[4096];
@@ -67,7 +113,7 @@ static int export_registry(const char *ref_text, const char *out, const char *re
                              .run_id = ref.run,
                              .model_version = ref.version,
                              .registry_model = ref.name};
-      rc = export_model(spec, ref.weights_path, out, &meta);
+      rc = export_model(spec, ref.weights_path, out, &meta, EM_QUANT_NONE);
     }
     em_spec_free(spec);
     if (rc) goto done;
@@ -82,16 +128,22 @@ done:
 }
 
 int cli_cmd_export(int argc, char **argv) {
-  const char *weights = NULL, *out = NULL, *registry = NULL, *pos[1] = {NULL};
+  const char *weights = NULL, *out = NULL, *registry = NULL, *quantize = NULL, *pos[1] = {NULL};
   /* -o is the short form of --output. */
   for (int i = 2; i < argc; i++)
     if (!strcmp(argv[i], "-o")) argv[i] = "--output";
   const cli_opt opts[] = {{"weights", &weights, NULL},
                           {"output", &out, NULL},
                           {"registry", &registry, NULL},
+                          {"quantize", &quantize, NULL},
                           {0}};
   cli_parse_args(argc, argv, 2, opts, pos, 1, 1, "export");
-  if (em_version_ref_looks_like(pos[0]) && !weights) return export_registry(pos[0], out, registry);
+  em_quant_mode qmode = EM_QUANT_NONE;
+  em_error qerr = {0};
+  if (quantize && em_quant_mode_parse(quantize, &qmode, &qerr) != EM_OK)
+    cli_die_usage("--quantize: %s", qerr.msg);
+  if (em_version_ref_looks_like(pos[0]) && !weights)
+    return export_registry(pos[0], out, registry, qmode);
   if (!weights) cli_die_usage("export SPEC needs --weights FILE (or use NAME@ALIAS)");
   if (!out) cli_die_usage("export SPEC needs -o OUT.onnx");
   if (registry) cli_die_usage("--registry goes with NAME@ALIAS, not with a SPEC file");
@@ -99,8 +151,10 @@ int cli_cmd_export(int argc, char **argv) {
   em_spec *spec = em_spec_load(pos[0], &err);
   if (!spec) return cli_fail(&err, NULL);
   em_export_meta meta = {.ember_version = EMBER_VERSION};
-  int rc = export_model(spec, weights, out, &meta);
-  if (rc == 0) printf("exported %s to %s\n", em_spec_name(spec), out);
+  int rc = export_model(spec, weights, out, &meta, qmode);
+  if (rc == 0)
+    printf("exported %s%s to %s\n", em_spec_name(spec), qmode != EM_QUANT_NONE ? " (int8)" : "",
+           out);
   em_spec_free(spec);
   return rc;
 }

@@ -201,3 +201,20 @@ void em_onnx_init_i64s(em_onnx_builder *b, const char *name, int k, const int64_
 char *em_onnx_tmp_name(em_onnx_builder *b, const char *base, const char *what) {
   return em_onnx_printf(b, "%s/%s_%d", base, what, b->tmp_count++);
 }
+
+void em_onnx_init_raw(em_onnx_builder *b, const char *name, int32_t dtype, int ndim,
+                      const int64_t *dims, const void *data, size_t elem_size) {
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) numel *= dims[d];
+  size_t nbytes = (size_t)numel * elem_size;
+  Onnx__TensorProto *p = init_add(b, name, dtype, ndim, dims, nbytes);
+  if (!p) return;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  const uint8_t *src = data;
+  for (int64_t e = 0; e < numel; e++) /* each element little-endian */
+    for (size_t k = 0; k < elem_size; k++)
+      p->raw_data.data[e * elem_size + k] = src[e * elem_size + elem_size - 1 - k];
+#else
+  memcpy(p->raw_data.data, data, nbytes);
+#endif
+}

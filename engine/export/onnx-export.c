@@ -98,7 +98,12 @@ static em_status build_graph(em_onnx_builder *b, const em_model *m, em_error *er
       EM_ASSERT(idx >= 0);
       t[k] = em_model_tensor(m, idx, &tn[k]);
     }
-    st = em_onnx_layer(b, spec, i, in, value[i], t, tn, err);
+    const em_quant_layer *ql = em_quant_plan_layer(em_model_quant_plan(m), i);
+    if (ql) /* int8 (engine/quant): exported as what the engine computes */
+      st = em_onnx_quant_linear(b, sn->name, in[0], value[i], ql, tn[0],
+                                sn->n_decl > 1 ? tn[1] : NULL, err);
+    else
+      st = em_onnx_layer(b, spec, i, in, value[i], t, tn, err);
   }
   return st;
 }
@@ -222,6 +227,10 @@ em_status em_export_onnx(const em_model *m, const char *path, const em_export_me
       meta_add(&b, mp, "registry_version", em_onnx_printf(&b, "%d", meta->model_version));
     if (meta->run_id > 0)
       meta_add(&b, mp, "registry_run", em_onnx_printf(&b, "%lld", (long long)meta->run_id));
+    if (em_model_quant_mode(m) == EM_QUANT_INT8_DYNAMIC)
+      meta_add(&b, mp, "quantization",
+               "int8-dynamic: Linear layers with per-output-channel symmetric int8 weights, "
+               "per-row asymmetric uint8 activations, int32 accumulation, f32 rescale and bias");
     if (b.failed) st = em_error_set(err, EM_ERR_NOMEM, "out of memory building the ONNX model");
   }
   if (st == EM_OK) {

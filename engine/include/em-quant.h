@@ -10,8 +10,18 @@
  * runs in f32 as before.
  *
  * A quantised model runs inference only: em_model_forward with
- * training = true, or with gradients wanted, is an error. The float
- * weights are kept, so em_model_save still writes the f32 model. */
+ * training = true, or with grad mode on (wrap it in em_no_grad_begin /
+ * em_grad_mode_restore), is an EM_ERR_UNSUPPORTED error. The float
+ * weights are kept, so em_model_save still writes the f32 model, and
+ * em_export_onnx writes the int8 form (MatMulInteger; metadata
+ * "quantization").
+ *
+ * The integer GEMM runs on AVX512-VNNI, AVX2 or a plain loop, the best
+ * the CPU has (chosen at run time; the environment variable
+ * EMBER_QUANT_KERNEL=avx512-vnni|avx2|scalar forces one, for tests and
+ * benchmarks); every kernel gives the same numbers. The exact formulas
+ * are in engine/quant/quant-private.h. A layer with more than 65536
+ * in_features stays f32 (its int32 sums could overflow). */
 #pragma once
 
 #include <stdint.h>
@@ -38,6 +48,10 @@ em_status em_quant_mode_parse(const char *text, em_quant_mode *out, em_error *er
 
 /* Quantises m in place (mode NONE undoes it). rep may be NULL. A model
  * without Linear layers is quantised with nothing to do (layers_quantized
- * 0), not an error. Call again after loading new weights. */
+ * 0), not an error. The int8 weights are a copy: call again after loading
+ * new weights. Errors: an f64 model (EM_ERR_UNSUPPORTED), NaN or infinite
+ * weights (EM_ERR_NUMERIC, naming the node and position), memory; the
+ * model is left as it was. Not thread-safe against a concurrent forward
+ * of the same model. */
 em_status em_model_quantize(em_model *m, em_quant_mode mode, em_quant_report *rep, em_error *err);
 em_quant_mode em_model_quant_mode(const em_model *m);

@@ -6,9 +6,12 @@
  * tensor is initialised from its own stream, seeded from the model seed
  * and its name, so adding a node does not change the others' values.
  * Forward allocates only scope memory (the node-output table is scratch),
- * so a steady training step does no malloc here. */
+ * so a steady training step does no malloc here. A quantised model
+ * (em_model_quantize, engine/quant) runs its int8 Linear nodes through
+ * the plan it holds, in inference only. */
 #include "nn-private.h"
 #include "em-profile.h"
+#include "../quant/quant-private.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,7 @@ struct em_model {
   int n_params;
   int *param_idx; /* trainable tensors, in order */
   em_rng rng;     /* dropout stream when the caller gives none */
+  em_quant_plan *quant; /* int8 Linear layers (engine/quant), or NULL */
 };
 
 static uint64_t name_hash(const char *s) {
@@ -134,6 +138,7 @@ void em_model_free(em_model *m) {
   free(m->buffer);
   free(m->param_idx);
   free(m->node_first);
+  em_quant_plan_free(m->quant);
   em_spec_free(m->spec);
   free(m);
 }
@@ -142,6 +147,12 @@ const em_spec *em_model_spec(const em_model *m) { return m->spec; }
 em_dtype em_model_dtype(const em_model *m) { return m->opts.dtype; }
 int em_model_param_count(const em_model *m) { return m->n_params; }
 int em_model_tensor_count(const em_model *m) { return m->n_tensors; }
+em_quant_plan *em_model_quant_plan(const em_model *m) { return m->quant; }
+
+void em_model_set_quant_plan(em_model *m, em_quant_plan *p) {
+  if (m->quant != p) em_quant_plan_free(m->quant);
+  m->quant = p;
+}
 
 em_tensor *em_model_param(const em_model *m, int i, const char **name) {
   EM_ASSERT(i >= 0 && i < m->n_params);
@@ -193,6 +204,13 @@ em_tensor *em_model_forward(em_model *m, em_tensor *x, bool training, em_rng *rn
                             em_error *err) {
   const em_spec *s = m->spec;
   if (check_input(m, x, err) != EM_OK) return NULL;
+  if (m->quant && (training || em_grad_enabled())) { /* int8 layers have no backward */
+    em_error_set(err, EM_ERR_UNSUPPORTED,
+                 "model '%s' is quantised (int8) and runs inference only: %s; run it in "
+                 "no-grad mode, or undo the quantisation first",
+                 s->name, training ? "training mode is on" : "gradients are wanted");
+    return NULL;
+  }
   em_forward_ctx ctx = {training, rng ? rng : &m->rng};
   em_tensor **outs = em_scratch(sizeof *outs * (size_t)s->n_nodes);
   for (int i = 0; i <= s->output; i++) {
@@ -213,7 +231,9 @@ em_tensor *em_model_forward(em_model *m, em_tensor *x, bool training, em_rng *rn
     }
     /* the profiler and anomaly mode name the layer its ops ran in */
     int span = em_profile_layer_begin(nd->name);
-    em_tensor *y = nd->type->forward(&nd->view, nd->n_in, in, params, &ctx);
+    const em_quant_layer *ql = em_quant_plan_layer(m->quant, i);
+    em_tensor *y = ql ? em_quant_linear_forward(ql, m->quant->kernel, in[0])
+                      : nd->type->forward(&nd->view, nd->n_in, in, params, &ctx);
     em_profile_layer_end(span);
     /* what shape inference promised (a plugin's bug shows here, not later) */
     bool ok = y && y->ndim == nd->out.ndim && y->shape[0] == x->shape[0];

@@ -4,7 +4,10 @@
  * writes the outputs as raw f32 to OUT, for test_export.py to compare with
  * what OpenCV computes from the exported file.
  *
- *   export-forward SPEC WEIGHTS N IN OUT
+ *   export-forward SPEC WEIGHTS N IN OUT [int8]
+ *
+ * int8 quantises the model first (em_model_quantize), for the quantised
+ * export's test (test_export_quant.py).
  *
  * WEIGHTS "init:FILE" initialises the model (seed 1) and saves its
  * weights to FILE first, for specs no dataset can train (index inputs). */
@@ -13,6 +16,7 @@
 #include <stdlib.h>
 
 #include "em-ops.h"
+#include "em-quant.h"
 #include "em-train.h"
 
 static int fail(const char *what, const em_error *err) {
@@ -21,8 +25,8 @@ static int fail(const char *what, const em_error *err) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 6) {
-    fprintf(stderr, "usage: export-forward SPEC WEIGHTS N IN OUT\n");
+  if (argc != 6 && !(argc == 7 && !strcmp(argv[6], "int8"))) {
+    fprintf(stderr, "usage: export-forward SPEC WEIGHTS N IN OUT [int8]\n");
     return 2;
   }
   em_error err = {0};
@@ -34,6 +38,8 @@ int main(int argc, char **argv) {
   if (init ? em_model_save(m, argv[2] + 5, &err) != EM_OK
            : em_model_load(m, argv[2], &err) != EM_OK)
     return fail(argv[2], &err);
+  if (argc == 7 && em_model_quantize(m, EM_QUANT_INT8_DYNAMIC, NULL, &err) != EM_OK)
+    return fail("quantize", &err);
 
   int64_t shape[EM_MAX_DIMS + 1]; /* (N, ...input) */
   int nd = em_spec_input_shape(spec, shape + 1) + 1;

@@ -1,0 +1,108 @@
+/* onnx-quant.c: a dynamic int8 Linear layer (engine/quant) as ONNX
+ * operators of opset 17 that compute exactly what the engine computes
+ * (the formulas of engine/quant/quant-private.h, op for op in f32):
+ *
+ *   lo = Min(ReduceMin(x, axes=[-1]), 0)      hi = Max(ReduceMax(x), 0)
+ *   sx = Max((hi - lo) / 255, FLT_MIN)        (.., 1) per row
+ *   zp = Clip(Round(Neg(lo) / sx), 0, 255)
+ *   qa = Cast<uint8>(Clip(Round(x * (1 / sx)) + zp, 0, 255))
+ *   acc = MatMulInteger(qa, Wq^T) - Cast<int32>(zp) * wsum   int32
+ *   y = Cast<float>(acc) * (sx * w_scale) + bias
+ *
+ * The activations are quantised with float operators rather than
+ * QuantizeLinear, and the zero point is subtracted through the weights'
+ * column sums rather than MatMulInteger's a_zero_point: per-axis
+ * QuantizeLinear takes one axis (an (N, L, D) input has two of rows), and
+ * runtimes (onnxruntime among them) accept only a scalar a_zero_point,
+ * while a per-row one is what keeps a sample's answer independent of its
+ * batch. Round is ties-to-even like rintf, so the numbers are the same. */
+#include "export-private.h"
+
+#include <float.h>
+#include <string.h>
+
+static const char *op(em_onnx_builder *b, const char *type, const char *base, const char *what,
+                      int n_in, const char *const *in, const char *out) {
+  char *nn = em_onnx_printf(b, "%s/%s", base, what);
+  char *v = out ? (char *)out : em_onnx_tmp_name(b, base, what);
+  if (!nn || !v || !em_onnx_node(b, type, nn, n_in, in, v)) return NULL;
+  return v;
+}
+
+#define OP(type, what, out, ...)                                                            \
+  op(b, type, name, what, (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *)),    \
+     (const char *[]){__VA_ARGS__}, out)
+
+em_status em_onnx_quant_linear(em_onnx_builder *b, const char *name, const char *x,
+                               const char *out, const em_quant_layer *L, const char *weight_name,
+                               const char *bias_name, em_error *err) {
+  const int64_t K = L->K, D = L->D;
+  /* Initializers: Wq^T (D, K) int8, w_scale (K), wsum (K) int32, bias (K). */
+  int8_t *wt = em_onnx_alloc(b, (size_t)(K * D));
+  char *n_w = em_onnx_printf(b, "%s_int8", weight_name);
+  char *n_ws = em_onnx_printf(b, "%s_scale", weight_name);
+  char *n_sum = em_onnx_printf(b, "%s_colsum", weight_name);
+  char *c0 = em_onnx_printf(b, "%s/zero", name), *c255 = em_onnx_printf(b, "%s/qmax", name);
+  char *ctiny = em_onnx_printf(b, "%s/tiny", name), *c1 = em_onnx_printf(b, "%s/one", name);
+  if (b->failed) goto nomem;
+  for (int64_t k = 0; k < K; k++)
+    for (int64_t d = 0; d < D; d++) wt[d * K + k] = L->wq[k * D + d];
+  int64_t wdims[2] = {D, K};
+  em_onnx_init_raw(b, n_w, ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 2, wdims, wt, 1);
+  em_onnx_init_raw(b, n_ws, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &K, L->w_scale, 4);
+  em_onnx_init_raw(b, n_sum, ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 1, &K, L->w_sum, 4);
+  if (L->bias) em_onnx_init_raw(b, bias_name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &K, L->bias, 4);
+  em_onnx_init_scalar(b, c0, 0.f);
+  em_onnx_init_scalar(b, c255, 255.f);
+  em_onnx_init_scalar(b, ctiny, FLT_MIN);
+  em_onnx_init_scalar(b, c1, 1.f);
+  if (b->failed) goto nomem;
+
+  /* per-row scale and zero point (.., 1) */
+  const char *lo_r = OP("ReduceMin", "ReduceMin", NULL, x);
+  const char *hi_r = OP("ReduceMax", "ReduceMax", NULL, x);
+  if (!lo_r || !hi_r) goto nomem;
+  Onnx__GraphProto *g = b->graph;
+  int64_t axes = -1;
+  em_onnx_attr_ints(b, g->node[g->n_node - 2], "axes", 1, &axes);
+  em_onnx_attr_int(b, g->node[g->n_node - 2], "keepdims", 1);
+  em_onnx_attr_ints(b, g->node[g->n_node - 1], "axes", 1, &axes);
+  em_onnx_attr_int(b, g->node[g->n_node - 1], "keepdims", 1);
+  const char *lo = OP("Min", "lo", NULL, lo_r, c0);
+  const char *hi = OP("Max", "hi", NULL, hi_r, c0);
+  const char *range = lo && hi ? OP("Sub", "range", NULL, hi, lo) : NULL;
+  const char *s0 = range ? OP("Div", "step", NULL, range, c255) : NULL;
+  const char *sx = s0 ? OP("Max", "x_scale", NULL, s0, ctiny) : NULL;
+  const char *nlo = lo ? OP("Neg", "neg_lo", NULL, lo) : NULL;
+  const char *zq = nlo && sx ? OP("Div", "zp_div", NULL, nlo, sx) : NULL;
+  const char *zr = zq ? OP("Round", "zp_round", NULL, zq) : NULL;
+  const char *zp = zr ? OP("Clip", "x_zero_point", NULL, zr, c0, c255) : NULL;
+  /* the activations as uint8 (.., D) */
+  const char *inv = sx ? OP("Div", "x_inv_scale", NULL, c1, sx) : NULL;
+  const char *xd = inv ? OP("Mul", "x_mul", NULL, x, inv) : NULL;
+  const char *xr = xd ? OP("Round", "x_round", NULL, xd) : NULL;
+  const char *xz = xr && zp ? OP("Add", "x_add_zp", NULL, xr, zp) : NULL;
+  const char *xc = xz ? OP("Clip", "x_clip", NULL, xz, c0, c255) : NULL;
+  const char *qa = xc ? OP("Cast", "x_quantized", NULL, xc) : NULL;
+  if (!qa) goto nomem;
+  em_onnx_attr_int(b, g->node[g->n_node - 1], "to", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8);
+  /* the integer product, less zp * column sums */
+  const char *acc = OP("MatMulInteger", "MatMulInteger", NULL, qa, n_w);
+  const char *zpi = acc ? OP("Cast", "zp_int32", NULL, zp) : NULL;
+  if (!zpi) goto nomem;
+  em_onnx_attr_int(b, g->node[g->n_node - 1], "to", ONNX__TENSOR_PROTO__DATA_TYPE__INT32);
+  const char *corr = OP("Mul", "zp_correction", NULL, zpi, n_sum);
+  const char *acc2 = corr ? OP("Sub", "acc", NULL, acc, corr) : NULL;
+  const char *accf = acc2 ? OP("Cast", "acc_float", NULL, acc2) : NULL;
+  if (!accf) goto nomem;
+  em_onnx_attr_int(b, g->node[g->n_node - 1], "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  /* rescale, bias */
+  const char *sc = OP("Mul", "out_scale", NULL, sx, n_ws);
+  const char *y = sc ? OP("Mul", "rescale", L->bias ? NULL : out, accf, sc) : NULL;
+  if (y && L->bias) y = OP("Add", "bias", out, y, bias_name);
+  if (!y || b->failed) goto nomem;
+  return EM_OK;
+nomem:
+  return em_error_set(err, EM_ERR_NOMEM, "node '%s': out of memory building the ONNX graph",
+                      name);
+}

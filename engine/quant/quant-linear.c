@@ -1,0 +1,234 @@
+/* quant-linear.c: a quantised Linear layer's forward: per-row activation
+ * quantisation, the integer GEMM, and the f32 rescale plus bias, threaded
+ * over blocks of rows (or of columns, for a few rows of a wide layer).
+ * The formulas are in quant-private.h; each row's numbers never depend
+ * on the other rows or on the thread count. */
+#include "quant-private.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "em-ops.h"
+#include "em-pool.h"
+
+#define ROW_BLOCK 32 /* rows a task quantises and multiplies */
+#define COL_TILE 64  /* columns of one int32 block (a multiple of every n_block) */
+#define COL_CHUNK 256 /* columns of a task when a few rows are split by columns */
+/* Below this many multiply-adds one thread does the layer: waking a pool
+ * worker costs tens of microseconds on this machine. */
+#define PAR_MACS 4.0e6
+
+/* The min and max of a row, 0 included (the plain loop; rows_avx512
+ * below is the fast path). */
+static void row_range(const float *x, int64_t D, float *lo_out, float *hi_out) {
+  float lo = 0.f, hi = 0.f;
+  for (int64_t d = 0; d < D; d++) {
+    lo = x[d] < lo ? x[d] : lo; /* a NaN is skipped */
+    hi = x[d] > hi ? x[d] : hi;
+  }
+  *lo_out = lo;
+  *hi_out = hi;
+}
+
+void em_quant_rows_ref(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
+                       int32_t *zp) {
+  for (int64_t m = 0; m < M; m++) {
+    const float *xr = x + m * D; /* (D) */
+    uint8_t *ar = a + m * Dp;    /* (Dp) */
+    float lo, hi;
+    row_range(xr, D, &lo, &hi);
+    float s = (hi - lo) / 255.f;
+    if (!(s >= FLT_MIN)) s = FLT_MIN; /* an all-zero row (and NaN) */
+    float z = rintf(-lo / s);
+    z = z > 0.f ? z : 0.f; /* NaN (an infinite input) -> 0 */
+    z = z < 255.f ? z : 255.f;
+    const float inv = 1.f / s;
+    for (int64_t d = 0; d < D; d++) {
+      float t = rintf(xr[d] * inv) + z;
+      t = t > 0.f ? t : 0.f; /* NaN -> 0 */
+      t = t < 255.f ? t : 255.f;
+      ar[d] = (uint8_t)(int32_t)t;
+    }
+    if (Dp > D) memset(ar + D, 0, (size_t)(Dp - D));
+    sx[m] = s;
+    zp[m] = (int32_t)z;
+  }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+/* The same on AVX-512: the same IEEE operations (min/max are exact;
+ * vrndscaleps with mode 0 is rint's ties-to-even), so the same bytes. */
+static __attribute__((target("avx512f,avx512bw"))) void rows_avx512(const float *x, int64_t M,
+                                                                     int64_t D, int64_t Dp,
+                                                                     uint8_t *a, float *sx,
+                                                                     int32_t *zp) {
+  const __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.f);
+  for (int64_t m = 0; m < M; m++) {
+    const float *xr = x + m * D; /* (D) */
+    uint8_t *ar = a + m * Dp;    /* (Dp) */
+    __m512 lo = zero, hi = zero, lo2 = zero, hi2 = zero; /* two chains: min/max latency */
+    int64_t d = 0;
+    for (; d + 32 <= D; d += 32) {
+      __m512 v = _mm512_loadu_ps(xr + d), v2 = _mm512_loadu_ps(xr + d + 16);
+      lo = _mm512_min_ps(v, lo);
+      hi = _mm512_max_ps(v, hi);
+      lo2 = _mm512_min_ps(v2, lo2);
+      hi2 = _mm512_max_ps(v2, hi2);
+    }
+    lo = _mm512_min_ps(lo2, lo);
+    hi = _mm512_max_ps(hi2, hi);
+    for (; d + 16 <= D; d += 16) {
+      __m512 v = _mm512_loadu_ps(xr + d);
+      lo = _mm512_min_ps(v, lo); /* a NaN keeps lo */
+      hi = _mm512_max_ps(v, hi);
+    }
+    if (d < D) { /* the lanes past D load as 0, which the range holds anyway */
+      __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << (D - d)) - 1), xr + d);
+      lo = _mm512_min_ps(v, lo);
+      hi = _mm512_max_ps(v, hi);
+    }
+    float l = _mm512_reduce_min_ps(lo), h = _mm512_reduce_max_ps(hi);
+    float s = (h - l) / 255.f;
+    if (!(s >= FLT_MIN)) s = FLT_MIN;
+    float z = rintf(-l / s);
+    z = z > 0.f ? z : 0.f; /* NaN (an infinite input) -> 0 */
+    z = z < 255.f ? z : 255.f;
+    const __m512 inv = _mm512_set1_ps(1.f / s), zv = _mm512_set1_ps(z);
+    for (d = 0; d < D; d += 16) {
+      __mmask16 k = D - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (D - d)) - 1);
+      __m512 v = _mm512_maskz_loadu_ps(k, xr + d);
+      __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(v, inv),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      t = _mm512_add_ps(t, zv);
+      t = _mm512_min_ps(_mm512_max_ps(t, zero), top); /* a NaN -> 0 */
+      _mm512_mask_cvtepi32_storeu_epi8(ar + d, k, _mm512_cvttps_epi32(t));
+    }
+    if (Dp > D) memset(ar + D, 0, (size_t)(Dp - D));
+    sx[m] = s;
+    zp[m] = (int32_t)z;
+  }
+}
+#endif
+
+void em_quant_rows(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
+                   int32_t *zp) {
+#if defined(__x86_64__) || defined(__i386__)
+  static _Atomic int have_avx512 = -1; /* every thread finds the same */
+  int have = atomic_load_explicit(&have_avx512, memory_order_relaxed);
+  if (have < 0) {
+    __builtin_cpu_init();
+    have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    atomic_store_explicit(&have_avx512, have, memory_order_relaxed);
+  }
+  if (have) {
+    rows_avx512(x, M, D, Dp, a, sx, zp);
+    return;
+  }
+#endif
+  em_quant_rows_ref(x, M, D, Dp, a, sx, zp);
+}
+
+/* y (rows, K) columns [n0, n1) from the raw products c (rows, n1 - n0). */
+static void rescale(const em_quant_layer *L, const int32_t *c, int64_t rows, int64_t n0,
+                    int64_t n1, const float *sx, const int32_t *zp, float *y) {
+  const int32_t *ws = L->w_sum;
+  const float *sw = L->w_scale, *b = L->bias;
+  int64_t w = n1 - n0;
+  for (int64_t m = 0; m < rows; m++) {
+    const int32_t *cr = c + m * w;
+    float *yr = y + m * L->K;
+    const float s = sx[m];
+    const int32_t z = zp[m];
+    if (b)
+      for (int64_t n = n0; n < n1; n++)
+        yr[n] = (float)(cr[n - n0] - z * ws[n]) * (s * sw[n]) + b[n];
+    else
+      for (int64_t n = n0; n < n1; n++) yr[n] = (float)(cr[n - n0] - z * ws[n]) * (s * sw[n]);
+  }
+}
+
+void em_quant_widen(const uint8_t *a, int64_t n, int16_t *out) {
+  for (int64_t i = 0; i < n; i++) out[i] = a[i];
+}
+
+/* Rows [m0, m1) by columns [n0, n1) of y, from quantised rows a (in the
+ * kernel's width). */
+static void block(const em_quant_layer *L, const em_qgemm_kernel *k, const void *a,
+                  const float *sx, const int32_t *zp, int64_t m0, int64_t m1, int64_t n0,
+                  int64_t n1, float *y) {
+  int32_t c[ROW_BLOCK * COL_TILE];
+  for (int64_t m = m0; m < m1; m += ROW_BLOCK) {
+    int64_t rows = m1 - m < ROW_BLOCK ? m1 - m : ROW_BLOCK;
+    const void *am = (const char *)a + m * L->Dp * k->a_width;
+    for (int64_t n = n0; n < n1; n += COL_TILE) {
+      int64_t ne = n1 - n < COL_TILE ? n1 : n + COL_TILE;
+      k->gemm(L, am, L->Dp, rows, n, ne, c, ne - n);
+      rescale(L, c, rows, n, ne, sx + m, zp + m, y + m * L->K);
+    }
+  }
+}
+
+typedef struct {
+  const em_quant_layer *L;
+  const em_qgemm_kernel *k;
+  const float *x;
+  int64_t M;
+  uint8_t *a;
+  int16_t *a16; /* a widened, for kernels with a_width 2 (else NULL) */
+  float *sx;
+  int32_t *zp;
+  float *y;
+} run_ctx;
+
+static void rows_task(void *p, int64_t b0, int64_t b1) {
+  run_ctx *r = p;
+  const em_quant_layer *L = r->L;
+  int64_t m0 = b0 * ROW_BLOCK, m1 = b1 * ROW_BLOCK < r->M ? b1 * ROW_BLOCK : r->M;
+  em_quant_rows(r->x + m0 * L->D, m1 - m0, L->D, L->Dp, r->a + m0 * L->Dp, r->sx + m0,
+                r->zp + m0);
+  if (r->a16) em_quant_widen(r->a + m0 * L->Dp, (m1 - m0) * L->Dp, r->a16 + m0 * L->Dp);
+  block(L, r->k, r->a16 ? (const void *)r->a16 : r->a, r->sx, r->zp, m0, m1, 0, L->K, r->y);
+}
+
+static void cols_task(void *p, int64_t c0, int64_t c1) {
+  run_ctx *r = p;
+  int64_t n1 = c1 * COL_CHUNK < r->L->K ? c1 * COL_CHUNK : r->L->K;
+  block(r->L, r->k, r->a16 ? (const void *)r->a16 : r->a, r->sx, r->zp, 0, r->M,
+        c0 * COL_CHUNK, n1, r->y);
+}
+
+void em_quant_linear_run(const em_quant_layer *L, const em_qgemm_kernel *k, const float *x,
+                         int64_t M, float *y) {
+  run_ctx r = {L, k, x, M, NULL, NULL, NULL, NULL, y};
+  r.a = em_scratch((size_t)(M * L->Dp));
+  if (k->a_width == 2) r.a16 = em_scratch((size_t)(M * L->Dp) * sizeof *r.a16);
+  r.sx = em_scratch((size_t)M * sizeof *r.sx);
+  r.zp = em_scratch((size_t)M * sizeof *r.zp);
+  double macs = (double)M * (double)L->K * (double)L->D;
+  int64_t n_rb = (M + ROW_BLOCK - 1) / ROW_BLOCK, n_cc = (L->K + COL_CHUNK - 1) / COL_CHUNK;
+  bool par = macs >= PAR_MACS && em_get_num_threads() > 1;
+  if (n_rb >= 2 || !par) {
+    em_parallel_for(n_rb, par ? 1 : n_rb, rows_task, &r);
+  } else { /* a few rows of a wide layer: split the columns */
+    em_quant_rows(x, M, L->D, L->Dp, r.a, r.sx, r.zp);
+    if (r.a16) em_quant_widen(r.a, M * L->Dp, r.a16);
+    em_parallel_for(n_cc, 1, cols_task, &r);
+  }
+}
+
+em_tensor *em_quant_linear_forward(const em_quant_layer *L, const em_qgemm_kernel *k,
+                                   em_tensor *x) {
+  EM_ASSERT(x->dtype == EM_DTYPE_F32 && x->shape[x->ndim - 1] == L->D);
+  x = em_contiguous(x); /* (N, D) or (N, L, D) */
+  int64_t shape[EM_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[x->ndim - 1] = L->K;
+  em_tensor *y = em_empty(EM_DTYPE_F32, x->ndim, shape); /* (N, K) or (N, L, K) */
+  int64_t M = em_tensor_numel(x) / L->D;
+  if (M > 0) em_quant_linear_run(L, k, em_f32(x), M, em_f32(y));
+  return y;
+}

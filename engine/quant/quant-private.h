@@ -1,0 +1,118 @@
+/* quant-private.h: what the files of engine/quant share, and what
+ * engine/nn/model.c and engine/export see of a quantised model.
+ *
+ * A quantised Linear layer y = x W^T + b, W (K, D), computes for each row
+ * x_m of its input (a sample, or one position of an (N, L, D) input):
+ *
+ *   lo_m = min(0, min_d x_md)   hi_m = max(0, max_d x_md)
+ *   sx_m = max((hi_m - lo_m) / 255, FLT_MIN)
+ *   zp_m = clamp(rint(-lo_m / sx_m), 0, 255)                   (NaN -> 0)
+ *   qa_md = clamp(rint(x_md * (1 / sx_m)) + zp_m, 0, 255)      uint8
+ *   acc_mk = sum_d qa_md qw_kd - zp_m wsum_k                   int32
+ *   y_mk = (float)acc_mk * (sx_m * sw_k) + b_k                 f32
+ *
+ * with qw_kd = clamp(rint(w_kd / sw_k), -127, 127) (int8), sw_k =
+ * max_d |w_kd| / 127 (1 for an all-zero row) and wsum_k = sum_d qw_kd.
+ * Every step is one IEEE operation in f32 (rint: ties to even), in this
+ * order, so the ONNX form (onnx-quant.c) computes the very same numbers.
+ * (x * (1 / sx) rather than x / sx: a division per value cost as much as
+ * the VNNI product itself.)
+ * The integer product is exact while D <= EM_QUANT_MAX_FEATURES (no
+ * int32 overflow: 255 * 127 * 65536 < 2^31); wider layers stay f32. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "em-quant.h"
+
+#define EM_QUANT_MAX_FEATURES 65536
+/* Rows of the quantised activations are padded with zeros to a multiple
+ * of this (the VNNI kernel's step of 4 bytes; the others' divide it). */
+#define EM_QUANT_K_ALIGN 4
+
+typedef struct em_qgemm_kernel em_qgemm_kernel;
+
+/* One quantised Linear node. */
+typedef struct {
+  int node;       /* its index among the spec's nodes */
+  int64_t K, D;   /* out_features, in_features */
+  int64_t Dp;     /* D rounded up to EM_QUANT_K_ALIGN */
+  int8_t *wq;     /* (K, D) the int8 weights, row-major */
+  float *w_scale; /* (K) */
+  int32_t *w_sum; /* (K) sum over d of wq */
+  float *bias;    /* (K) a copy of the f32 bias, or NULL */
+  void *packed;   /* wq in the kernel's layout (NULL: the kernel reads wq) */
+} em_quant_layer;
+
+/* Columns [n0, n1) of A (M, Dp) @ wq^T (Dp, K), raw (no zero-point
+ * correction), column n of row m at c[m * ldc + (n - n0)]. A holds the
+ * uint8 activations, as uint8 or (a_width 2) widened to int16; lda is in
+ * elements. n0 is a multiple of the kernel's n_block. */
+typedef void (*em_qgemm_fn)(const em_quant_layer *L, const void *a, int64_t lda, int64_t M,
+                            int64_t n0, int64_t n1, int32_t *c, int64_t ldc);
+
+struct em_qgemm_kernel {
+  const char *name; /* "avx512-vnni", "avx2", "scalar" */
+  int n_block;      /* columns per packed panel */
+  int a_width;      /* bytes per activation it reads: 1 (uint8) or 2 (int16) */
+  bool (*supported)(void); /* this CPU runs it */
+  /* Bytes of the packed weights (0: none) and the packing itself. */
+  size_t (*packed_size)(int64_t K, int64_t Dp);
+  void (*pack)(const int8_t *wq /* (K, D) */, int64_t K, int64_t D, int64_t Dp, void *packed);
+  em_qgemm_fn gemm;
+};
+
+/* The kernels this build has, best first (scalar last, always there). */
+int em_qgemm_kernel_count(void);
+const em_qgemm_kernel *em_qgemm_kernel_at(int i);
+const em_qgemm_kernel *em_qgemm_kernel_find(const char *name);
+/* The best one this CPU supports. */
+const em_qgemm_kernel *em_qgemm_kernel_best(void);
+
+extern const em_qgemm_kernel em_qgemm_scalar, em_qgemm_avx2, em_qgemm_vnni;
+
+/* The quantisation of one model. */
+typedef struct em_quant_plan {
+  em_quant_mode mode;
+  const em_qgemm_kernel *kernel;
+  int n_nodes;
+  int *node_layer; /* (n_nodes) index into layers, or -1 */
+  int n_layers;
+  em_quant_layer *layers;
+} em_quant_plan;
+
+void em_quant_plan_free(em_quant_plan *p);
+/* The quantised layer of spec node i, or NULL. */
+const em_quant_layer *em_quant_plan_layer(const em_quant_plan *p, int node);
+
+/* Quantises one layer's weights w (K, D) f32 and bias (K) (may be NULL)
+ * into L and packs them for kernel k. Fails on NaN/inf weights or
+ * memory. */
+em_status em_quant_layer_init(em_quant_layer *L, int node, const float *w, const float *bias,
+                              int64_t K, int64_t D, const em_qgemm_kernel *k, const char *what,
+                              em_error *err);
+void em_quant_layer_clear(em_quant_layer *L);
+
+/* Per-row activation quantisation of x (M, D) into a (M, Dp) (zeros
+ * past D), with sx (M) and zp (M): AVX-512 when the CPU has it, else the
+ * plain loop em_quant_rows_ref (the same bytes). */
+void em_quant_rows(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
+                   int32_t *zp);
+void em_quant_rows_ref(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
+                       int32_t *zp);
+/* out (n) = a (n) as int16, for kernels with a_width 2. */
+void em_quant_widen(const uint8_t *a, int64_t n, int16_t *out);
+/* y (M, K) = x (M, D) through layer L with kernel k, threaded over rows
+ * for large batches (each row's numbers never depend on the others). */
+void em_quant_linear_run(const em_quant_layer *L, const em_qgemm_kernel *k, const float *x,
+                         int64_t M, float *y);
+/* The layer's forward on a scoped tensor x (N, D) or (N, L, D): a new
+ * scoped (N, K) / (N, L, K). Records nothing on the tape. */
+em_tensor *em_quant_linear_forward(const em_quant_layer *L, const em_qgemm_kernel *k,
+                                   em_tensor *x);
+
+/* Implemented in engine/nn/model.c: the model's plan (NULL when not
+ * quantised), and replacing it (the old one is freed). */
+em_quant_plan *em_model_quant_plan(const em_model *m);
+void em_model_set_quant_plan(em_model *m, em_quant_plan *p);

@@ -1,0 +1,110 @@
+/* bench-quant.c: the engine's side of bench-quant.py: fmnist-mlp's
+ * forward (inference, no grad) in f32 and with int8 Linear layers, at
+ * batch 1 (latency) and larger batches (throughput), the median over
+ * repetitions. Prints one JSON object per line:
+ *   {"mode": "f32" | "int8", "kernel": ..., "batch": B, "ms": median ms per forward}
+ * Every int8 kernel this CPU runs is timed (the best one is what
+ * em_model_quantize picks).
+ *
+ * usage: bench-quant SPEC [THREADS [REPS [cpu|wall]]]   (defaults 2, 31, wall)
+ *
+ * With "cpu" the times are the calling thread's CPU time: on a machine
+ * shared with other jobs, a 1-thread run then measures the work itself. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "em-nn.h"
+#include "em-pool.h"
+#include "em-quant.h"
+
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(clock_id, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median ms of one forward at batch n: reps samples, each the mean of
+ * enough calls to last about a millisecond. */
+static double time_forward(em_model *m, const float *x, int64_t n, int reps) {
+  int64_t shape[4] = {n, 1, 28, 28};
+  bool prev = em_no_grad_begin();
+  em_error err = {0};
+  int calls = n == 1 ? 200 : n <= 32 ? 40 : 8;
+  double *t = malloc((size_t)reps * sizeof *t);
+  for (int r = -2; r < reps; r++) { /* two warm-up samples */
+    double t0 = now_s();
+    for (int c = 0; c < calls; c++) {
+      em_scope *s = em_scope_begin();
+      em_tensor *xt = em_tensor_wrap(EM_DTYPE_F32, 4, shape, (void *)x);
+      if (!em_model_forward(m, xt, false, NULL, &err)) {
+        fprintf(stderr, "bench-quant: forward: %s\n", err.msg);
+        exit(1);
+      }
+      em_scope_end(s);
+    }
+    if (r >= 0) t[r] = (now_s() - t0) / calls * 1e3;
+  }
+  em_grad_mode_restore(prev);
+  qsort(t, (size_t)reps, sizeof *t, cmp_double);
+  double med = t[reps / 2];
+  free(t);
+  return med;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: bench-quant SPEC [THREADS [REPS]]\n");
+    return 2;
+  }
+  int threads = argc > 2 ? atoi(argv[2]) : 2, reps = argc > 3 ? atoi(argv[3]) : 31;
+  if (threads < 1 || reps < 1) {
+    fprintf(stderr, "bench-quant: THREADS and REPS must be positive\n");
+    return 2;
+  }
+  if (argc > 4 && !strcmp(argv[4], "cpu")) clock_id = CLOCK_THREAD_CPUTIME_ID;
+  em_set_num_threads(threads);
+  em_error err = {0};
+  em_spec *spec = em_spec_load(argv[1], &err);
+  em_model *m = spec ? em_model_new(spec, 1, &err) : NULL;
+  if (!m) {
+    fprintf(stderr, "bench-quant: %s\n", err.msg);
+    return 1;
+  }
+  static const int64_t batches[] = {1, 128, 256};
+  float *x = malloc(256 * 784 * sizeof *x);
+  srand(7);
+  for (int i = 0; i < 256 * 784; i++) x[i] = (float)rand() / (float)RAND_MAX;
+  for (size_t b = 0; b < sizeof batches / sizeof *batches; b++)
+    printf("{\"mode\":\"f32\",\"kernel\":\"f32\",\"default\":true,\"batch\":%lld,\"ms\":%.5f}\n",
+           (long long)batches[b], time_forward(m, x, batches[b], reps));
+  /* int8 with each kernel, the default (best) one first */
+  const char *kernels[] = {NULL, "avx2", "scalar"};
+  for (int k = 0; k < 3; k++) {
+    if (kernels[k]) setenv("EMBER_QUANT_KERNEL", kernels[k], 1);
+    em_quant_report rep;
+    if (em_model_quantize(m, EM_QUANT_INT8_DYNAMIC, &rep, &err) != EM_OK) {
+      fprintf(stderr, "bench-quant: %s (skipped)\n", err.msg);
+      continue;
+    }
+    for (size_t b = 0; b < sizeof batches / sizeof *batches; b++) {
+      if (!strcmp(rep.kernel, "scalar") && batches[b] > 128) continue; /* slow, and known */
+      printf("{\"mode\":\"int8\",\"kernel\":\"%s\",\"default\":%s,\"batch\":%lld,\"ms\":%.5f}\n",
+             rep.kernel, k == 0 ? "true" : "false", (long long)batches[b],
+             time_forward(m, x, batches[b], reps));
+    }
+    fflush(stdout);
+  }
+  em_model_free(m);
+  em_spec_free(spec);
+  free(x);
+  return 0;
+}
