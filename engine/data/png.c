@@ -49,7 +49,11 @@ em_status em_image_read_png(const char *path, int want_channels, em_image *out, 
     fclose(f);
     return em_error_set(err, EM_ERR_NOMEM, "out of memory decoding '%s'", path);
   }
-  if (!png_image_finish_read(&img, NULL, buf, 0, NULL)) {
+  /* With a NULL background libpng composes alpha onto whatever the
+   * buffer holds (here: uninitialised memory); black is what the header
+   * promises. */
+  const png_color black = {0, 0, 0};
+  if (!png_image_finish_read(&img, &black, buf, 0, NULL)) {
     em_status st = em_error_set(err, EM_ERR_FORMAT, "'%s': corrupt PNG data: %s", path,
                                 img.message);
     free(buf);

@@ -1,0 +1,597 @@
+/* predict-input.c: the INPUT arguments of `ember predict` (PNG images, IDX
+ * images files, CSV feature rows) told apart, checked against the model's
+ * sample shape and read into batches (predict-input.h).
+ *
+ * The IDX and CSV readers here differ from the engine's datasets in one
+ * way that matters to prediction: labels are optional (em_dataset_idx and
+ * em_dataset_csv both require them). Pixels are scaled exactly as
+ * em_dataset_idx scales them: (float)byte / 255.0f. */
+#include "predict-input.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "em-data.h"
+
+#define MAX_IDX_VALUES ((int64_t)1 << 36) /* 64 GiB of pixels: surely a corrupt header */
+
+typedef enum { IN_PNG, IN_IDX, IN_CSV } in_kind;
+
+typedef struct {
+  in_kind kind;
+  const char *path;  /* borrowed from the caller (argv) */
+  int64_t first, n;  /* its samples are [first, first + n) of the sequence */
+  uint8_t *pixels;   /* IDX: (n, numel) bytes */
+  float *rows;       /* CSV: (n, numel) */
+  int64_t *labels;   /* (n), or NULL: no labels */
+} in_item;
+
+struct predict_inputs {
+  int n_items;
+  in_item *items;
+  int64_t count;
+  int64_t shape[EM_MAX_DIMS]; /* the model's sample shape */
+  int ndim;
+  int64_t numel;
+  int classes;
+  /* How a PNG must look: channels (1 or 3) and height x width; height -1:
+   * any height x width that makes numel (a model with a flat input). */
+  int png_channels;
+  int64_t png_h, png_w;
+};
+
+static const uint8_t png_signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+
+static uint32_t be32(const uint8_t *b) {
+  return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  if (a < b) return false;
+  for (size_t i = 0; i < b; i++) {
+    char c = s[a - b + i];
+    if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+    if (c != suffix[i]) return false;
+  }
+  return true;
+}
+
+/* ---- telling the kinds apart ---------------------------------------------- */
+static bool idx_magic(const uint8_t *b) { return b[0] == 0 && b[1] == 0 && b[2] >= 0x08; }
+
+static bool looks_like_text(const uint8_t *b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (b[i] < 0x20 && b[i] != '\n' && b[i] != '\r' && b[i] != '\t') return false;
+  return n > 0;
+}
+
+static em_status detect_kind(const char *path, in_kind *kind, em_error *err) {
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    return em_error_set(err, EM_ERR_INVALID, "'%s' is a folder; give the files in it", path);
+  FILE *f = fopen(path, "rb");
+  if (!f) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  uint8_t b[512];
+  size_t n = fread(b, 1, sizeof b, f);
+  fclose(f);
+  if (n == 0) return em_error_set(err, EM_ERR_FORMAT, "'%s' is empty", path);
+  if (n >= 8 && memcmp(b, png_signature, 8) == 0) {
+    *kind = IN_PNG;
+    return EM_OK;
+  }
+  if (ends_with(path, ".png"))
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is not a PNG image (it lacks the PNG signature)",
+                        path);
+  if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
+    gzFile g = gzopen(path, "rb");
+    uint8_t h[4];
+    int got = g ? gzread(g, h, 4) : -1;
+    if (g) gzclose(g);
+    if (got == 4 && idx_magic(h)) {
+      *kind = IN_IDX;
+      return EM_OK;
+    }
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is gzip-compressed but does not hold an IDX "
+                        "file%s", path, got < 4 ? " (the data is corrupt or truncated)" : "");
+  }
+  if (n >= 4 && idx_magic(b)) {
+    *kind = IN_IDX;
+    return EM_OK;
+  }
+  if (ends_with(path, ".csv") || ends_with(path, ".txt") || looks_like_text(b, n)) {
+    *kind = IN_CSV;
+    return EM_OK;
+  }
+  return em_error_set(err, EM_ERR_FORMAT, "'%s' is not a PNG image, an IDX file (plain or .gz) "
+                      "or a CSV file of numbers", path);
+}
+
+/* ---- PNG -------------------------------------------------------------------- */
+/* Reads the header (signature and IHDR) only: the size is checked before
+ * anything is predicted; the pixels are decoded batch by batch. */
+static em_status png_check(const predict_inputs *in, const char *path, em_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  uint8_t b[24];
+  size_t n = fread(b, 1, sizeof b, f);
+  fclose(f);
+  if (n < sizeof b || memcmp(b + 12, "IHDR", 4) != 0)
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is a truncated or corrupt PNG image (no "
+                        "header chunk)", path);
+  int64_t w = be32(b + 16), h = be32(b + 20);
+  bool fits = in->png_h < 0 ? w * h == in->numel : (h == in->png_h && w == in->png_w);
+  if (!fits) {
+    char want[96];
+    em_shape_str(in->ndim, in->shape, want, sizeof want);
+    if (in->png_h < 0)
+      return em_error_set(err, EM_ERR_SHAPE, "'%s' is %lld x %lld pixels; the model takes "
+                          "inputs of shape %s (%lld values)", path, (long long)w, (long long)h,
+                          want, (long long)in->numel);
+    int64_t got[3] = {in->png_channels, h, w};
+    char have[96];
+    return em_error_set(err, EM_ERR_SHAPE, "'%s' is %lld x %lld pixels, %s as the model reads "
+                        "it; the model takes %s (%lld x %lld pixels)", path, (long long)w,
+                        (long long)h, em_shape_str(in->ndim == 3 ? 3 : 2, in->ndim == 3 ? got : got + 1,
+                                                   have, sizeof have),
+                        want, (long long)in->png_w, (long long)in->png_h);
+  }
+  return EM_OK;
+}
+
+static em_status png_decode(const predict_inputs *in, const char *path, float *x, em_error *err) {
+  em_image img;
+  em_status st = em_image_read_png(path, in->png_channels, &img, err);
+  if (st != EM_OK) return st;
+  if ((int64_t)img.channels * img.height * img.width != in->numel) /* changed since opened */
+    st = em_error_set(err, EM_ERR_SHAPE, "'%s' changed size while being read (%d x %d pixels)",
+                      path, img.width, img.height);
+  else memcpy(x, img.data, sizeof(float) * (size_t)in->numel);
+  em_image_clear(&img);
+  return st;
+}
+
+/* ---- IDX -------------------------------------------------------------------- */
+/* Reads an IDX file of unsigned bytes with min_nd..max_nd dimensions:
+ * dims and all its values (malloc'd into *data). Data after the values,
+ * a short file and corrupt gzip data are errors naming the file. */
+static em_status idx_read(const char *path, const char *what, int min_nd, int max_nd,
+                          int64_t *dims, int *nd, uint8_t **data, int64_t *count,
+                          em_error *err) {
+  *data = NULL;
+  gzFile g = gzopen(path, "rb");
+  if (!g) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  em_status st = EM_OK;
+  uint8_t h[4 + 4 * 8];
+  if (gzread(g, h, 4) != 4 || !idx_magic(h)) {
+    st = em_error_set(err, EM_ERR_FORMAT, "'%s' is not an IDX %s file", path, what);
+    goto out;
+  }
+  if (h[2] != 0x08) {
+    st = em_error_set(err, EM_ERR_FORMAT, "'%s' holds IDX values of type 0x%02x; only unsigned "
+                      "bytes (0x08) are read", path, h[2]);
+    goto out;
+  }
+  *nd = h[3];
+  if (*nd < min_nd || *nd > max_nd) {
+    if (max_nd == 1)
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' has %d dimensions: it is not an IDX labels file "
+                        "(those have 1)",
+                        path, *nd);
+    else if (*nd == 1)
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' is an IDX labels file, not images: give it "
+                        "with --labels", path);
+    else
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' has %d dimensions; IDX images have %d to %d",
+                        path, *nd, min_nd, max_nd);
+    goto out;
+  }
+  if (gzread(g, h + 4, (unsigned)(4 * *nd)) != 4 * *nd) {
+    st = em_error_set(err, EM_ERR_FORMAT, "'%s' is truncated inside its IDX header", path);
+    goto out;
+  }
+  int64_t total = 1;
+  for (int i = 0; i < *nd; i++) {
+    dims[i] = be32(h + 4 + 4 * i);
+    if (dims[i] == 0 && i > 0) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s': dimension %d of its IDX header is 0", path,
+                        i + 1);
+      goto out;
+    }
+    total *= dims[i];
+    if (total > MAX_IDX_VALUES) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s': its IDX header claims more than %lld values "
+                        "(corrupt?)", path, (long long)MAX_IDX_VALUES);
+      goto out;
+    }
+  }
+  /* Grows as data arrives, so a corrupt header cannot make us allocate
+   * what the file does not hold. */
+  int64_t have = 0, cap = 0;
+  while (have < total) {
+    if (have == cap) {
+      int64_t ncap = cap ? cap * 2 : ((int64_t)1 << 20);
+      if (ncap > total) ncap = total;
+      uint8_t *p = realloc(*data, (size_t)ncap);
+      if (!p) {
+        st = em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", path);
+        goto out;
+      }
+      *data = p;
+      cap = ncap;
+    }
+    int64_t want = cap - have;
+    if (want > (1 << 30)) want = 1 << 30;
+    int got = gzread(g, *data + have, (unsigned)want);
+    if (got <= 0) {
+      int zerr = Z_OK;
+      const char *msg = gzerror(g, &zerr);
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' is truncated: its header promises %lld values, "
+                        "the file holds %lld%s%s", path, (long long)total, (long long)have,
+                        zerr != Z_OK ? "; " : "", zerr != Z_OK ? msg : "");
+      goto out;
+    }
+    have += got;
+  }
+  uint8_t extra;
+  if (gzread(g, &extra, 1) > 0) {
+    st = em_error_set(err, EM_ERR_FORMAT, "'%s' holds more data after its %lld values (not an "
+                      "IDX file, or a corrupt header)", path, (long long)total);
+    goto out;
+  }
+  *count = total;
+out:
+  gzclose(g);
+  if (st != EM_OK) {
+    free(*data);
+    *data = NULL;
+  }
+  return st;
+}
+
+/* The IDX images shape as a sample shape, the way em_dataset_idx reads it:
+ * (N, H, W) -> (1, H, W), (N, D) -> (D), (N, C, H, W) -> (C, H, W). */
+static int idx_sample_shape(const int64_t *dims, int nd, int64_t *shape) {
+  if (nd == 3) {
+    shape[0] = 1;
+    shape[1] = dims[1];
+    shape[2] = dims[2];
+    return 3;
+  }
+  for (int i = 1; i < nd; i++) shape[i - 1] = dims[i];
+  return nd - 1;
+}
+
+static em_status idx_open(const predict_inputs *in, in_item *it, const char *labels_path,
+                          em_error *err) {
+  int64_t dims[8], count;
+  int nd;
+  em_status st = idx_read(it->path, "images", 2, 4, dims, &nd, &it->pixels, &count, err);
+  if (st != EM_OK) return st;
+  int64_t shape[EM_MAX_DIMS], numel = 1;
+  int snd = idx_sample_shape(dims, nd, shape);
+  for (int i = 0; i < snd; i++) numel *= shape[i];
+  bool same = snd == in->ndim;
+  for (int i = 0; same && i < snd; i++) same = shape[i] == in->shape[i];
+  /* A flat side (a model taking (D), or an IDX file of (N, D) rows) takes
+   * the other's values in row-major order. */
+  if (!same && !(numel == in->numel && (snd == 1 || in->ndim == 1))) {
+    char a[96], b[96];
+    return em_error_set(err, EM_ERR_SHAPE, "'%s' holds samples of shape %s; the model takes %s",
+                        it->path, em_shape_str(snd, shape, a, sizeof a),
+                        em_shape_str(in->ndim, in->shape, b, sizeof b));
+  }
+  it->n = dims[0];
+  if (!labels_path) return EM_OK;
+  int64_t ldims[8], lcount;
+  int lnd;
+  uint8_t *lab = NULL;
+  st = idx_read(labels_path, "labels", 1, 1, ldims, &lnd, &lab, &lcount, err);
+  if (st != EM_OK) return st;
+  if (lcount != it->n) {
+    free(lab);
+    return em_error_set(err, EM_ERR_FORMAT, "labels file '%s' holds %lld labels but '%s' holds "
+                        "%lld images", labels_path, (long long)lcount, it->path,
+                        (long long)it->n);
+  }
+  it->labels = malloc(sizeof(int64_t) * (size_t)(lcount ? lcount : 1));
+  if (!it->labels) {
+    free(lab);
+    return em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", labels_path);
+  }
+  for (int64_t i = 0; i < lcount; i++) {
+    if (lab[i] >= in->classes) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s': label %d of sample %lld is out of range for "
+                        "the model's %d classes", labels_path, lab[i], (long long)i,
+                        in->classes);
+      break;
+    }
+    it->labels[i] = lab[i];
+  }
+  free(lab);
+  return st;
+}
+
+/* ---- CSV -------------------------------------------------------------------- */
+static char *read_text(const char *path, em_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    len += fread(buf + len, 1, cap - len - 1, f);
+    if (len < cap - 1) break;
+    char *p = realloc(buf, cap * 2);
+    if (!p) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = p;
+    cap *= 2;
+  }
+  bool bad = ferror(f);
+  fclose(f);
+  if (!buf) {
+    em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", path);
+    return NULL;
+  }
+  if (bad) {
+    free(buf);
+    em_error_set(err, EM_ERR_IO, "cannot read '%s'", path);
+    return NULL;
+  }
+  buf[len] = '\0';
+  if (memchr(buf, '\0', len)) {
+    free(buf);
+    em_error_set(err, EM_ERR_FORMAT, "'%s' is not a text (CSV) file: it holds NUL bytes", path);
+    return NULL;
+  }
+  return buf;
+}
+
+/* Splits line (modified in place) at commas into at most cap fields;
+ * returns the count (which may exceed cap: only cap are stored). */
+static int64_t csv_split(char *line, char **fields, int64_t cap) {
+  int64_t n = 0;
+  for (char *p = line;;) {
+    char *c = strchr(p, ',');
+    if (n < cap) fields[n] = p;
+    n++;
+    if (!c) break;
+    *c = '\0';
+    p = c + 1;
+  }
+  return n;
+}
+
+static bool parse_number(const char *s, double *v) {
+  while (*s == ' ' || *s == '\t') s++;
+  char *end;
+  errno = 0;
+  *v = strtod(s, &end);
+  if (end == s) return false;
+  while (*end == ' ' || *end == '\t') end++;
+  return *end == '\0' && isfinite(*v);
+}
+
+static em_status csv_open(const predict_inputs *in, in_item *it, int label_column,
+                          em_error *err) {
+  char *text = read_text(it->path, err);
+  if (!text) return err ? err->status : EM_ERR_IO;
+  bool labelled = label_column != -1;
+  int64_t want = in->numel + (labelled ? 1 : 0);
+  int64_t lc = label_column == -2 ? want - 1 : label_column;
+  em_status st = EM_OK;
+  char **fields = malloc(sizeof(char *) * (size_t)want);
+  int64_t cap = 0;
+  if (!fields) {
+    st = em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", it->path);
+    goto out;
+  }
+  if (labelled && (lc < 0 || lc >= want)) {
+    st = em_error_set(err, EM_ERR_INVALID, "--label-column %d: '%s' has %lld columns (the "
+                      "model's %lld features and the label)", label_column, it->path,
+                      (long long)want, (long long)in->numel);
+    goto out;
+  }
+  long line_no = 0;
+  bool first = true;
+  for (char *line = text; line && st == EM_OK;) {
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = '\0';
+    char *next = nl ? nl + 1 : NULL;
+    line_no++;
+    size_t len = strlen(line);
+    while (len && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
+      line[--len] = '\0';
+    if (len == 0) {
+      line = next;
+      continue;
+    }
+    int64_t cols = csv_split(line, fields, want);
+    /* The first line is a header when a field of it is not a number. */
+    double v;
+    bool numbers = true;
+    for (int64_t c = 0; numbers && c < cols && c < want; c++) numbers = parse_number(fields[c], &v);
+    if (first && !numbers) {
+      first = false;
+      line = next;
+      continue;
+    }
+    first = false;
+    if (cols != want) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %ld has %lld columns; expected %lld "
+                        "(the model takes %lld features%s)", it->path, line_no, (long long)cols,
+                        (long long)want, (long long)in->numel,
+                        labelled ? ", plus the label column" : "");
+      break;
+    }
+    if (it->n == cap) {
+      int64_t ncap = cap ? cap * 2 : 256;
+      float *r = realloc(it->rows, sizeof(float) * (size_t)(ncap * in->numel));
+      if (r) it->rows = r;
+      int64_t *l = labelled ? realloc(it->labels, sizeof(int64_t) * (size_t)ncap) : NULL;
+      if (l) it->labels = l;
+      if (!r || (labelled && !l)) {
+        st = em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", it->path);
+        break;
+      }
+      cap = ncap;
+    }
+    float *row = it->rows + it->n * in->numel;
+    for (int64_t c = 0, j = 0; c < cols; c++) {
+      if (!parse_number(fields[c], &v)) {
+        st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %ld, column %lld: '%.40s' is not a "
+                          "finite number", it->path, line_no, (long long)c + 1, fields[c]);
+        break;
+      }
+      if (labelled && c == lc) {
+        if (v != floor(v) || v < 0 || v >= in->classes) {
+          st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %ld, column %lld: label '%.40s' is "
+                            "not a class index 0..%d", it->path, line_no, (long long)c + 1,
+                            fields[c], in->classes - 1);
+          break;
+        }
+        it->labels[it->n] = (int64_t)v;
+      } else {
+        row[j++] = (float)v;
+      }
+    }
+    it->n++;
+    line = next;
+  }
+out:
+  free(fields);
+  free(text);
+  return st;
+}
+
+/* ---- the sequence ------------------------------------------------------------ */
+predict_inputs *predict_inputs_open(int n, const char *const *paths,
+                                    const predict_input_options *o, em_error *err) {
+  predict_inputs *in = calloc(1, sizeof *in);
+  if (!in || !(in->items = calloc((size_t)(n ? n : 1), sizeof *in->items))) {
+    free(in);
+    em_error_set(err, EM_ERR_NOMEM, "out of memory");
+    return NULL;
+  }
+  in->ndim = o->ndim;
+  in->numel = 1;
+  for (int i = 0; i < o->ndim; i++) {
+    in->shape[i] = o->shape[i];
+    in->numel *= o->shape[i];
+  }
+  in->classes = o->classes;
+  in->png_channels = 1;
+  in->png_h = in->png_w = -1;
+  if (o->ndim == 3 && (o->shape[0] == 1 || o->shape[0] == 3)) {
+    in->png_channels = (int)o->shape[0];
+    in->png_h = o->shape[1];
+    in->png_w = o->shape[2];
+  } else if (o->ndim == 2) {
+    in->png_h = o->shape[0];
+    in->png_w = o->shape[1];
+  }
+  em_status st = EM_OK;
+  int idx_inputs = 0, csv_inputs = 0;
+  for (int i = 0; i < n && st == EM_OK; i++) {
+    in_item *it = &in->items[in->n_items++];
+    it->path = paths[i];
+    if ((st = detect_kind(paths[i], &it->kind, err)) != EM_OK) break;
+    switch (it->kind) {
+    case IN_PNG:
+      it->n = 1;
+      st = png_check(in, paths[i], err);
+      break;
+    case IN_IDX:
+      idx_inputs++;
+      st = idx_open(in, it, o->labels_path, err);
+      break;
+    case IN_CSV:
+      csv_inputs++;
+      st = csv_open(in, it, o->label_column, err);
+      break;
+    }
+    it->first = in->count;
+    in->count += it->n;
+  }
+  if (st == EM_OK && o->labels_path && idx_inputs != 1)
+    st = em_error_set(err, EM_ERR_INVALID, "--labels '%s' goes with exactly one IDX images "
+                      "input; %d were given", o->labels_path, idx_inputs);
+  if (st == EM_OK && o->label_column != -1 && csv_inputs == 0)
+    st = em_error_set(err, EM_ERR_INVALID, "--label-column goes with CSV inputs; none was given");
+  if (st != EM_OK) {
+    predict_inputs_free(in);
+    return NULL;
+  }
+  return in;
+}
+
+void predict_inputs_free(predict_inputs *in) {
+  if (!in) return;
+  for (int i = 0; i < in->n_items; i++) {
+    free(in->items[i].pixels);
+    free(in->items[i].rows);
+    free(in->items[i].labels);
+  }
+  free(in->items);
+  free(in);
+}
+
+int64_t predict_inputs_count(const predict_inputs *in) { return in->count; }
+
+/* The item holding sample i (items are in sequence order). */
+static const in_item *item_of(const predict_inputs *in, int64_t i) {
+  int lo = 0, hi = in->n_items - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (in->items[mid].first <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return &in->items[lo];
+}
+
+em_status predict_inputs_read(predict_inputs *in, int64_t first, int64_t n,
+                              float *x /* (n, ...sample) */, int64_t *y /* (n) */,
+                              em_error *err) {
+  for (int64_t s = 0; s < n; s++) {
+    int64_t i = first + s;
+    const in_item *it = item_of(in, i);
+    int64_t k = i - it->first;
+    float *xs = x + s * in->numel;
+    y[s] = it->labels ? it->labels[k] : -1;
+    switch (it->kind) {
+    case IN_PNG: {
+      em_status st = png_decode(in, it->path, xs, err);
+      if (st != EM_OK) return st;
+      break;
+    }
+    case IN_IDX: {
+      const uint8_t *p = it->pixels + k * in->numel;
+      for (int64_t j = 0; j < in->numel; j++) xs[j] = (float)p[j] / 255.0f;
+      break;
+    }
+    case IN_CSV:
+      memcpy(xs, it->rows + k * in->numel, sizeof(float) * (size_t)in->numel);
+      break;
+    }
+  }
+  return EM_OK;
+}
+
+void predict_inputs_source(const predict_inputs *in, int64_t i, char *buf, size_t cap) {
+  const in_item *it = item_of(in, i);
+  if (it->kind == IN_PNG) snprintf(buf, cap, "%s", it->path);
+  else snprintf(buf, cap, "%s:%lld", it->path, (long long)(i - it->first));
+}

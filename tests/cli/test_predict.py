@@ -1,0 +1,327 @@
+"""`ember predict` as a user runs it: one small fmnist-mlp trained once
+(6000 samples, one epoch), then predictions on the Fashion-MNIST test set
+from every kind of input, checked against independent readers:
+
+- IDX with labels reproduces `ember eval`'s accuracy for the same weights;
+- the probabilities equal PyTorch's softmax of the same model's logits
+  (weights loaded by torch from the safetensors file) within 1e-5;
+- PNG files written by OpenCV (grey and RGB) give the IDX path's top-1 and
+  probabilities for the same images;
+- CSV feature rows (with a header and a label column, or bare) work;
+- a registered NAME@ALIAS predicts as SPEC --weights does;
+- --quantize int8 keeps top-1 accuracy within a point;
+- bad inputs each give a clear message and exit status 1 or 2, never a
+  crash.
+
+Runs under Debian's /usr/bin/python3 (torch, numpy, cv2).
+usage: test_predict.py EMBER SOURCE_ROOT
+"""
+import gzip
+import json
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+import cv2
+import numpy as np
+import torch
+
+from cli_util import FMNIST, HAVE_DATA, Ember, model_tensors, sanitized
+
+EMBER = SOURCE = None
+SANITIZED = False
+TEST_IMAGES = os.path.join(FMNIST, "t10k-images-idx3-ubyte.gz")
+TEST_LABELS = os.path.join(FMNIST, "t10k-labels-idx1-ubyte.gz")
+NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
+         "Bag", "Ankle boot"]
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    nd = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * nd).reshape(dims)
+
+
+def parse_json_lines(stdout):
+    rows = [json.loads(line) for line in stdout.splitlines()]
+    assert rows and rows[-1].get("summary") is True, "no summary object last"
+    return rows[:-1], rows[-1]
+
+
+@unittest.skipUnless(HAVE_DATA, "Fashion-MNIST not installed")
+class Predict(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="ember-predict-")
+        cls.e = Ember(EMBER, SOURCE, os.path.join(cls.tmp, "home"))
+        cls.spec = cls.e.spec("fmnist-mlp.json")
+        cls.weights = os.path.join(cls.tmp, "w.safetensors")
+        limit = "1000" if SANITIZED else "6000"
+        cls.e.train(cls.spec, "--epochs", "1", "--limit", limit, "--seed", "3", "--threads", "2",
+                    "--save", cls.weights, "--quiet")
+        cls.images = read_idx(TEST_IMAGES)  # (10000, 28, 28) uint8
+        cls.labels = read_idx(TEST_LABELS)
+        cls.n = 300 if SANITIZED else 10000
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def predict(self, *args, model=None):
+        """`ember predict MODEL ARGS --json`: (per-sample rows, summary)."""
+        m = model or [self.spec, "--weights", self.weights]
+        p = self.e.ok("predict", *m, *args, "--json", "--threads", "2")
+        return parse_json_lines(p.stdout)
+
+    def torch_probs(self, images):
+        """Softmax of the same MLP's logits in PyTorch, weights from the file."""
+        t = model_tensors(self.weights)
+        x = torch.from_numpy(images.reshape(len(images), -1).astype(np.float32) / 255.0)
+        h = torch.relu(x @ t["fc1.weight"].T + t["fc1.bias"])
+        h = torch.relu(h @ t["fc2.weight"].T + t["fc2.bias"])
+        logits = h @ t["fc3.weight"].T + t["fc3.bias"]
+        return torch.softmax(logits.double(), dim=1).numpy()
+
+    def assertSameRows(self, a, b, tol=0.0):
+        self.assertEqual(len(a), len(b))
+        for ra, rb in zip(a, b):
+            self.assertEqual(ra["top_k"][0], rb["top_k"][0], (ra, rb))
+            np.testing.assert_allclose(ra["probs"], rb["probs"], rtol=0, atol=tol)
+
+    # ---- IDX -------------------------------------------------------------------
+    def test_idx_with_labels_reproduces_eval(self):
+        ev = json.loads(self.e.ok("eval", self.spec, "--weights", self.weights, "--threads", "2")
+                        .stdout.strip().splitlines()[-1])
+        rows, summary = self.predict(TEST_IMAGES, "--labels", TEST_LABELS, "--top-k", "3",
+                                     "--batch", "1000")
+        self.assertEqual(len(rows), 10000)
+        self.assertEqual(summary["count"], 10000)
+        self.assertEqual(summary["labelled"], 10000)
+        self.assertEqual(summary["correct"], round(ev["test_accuracy"] * 10000))
+        self.assertAlmostEqual(summary["accuracy"], ev["test_accuracy"], places=6)
+        self.assertGreater(summary["accuracy"], 0.7)
+        self.assertGreater(summary["samples_per_s"], 0)
+        # Every row: its source, three classes by falling probability, names, label.
+        for i in (0, 1, 4321, 9999):
+            r = rows[i]
+            self.assertEqual(r["source"], "%s:%d" % (TEST_IMAGES, i))
+            self.assertEqual(len(r["top_k"]), 3)
+            self.assertEqual(r["names"], [NAMES[k] for k in r["top_k"]])
+            self.assertEqual(r["probs"], sorted(r["probs"], reverse=True))
+            self.assertEqual(r["label"], int(self.labels[i]))
+        correct = sum(r["top_k"][0] == r["label"] for r in rows)
+        self.assertEqual(correct, summary["correct"])
+        # The batch size changes nothing.
+        rows7, _ = self.predict(TEST_IMAGES, "--limit", "50", "--batch", "7", "--top-k", "3")
+        self.assertSameRows(rows7, rows[:50], tol=1e-6)
+
+    def test_probabilities_match_pytorch(self):
+        n = 1000
+        rows, summary = self.predict(TEST_IMAGES, "--limit", str(n), "--top-k", "10")
+        self.assertEqual(summary["count"], n)
+        self.assertNotIn("accuracy", summary)  # no labels given
+        ref = self.torch_probs(self.images[:n])
+        worst = 0.0
+        for i, r in enumerate(rows):
+            self.assertEqual(sorted(r["top_k"]), list(range(10)))
+            self.assertAlmostEqual(sum(r["probs"]), 1.0, places=6)
+            got = np.zeros(10)
+            got[r["top_k"]] = r["probs"]
+            worst = max(worst, float(np.abs(got - ref[i]).max()))
+            if ref[i].max() - np.sort(ref[i])[-2] > 1e-4:  # not a near-tie
+                self.assertEqual(r["top_k"][0], int(ref[i].argmax()))
+        self.assertLess(worst, 1e-5)
+        # --top-k above the class count is capped at it; the default is 5.
+        capped, _ = self.predict(TEST_IMAGES, "--limit", "3", "--top-k", "50")
+        self.assertEqual([len(r["top_k"]) for r in capped], [10, 10, 10])
+        default, _ = self.predict(TEST_IMAGES, "--limit", "3")
+        self.assertEqual([len(r["top_k"]) for r in default], [5, 5, 5])
+
+    def test_text_output(self):
+        p = self.e.ok("predict", self.spec, "--weights", self.weights, TEST_IMAGES, "--labels",
+                      TEST_LABELS, "--limit", "4", "--top-k", "2", "--threads", "1")
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 4)
+        self.assertTrue(lines[0].startswith(TEST_IMAGES + ":0  "), lines[0])
+        self.assertIn("[label: Ankle boot]", lines[0])  # test image 0 is an ankle boot
+        self.assertEqual(lines[0].count("("), 2)
+        self.assertTrue(any(n + " (" in lines[0] for n in NAMES), lines[0])
+        self.assertIn("predicted 4 samples", p.stderr)
+        self.assertIn("accuracy", p.stderr)
+
+    def test_quantize_int8(self):
+        base, bsum = self.predict(TEST_IMAGES, "--labels", TEST_LABELS, "--limit", "3000")
+        rows, qsum = self.predict(TEST_IMAGES, "--labels", TEST_LABELS, "--limit", "3000",
+                                  "--quantize", "int8")
+        self.assertEqual((bsum["quantize"], qsum["quantize"]), ("none", "int8"))
+        self.assertLess(abs(qsum["accuracy"] - bsum["accuracy"]), 0.01)
+        agree = sum(a["top_k"][0] == b["top_k"][0] for a, b in zip(rows, base))
+        self.assertGreater(agree / len(rows), 0.98)
+        worst = max(abs(a["probs"][0] - b["probs"][0]) for a, b in zip(rows, base)
+                    if a["top_k"][0] == b["top_k"][0])
+        self.assertLess(worst, 0.05)
+        self.assertGreater(worst, 0.0)  # it did run in int8
+        p = self.e.run("predict", self.spec, "--weights", self.weights, TEST_IMAGES,
+                       "--quantize", "int4")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("int8", p.stderr)
+
+    # ---- PNG -------------------------------------------------------------------
+    def test_png_grey_and_rgb_match_idx(self):
+        picks = list(range(0, 2000, 97))  # 21 test images
+        grey, rgb = [], []
+        for i in picks:
+            g = self.path("grey-%d.png" % i)
+            self.assertTrue(cv2.imwrite(g, self.images[i]))
+            c = self.path("rgb-%d.png" % i)
+            self.assertTrue(cv2.imwrite(c, cv2.cvtColor(self.images[i], cv2.COLOR_GRAY2BGR)))
+            self.assertEqual(cv2.imread(c, cv2.IMREAD_UNCHANGED).shape, (28, 28, 3))
+            grey.append(g)
+            rgb.append(c)
+        idx_rows, _ = self.predict(TEST_IMAGES, "--limit", "2000", "--top-k", "10")
+        want = [idx_rows[i] for i in picks]
+        # One argument each, batched across files (batch 8: three batches).
+        rows, summary = self.predict(*grey, "--top-k", "10", "--batch", "8")
+        self.assertEqual(summary["count"], len(picks))
+        self.assertEqual([r["source"] for r in rows], grey)
+        self.assertSameRows(rows, want, tol=1e-7)
+        rows, _ = self.predict(*rgb, "--top-k", "10")
+        self.assertSameRows(rows, want, tol=1e-7)
+        # Mixed with an IDX file in one call: sources keep argument order.
+        rows, summary = self.predict(grey[0], TEST_IMAGES, rgb[1], "--limit", "3")
+        self.assertEqual([r["source"] for r in rows], [grey[0], TEST_IMAGES + ":0",
+                                                       TEST_IMAGES + ":1"])
+
+    # ---- CSV -------------------------------------------------------------------
+    def test_csv_rows(self):
+        n = 40
+        x = self.images[:n].reshape(n, -1).astype(np.float32) / np.float32(255.0)
+        labelled = self.path("rows.csv")
+        with open(labelled, "w") as f:
+            f.write(",".join(["label"] + ["p%d" % j for j in range(784)]) + "\n")
+            for i in range(n):
+                f.write(",".join([str(int(self.labels[i]))] + ["%.9g" % v for v in x[i]]) + "\n")
+        bare = self.path("bare.csv")
+        with open(bare, "w") as f:
+            for i in range(n):
+                f.write(",".join("%.9g" % v for v in x[i]) + "\r\n")
+                if i == 5:
+                    f.write("\n")  # blank lines are skipped
+        idx_rows, idx_sum = self.predict(TEST_IMAGES, "--labels", TEST_LABELS, "--limit", str(n),
+                                         "--top-k", "10")
+        rows, summary = self.predict(labelled, "--label-column", "0", "--top-k", "10")
+        self.assertEqual(summary["count"], n)
+        self.assertEqual(summary["correct"], idx_sum["correct"])
+        self.assertEqual([r["label"] for r in rows], [int(v) for v in self.labels[:n]])
+        self.assertEqual(rows[3]["source"], labelled + ":3")
+        self.assertSameRows(rows, idx_rows, tol=1e-7)
+        rows, summary = self.predict(bare, "--top-k", "10")
+        self.assertEqual(summary["count"], n)
+        self.assertNotIn("label", rows[0])
+        self.assertSameRows(rows, idx_rows, tol=1e-7)
+
+    # ---- the registry ------------------------------------------------------------
+    def test_registered_alias(self):
+        e = self.e
+        e.ok("model", "register", "1", "--name", "mlp", "--checkpoint", "last")
+        e.ok("model", "promote", "mlp", "1", "--alias", "production")
+        want, _ = self.predict(TEST_IMAGES, "--limit", "64", "--top-k", "10")
+        for ref in ("mlp@production", "mlp@1"):
+            rows, summary = self.predict(TEST_IMAGES, "--limit", "64", "--top-k", "10",
+                                         model=[ref])
+            self.assertIn("mlp@", summary["model"])
+            self.assertEqual([r["names"] for r in rows], [r["names"] for r in want])
+            self.assertSameRows(rows, want)
+        p = e.run("predict", "mlp@staging", TEST_IMAGES)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("staging", p.stderr)
+
+    # ---- bad input -----------------------------------------------------------------
+    def assertFails(self, args, *needles, codes=(1, 2)):
+        p = self.e.run("predict", *args)
+        self.assertIn(p.returncode, codes, "%s: %d\n%s" % (args, p.returncode, p.stderr))
+        self.assertEqual(p.stdout, "", args)  # nothing predicted before the error
+        for s in needles:
+            self.assertIn(s, p.stderr, args)
+        return p
+
+    def test_bad_inputs(self):
+        m = [self.spec, "--weights", self.weights]
+        missing = self.path("nope.png")
+        self.assertFails(m + [missing], missing, "cannot open")
+        # A truncated IDX file (plain), and one cut inside its header.
+        with gzip.open(TEST_IMAGES, "rb") as f:
+            raw = f.read(16 + 784 * 10)
+        cut = self.path("cut-idx")
+        with open(cut, "wb") as f:
+            f.write(raw[:16 + 784 * 3 + 100])
+        self.assertFails(m + [cut], cut, "truncated")
+        with open(cut, "wb") as f:
+            f.write(raw[:10])
+        self.assertFails(m + [cut], cut, "truncated")
+        # A gzip stream cut short.
+        with open(TEST_IMAGES, "rb") as f:
+            gz = f.read(5000)
+        cutgz = self.path("cut.gz")
+        with open(cutgz, "wb") as f:
+            f.write(gz)
+        self.assertFails(m + [cutgz], cutgz)
+        # A wrong image size names the file and both shapes.
+        big = self.path("big.png")
+        cv2.imwrite(big, np.zeros((32, 30), np.uint8))
+        self.assertFails(m + [big], big, "30 x 32", "[1, 32, 30]", "[1, 28, 28]")
+        # A file called .png that is not one, and bytes that are nothing known.
+        fake = self.path("fake.png")
+        with open(fake, "w") as f:
+            f.write("hello\n")
+        self.assertFails(m + [fake], fake, "not a PNG")
+        junk = self.path("junk.bin")
+        with open(junk, "wb") as f:
+            f.write(bytes(range(256)))
+        self.assertFails(m + [junk], junk, "not a PNG image, an IDX file")
+        # A PNG cut after its header: found when its batch is read.
+        good = self.path("good.png")
+        cv2.imwrite(good, self.images[0])
+        with open(good, "rb") as f:
+            data = f.read()
+        half = self.path("half.png")
+        with open(half, "wb") as f:
+            f.write(data[:len(data) // 2])
+        p = self.e.run("predict", *m, half)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(half, p.stderr)
+        # CSV: a row with the wrong column count; a bad number; a bad label.
+        bad = self.path("bad.csv")
+        with open(bad, "w") as f:
+            f.write(",".join(["0.5"] * 784) + "\n" + ",".join(["0.5"] * 783) + "\n")
+        self.assertFails(m + [bad], bad, "line 2", "783 columns", "784")
+        with open(bad, "w") as f:
+            f.write(",".join(["0.5"] * 784) + "\n" + ",".join(["0.5"] * 783 + ["x"]) + "\n")
+        self.assertFails(m + [bad], bad, "line 2, column 784")
+        with open(bad, "w") as f:
+            f.write(",".join(["0.5"] * 784 + ["12"]) + "\n")
+        self.assertFails(m + [bad, "--label-column", "last"], bad, "label '12'")
+        # Labels that do not fit; labels without an IDX input; a folder.
+        self.assertFails(m + [TEST_IMAGES, "--labels", self.path("none")], "cannot open")
+        self.assertFails(m + [TEST_IMAGES, "--labels", TEST_IMAGES], "not an IDX labels")
+        self.assertFails(m + [good, "--labels", TEST_LABELS], "--labels")
+        self.assertFails(m + [self.tmp], "folder")
+        self.assertFails(m + [good, "--label-column", "0"], "--label-column")
+        # Usage: --top-k 0, no input, a non-number, --weights missing.
+        self.assertFails(m + [TEST_IMAGES, "--top-k", "0"], "--top-k", codes=(2,))
+        self.assertFails(m, "INPUT", codes=(2,))
+        self.assertFails(m + [TEST_IMAGES, "--batch", "x"], "--batch", codes=(2,))
+        self.assertFails([self.spec, TEST_IMAGES], "--weights", codes=(2,))
+
+
+if __name__ == "__main__":
+    EMBER, SOURCE = sys.argv[1], sys.argv[2]
+    SANITIZED = sanitized(EMBER)
+    unittest.main(argv=[sys.argv[0], "-v"])
