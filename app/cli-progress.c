@@ -1,6 +1,7 @@
 /* cli-progress.c: progress bar (step, loss, samples/s, ETA) on stderr,
  * redrawn at most ten times a second. */
 #include "cli-progress.h"
+#include "plugin-load.h"
 
 #include <stdio.h>
 #include <time.h>
@@ -56,10 +57,14 @@ bool cli_progress_event(const em_train_event *ev, void *user) {
             (long long)ev->epochs, ev->loss, ev->samples_per_sec);
     break;
   case EM_EVENT_EVAL:
-    fprintf(stderr, "epoch %lld/%lld: test loss %.4f, accuracy %.2f%% (%lld samples)\n",
+  {
+    char mbuf[512]; /* plugin metrics, if any were asked for */
+    fprintf(stderr, "epoch %lld/%lld: test loss %.4f, accuracy %.2f%%%s (%lld samples)\n",
             (long long)ev->epoch + 1, (long long)ev->epochs, ev->test_loss,
-            100 * ev->test_accuracy, (long long)ev->test_samples);
+            100 * ev->test_accuracy, app_metrics_text(mbuf, sizeof mbuf),
+            (long long)ev->test_samples);
     break;
+  }
   case EM_EVENT_DONE:
   case EM_EVENT_CHECKPOINT:
   case EM_EVENT_WARNING:

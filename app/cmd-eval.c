@@ -1,6 +1,6 @@
-/* cmd-eval.c: `ember eval SPEC --weights FILE` (test loss and accuracy of
- * saved weights) and `ember info SPEC` (the layer table). Neither touches
- * the registry. */
+/* cmd-eval.c: `ember eval SPEC --weights FILE [--quantize int8]` (test
+ * loss and accuracy of saved weights, optionally with int8 Linear layers)
+ * and `ember info SPEC` (the layer table). Neither touches the registry. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -8,7 +8,9 @@
 #include "cli-commands.h"
 #include "cli-common.h"
 #include "em-pool.h"
+#include "em-quant.h"
 #include "em-train.h"
+#include "plugin-load.h"
 #include "train-options.h"
 
 int cli_cmd_info(int argc, char **argv) {
@@ -21,7 +23,31 @@ int cli_cmd_info(int argc, char **argv) {
   return rc;
 }
 
+/* Takes --quantize MODE (or --quantize=MODE) out of argv, which the
+ * shared train/eval flags do not know; returns the mode text or NULL. */
+static const char *take_quantize(int *argc, char **argv) {
+  const char *mode = NULL;
+  int j = 0;
+  for (int i = 0; i < *argc; i++) {
+    if (i >= 2 && !strcmp(argv[i], "--quantize")) {
+      if (i + 1 >= *argc) cli_die_usage("--quantize needs a value: int8 or none");
+      mode = argv[++i];
+    } else if (i >= 2 && !strncmp(argv[i], "--quantize=", 11)) {
+      mode = argv[i] + 11;
+    } else {
+      argv[j++] = argv[i];
+    }
+  }
+  *argc = j;
+  return mode;
+}
+
 int cli_cmd_eval(int argc, char **argv) {
+  const char *qtext = take_quantize(&argc, argv);
+  em_quant_mode qmode = EM_QUANT_NONE;
+  em_error qerr = {0};
+  if (qtext && em_quant_mode_parse(qtext, &qmode, &qerr) != EM_OK)
+    cli_die_usage("--quantize: %s", qerr.msg);
   cli_train_opts o;
   cli_train_opts_parse(argc, argv, "eval", &o);
   if (!o.spec_path) cli_die_usage("eval expects a SPEC file");
@@ -39,6 +65,7 @@ int cli_cmd_eval(int argc, char **argv) {
   int rc = 0;
   em_dataset *test = NULL;
   em_model *model = NULL;
+  em_quant_report qrep = {0};
   double loss = 0, acc = 0;
   int64_t shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
   int nd = em_spec_input_shape(spec, shape);
@@ -51,6 +78,8 @@ int cli_cmd_eval(int argc, char **argv) {
     rc = cli_fail(&err, NULL);
   else if (!(model = em_model_new(spec, cfg.seed, &err))) rc = cli_fail(&err, o.spec_path);
   else if (em_model_load(model, o.weights, &err) != EM_OK) rc = cli_fail(&err, o.weights);
+  else if (qmode != EM_QUANT_NONE && em_model_quantize(model, qmode, &qrep, &err) != EM_OK)
+    rc = cli_fail(&err, "--quantize");
   else {
     em_set_num_threads(cfg.threads);
     if (em_evaluate(model, test, cfg.batch_size, cfg.loss, 0.0, &loss, &acc, &err) != EM_OK)
@@ -59,10 +88,20 @@ int cli_cmd_eval(int argc, char **argv) {
   if (rc == 0) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    fprintf(stderr, "test loss %.4f, accuracy %.2f%% on %lld samples\n", loss, 100 * acc,
-            (long long)em_dataset_len(test));
-    printf("{\"model\":\"%s\",\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"peak_rss_mb\":%.1f}\n",
-           em_spec_name(spec), loss, acc, (double)ru.ru_maxrss / 1024.0);
+    if (qmode != EM_QUANT_NONE)
+      fprintf(stderr, "int8: %d Linear layers quantised (%s kernel), weights %.1f -> %.1f KiB\n",
+              qrep.layers_quantized, qrep.kernel, (double)qrep.weight_bytes_f32 / 1024,
+              (double)qrep.weight_bytes_int8 / 1024);
+    json_t *mj = app_metrics_json(); /* plugin metrics, when asked for */
+    char mbuf[512], *metrics = json_dumps(mj, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    json_decref(mj);
+    fprintf(stderr, "test loss %.4f, accuracy %.2f%%%s on %lld samples\n", loss, 100 * acc,
+            app_metrics_text(mbuf, sizeof mbuf), (long long)em_dataset_len(test));
+    printf("{\"model\":\"%s\",\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"quantization\":\"%s\","
+           "\"peak_rss_mb\":%.1f,\"metrics\":%s}\n",
+           em_spec_name(spec), loss, acc, qmode != EM_QUANT_NONE ? "int8" : "none",
+           (double)ru.ru_maxrss / 1024.0, metrics ? metrics : "{}");
+    free(metrics);
   }
   em_model_free(model);
   em_dataset_free(test);

@@ -1,5 +1,6 @@
 /* run-recorder.c: trainer events -> store writer rows (see em-store.h). */
 #include "em-store.h"
+#include "em-plugin.h"
 
 #include <math.h>
 #include <string.h>
@@ -34,6 +35,12 @@ void em_run_recorder_event(em_run_recorder *r, const em_train_event *ev) {
   case EM_EVENT_EVAL:
     em_store_writer_metric(w, r->run, ev->step, "test_loss", ev->test_loss, wall);
     em_store_writer_metric(w, r->run, ev->step, "test_accuracy", ev->test_accuracy, wall);
+    { /* plugin metrics (em-plugin.h) of this evaluation, when a spec or --metric asked */
+      em_metric_value mv[EM_EVAL_MAX_METRICS];
+      int nm = em_metrics_last(mv, EM_EVAL_MAX_METRICS, NULL);
+      for (int i = 0; i < nm; i++)
+        em_store_writer_metric(w, r->run, ev->step, mv[i].name, mv[i].value, wall);
+    }
     r->last_eval_loss = ev->test_loss;
     r->last_eval_step = ev->step;
     break;

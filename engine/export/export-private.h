@@ -37,6 +37,10 @@ void em_onnx_init_tensor(em_onnx_builder *b, const char *name, const em_tensor *
 /* A float scalar / int64 vector initializer. */
 void em_onnx_init_scalar(em_onnx_builder *b, const char *name, float v);
 void em_onnx_init_i64s(em_onnx_builder *b, const char *name, int k, const int64_t *v);
+/* An initializer of any element type from host values (elem_size bytes
+ * each, written little-endian). */
+void em_onnx_init_raw(em_onnx_builder *b, const char *name, int32_t dtype, int ndim,
+                      const int64_t *dims, const void *data, size_t elem_size);
 /* "<base>/<what>" unique within the graph. */
 char *em_onnx_tmp_name(em_onnx_builder *b, const char *base, const char *what);
 
@@ -46,3 +50,16 @@ char *em_onnx_tmp_name(em_onnx_builder *b, const char *base, const char *what);
 em_status em_onnx_layer(em_onnx_builder *b, const em_spec *spec, int i, const char *const *in_names,
                         const char *out_name, em_tensor *const *tensors,
                         const char *const *tensor_names, em_error *err);
+/* The same for a plugin layer type, through the mapping its plugin gave
+ * (onnx-plugin.c); refused naming the node and type when it gave none. */
+em_status em_onnx_plugin_layer(em_onnx_builder *b, const em_spec *spec, int i,
+                               const char *const *in_names, const char *out_name,
+                               em_tensor *const *tensors, const char *const *tensor_names,
+                               em_error *err);
+/* A quantised Linear layer (engine/quant) in ONNX operators (onnx-quant.c):
+ * x -> out, its int8 weights named after weight_name, its bias (if any)
+ * bias_name. */
+#include "../quant/quant-private.h"
+em_status em_onnx_quant_linear(em_onnx_builder *b, const char *name, const char *x,
+                               const char *out, const em_quant_layer *L, const char *weight_name,
+                               const char *bias_name, em_error *err);

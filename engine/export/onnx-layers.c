@@ -300,10 +300,8 @@ em_status em_onnx_layer(em_onnx_builder *b, const em_spec *spec, int i, const ch
       if (o && nn) acc = op2(b, "Add", nn, acc, in[k], o);
     }
   } else {
-    return em_error_set(err, EM_ERR_UNSUPPORTED,
-                        "node '%s': layer type '%s' has no ONNX form; export supports the "
-                        "built-in layers only (replace it, or export without it)",
-                        name, type);
+    em_status st = em_onnx_plugin_layer(b, spec, i, in, out, t, tn, err);
+    if (st != EM_OK) return st;
   }
   if (b->failed) return em_error_set(err, EM_ERR_NOMEM, "node '%s': out of memory building the ONNX graph", name);
   return EM_OK;

@@ -6,9 +6,13 @@
  * "batch", one output "output", the weights as float initializers (raw
  * little-endian data) named like the state dict ("fc1.weight"), and the
  * metadata below as metadata_props. Inference semantics: Dropout is left
- * out, BatchNorm2d uses its running statistics.
+ * out, BatchNorm2d uses its running statistics. A model quantised with
+ * em_model_quantize (em-quant.h) has its int8 Linear layers written as
+ * the same computation in ONNX operators (MatMulInteger over int8
+ * initializers "fc1.weight_int8"...) and a "quantization" metadata entry.
  *
- * A layer without an ONNX form (a plugin layer type) is refused with
+ * A plugin layer type is written by the mapping its plugin gave
+ * (em_layer_onnx_fn, em-plugin.h); one without a mapping is refused with
  * EM_ERR_UNSUPPORTED naming the node and its type. The file is written to
  * a temporary beside path, synced and renamed: a crash never leaves a torn
  * model at path. */

@@ -42,6 +42,10 @@ struct em_spec {
   int64_t n_params, n_buffer;
 };
 
+/* Removes a registered type (the plugin host's rollback of a plugin that
+ * failed to load; never a type a spec or model may still use). */
+void em_layer_unregister(const em_layer_type *type);
+
 /* A copy of spec (re-parsed from a deep copy of its JSON). */
 em_spec *em_spec_copy(const em_spec *spec, em_error *err);
 

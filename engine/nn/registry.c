@@ -63,6 +63,17 @@ em_status em_layer_register(const em_layer_type *type, em_error *err) {
   return add_type(type, err);
 }
 
+void em_layer_unregister(const em_layer_type *type) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < n_types; i++)
+    if (types[i] == type) {
+      memmove(&types[i], &types[i + 1], (size_t)(n_types - i - 1) * sizeof types[0]);
+      n_types--;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+}
+
 int em_layer_type_count(void) {
   pthread_once(&builtins_once, register_builtins);
   pthread_mutex_lock(&lock);

@@ -7,6 +7,7 @@
  * so the graph is a DAG by construction. Every message starts with the
  * source and the node: "models/x.json: node 'fc2' (Linear): ...". */
 #include "nn-private.h"
+#include "em-plugin.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -334,12 +335,17 @@ static em_status unknown_type(const char *type, em_error *err) {
     if (!guess && looks_like(type, k)) guess = k;
   }
   em_status st;
+  char search[640]; /* where plugins were looked for, and which were refused */
+  em_plugin_search_summary(search, sizeof search);
   if (guess)
-    st = em_error_set(err, EM_ERR_FORMAT, "unknown layer type '%s' (did you mean '%s'?); known: %s",
-                      type, guess, known.s ? known.s : "");
+    st = em_error_set(err, EM_ERR_FORMAT,
+                      "unknown layer type '%s' (did you mean '%s'?); known: %s; no loaded plugin "
+                      "provides it: %s",
+                      type, guess, known.s ? known.s : "", search);
   else
-    st = em_error_set(err, EM_ERR_FORMAT, "unknown layer type '%s'; known: %s", type,
-                      known.s ? known.s : "");
+    st = em_error_set(err, EM_ERR_FORMAT,
+                      "unknown layer type '%s'; known: %s; no loaded plugin provides it: %s", type,
+                      known.s ? known.s : "", search);
   em_strbuf_free(&known);
   return st;
 }

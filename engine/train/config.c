@@ -1,6 +1,7 @@
 /* config.c: the training configuration: defaults, the spec's "training"
  * and "loss" sections (unknown keys are errors), and range checks. */
 #include "train-private.h"
+#include "em-plugin.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -151,6 +152,8 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
     } else if (strcmp(key, "limit") == 0) {
       TRY(want_int(sec, key, v, 0, INT64_MAX / 2, &i, err));
       c->limit = i;
+    } else if (strcmp(key, "metrics") == 0) { /* plugins' metrics, computed at evaluation */
+      TRY(em_metrics_check_json(v, err));
     } else if (strcmp(key, "eval_every") == 0) {
       TRY(want_int(sec, key, v, 0, 1000000, &i, err));
       c->eval_every = (int)i;
@@ -159,7 +162,7 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
                           "\"training\": unknown key \"%s\"; known: dataset, data_dir, optimizer, "
                           "lr, momentum, dampening, nesterov, weight_decay, betas, eps, amsgrad, "
                           "batch_size, epochs, schedule, clip_grad_norm, accumulate, seed, "
-                          "shuffle, drop_last, workers, limit, eval_every",
+                          "shuffle, drop_last, workers, limit, eval_every, metrics",
                           key);
   }
   em_schedule_init(&c->schedule, EM_SCHED_CONSTANT, c->optim.lr);

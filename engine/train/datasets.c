@@ -2,11 +2,28 @@
  * checking that a model fits it. */
 #include "em-train.h"
 
+#include "../plugin/plugin-private.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* "unknown dataset 'x'; known: ..., the plugins' kinds; where plugins were
+ * looked for". */
+static em_status unknown_dataset(const char *name, em_error *err) {
+  char kinds[512] = "", search[1024];
+  size_t len = 0;
+  for (int i = 0; i < em_dataset_type_count() && len < sizeof kinds; i++) {
+    int w = snprintf(kinds + len, sizeof kinds - len, ", %s", em_dataset_type_at(i)->name);
+    if (w > 0) len += (size_t)w;
+  }
+  em_plugin_search_summary(search, sizeof search);
+  return em_error_set(err, EM_ERR_INVALID,
+                      "unknown dataset '%s'; known: fashion-mnist, cifar10, synthetic%s; %s", name,
+                      kinds, search);
+}
 
 em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
                                   const int64_t *sample_shape, int sample_ndim, int classes,
@@ -25,9 +42,21 @@ em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
   if (strcmp(name, "synthetic") == 0)
     return em_dataset_synthetic_split(train ? 4096 : 1024, sample_ndim, sample_shape, classes,
                                       0.5, 1, train, err);
-  em_error_set(err, EM_ERR_INVALID,
-               "unknown dataset '%s'; known: fashion-mnist, cifar10, synthetic", name);
+  const em_dataset_type *kind = em_dataset_type_find(name);
+  if (kind) {
+    if (!d) {
+      em_error_set(err, EM_ERR_INVALID, "the %s dataset needs its folder: give --data-dir DIR",
+                   name);
+      return NULL;
+    }
+    return kind->open(d, train, NULL, err);
+  }
+  unknown_dataset(name, err);
   return NULL;
+}
+
+bool em_dataset_name_is_builtin(const char *name) {
+  return !strcmp(name, "fashion-mnist") || !strcmp(name, "cifar10") || !strcmp(name, "synthetic");
 }
 
 static int cmp_path(const void *a, const void *b) { return strcmp(a, b); }
@@ -46,9 +75,10 @@ em_status em_dataset_files_named(const char *name, const char *dir, bool train,
                           "the cifar10 dataset needs its folder: give --data-dir DIR (the folder "
                           "with data_batch_1.bin ... test_batch.bin)");
     k = em_dataset_cifar10_dir_files(d, train, found);
-  } else
-    return em_error_set(err, EM_ERR_INVALID,
-                        "unknown dataset '%s'; known: fashion-mnist, cifar10, synthetic", name);
+  } else if (em_dataset_type_find(name))
+    return EM_OK; /* a plugin's kind: its files are its own business */
+  else
+    return unknown_dataset(name, err);
   if (k < 0) return em_error_set(err, EM_ERR_INVALID, "folder name too long: '%.200s...'", d);
   if (k > cap)
     return em_error_set(err, EM_ERR_INVALID, "the %s dataset reads %d files; room was given for %d",

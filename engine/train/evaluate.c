@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "em-ops.h"
+#include "../plugin/plugin-private.h"
 
 em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
                       double label_smoothing, double *mean_loss, double *accuracy,
@@ -16,8 +17,14 @@ em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss
   lc.batch_size = batch_size;
   lc.shuffle = false;
   lc.drop_last = false;
+  em_status mst;
+  em_eval_metrics *metrics = em_eval_metrics_begin(em_model_spec(m), &mst, err); /* plugins' */
+  if (mst != EM_OK) return mst;
   em_loader *ld = em_loader_new(ds, &lc, err);
-  if (!ld) return err ? err->status : EM_ERR_INVALID;
+  if (!ld) {
+    em_eval_metrics_free(metrics);
+    return err ? err->status : EM_ERR_INVALID;
+  }
   int64_t shape[EM_MAX_DIMS + 1];
   int nd = em_dataset_sample_shape(ds, shape + 1);
   double total_loss = 0;
@@ -41,6 +48,10 @@ em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss
     total_loss += em_tensor_item(em_train_loss(loss, out, y, label_smoothing)) * (double)b.n;
     em_tensor *pred = em_argmax(out, 1, false);
     for (int64_t i = 0; i < b.n; i++) correct += em_i64(pred)[i] == b.y[i];
+    if (metrics && (st = em_eval_metrics_add(metrics, out, b.y, err)) != EM_OK) {
+      em_scope_end(s);
+      break;
+    }
     seen += b.n;
     em_scope_end(s);
   }
@@ -50,6 +61,8 @@ em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss
   }
   em_grad_mode_restore(prev);
   em_loader_free(ld);
+  if (metrics && st == EM_OK) st = em_eval_metrics_end(metrics, err);
+  else em_eval_metrics_free(metrics);
   if (st != EM_OK) return st;
   *mean_loss = seen ? total_loss / (double)seen : 0;
   *accuracy = seen ? (double)correct / (double)seen : 0;

@@ -1,0 +1,93 @@
+/* plugin-load.c: the plugin folders of a program and loading them at
+ * startup (see plugin-load.h). */
+#include "plugin-load.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "em-plugin.h"
+#include "em-store.h"
+
+#define MAX_FLAG_VALUES 32
+
+/* Removes argv[i] (and n - 1 values after it), keeping argv NULL-ended. */
+static int take(int argc, char **argv, int i, int n) {
+  memmove(&argv[i], &argv[i + n], (size_t)(argc - i - n + 1) * sizeof *argv);
+  return argc - n;
+}
+
+/* "--flag VALUE" or "--flag=VALUE" at argv[i]: the value, and how many
+ * words it took; NULL when argv[i] is another word. */
+static const char *flag_value(int argc, char **argv, int i, const char *flag, int *words) {
+  size_t n = strlen(flag);
+  if (strncmp(argv[i], flag, n) != 0) return NULL;
+  if (argv[i][n] == '=') {
+    *words = 1;
+    return argv[i] + n + 1;
+  }
+  if (argv[i][n] != 0) return NULL;
+  if (i + 1 >= argc) {
+    fprintf(stderr, "ember: %s needs a value\n", flag);
+    exit(2);
+  }
+  *words = 2;
+  return argv[i + 1];
+}
+
+json_t *app_metrics_json(void) {
+  em_metric_value v[EM_EVAL_MAX_METRICS];
+  int n = em_metrics_last(v, EM_EVAL_MAX_METRICS, NULL);
+  json_t *o = json_object();
+  for (int i = 0; i < n; i++) json_object_set_new(o, v[i].name, json_real(v[i].value));
+  return o;
+}
+
+const char *app_metrics_text(char *buf, size_t n) {
+  em_metric_value v[EM_EVAL_MAX_METRICS];
+  int k = em_metrics_last(v, EM_EVAL_MAX_METRICS, NULL);
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < k && len < n; i++) {
+    int w = snprintf(buf + len, n - len, ", %s %.4f", v[i].name, v[i].value);
+    if (w > 0) len += (size_t)w;
+  }
+  return buf;
+}
+
+int app_plugins_load(int argc, char **argv, bool take_metric) {
+  const char *dirs[MAX_FLAG_VALUES], *metrics[MAX_FLAG_VALUES];
+  int n_dirs = 0, n_metrics = 0;
+  for (int i = 1; i < argc;) {
+    int words = 0;
+    const char *v;
+    if (!strcmp(argv[i], "--")) break;
+    if ((v = flag_value(argc, argv, i, "--plugin-dir", &words)) && n_dirs < MAX_FLAG_VALUES)
+      dirs[n_dirs++] = v;
+    else if (take_metric && (v = flag_value(argc, argv, i, "--metric", &words)) &&
+             n_metrics < MAX_FLAG_VALUES)
+      metrics[n_metrics++] = v;
+    if (words) argc = take(argc, argv, i, words);
+    else i++;
+  }
+  for (int i = 0; i < n_dirs; i++) em_plugins_load_dir(dirs[i], "--plugin-dir");
+  const char *path = getenv("EMBER_PLUGIN_PATH");
+  if (path && path[0]) {
+    char *copy = strdup(path), *save = NULL;
+    for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save))
+      em_plugins_load_dir(d, "EMBER_PLUGIN_PATH");
+    free(copy);
+  }
+  char home[4096], dir[4200];
+  em_error err = {0};
+  if (em_store_default_dir(home, sizeof home, &err) == EM_OK) {
+    snprintf(dir, sizeof dir, "%s/plugins", home);
+    em_plugins_load_dir(dir, "default");
+  }
+  for (int i = 0; i < n_metrics; i++)
+    if (em_metrics_select(metrics[i], &err) != EM_OK) {
+      fprintf(stderr, "ember: --metric: %s\n", err.msg);
+      exit(2);
+    }
+  return argc;
+}

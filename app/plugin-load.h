@@ -1,0 +1,26 @@
+/* plugin-load.h: loading plugins at the start of `ember` and
+ * `ember-workbench`, from (in this order; the first plugin to take a name
+ * keeps it):
+ *   --plugin-dir DIR      (a global option: anywhere on the line, repeatable)
+ *   $EMBER_PLUGIN_PATH    (folders separated by ':')
+ *   <registry folder>/plugins   ($EMBER_HOME/plugins, else
+ *                         $XDG_DATA_HOME/ember/plugins, else
+ *                         ~/.local/share/ember/plugins)
+ * A plugin that cannot load is a warning on stderr, never fatal; `ember
+ * plugins` lists what loaded and what was refused. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+
+/* Takes the global options out of argv (--plugin-dir DIR, and when
+ * take_metric --metric NAME, selected once the plugins are in), loads
+ * the plugins, and returns the new argc. A bad --metric is a usage error
+ * (exit 2). */
+int app_plugins_load(int argc, char **argv, bool take_metric);
+
+/* The plugin metrics of the latest evaluation as {"macro_f1": 0.91, ...}
+ * (empty when none were asked for), for a command's JSON. */
+json_t *app_metrics_json(void);
+/* The same as ", macro_f1 0.9100" (or "") into buf. */
+const char *app_metrics_text(char *buf, size_t n);

@@ -1,0 +1,183 @@
+/* eval-metrics.c: plugin metrics at evaluation. The evaluation hands each
+ * batch's logits and labels to a collector, which keeps them for the whole
+ * test set and, at the end, runs every metric asked for (the spec's
+ * "training": {"metrics": [...]} and the process's --metric selections)
+ * and publishes the values for the event sinks (em_metrics_last). */
+#include "plugin-private.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static const em_metric_type *selected[EM_EVAL_MAX_METRICS];
+static int n_selected;
+static em_metric_value last[EM_EVAL_MAX_METRICS];
+static int n_last;
+static int64_t serial;
+
+struct em_eval_metrics {
+  const em_metric_type *m[EM_EVAL_MAX_METRICS];
+  int n;
+  int k;            /* classes (the output's width) */
+  float *logits;    /* (N, K) */
+  int64_t *labels;  /* (N) */
+  int64_t rows, cap;
+};
+
+static em_status unknown_metric(const char *name, em_error *err) {
+  char known[512] = "", search[1024];
+  size_t len = 0;
+  for (int i = 0; i < em_metric_count() && len < sizeof known; i++) {
+    int w = snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", em_metric_at(i)->name);
+    if (w > 0) len += (size_t)w;
+  }
+  em_plugin_search_summary(search, sizeof search);
+  return em_error_set(err, EM_ERR_INVALID,
+                      "unknown metric '%s' (metrics come from plugins; known: %s); %s", name,
+                      known[0] ? known : "none", search);
+}
+
+em_status em_metrics_select(const char *name, em_error *err) {
+  const em_metric_type *m = em_metric_find(name);
+  if (!m) return unknown_metric(name, err);
+  em_status st = EM_OK;
+  pthread_mutex_lock(&lock);
+  bool have = false;
+  for (int i = 0; i < n_selected; i++) have |= selected[i] == m;
+  if (!have && n_selected == EM_EVAL_MAX_METRICS)
+    st = em_error_set(err, EM_ERR_INVALID, "at most %d metrics", EM_EVAL_MAX_METRICS);
+  else if (!have) selected[n_selected++] = m;
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+em_status em_metrics_check_json(const json_t *v, em_error *err) {
+  if (!json_is_array(v))
+    return em_error_set(err, EM_ERR_INVALID,
+                        "\"training\".\"metrics\" must be a list of metric names, like "
+                        "[\"macro_f1\"]");
+  if (json_array_size(v) > EM_EVAL_MAX_METRICS)
+    return em_error_set(err, EM_ERR_INVALID, "\"training\".\"metrics\": at most %d metrics",
+                        EM_EVAL_MAX_METRICS);
+  size_t i;
+  json_t *x;
+  json_array_foreach(v, i, x) {
+    if (!json_is_string(x))
+      return em_error_set(err, EM_ERR_INVALID, "\"training\".\"metrics\"[%zu] must be a string", i);
+    if (!em_metric_find(json_string_value(x))) {
+      em_status st = unknown_metric(json_string_value(x), err);
+      em_error_prefix(err, "\"training\".\"metrics\"");
+      return st;
+    }
+  }
+  return EM_OK;
+}
+
+static void add_unique(em_eval_metrics *em, const em_metric_type *m) {
+  for (int i = 0; i < em->n; i++)
+    if (em->m[i] == m) return;
+  if (em->n < EM_EVAL_MAX_METRICS) em->m[em->n++] = m;
+}
+
+em_eval_metrics *em_eval_metrics_begin(const em_spec *spec, em_status *st, em_error *err) {
+  *st = EM_OK;
+  json_t *tr = spec ? em_spec_training_json(spec) : NULL;
+  json_t *names = json_is_object(tr) ? json_object_get(tr, "metrics") : NULL;
+  if (names && (*st = em_metrics_check_json(names, err)) != EM_OK) return NULL;
+  pthread_mutex_lock(&lock);
+  int nsel = n_selected;
+  pthread_mutex_unlock(&lock);
+  if (!nsel && json_array_size(names) == 0) { /* none asked: none reported for this one */
+    pthread_mutex_lock(&lock);
+    n_last = 0;
+    serial++;
+    pthread_mutex_unlock(&lock);
+    return NULL;
+  }
+  em_eval_metrics *em = calloc(1, sizeof *em);
+  if (!em) {
+    *st = em_error_set(err, EM_ERR_NOMEM, "out of memory for the evaluation's metrics");
+    return NULL;
+  }
+  size_t i;
+  json_t *x;
+  json_array_foreach(names, i, x) add_unique(em, em_metric_find(json_string_value(x)));
+  pthread_mutex_lock(&lock);
+  for (int k = 0; k < n_selected; k++) add_unique(em, selected[k]);
+  pthread_mutex_unlock(&lock);
+  return em;
+}
+
+em_status em_eval_metrics_add(em_eval_metrics *em, const em_tensor *out, const int64_t *y,
+                              em_error *err) {
+  if (out->ndim != 2)
+    return em_error_set(err, EM_ERR_SHAPE, "metrics need the model's output as (N, K) logits");
+  int64_t n = out->shape[0], k = out->shape[1];
+  if (em->rows && k != em->k)
+    return em_error_set(err, EM_ERR_SHAPE, "the output's width changed during the evaluation");
+  em->k = (int)k;
+  if (em->rows + n > em->cap) {
+    int64_t cap = em->cap ? em->cap : 1024;
+    while (cap < em->rows + n) cap *= 2;
+    float *l = realloc(em->logits, (size_t)(cap * k) * sizeof *l);
+    if (l) em->logits = l;
+    int64_t *lb = l ? realloc(em->labels, (size_t)cap * sizeof *lb) : NULL;
+    if (lb) em->labels = lb;
+    if (!l || !lb) return em_error_set(err, EM_ERR_NOMEM, "out of memory keeping the outputs");
+    em->cap = cap;
+  }
+  float *dst = em->logits + em->rows * k; /* (n, K) */
+  int64_t esz = (int64_t)em_dtype_size(out->dtype);
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < k; c++) {
+      const char *p = (const char *)em_tensor_ptr(out) +
+                      (r * out->stride[0] + c * out->stride[1]) * esz;
+      dst[r * k + c] = out->dtype == EM_DTYPE_F64 ? (float)*(const double *)p : *(const float *)p;
+    }
+  memcpy(em->labels + em->rows, y, (size_t)n * sizeof *y);
+  em->rows += n;
+  return EM_OK;
+}
+
+void em_eval_metrics_free(em_eval_metrics *em) {
+  if (!em) return;
+  free(em->logits);
+  free(em->labels);
+  free(em);
+}
+
+em_status em_eval_metrics_end(em_eval_metrics *em, em_error *err) {
+  em_metric_value v[EM_EVAL_MAX_METRICS];
+  em_status st = EM_OK;
+  for (int i = 0; i < em->n && st == EM_OK; i++) {
+    memset(&v[i], 0, sizeof v[i]);
+    snprintf(v[i].name, sizeof v[i].name, "%s", em->m[i]->name);
+    em_error me = {0};
+    st = em->m[i]->compute(em->rows, em->k, em->logits, em->labels, &v[i].value, &me);
+    if (st == EM_OK && !isfinite(v[i].value))
+      st = em_error_set(&me, EM_ERR_NUMERIC, "gave a value that is not finite");
+    if (st != EM_OK) {
+      em_error_set(err, st, "metric '%s': %s", em->m[i]->name, me.msg);
+    }
+  }
+  if (st == EM_OK) {
+    pthread_mutex_lock(&lock);
+    memcpy(last, v, (size_t)em->n * sizeof v[0]);
+    n_last = em->n;
+    serial++;
+    pthread_mutex_unlock(&lock);
+  }
+  em_eval_metrics_free(em);
+  return st;
+}
+
+int em_metrics_last(em_metric_value *out, int cap, int64_t *ser) {
+  pthread_mutex_lock(&lock);
+  int n = n_last < cap ? n_last : cap;
+  if (n > 0) memcpy(out, last, (size_t)n * sizeof *out);
+  if (ser) *ser = serial;
+  pthread_mutex_unlock(&lock);
+  return n;
+}

@@ -1,0 +1,378 @@
+/* host.c: loading plugins. Each "*.so" is opened with dlopen (RTLD_NOW |
+ * RTLD_LOCAL: every symbol resolved now, none leaking into the next
+ * plugin), its entry point's table checked (API version first), and its
+ * init run against a host that stages the registrations; they are
+ * committed only when init succeeds and every name is free, else rolled
+ * back and the module closed. Every file tried is recorded, loaded or
+ * refused with the reason, for `ember plugins` and for the messages of a
+ * spec that names a layer type nobody provides. */
+#include "plugin-private.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../nn/nn-private.h"
+
+#define MAX_PLUGINS 64
+#define MAX_DIRS 32
+#define MAX_STAGED 16
+
+struct em_plugin_host {
+  em_plugin_info *info;
+  bool open; /* init is running: registrations are accepted */
+  const em_layer_type *layers[MAX_STAGED];
+  em_layer_onnx_fn onnx[MAX_STAGED];
+  int n_layers;
+  const em_dataset_type *datasets[MAX_STAGED];
+  int n_datasets;
+  const em_metric_type *metrics[MAX_STAGED];
+  int n_metrics;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* one load at a time */
+static em_plugin_info plugins[MAX_PLUGINS];
+static int n_plugins;
+static struct {
+  char path[1024];
+  char origin[32];
+  bool exists;
+} dirs[MAX_DIRS];
+static int n_dirs;
+
+/* ---- staging (called by a plugin's init) ----------------------------------- */
+
+static em_status check_open(em_plugin_host *h, const char *what, int n, em_error *err) {
+  if (!h || !h->open)
+    return em_error_set(err, EM_ERR_INVALID, "em_plugin_add_%s may only be called from init", what);
+  if (n == MAX_STAGED)
+    return em_error_set(err, EM_ERR_INVALID, "a plugin may register at most %d %ss", MAX_STAGED,
+                        what);
+  return EM_OK;
+}
+
+em_status em_plugin_add_layer(em_plugin_host *h, const em_layer_type *type, em_layer_onnx_fn onnx,
+                              em_error *err) {
+  em_status st = check_open(h, "layer", h ? h->n_layers : 0, err);
+  if (st != EM_OK) return st;
+  if (!type || !type->name || !type->name[0])
+    return em_error_set(err, EM_ERR_INVALID, "layer type without a name");
+  for (int i = 0; i < h->n_layers; i++)
+    if (!strcmp(h->layers[i]->name, type->name))
+      return em_error_set(err, EM_ERR_INVALID, "layer type '%s' registered twice", type->name);
+  h->onnx[h->n_layers] = onnx;
+  h->layers[h->n_layers++] = type;
+  return EM_OK;
+}
+
+em_status em_plugin_add_dataset(em_plugin_host *h, const em_dataset_type *kind, em_error *err) {
+  em_status st = check_open(h, "dataset", h ? h->n_datasets : 0, err);
+  if (st != EM_OK) return st;
+  if (!kind || !kind->name || !kind->name[0])
+    return em_error_set(err, EM_ERR_INVALID, "dataset kind without a name");
+  for (int i = 0; i < h->n_datasets; i++)
+    if (!strcmp(h->datasets[i]->name, kind->name))
+      return em_error_set(err, EM_ERR_INVALID, "dataset kind '%s' registered twice", kind->name);
+  h->datasets[h->n_datasets++] = kind;
+  return EM_OK;
+}
+
+em_status em_plugin_add_metric(em_plugin_host *h, const em_metric_type *metric, em_error *err) {
+  em_status st = check_open(h, "metric", h ? h->n_metrics : 0, err);
+  if (st != EM_OK) return st;
+  if (!metric || !metric->name || !metric->name[0])
+    return em_error_set(err, EM_ERR_INVALID, "metric without a name");
+  for (int i = 0; i < h->n_metrics; i++)
+    if (!strcmp(h->metrics[i]->name, metric->name))
+      return em_error_set(err, EM_ERR_INVALID, "metric '%s' registered twice", metric->name);
+  h->metrics[h->n_metrics++] = metric;
+  return EM_OK;
+}
+
+/* ---- commit and rollback ----------------------------------------------------- */
+
+static const char *provider_locked(const char *name);
+
+static void rollback(em_plugin_host *h, int layers, int onnx, int datasets, int metrics) {
+  for (int i = 0; i < onnx; i++) em_layer_onnx_remove(h->layers[i]);
+  for (int i = 0; i < layers; i++) em_layer_unregister(h->layers[i]);
+  for (int i = 0; i < datasets; i++) em_dataset_type_remove(h->datasets[i]);
+  for (int i = 0; i < metrics; i++) em_metric_remove(h->metrics[i]);
+}
+
+/* Makes the staged registrations visible; all or nothing. */
+static em_status commit(em_plugin_host *h, em_error *err) {
+  for (int i = 0; i < h->n_layers; i++) {
+    const char *nm = h->layers[i]->name;
+    if (em_layer_type_find(nm)) {
+      const char *o = provider_locked(nm);
+      return em_error_set(err, EM_ERR_INVALID,
+                          "layer type '%s' is already registered (%s%s%s)", nm,
+                          o ? "by plugin '" : "built in", o ? o : "", o ? "'" : "");
+    }
+  }
+  int nl = 0, no = 0, nd = 0, nm = 0;
+  em_status st = EM_OK;
+  for (; nl < h->n_layers && st == EM_OK; nl++)
+    if ((st = em_layer_register(h->layers[nl], err)) != EM_OK) break;
+  for (int i = 0; i < h->n_layers && st == EM_OK; i++)
+    if (h->onnx[i]) {
+      if ((st = em_layer_onnx_add(h->layers[i], h->onnx[i], err)) != EM_OK) break;
+      no = i + 1;
+    }
+  for (; st == EM_OK && nd < h->n_datasets; nd++)
+    if ((st = em_dataset_type_add(h->datasets[nd], err)) != EM_OK) break;
+  for (; st == EM_OK && nm < h->n_metrics; nm++)
+    if ((st = em_metric_add(h->metrics[nm], err)) != EM_OK) break;
+  if (st != EM_OK) rollback(h, nl, no, nd, nm);
+  return st;
+}
+
+/* ---- loading ------------------------------------------------------------------ */
+
+/* A truncating copy (names and paths that do not fit are cut). */
+static void copy_str(char *dst, size_t n, const char *s) {
+  size_t len = s ? strlen(s) : 0;
+  if (len >= n) len = n - 1;
+  if (len) memcpy(dst, s, len);
+  dst[len] = 0;
+}
+
+static em_plugin_info *new_record(const char *path) {
+  if (n_plugins == MAX_PLUGINS) return NULL;
+  em_plugin_info *p = &plugins[n_plugins++];
+  memset(p, 0, sizeof *p);
+  copy_str(p->path, sizeof p->path, path);
+  return p;
+}
+
+
+static em_status load_locked(const char *path, em_error *err) {
+  for (int i = 0; i < n_plugins; i++)
+    if (!strcmp(plugins[i].path, path)) { /* the same file twice: say what happened then */
+      if (plugins[i].loaded) return EM_OK;
+      return em_error_set(err, EM_ERR_INVALID, "%s", plugins[i].reason);
+    }
+  em_plugin_info *info = new_record(path);
+  if (!info) return em_error_set(err, EM_ERR_NOMEM, "too many plugins (%d)", MAX_PLUGINS);
+  em_error e = {0};
+  em_status st = EM_OK;
+  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  const em_plugin_table *t = NULL;
+  if (!dl) {
+    const char *why = dlerror();
+    st = em_error_set(&e, EM_ERR_IO, "cannot load it: %s", why ? why : "dlopen failed");
+  } else {
+    dlerror();
+    em_plugin_entry_fn entry;
+    *(void **)&entry = dlsym(dl, EM_PLUGIN_ENTRY_SYMBOL);
+    if (!entry)
+      st = em_error_set(&e, EM_ERR_INVALID,
+                        "it has no %s() function: not an Ember plugin (see em-plugin.h)",
+                        EM_PLUGIN_ENTRY_SYMBOL);
+    else if (!(t = entry()))
+      st = em_error_set(&e, EM_ERR_INVALID, "its %s() returned no table", EM_PLUGIN_ENTRY_SYMBOL);
+    else if (t->api_version != EM_PLUGIN_API_VERSION)
+      st = em_error_set(&e, EM_ERR_UNSUPPORTED,
+                        "it was built for plugin API version %d, this Ember has version %d: "
+                        "rebuild it against this Ember's em-plugin.h",
+                        t->api_version, EM_PLUGIN_API_VERSION);
+  }
+  if (st == EM_OK) {
+    copy_str(info->name, sizeof info->name, t->name);
+    copy_str(info->version, sizeof info->version, t->version);
+    copy_str(info->description, sizeof info->description, t->description);
+    if (!t->name || !t->name[0] || !t->init)
+      st = em_error_set(&e, EM_ERR_INVALID, "its table has no name or no init function");
+    for (int i = 0; st == EM_OK && i < n_plugins - 1; i++)
+      if (plugins[i].loaded && !strcmp(plugins[i].name, t->name))
+        st = em_error_set(&e, EM_ERR_INVALID, "a plugin named '%s' is already loaded (from %s)",
+                          t->name, plugins[i].path);
+  }
+  em_plugin_host h = {.info = info};
+  if (st == EM_OK) {
+    h.open = true;
+    em_error ie = {0};
+    em_status ist = t->init(&h, &ie);
+    h.open = false;
+    if (ist != EM_OK)
+      st = em_error_set(&e, ist, "its init failed: %s", ie.msg[0] ? ie.msg : em_status_name(ist));
+    else if ((st = commit(&h, &ie)) != EM_OK)
+      st = em_error_set(&e, st, "%s", ie.msg);
+  }
+  if (st != EM_OK) {
+    copy_str(info->reason, sizeof info->reason, e.msg);
+    if (dl) dlclose(dl);
+    if (err) {
+      err->status = st;
+      snprintf(err->msg, sizeof err->msg, "plugin %.300s refused: %.680s", path, e.msg);
+    }
+    return st;
+  }
+  info->loaded = true; /* dl stays open for the life of the process */
+  for (int i = 0; i < h.n_layers; i++) info->layers[info->n_layers++] = h.layers[i]->name;
+  for (int i = 0; i < h.n_datasets; i++) info->datasets[info->n_datasets++] = h.datasets[i]->name;
+  for (int i = 0; i < h.n_metrics; i++) info->metrics[info->n_metrics++] = h.metrics[i]->name;
+  return EM_OK;
+}
+
+em_status em_plugin_load_file(const char *path, em_error *err) {
+  char abs[PATH_MAX];
+  const char *p = realpath(path, abs) ? abs : path;
+  pthread_mutex_lock(&lock);
+  em_status st = load_locked(p, err);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool is_plugin_file(const char *n) {
+  size_t len = strlen(n);
+  return len > 3 && !strcmp(n + len - 3, ".so") && n[0] != '.';
+}
+
+int em_plugins_load_dir(const char *dir, const char *origin) {
+  if (!dir || !dir[0]) return 0;
+  char abs[PATH_MAX];
+  const char *d = realpath(dir, abs) ? abs : dir;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < n_dirs; i++)
+    if (!strcmp(dirs[i].path, d)) {
+      pthread_mutex_unlock(&lock);
+      return 0;
+    }
+  DIR *dh = opendir(d);
+  if (n_dirs < MAX_DIRS) {
+    copy_str(dirs[n_dirs].path, sizeof dirs[n_dirs].path, d);
+    copy_str(dirs[n_dirs].origin, sizeof dirs[n_dirs].origin, origin ? origin : "");
+    dirs[n_dirs++].exists = dh != NULL;
+  }
+  int refused = 0;
+  if (!dh) {
+    if (errno != ENOENT || (origin && strcmp(origin, "default") != 0))
+      em_log_msg(EM_LOG_WARNING, "plugin folder %s (%s): %s", d, origin ? origin : "",
+                 strerror(errno));
+    pthread_mutex_unlock(&lock);
+    return 0;
+  }
+  char *names[MAX_PLUGINS];
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(dh)) && n < MAX_PLUGINS)
+    if (is_plugin_file(de->d_name) && (names[n] = strdup(de->d_name))) n++;
+  closedir(dh);
+  qsort(names, (size_t)n, sizeof names[0], cmp_str);
+  for (int i = 0; i < n; i++) {
+    char path[PATH_MAX + 256];
+    snprintf(path, sizeof path, "%s/%s", d, names[i]);
+    char real[PATH_MAX];
+    const char *p = realpath(path, real) ? real : path;
+    em_error e = {0};
+    if (load_locked(p, &e) != EM_OK) {
+      em_log_msg(EM_LOG_WARNING, "%s", e.msg);
+      refused++;
+    }
+    free(names[i]);
+  }
+  pthread_mutex_unlock(&lock);
+  return refused;
+}
+
+int em_plugin_count(void) {
+  pthread_mutex_lock(&lock);
+  int n = n_plugins;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+const em_plugin_info *em_plugin_at(int i) {
+  pthread_mutex_lock(&lock);
+  const em_plugin_info *p = i >= 0 && i < n_plugins ? &plugins[i] : NULL;
+  pthread_mutex_unlock(&lock);
+  return p;
+}
+
+int em_plugin_dir_count(void) {
+  pthread_mutex_lock(&lock);
+  int n = n_dirs;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+const char *em_plugin_dir_at(int i, const char **origin, bool *exists) {
+  pthread_mutex_lock(&lock);
+  const char *p = NULL;
+  if (i >= 0 && i < n_dirs) {
+    p = dirs[i].path;
+    if (origin) *origin = dirs[i].origin;
+    if (exists) *exists = dirs[i].exists;
+  }
+  pthread_mutex_unlock(&lock);
+  return p;
+}
+
+static const char *provider_locked(const char *name) {
+  const char *who = NULL;
+  for (int i = 0; i < n_plugins && !who; i++) {
+    const em_plugin_info *p = &plugins[i];
+    if (!p->loaded) continue;
+    for (int k = 0; k < p->n_layers && !who; k++)
+      if (!strcmp(p->layers[k], name)) who = p->name;
+    for (int k = 0; k < p->n_datasets && !who; k++)
+      if (!strcmp(p->datasets[k], name)) who = p->name;
+    for (int k = 0; k < p->n_metrics && !who; k++)
+      if (!strcmp(p->metrics[k], name)) who = p->name;
+  }
+  return who;
+}
+
+const char *em_plugin_provider(const char *name) {
+  pthread_mutex_lock(&lock);
+  const char *who = provider_locked(name);
+  pthread_mutex_unlock(&lock);
+  return who;
+}
+
+void em_plugin_search_summary(char *buf, size_t n) {
+  if (!n) return;
+  buf[0] = 0;
+  size_t len = 0;
+#define PUT(...)                                                           \
+  do {                                                                     \
+    if (len < n) {                                                         \
+      int k_ = snprintf(buf + len, n - len, __VA_ARGS__);                  \
+      if (k_ > 0) len += (size_t)k_;                                       \
+    }                                                                      \
+  } while (0)
+  pthread_mutex_lock(&lock);
+  if (!n_dirs) PUT("no plugin folder was searched");
+  else PUT("plugin folders searched: ");
+  for (int i = 0; i < n_dirs; i++)
+    PUT("%s%s (%s%s)", i ? ", " : "", dirs[i].path, dirs[i].origin,
+        dirs[i].exists ? "" : ", missing");
+  int loaded = 0, refused = 0;
+  for (int i = 0; i < n_plugins; i++) loaded += plugins[i].loaded;
+  if (loaded) {
+    PUT("; loaded: ");
+    for (int i = 0, k = 0; i < n_plugins; i++)
+      if (plugins[i].loaded) PUT("%s%s", k++ ? ", " : "", plugins[i].name);
+  }
+  for (int i = 0; i < n_plugins; i++)
+    if (!plugins[i].loaded) {
+      const char *base = strrchr(plugins[i].path, '/');
+      PUT("%s%s (%s)", refused++ ? ", " : "; refused: ", base ? base + 1 : plugins[i].path,
+          plugins[i].reason);
+    }
+  pthread_mutex_unlock(&lock);
+#undef PUT
+  if (len >= n && n > 4) memcpy(buf + n - 4, "...", 4);
+}

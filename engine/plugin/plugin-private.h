@@ -1,0 +1,33 @@
+/* plugin-private.h: what the plugin host shares with the rest of libember:
+ * adding and removing entries of the registries it fills (dataset kinds,
+ * metrics, layer ONNX forms), and the metric collector the evaluation
+ * feeds. */
+#pragma once
+
+#include "em-plugin.h"
+
+/* Registries (plugin/registries.c). add fails on a name already taken. */
+em_status em_dataset_type_add(const em_dataset_type *kind, em_error *err);
+void em_dataset_type_remove(const em_dataset_type *kind);
+em_status em_metric_add(const em_metric_type *metric, em_error *err);
+void em_metric_remove(const em_metric_type *metric);
+em_status em_layer_onnx_add(const em_layer_type *type, em_layer_onnx_fn fn, em_error *err);
+void em_layer_onnx_remove(const em_layer_type *type);
+
+/* The built-in dataset names (datasets.c knows them; a plugin may not
+ * take them). */
+bool em_dataset_name_is_builtin(const char *name);
+
+/* The metrics one evaluation computes (plugin/eval-metrics.c): those the
+ * model's spec names plus those selected with em_metrics_select.
+ * em_eval_metrics_begin returns NULL with *st = EM_OK when none are
+ * asked for (the evaluation then pays nothing), NULL with *st an error
+ * when the spec names one that is not registered. */
+typedef struct em_eval_metrics em_eval_metrics;
+em_eval_metrics *em_eval_metrics_begin(const em_spec *spec, em_status *st, em_error *err);
+/* One batch: out (N, K) float logits in dataset order, labels y (N). */
+em_status em_eval_metrics_add(em_eval_metrics *em, const em_tensor *out /* (N, K) */,
+                              const int64_t *y /* (N) */, em_error *err);
+/* Computes every metric and publishes them (em_metrics_last); frees em. */
+em_status em_eval_metrics_end(em_eval_metrics *em, em_error *err);
+void em_eval_metrics_free(em_eval_metrics *em); /* NULL is fine */

@@ -1,0 +1,242 @@
+/* png-folder.c: a dataset kind "png-folder" as an Ember plugin: a folder
+ * of PNG images with one sub-folder per class, like torchvision's
+ * ImageFolder:
+ *
+ *   DIR/cat/001.png, DIR/cat/002.png, DIR/dog/001.png, ...
+ *
+ * or, with a held-out split, DIR/train/<class>/... and DIR/test/<class>/...
+ * (without them both splits read DIR). Class names sorted (strcmp) give the
+ * labels 0, 1, ...; the test split uses the training split's classes.
+ * Images are decoded with em_image_read_png (libpng): grey when the first
+ * image is grey, else RGB (every image is converted to that), and all
+ * must share the first image's size, else the error names the file.
+ * Samples are (C, H, W) floats pixel/255, kept in memory as bytes.
+ * This file is the example to copy for a dataset plugin. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "em-plugin.h"
+
+#define MAX_CLASSES 1000
+
+typedef struct {
+  int64_t n;
+  int c, h, w, classes;
+  uint8_t *pixels; /* (N, C, H, W) */
+  int64_t *labels; /* (N) */
+} png_folder;
+
+typedef struct {
+  char **v;
+  size_t n, cap;
+} str_list;
+
+static void list_free(str_list *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+  free(l->v);
+  memset(l, 0, sizeof *l);
+}
+
+static bool list_add(str_list *l, const char *s) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 64;
+    char **v = realloc(l->v, cap * sizeof *v);
+    if (!v) return false;
+    l->v = v;
+    l->cap = cap;
+  }
+  return (l->v[l->n] = strdup(s)) != NULL && ++l->n;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool has_png_suffix(const char *n) {
+  size_t len = strlen(n);
+  return len > 4 && !strcasecmp(n + len - 4, ".png");
+}
+
+/* Sorted names in dir: sub-folders (dirs true) or PNG files. */
+static em_status list_dir(const char *dir, bool dirs, str_list *out, em_error *err) {
+  DIR *d = opendir(dir);
+  if (!d) return em_error_set(err, EM_ERR_IO, "cannot open folder '%s': %s", dir, strerror(errno));
+  struct dirent *de;
+  em_status st = EM_OK;
+  while (st == EM_OK && (de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
+    bool want = dirs ? is_dir(path) : has_png_suffix(de->d_name) && !is_dir(path);
+    if (want && !list_add(out, de->d_name))
+      st = em_error_set(err, EM_ERR_NOMEM, "out of memory listing '%s'", dir);
+  }
+  closedir(d);
+  if (out->n) qsort(out->v, out->n, sizeof *out->v, cmp_str);
+  return st;
+}
+
+static void pf_free(void *impl) {
+  png_folder *p = impl;
+  if (!p) return;
+  free(p->pixels);
+  free(p->labels);
+  free(p);
+}
+
+static int64_t pf_len(const void *impl) { return ((const png_folder *)impl)->n; }
+
+static int pf_shape(const void *impl, int64_t *shape) {
+  const png_folder *p = impl;
+  shape[0] = p->c;
+  shape[1] = p->h;
+  shape[2] = p->w;
+  return 3;
+}
+
+static int pf_classes(const void *impl) { return ((const png_folder *)impl)->classes; }
+
+static em_status pf_get(const void *impl, int64_t i, float *x /* (C, H, W) */, int64_t *y,
+                        em_error *err) {
+  const png_folder *p = impl;
+  size_t per = (size_t)p->c * (size_t)p->h * (size_t)p->w;
+  const uint8_t *src = p->pixels + (size_t)i * per;
+  for (size_t k = 0; k < per; k++) x[k] = (float)src[k] / 255.0f;
+  *y = p->labels[i];
+  return EM_OK;
+}
+
+static const em_dataset_vtable pf_vtable = {
+    .kind = "png-folder",
+    .len = pf_len,
+    .sample_shape = pf_shape,
+    .num_classes = pf_classes,
+    .get = pf_get,
+    .free = pf_free,
+};
+
+/* Decodes one image into sample slot i (growing the arrays), checking its
+ * size against the first image's. */
+static em_status add_image(png_folder *p, const char *path, int64_t label, int64_t *cap,
+                           em_error *err) {
+  em_image img;
+  em_status st = em_image_read_png(path, p->n ? p->c : 0, &img, err);
+  if (st != EM_OK) return st;
+  if (!p->n) {
+    p->c = img.channels;
+    p->h = img.height;
+    p->w = img.width;
+  } else if (img.height != p->h || img.width != p->w) {
+    st = em_error_set(err, EM_ERR_SHAPE,
+                      "'%s' is %dx%d pixels but the images before it are %dx%d: every image of "
+                      "a png-folder dataset must have the same size",
+                      path, img.width, img.height, p->w, p->h);
+    em_image_clear(&img);
+    return st;
+  }
+  size_t per = (size_t)p->c * (size_t)p->h * (size_t)p->w;
+  if (p->n == *cap) {
+    int64_t nc = *cap ? 2 * *cap : 256;
+    uint8_t *px = realloc(p->pixels, (size_t)nc * per);
+    if (px) p->pixels = px;
+    int64_t *lb = px ? realloc(p->labels, (size_t)nc * sizeof *lb) : NULL;
+    if (lb) p->labels = lb;
+    if (!px || !lb) {
+      em_image_clear(&img);
+      return em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", path);
+    }
+    *cap = nc;
+  }
+  uint8_t *dst = p->pixels + (size_t)p->n * per;
+  for (size_t k = 0; k < per; k++) dst[k] = (uint8_t)lrintf(img.data[k] * 255.0f);
+  p->labels[p->n++] = label;
+  em_image_clear(&img);
+  return EM_OK;
+}
+
+static em_dataset *pf_open(const char *dir, bool train, const void *options, em_error *err) {
+  char root[4096], class_root[4096];
+  snprintf(root, sizeof root, "%s/%s", dir, train ? "train" : "test");
+  snprintf(class_root, sizeof class_root, "%s/train", dir);
+  bool split = is_dir(root);
+  if (!split) snprintf(root, sizeof root, "%s", dir);
+  if (!split || train) snprintf(class_root, sizeof class_root, "%s", root);
+  if (!is_dir(root)) {
+    em_error_set(err, EM_ERR_IO, "png-folder: '%s' is not a folder", root);
+    return NULL;
+  }
+  str_list classes = {0}, here = {0}, files = {0};
+  png_folder *p = calloc(1, sizeof *p);
+  em_status st = p ? EM_OK : em_error_set(err, EM_ERR_NOMEM, "out of memory");
+  if (st == EM_OK) st = list_dir(class_root, true, &classes, err);
+  if (st == EM_OK && classes.n == 0)
+    st = em_error_set(err, EM_ERR_FORMAT,
+                      "png-folder: '%s' has no class sub-folders (expected %s/<class>/*.png)",
+                      class_root, class_root);
+  if (st == EM_OK && classes.n > MAX_CLASSES)
+    st = em_error_set(err, EM_ERR_FORMAT, "png-folder: '%s' has %zu classes; at most %d",
+                      class_root, classes.n, MAX_CLASSES);
+  if (st == EM_OK && strcmp(root, class_root) != 0) {
+    /* the test split: its classes must be among the training split's */
+    st = list_dir(root, true, &here, err);
+    for (size_t i = 0; st == EM_OK && i < here.n; i++)
+      if (!bsearch(&here.v[i], classes.v, classes.n, sizeof *classes.v, cmp_str))
+        st = em_error_set(err, EM_ERR_FORMAT,
+                          "png-folder: class folder '%s/%s' has no counterpart in '%s'", root,
+                          here.v[i], class_root);
+  }
+  int64_t cap = 0;
+  for (size_t c = 0; st == EM_OK && c < classes.n; c++) {
+    char cdir[4096 + 256];
+    snprintf(cdir, sizeof cdir, "%s/%s", root, classes.v[c]);
+    if (!is_dir(cdir)) continue; /* a class absent from the test split */
+    list_free(&files);
+    st = list_dir(cdir, false, &files, err);
+    for (size_t f = 0; st == EM_OK && f < files.n; f++) {
+      char path[4096 + 512];
+      snprintf(path, sizeof path, "%s/%s", cdir, files.v[f]);
+      st = add_image(p, path, (int64_t)c, &cap, err);
+    }
+  }
+  if (st == EM_OK && p->n == 0)
+    st = em_error_set(err, EM_ERR_FORMAT, "png-folder: no .png images under '%s'", root);
+  if (p) p->classes = (int)classes.n;
+  list_free(&classes);
+  list_free(&here);
+  list_free(&files);
+  if (st != EM_OK) {
+    pf_free(p);
+    return NULL;
+  }
+  return em_dataset_new(&pf_vtable, p, err);
+}
+
+static const em_dataset_type pf_type = {
+    .name = "png-folder",
+    .help = "PNG images in one sub-folder per class (optional train/ and test/)",
+    .open = pf_open,
+};
+
+static em_status pf_init(em_plugin_host *host, em_error *err) {
+  return em_plugin_add_dataset(host, &pf_type, err);
+}
+
+static const em_plugin_table pf_table = {
+    .api_version = EM_PLUGIN_API_VERSION,
+    .name = "png-folder",
+    .version = "1.0",
+    .description = "Dataset of PNG images, one sub-folder per class (libpng)",
+    .init = pf_init,
+};
+
+EM_PLUGIN_EXPORT const em_plugin_table *ember_plugin_entry(void) { return &pf_table; }

@@ -1,0 +1,66 @@
+/* bad-plugins.c: plugins the host must refuse, built as shared modules
+ * from this one file with -DBAD_<KIND>: a table for another API version,
+ * no entry point, an init that registers a layer type and a metric and
+ * then fails (both must be rolled back), and one that registers a layer
+ * named like a built-in (after a fresh one, which must not stay either). */
+#include "em-plugin.h"
+
+/* Each variant uses some of what follows. */
+#define UNUSED __attribute__((unused))
+
+static em_status id_infer(const em_layer_node *node, int n_in, const em_shape *in, em_shape *out,
+                          int *n_params, em_param_decl *params, em_error *err) {
+  *out = in[0];
+  *n_params = 0;
+  return EM_OK;
+}
+
+static em_tensor *id_forward(const em_layer_node *node, int n_in, em_tensor **in,
+                             em_tensor **params, const em_forward_ctx *ctx) {
+  return in[0];
+}
+
+#define LAYER(var, nm)                                                                   \
+  UNUSED static const em_layer_type var = {.api_version = EM_LAYER_API_VERSION, .name = nm,      \
+                                    .category = "test", .help = "identity",              \
+                                    .min_inputs = 1, .max_inputs = 1, .infer = id_infer, \
+                                    .forward = id_forward}
+
+LAYER(rolled_back, "TestRolledBack");
+LAYER(fresh, "TestFreshBeforeDuplicate");
+LAYER(duplicate, "Linear");
+
+UNUSED static em_status zero(int64_t n, int k, const float *logits, const int64_t *labels,
+                             double *value, em_error *err) {
+  *value = 0;
+  return EM_OK;
+}
+UNUSED static const em_metric_type rolled_back_metric = {"test_rolled_back_metric", "zero", zero};
+
+UNUSED static em_status init_fails(em_plugin_host *h, em_error *err) {
+  em_plugin_add_layer(h, &rolled_back, NULL, err);
+  em_plugin_add_metric(h, &rolled_back_metric, err);
+  return em_error_set(err, EM_ERR_INVALID, "deliberately failing (test)");
+}
+
+UNUSED static em_status init_duplicate(em_plugin_host *h, em_error *err) {
+  em_status st = em_plugin_add_layer(h, &fresh, NULL, err);
+  if (st == EM_OK) st = em_plugin_add_layer(h, &duplicate, NULL, err);
+  return st;
+}
+
+#if defined(BAD_VERSION)
+static const em_plugin_table table = {EM_PLUGIN_API_VERSION + 98, "bad-version", "0", "",
+                                      init_duplicate};
+#elif defined(BAD_INIT)
+static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-init", "0", "", init_fails};
+#elif defined(BAD_DUPLICATE)
+static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-duplicate", "0", "",
+                                      init_duplicate};
+#endif
+
+#if defined(BAD_NO_ENTRY)
+EM_PLUGIN_EXPORT int ember_plugin_entry_misspelt(void) { return 0; }
+#else
+EM_PLUGIN_EXPORT const em_plugin_table *ember_plugin_entry(void) { return &table; }
+#endif

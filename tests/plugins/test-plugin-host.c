@@ -1,0 +1,180 @@
+/* test-plugin-host.c: the plugin host and the plugins of plugins/, through
+ * the API a third party uses. Bad plugins (API version, no entry point,
+ * failing init, a duplicate layer name, a file that is not a shared
+ * object) are refused with their reasons and leave nothing registered,
+ * while the good ones load; the SEBlock layer's gradients match finite
+ * differences (f64) and it exports to ONNX through its mapping; macro-F1
+ * gives scikit-learn's value; a spec naming a type nobody provides says
+ * where plugins were looked for and which were refused. */
+#include <glib.h>
+#include <glib/gstdio.h>
+#include <string.h>
+
+#include "em-export.h"
+#include "em-plugin.h"
+#include "gradcheck.h"
+
+static const em_plugin_info *find_plugin(const char *file) {
+  for (int i = 0; i < em_plugin_count(); i++) {
+    const em_plugin_info *p = em_plugin_at(i);
+    const char *base = strrchr(p->path, '/');
+    if (!strcmp(base ? base + 1 : p->path, file)) return p;
+  }
+  return NULL;
+}
+
+static void assert_refused(const char *file, const char *reason_part) {
+  const em_plugin_info *p = find_plugin(file);
+  g_assert_nonnull(p);
+  g_assert_false(p->loaded);
+  if (!strstr(p->reason, reason_part))
+    g_error("%s: reason '%s' lacks '%s'", file, p->reason, reason_part);
+}
+
+static void test_load(void) {
+  const char *bad = g_getenv("EMBER_BAD_PLUGIN_DIR"), *good = g_getenv("EMBER_PLUGIN_DIR");
+  g_assert_nonnull(bad);
+  g_assert_nonnull(good);
+  /* a file that is not a shared object at all */
+  g_autofree char *junk = g_build_filename(bad, "not-elf.so", NULL);
+  g_assert_true(g_file_set_contents(junk, "not a shared object\n", -1, NULL));
+  int refused = em_plugins_load_dir(bad, "test");
+  g_assert_cmpint(refused, ==, 5);
+  assert_refused("bad-version.so", "built for plugin API version 99");
+  assert_refused("bad-no-entry.so", "no ember_plugin_entry() function");
+  assert_refused("bad-init.so", "init failed: deliberately failing (test)");
+  assert_refused("bad-duplicate.so", "layer type 'Linear' is already registered (built in)");
+  assert_refused("not-elf.so", "cannot load it");
+  /* nothing of the refused ones stayed registered */
+  g_assert_null(em_layer_type_find("TestRolledBack"));
+  g_assert_null(em_layer_type_find("TestFreshBeforeDuplicate"));
+  g_assert_null(em_metric_find("test_rolled_back_metric"));
+
+  g_assert_cmpint(em_plugins_load_dir(good, "test"), ==, 0);
+  const em_plugin_info *se = find_plugin("ember-seblock.so");
+  g_assert_nonnull(se);
+  g_assert_true(se->loaded);
+  g_assert_cmpint(se->n_layers, ==, 1);
+  g_assert_cmpstr(se->layers[0], ==, "SEBlock");
+  g_assert_nonnull(em_layer_type_find("SEBlock"));
+  g_assert_nonnull(em_layer_onnx_find(em_layer_type_find("SEBlock")));
+  g_assert_nonnull(em_dataset_type_find("png-folder"));
+  g_assert_nonnull(em_metric_find("macro_f1"));
+  g_assert_cmpstr(em_plugin_provider("SEBlock"), ==, "seblock");
+  g_assert_cmpstr(em_plugin_provider("macro_f1"), ==, "macro-f1");
+
+  /* the same folder again loads nothing twice; one file again is fine */
+  g_assert_cmpint(em_plugins_load_dir(good, "again"), ==, 0);
+  g_autofree char *se_path = g_build_filename(good, "ember-seblock.so", NULL);
+  em_error err = {0};
+  g_assert_cmpint(em_plugin_load_file(se_path, &err), ==, EM_OK);
+  /* a copy of it under another file name is a duplicate plugin */
+  g_autofree char *copy_dir = g_dir_make_tmp("ember-plugins-XXXXXX", NULL);
+  g_autofree char *copy = g_build_filename(copy_dir, "seblock-copy.so", NULL);
+  g_autofree char *bytes = NULL;
+  gsize len = 0;
+  g_assert_true(g_file_get_contents(se_path, &bytes, &len, NULL));
+  g_assert_true(g_file_set_contents(copy, bytes, (gssize)len, NULL));
+  g_assert_cmpint(em_plugin_load_file(copy, &err), !=, EM_OK);
+  g_assert_nonnull(strstr(err.msg, "a plugin named 'seblock' is already loaded"));
+  g_unlink(copy);
+  g_rmdir(copy_dir);
+  g_unlink(junk);
+}
+
+static const char *se_spec =
+    "{\"name\": \"se\", \"input\": {\"shape\": [4, 3, 5]},"
+    " \"nodes\": [{\"name\": \"se\", \"type\": \"SEBlock\", \"reduction\": 2},"
+    "            {\"name\": \"flat\", \"type\": \"Flatten\"},"
+    "            {\"name\": \"fc\", \"type\": \"Linear\", \"out_features\": 3}]}";
+
+typedef struct {
+  em_model *m;
+} se_ctx;
+
+static em_tensor *se_fn(em_tensor **in, void *ctx) {
+  em_error err = {0};
+  em_tensor *y = em_model_forward(((se_ctx *)ctx)->m, in[0], true, NULL, &err);
+  g_assert_nonnull(y);
+  return y;
+}
+
+static void test_seblock_gradcheck(void) {
+  em_error err = {0};
+  em_spec *spec = em_spec_parse(se_spec, "<test>", &err);
+  g_assert_nonnull(spec);
+  g_assert_cmpint(em_spec_node_param_count(spec, 0), ==, 2 * 4 + 2 + 4 * 2 + 4);
+  em_model_options o = {.dtype = EM_DTYPE_F64};
+  em_model *m = em_model_new_with(spec, 3, &o, &err);
+  g_assert_nonnull(m);
+  int64_t xs[4] = {2, 4, 3, 5};
+  em_tensor *in[5] = {gc_rand(EM_DTYPE_F64, 4, xs, -1, 1, 7, true)};
+  for (int i = 0; i < 4; i++) { /* the SEBlock's own parameters */
+    const char *name;
+    in[1 + i] = em_model_param(m, i, &name);
+    g_assert_true(g_str_has_prefix(name, "se.fc"));
+  }
+  se_ctx ctx = {m};
+  g_assert_true(gradcheck("SEBlock", se_fn, 5, in, &ctx, NULL));
+  em_tensor_free(in[0]);
+  em_model_free(m);
+  em_spec_free(spec);
+}
+
+static void test_seblock_export(void) {
+  em_error err = {0};
+  em_spec *spec = em_spec_parse(se_spec, "<test>", &err);
+  em_model *m = em_model_new(spec, 1, &err);
+  g_assert_nonnull(m);
+  g_autofree char *dir = g_dir_make_tmp("ember-plugin-onnx-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "se.onnx", NULL);
+  if (em_export_onnx(m, path, NULL, &err) != EM_OK) g_error("export: %s", err.msg);
+  g_assert_true(g_file_test(path, G_FILE_TEST_EXISTS));
+  g_unlink(path);
+  g_rmdir(dir);
+  em_model_free(m);
+  em_spec_free(spec);
+}
+
+static void test_macro_f1(void) {
+  const em_metric_type *f1 = em_metric_find("macro_f1");
+  g_assert_nonnull(f1);
+  /* labels 0 0 1 1 2 2, predictions 0 1 1 1 2 0: F1 0.5, 0.8, 2/3 */
+  const int64_t y[6] = {0, 0, 1, 1, 2, 2};
+  const int pred[6] = {0, 1, 1, 1, 2, 0};
+  float logits[6 * 4] = {0}; /* K = 4: class 3 never occurs and is left out */
+  for (int i = 0; i < 6; i++) logits[i * 4 + pred[i]] = 1;
+  double v = 0;
+  em_error err = {0};
+  g_assert_cmpint(f1->compute(6, 4, logits, y, &v, &err), ==, EM_OK);
+  g_assert_cmpfloat_with_epsilon(v, (0.5 + 0.8 + 2.0 / 3.0) / 3.0, 1e-12);
+  const int64_t bad[1] = {7};
+  g_assert_cmpint(f1->compute(1, 4, logits, bad, &v, &err), ==, EM_ERR_INVALID);
+}
+
+static void test_unknown_type_message(void) {
+  em_error err = {0};
+  em_spec *spec = em_spec_parse(
+      "{\"name\": \"x\", \"input\": {\"shape\": [4]},"
+      " \"nodes\": [{\"name\": \"g\", \"type\": \"GLU\"}]}",
+      "<test>", &err);
+  g_assert_null(spec);
+  g_assert_nonnull(strstr(err.msg, "unknown layer type 'GLU'"));
+  g_assert_nonnull(strstr(err.msg, "plugin folders searched: "));
+  g_assert_nonnull(strstr(err.msg, g_getenv("EMBER_BAD_PLUGIN_DIR")));
+  g_assert_nonnull(strstr(err.msg, "refused: bad-duplicate.so"));
+  /* and a metric no plugin provides */
+  g_assert_cmpint(em_metrics_select("top5", &err), ==, EM_ERR_INVALID);
+  g_assert_nonnull(strstr(err.msg, "unknown metric 'top5'"));
+  g_assert_nonnull(strstr(err.msg, "macro_f1"));
+}
+
+int main(int argc, char **argv) {
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/plugins/host/load-and-refuse", test_load);
+  g_test_add_func("/plugins/seblock/gradcheck", test_seblock_gradcheck);
+  g_test_add_func("/plugins/seblock/onnx", test_seblock_export);
+  g_test_add_func("/plugins/macro-f1/value", test_macro_f1);
+  g_test_add_func("/plugins/spec/unknown-type", test_unknown_type_message);
+  return g_test_run();
+}
