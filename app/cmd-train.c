@@ -14,7 +14,14 @@
  * - Ctrl-C / SIGTERM: the first asks the trainer to stop after the step
  *   (it writes a final checkpoint), the second ends the process at once.
  *   A run stopped by a signal exits with 128 + the signal after printing
- *   the JSON summary, so scripts see that it did not finish. */
+ *   the JSON summary, so scripts see that it did not finish.
+ * - --ddp (under mpirun): every rank runs this command. Rank 0 alone reads
+ *   the spec or the registry, records, prints and checkpoints; it sends
+ *   the spec, the config and the checkpoint to resume from to the other
+ *   ranks (ddp_share), which train quietly. The recorded config carries
+ *   "ddp_world" (the number of ranks; --batch is per rank). Any rank that
+ *   fails ends the whole job (MPI_Abort) after rank 0 recorded the
+ *   failure, so no rank is left waiting. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -32,6 +39,7 @@
 #include "em-pool.h"
 #include "em-store.h"
 #include "em-train.h"
+#include "plugin-load.h"
 #include "train-options.h"
 
 #ifndef EMBER_VERSION
@@ -97,6 +105,100 @@ static bool on_event(const em_train_event *ev, void *user) {
     if (s->stop_after > 0 && ev->step >= s->stop_after) return false;
   }
   return true;
+}
+
+/* ---- data-parallel ------------------------------------------------------------- */
+
+/* The recorded config with "ddp_world" added (malloc'd). */
+static char *config_with_world(const char *config_json, int world) {
+  json_t *o = json_loads(config_json, 0, NULL);
+  if (!o) return cli_xstrdup(config_json);
+  json_object_set_new(o, "ddp_world", json_integer(world));
+  char *txt = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  return txt ? txt : cli_xstrdup(config_json);
+}
+
+/* A recorded config without "ddp_world" (malloc'd); *world gets it (1
+ * when absent). */
+static char *config_without_world(const char *config_json, int *world) {
+  *world = 1;
+  json_t *o = json_loads(config_json, 0, NULL);
+  if (!o) return cli_xstrdup(config_json);
+  json_t *w = json_object_get(o, "ddp_world");
+  if (json_is_integer(w)) *world = (int)json_integer_value(w);
+  json_object_del(o, "ddp_world");
+  char *txt = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  return txt ? txt : cli_xstrdup(config_json);
+}
+
+/* Without --threads, the ranks on one machine share its cores: each gets
+ * threads / (ranks on this machine), at least 1. */
+static void ddp_default_threads(em_train_config *cfg) {
+  const char *e = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  int local = e ? atoi(e) : 0;
+  if (local > 1) cfg->threads = cfg->threads / local > 0 ? cfg->threads / local : 1;
+}
+
+/* Rank 0 sends what the run trains (ok false: it failed before, and every
+ * rank returns 1); the other ranks rebuild j from it. */
+static int ddp_share(em_comm *comm, bool ok, train_job *j) {
+  em_error err = {0};
+  char *blob = NULL;
+  int64_t len = 0;
+  if (em_comm_rank(comm) == 0) {
+    if (ok) {
+      em_train_config c = j->cfg;
+      c.checkpoint_dir[0] = '\0';
+      char *cfg = em_train_config_to_json(&c);
+      json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I}", "spec", j->spec_text ? j->spec_text : "",
+                            "config", cfg ? cfg : "", "model", j->model, "resume",
+                            j->parent ? j->ckpt.path : "", "step",
+                            (json_int_t)(j->parent ? j->ckpt.step : 0));
+      free(cfg);
+      blob = o ? json_dumps(o, JSON_COMPACT) : NULL;
+      json_decref(o);
+    }
+    len = blob ? (int64_t)strlen(blob) + 1 : 0;
+  }
+  if (em_comm_broadcast(comm, &len, sizeof len, 0, &err) != EM_OK) return cli_fail1(&err, "--ddp");
+  if (len == 0) return 1; /* rank 0 failed and said why */
+  if (em_comm_rank(comm) != 0) blob = cli_xmalloc((size_t)len);
+  if (em_comm_broadcast(comm, blob, len, 0, &err) != EM_OK) {
+    free(blob);
+    return cli_fail1(&err, "--ddp");
+  }
+  int rc = 0;
+  if (em_comm_rank(comm) != 0) {
+    json_t *o = json_loads(blob, 0, NULL);
+    const char *spec = NULL, *cfg = NULL, *model = NULL, *resume = NULL;
+    json_int_t step = 0;
+    if (!o || json_unpack(o, "{s:s, s:s, s:s, s:s, s:I}", "spec", &spec, "config", &cfg, "model",
+                          &model, "resume", &resume, "step", &step) != 0) {
+      fprintf(stderr, "ember: rank %d: rank 0 sent an unreadable run description\n",
+              em_comm_rank(comm));
+      rc = 1;
+    } else if (!(j->spec = em_spec_parse(spec, "the spec sent by rank 0", &err))) {
+      rc = cli_fail1(&err, "--ddp");
+    } else {
+      em_train_config_defaults(&j->cfg);
+      if (em_train_config_from_json(&j->cfg, cfg, &err) != EM_OK) {
+        rc = cli_fail1(&err, "--ddp: the config sent by rank 0");
+      } else {
+        j->spec_text = cli_xstrdup(spec);
+        snprintf(j->model, sizeof j->model, "%s", model);
+        if (resume[0]) {
+          j->parent = 1; /* a resume: load the same checkpoint as rank 0 */
+          j->ckpt.path = cli_xstrdup(resume);
+          j->ckpt.step = step;
+        }
+      }
+    }
+    json_decref(o);
+  }
+  free(blob);
+  return rc;
 }
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -186,10 +288,18 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
     goto out;
   }
   em_train_config_defaults(&j->cfg);
-  if (em_train_config_from_json(&j->cfg, r.config_json ? r.config_json : "", &err) != EM_OK) {
+  int world = 1;
+  char *config = config_without_world(r.config_json ? r.config_json : "", &world);
+  em_status cst = em_train_config_from_json(&j->cfg, config, &err);
+  free(config);
+  if (cst != EM_OK) {
     rc = cli_fail1(&err, "--resume: the recorded config");
     goto out;
   }
+  if (world != o->world)
+    cli_warn("run %lld trained on %d rank%s, this part on %d: the samples each step sees "
+             "change, so the weights will differ from an uninterrupted run",
+             (long long)id, world, world == 1 ? "" : "s", o->world);
   if (r.threads > 0) j->cfg.threads = r.threads;
   if (o->threads_given) {
     cli_train_opts_apply(o, &j->cfg); /* only --threads can be among them */
@@ -320,8 +430,20 @@ static double peak_rss_mb(void) {
 
 static void print_result_json(const em_train_config *cfg, const em_train_summary *s,
                               const char *spec_name, int64_t params, int64_t run_id,
-                              const em_store_writer_stats *ws) {
+                              const em_store_writer_stats *ws, const em_trainer *tr) {
   json_t *o = json_object();
+  em_ddp_stats ds;
+  if (tr && em_trainer_ddp_stats(tr, &ds) && ds.steps > 0) {
+    double n = (double)ds.steps;
+    json_object_set_new(o, "ddp",
+                        json_pack("{s:i, s:i, s:I, s:f, s:f, s:f, s:f}", "world",
+                                  em_trainer_world(tr), "buckets", ds.n_buckets,
+                                  "bytes_per_step", (json_int_t)ds.bytes_per_step,
+                                  "backward_ms_per_step", 1e3 * ds.backward_s / n,
+                                  "allreduce_ms_per_step", 1e3 * ds.comm_s / n,
+                                  "exposed_ms_per_step", 1e3 * ds.exposed_s / n,
+                                  "finish_ms_per_step", 1e3 * ds.finish_s / n));
+  }
   json_object_set_new(o, "model", json_string(spec_name));
   json_object_set_new(o, "epochs", json_integer(s->epochs));
   json_object_set_new(o, "steps", json_integer(s->steps));
@@ -341,6 +463,7 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
   json_object_set_new(o, "blas_core", json_string(em_blas_core()));
   json_object_set_new(o, "seed", json_integer((json_int_t)cfg->seed));
   json_object_set_new(o, "stopped", json_boolean(s->stopped));
+  json_object_set_new(o, "metrics", app_metrics_json()); /* plugin metrics of the last eval */
   json_object_set_new(o, "peak_rss_mb", json_real(round(peak_rss_mb() * 10) / 10));
   json_object_set_new(o, "run_id", run_id > 0 ? json_integer((json_int_t)run_id) : json_null());
   json_object_set_new(o, "record_enqueue_s", json_real(ws->enqueue_seconds));
@@ -389,6 +512,22 @@ int cli_cmd_train(int argc, char **argv) {
   cli_train_opts_parse(argc, argv, "train", &o);
   check_usage(&o);
   bool record = !o.no_record;
+  em_comm *comm = NULL;
+  int rank = 0;
+  o.world = 1;
+  if (o.ddp) {
+    em_error cerr = {0};
+    if (!(comm = em_comm_mpi_new(&argc, &argv, &cerr))) return cli_fail1(&cerr, "--ddp");
+    rank = em_comm_rank(comm);
+    o.world = em_comm_world(comm);
+    if (rank != 0) { /* rank 0 records, prints, saves and checkpoints */
+      o.quiet = true;
+      o.save = NULL;
+      o.checkpoint_dir = NULL;
+      o.profile = NULL;
+      record = false;
+    }
+  }
 
   train_job j;
   memset(&j, 0, sizeof j);
@@ -408,15 +547,25 @@ int cli_cmd_train(int argc, char **argv) {
       goto out;
     }
   }
-  if (o.resume) {
+  if (rank != 0) {
+    if ((rc = ddp_share(comm, true, &j)) != 0) goto out;
+  } else if (o.resume) {
     store = em_store_open(regdir, false, &err);
-    if (!store) {
-      rc = cli_fail1(&err, "--resume");
-      goto out;
+    if (!store) rc = cli_fail1(&err, "--resume");
+    else rc = setup_from_run(&o, store, &j);
+    if (comm) {
+      int src = ddp_share(comm, rc == 0, &j);
+      if (rc == 0) rc = src;
     }
-    if ((rc = setup_from_run(&o, store, &j)) != 0) goto out;
-  } else if ((rc = setup_from_spec(&o, &j)) != 0) {
-    goto out;
+    if (rc != 0) goto out;
+  } else {
+    rc = setup_from_spec(&o, &j);
+    if (rc == 0 && o.world > 1 && !o.threads_given) ddp_default_threads(&j.cfg);
+    if (comm) {
+      int src = ddp_share(comm, rc == 0, &j);
+      if (rc == 0) rc = src;
+    }
+    if (rc != 0) goto out;
   }
   em_train_config *cfg = &j.cfg;
   if (!record) {
@@ -480,6 +629,11 @@ int cli_cmd_train(int argc, char **argv) {
     char folder[1024];
     em_dataset_identity ident;
     char *config_json = em_train_config_to_json(cfg); /* checkpoint_dir still empty */
+    if (config_json && o.world > 1) {
+      char *w = config_with_world(config_json, o.world);
+      free(config_json);
+      config_json = w;
+    }
     em_run_new rn = {
         .name = o.name,
         .model = j.model,
@@ -518,14 +672,15 @@ int cli_cmd_train(int argc, char **argv) {
   }
 
   tr = em_trainer_new(model, cfg, train, test, &err);
-  if (!tr) {
+  if (tr && comm) em_trainer_set_comm(tr, comm, &err);
+  if (!tr || err.status != EM_OK) {
     if (run) em_store_run_finish(store, run, EM_RUN_FAILED, err.msg, NULL);
     rc = cli_fail(&err, NULL);
     goto out;
   }
   if (j.parent) {
     if (em_trainer_load_checkpoint(tr, j.ckpt.path, &err) != EM_OK) {
-      em_store_run_finish(store, run, EM_RUN_FAILED, err.msg, NULL);
+      if (run) em_store_run_finish(store, run, EM_RUN_FAILED, err.msg, NULL);
       rc = cli_fail1(&err, "--resume");
       goto out;
     }
@@ -533,10 +688,11 @@ int cli_cmd_train(int argc, char **argv) {
     snprintf(detail, sizeof detail, "resumed from run %lld step %lld", (long long)j.parent,
              (long long)j.ckpt.step);
     em_error e2 = {0};
-    if (em_store_run_event(store, run, j.ckpt.step, "resumed", detail, &e2) != EM_OK ||
-        (snprintf(detail, sizeof detail, "resumed from run %lld step %lld as run %lld",
-                  (long long)j.parent, (long long)j.ckpt.step, (long long)run),
-         em_store_run_event(store, j.parent, j.ckpt.step, "resumed", detail, &e2)) != EM_OK)
+    if (run && /* --ddp: only rank 0 records */
+        (em_store_run_event(store, run, j.ckpt.step, "resumed", detail, &e2) != EM_OK ||
+         (snprintf(detail, sizeof detail, "resumed from run %lld step %lld as run %lld",
+                   (long long)j.parent, (long long)j.ckpt.step, (long long)run),
+          em_store_run_event(store, j.parent, j.ckpt.step, "resumed", detail, &e2)) != EM_OK))
       cli_warn("the resume is not recorded as a run event: %s", e2.msg);
     if (!o.quiet)
       fprintf(stderr, "resuming run %lld from step %lld (epoch %lld) as run %lld\n",
@@ -618,9 +774,16 @@ save: /* --epochs 0: the initial weights */
     goto out;
   }
 report:
-  print_result_json(cfg, &sum, em_spec_name(j.spec), em_spec_param_count(j.spec), run, &ws);
+  if (rank == 0)
+    print_result_json(cfg, &sum, em_spec_name(j.spec), em_spec_param_count(j.spec), run, &ws, tr);
   if (g_signal) rc = 128 + g_signal;
 out:
+  /* data-parallel: a rank that fails ends the job, so that no other rank
+   * waits for it (after its failure is recorded and printed) */
+  if (comm && rc != 0 && em_comm_world(comm) > 1) {
+    fflush(stderr);
+    em_comm_abort(comm, rc);
+  }
   if (writer) em_store_writer_free(writer, NULL);
   em_trainer_free(tr);
   em_model_free(model);
@@ -630,5 +793,6 @@ out:
   free(j.spec_text);
   em_checkpoint_row_clear(&j.ckpt);
   em_store_close(store);
+  em_comm_free(comm);
   return rc;
 }

@@ -29,6 +29,8 @@ typedef struct {
   const char *profile;      /* --profile FILE: a Chrome trace of a window of batches */
   int64_t profile_steps;    /* --profile-steps; 0: the default window (20) */
   bool detect_anomaly;      /* --detect-anomaly */
+  bool ddp;                 /* --ddp: data-parallel over the MPI job's ranks */
+  int world;                /* --ddp: the number of ranks (set by the command); else 1 */
   /* every flag that changes the configuration, in order */
   cli_setting settings[CLI_MAX_SETTINGS];
   int n_settings;

@@ -94,20 +94,67 @@ void em_grad_accumulate(em_tensor *t, const em_tensor *g) {
   else add_into(dst, g);
 }
 
+static _Thread_local const em_backward_hooks *hooks;
+
+void em_backward_set_hooks(const em_backward_hooks *h) { hooks = h; }
+
+static int leaf_index(const em_backward_hooks *h, const em_tensor *t) {
+  if (!t || t->grad_fn) return -1;
+  for (int i = 0; i < h->n; i++)
+    if (h->leaves[i] == t) return i;
+  return -1;
+}
+
+/* last[i]: the lowest tape index with leaves[i] as an input (the walk's
+ * last contribution to its gradient), or -1. */
+static void find_last_uses(const em_backward_hooks *h, em_node **tape, int64_t n, int64_t *last) {
+  for (int i = 0; i < h->n; i++) last[i] = -1;
+  for (int64_t k = 0; k < n; k++)
+    for (int j = 0; j < tape[k]->n_in; j++) {
+      int i = leaf_index(h, tape[k]->in[j]);
+      if (i >= 0 && last[i] < 0) last[i] = k;
+    }
+}
+
+/* After node k: the leaves whose gradient it finalised. */
+static void fire_ready(const em_backward_hooks *h, const em_node *node, int64_t k, int64_t *last) {
+  for (int j = 0; j < node->n_in; j++) {
+    int i = leaf_index(h, node->in[j]);
+    if (i >= 0 && last[i] == k) {
+      last[i] = -2; /* fired */
+      h->ready(h->user, i);
+    }
+  }
+}
+
 static void walk_tape(void) {
   int64_t n;
   em_node **tape = em_scope_tape(&n);
+  const em_backward_hooks *h = hooks;
+  int64_t *last = NULL;
+  if (h) {
+    last = em_scope_arena_alloc(sizeof(int64_t) * (size_t)(h->n > 0 ? h->n : 1));
+    find_last_uses(h, tape, n, last);
+  }
   for (int64_t k = n - 1; k >= 0; k--) {
     em_node *node = tape[k];
-    if (!node->out->grad || !node->backward) continue;
-    if (em_profile_hooks_on()) {
-      int tok = em_prof_backward_begin(node);
-      node->backward(node);
-      em_prof_backward_end(tok, node);
-    } else {
-      node->backward(node);
+    if (node->out->grad && node->backward) {
+      if (em_profile_hooks_on()) {
+        int tok = em_prof_backward_begin(node);
+        node->backward(node);
+        em_prof_backward_end(tok, node);
+      } else {
+        node->backward(node);
+      }
+    }
+    if (h) {
+      fire_ready(h, node, k, last);
+      if (h->node_done) h->node_done(h->user);
     }
   }
+  if (h)
+    for (int i = 0; i < h->n; i++)
+      if (last[i] == -1) h->ready(h->user, i);
   em_scope_tape_clear();
 }
 

@@ -192,3 +192,18 @@ void em_backward(em_tensor *loss);
 void em_backward_grad(em_tensor *out, const em_tensor *grad);
 /* Marks the gradient stale: the next backward overwrites it. */
 void em_tensor_zero_grad(em_tensor *t);
+/* Hooks of this thread's next backwards (data-parallel gradient
+ * reduction): ready(user, i) is called once per tensor leaves[i] as soon
+ * as its gradient is final, i.e. right after the last tape node (in the
+ * backward walk) that has it as an input, or at the end of the walk for
+ * a leaf the tape never reaches (its gradient is then untouched); and
+ * node_done(user), when not NULL, after every node. The struct is
+ * borrowed until em_backward_set_hooks(NULL). */
+typedef struct {
+  int n;
+  em_tensor *const *leaves;
+  void (*ready)(void *user, int i);
+  void (*node_done)(void *user);
+  void *user;
+} em_backward_hooks;
+void em_backward_set_hooks(const em_backward_hooks *h);

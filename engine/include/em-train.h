@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "em-data.h"
+#include "em-dist.h"
 #include "em-nn.h"
 #include "em-optim.h"
 
@@ -151,6 +152,23 @@ void em_trainer_set_lr_scale(em_trainer *t, double scale);
 double em_trainer_lr_scale(const em_trainer *t);
 void em_trainer_set_clip_grad_norm(em_trainer *t, double max_norm);
 void em_trainer_summary(const em_trainer *t, em_train_summary *out);
+/* Data-parallel training (before em_trainer_run; c borrowed, NULL or a
+ * world of 1: single process). Every rank makes its trainer from the same
+ * spec, config and datasets and calls this; the config's batch_size is
+ * per rank, as in PyTorch. The trainer then reads only its rank's share
+ * of each epoch, starts from rank 0's weights, averages the gradients
+ * over the ranks (bucketed all-reduces overlapping backward) before
+ * clipping and stepping, agrees with the other ranks on stops, evaluates
+ * its shard of the test set and reduces the metrics. Divergence stops
+ * the run (no rollback). Events carry global figures (loss averaged over
+ * the ranks, samples/s of all ranks together). Checkpoints are written by
+ * the ranks whose config has a checkpoint_dir (rank 0 alone, normally);
+ * every rank resumes by loading the same checkpoint before the run. */
+em_status em_trainer_set_comm(em_trainer *t, em_comm *c, em_error *err);
+/* The number of ranks (1 without a communicator). */
+int em_trainer_world(const em_trainer *t);
+/* The bucketer's figures; false without a communicator. */
+bool em_trainer_ddp_stats(const em_trainer *t, em_ddp_stats *out);
 void em_trainer_free(em_trainer *t);
 
 /* Diagnostics of a run. They are not part of the config: they never change
@@ -232,7 +250,8 @@ em_status em_model_load(em_model *m, const char *path, em_error *err);
 em_status em_train_check_fit(const em_spec *spec, const em_dataset *ds, const char *dsname,
                              em_loss_kind loss, em_error *err);
 
-/* Opens the named dataset ("fashion-mnist", "cifar10", "synthetic"). */
+/* Opens the named dataset ("fashion-mnist", "cifar10", "synthetic", or a
+ * kind a plugin registered, em-plugin.h). */
 em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
                                   const int64_t *sample_shape, int sample_ndim, int classes,
                                   em_error *err);

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "em-dist.h"
 #include "em-rng.h"
 #include "em-train.h"
 
@@ -77,7 +78,20 @@ struct em_trainer {
   char ckpt_dir[4096];  /* cfg.checkpoint_dir made absolute at run start */
   char ckpt_path[4096]; /* the file of the CHECKPOINT event being sent */
   em_train_diagnostics diag;
+  em_comm *comm;    /* data-parallel: the ranks (borrowed), or NULL */
+  em_ddp *ddp;      /* its gradient bucketer */
 };
+
+/* ---- data-parallel (trainer-ddp.c); each is EM_OK without a communicator */
+/* At the start of a run: rank 0's weights and buffers everywhere, and
+ * the same position on every rank. */
+em_status em_trainer_ddp_begin_run(em_trainer *t, em_error *err);
+/* Between optimiser steps: a stop asked on any rank stops all. */
+em_status em_trainer_ddp_agree_stop(em_trainer *t, em_error *err);
+/* The micro-batch's loss averaged over the ranks. */
+em_status em_trainer_ddp_mean_loss(em_trainer *t, double *loss, em_error *err);
+/* The test set's loss and accuracy (sharded over the ranks). */
+em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, em_error *err);
 
 /* ---- checkpoints (checkpoint-*.c) ------------------------------------------ */
 #define EM_CKPT_FORMAT "ember-checkpoint"

@@ -87,6 +87,8 @@ fail:
 
 void em_trainer_free(em_trainer *t) {
   if (!t) return;
+  if (t->comm) em_comm_set_cancel(t->comm, NULL);
+  em_ddp_free(t->ddp);
   em_loader_free(t->loader);
   em_optimizer_free(t->opt);
   free(t->params);
@@ -211,9 +213,14 @@ static em_status micro_batch(run_ctx *r, const em_batch *b, double *loss, em_err
   em_tensor *l = em_train_loss(t->cfg.loss, out, y, t->cfg.label_smoothing);
   *loss = em_tensor_item(l);
   em_status st = t->diag.detect_anomaly ? em_anomaly_check(err) : EM_OK;
+  if (st == EM_OK) st = em_trainer_ddp_mean_loss(t, loss, err); /* data-parallel */
   if (st == EM_OK && isfinite(*loss)) {
     if (r->acc > 1) l = em_mul_scalar(l, 1.0 / r->acc);
+    /* data-parallel: the step's last micro-batch reduces the gradients */
+    bool reduce = t->ddp && (t->micro + 1 == r->acc || t->pos.batch + 1 == r->bpe);
+    if (reduce) em_ddp_backward_begin(t->ddp);
     em_backward(l);
+    if (reduce) em_ddp_backward_end(t->ddp);
     if (t->diag.detect_anomaly) st = em_anomaly_check(err);
   }
   em_scope_end(s);
@@ -250,7 +257,12 @@ static em_status run_batches(run_ctx *r, em_error *err) {
   em_status st = EM_OK;
   double t0 = now_s();
   em_batch b;
-  while (!t->jumped && !(atomic_load(&t->stop) && t->micro == 0)) {
+  int world = em_trainer_world(t);
+  while (!t->jumped) {
+    if (t->micro == 0) { /* data-parallel: the ranks agree on a stop */
+      if ((st = em_trainer_ddp_agree_stop(t, err)) != EM_OK) break;
+      if (atomic_load(&t->stop)) break;
+    }
     em_error lerr = {0};
     em_diag_batch_begin(t, &r->diag, err); /* the batch's step span holds its loading */
     int span = em_profile_range_begin("dataloader.next");
@@ -274,11 +286,12 @@ static em_status run_batches(run_ctx *r, em_error *err) {
     t->micro++;
     t->pos.batch++;
     t->pos.loss_sum += lv;
-    r->samples += b.n;
+    r->samples += b.n * world;
     r->ev.grad_norm = 0;
     bool stepped = false;
     if (t->micro == r->acc || t->pos.batch == r->bpe) {
       double norm;
+      if (t->ddp && (st = em_ddp_finish(t->ddp, err)) != EM_OK) break;
       span = em_profile_range_begin("optimizer.step");
       optimizer_step(r, &v, &norm);
       em_profile_range_end(span);
@@ -298,7 +311,7 @@ static em_status run_batches(run_ctx *r, em_error *err) {
     r->ev.elapsed_s = now_s() - r->t_start;
     int64_t left = r->bpe * c->epochs - (t->pos.epoch * r->bpe + t->pos.batch);
     r->ev.eta_s = r->ev.samples_per_sec > 0
-                      ? (double)left * (double)c->batch_size / r->ev.samples_per_sec
+                      ? (double)left * (double)c->batch_size * world / r->ev.samples_per_sec
                       : 0;
     char *table = NULL, warning[1024];
     if ((st = em_diag_batch_end(t, &r->diag, &r->ev, &table, warning, sizeof warning, err)) !=
@@ -342,7 +355,7 @@ static em_status end_epoch(run_ctx *r, bool complete, em_error *err) {
     EM_TRY(em_diag_window_end(t, &r->diag, &table, err));
     if (table) emit_profile(r, table);
     double tl, ta;
-    EM_TRY(em_evaluate(t->model, t->test, c->batch_size, c->loss, 0.0, &tl, &ta, err));
+    EM_TRY(em_trainer_evaluate(t, &tl, &ta, err));
     t->summary.test_loss = tl;
     t->summary.test_accuracy = ta;
     t->summary.evaluated = true;
@@ -392,7 +405,9 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   t->running = true;
   em_diag_begin(t, &r.diag);
   em_model_zero_grad(t->model);
-  while (st == EM_OK && !atomic_load(&t->stop) && t->pos.epoch < c->epochs) {
+  st = em_trainer_ddp_begin_run(t, err);
+  while (st == EM_OK && t->pos.epoch < c->epochs &&
+         (st = em_trainer_ddp_agree_stop(t, err)) == EM_OK && !atomic_load(&t->stop)) {
     t->jumped = false;
     t->micro = 0;
     em_loader_start_epoch_at(t->loader, t->pos.epoch, t->pos.batch);

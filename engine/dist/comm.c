@@ -1,0 +1,125 @@
+/* comm.c: the communicator's generic half: the table call-through, the
+ * blocking collectives made of a start and a bounded wait, and the
+ * timeout every wait obeys. */
+#include "dist-private.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+double em_dist_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+em_comm *em_comm_new(const em_comm_vtable *vt, void *ctx, int rank, int world, em_error *err) {
+  if (!vt || world < 1 || rank < 0 || rank >= world) {
+    if (vt && vt->free) vt->free(ctx);
+    em_error_set(err, EM_ERR_INVALID, "communicator: rank %d of world %d: need 0 <= rank < world",
+                 rank, world);
+    return NULL;
+  }
+  em_comm *c = calloc(1, sizeof *c);
+  if (!c) {
+    if (vt->free) vt->free(ctx);
+    em_error_set(err, EM_ERR_NOMEM, "out of memory creating a communicator");
+    return NULL;
+  }
+  c->vt = vt;
+  c->ctx = ctx;
+  c->rank = rank;
+  c->world = world;
+  c->timeout_s = 30;
+  const char *env = getenv("EMBER_DDP_TIMEOUT");
+  if (env) {
+    double v = strtod(env, NULL);
+    if (v > 0 && isfinite(v)) c->timeout_s = v;
+  }
+  return c;
+}
+
+void em_comm_free(em_comm *c) {
+  if (!c) return;
+  if (c->vt->free) c->vt->free(c->ctx);
+  free(c);
+}
+
+int em_comm_rank(const em_comm *c) { return c->rank; }
+int em_comm_world(const em_comm *c) { return c->world; }
+const char *em_comm_name(const em_comm *c) { return c->vt->name; }
+
+void em_comm_set_timeout(em_comm *c, double seconds) {
+  if (seconds > 0 && isfinite(seconds)) c->timeout_s = seconds;
+}
+
+double em_comm_timeout(const em_comm *c) { return c->timeout_s; }
+
+void em_comm_set_cancel(em_comm *c, const atomic_bool *flag) { c->cancel = flag; }
+
+em_status em_comm_iallreduce_sum_f32(em_comm *c, float *buf, int64_t n, em_comm_req *req,
+                                     em_error *err) {
+  return c->vt->iallreduce_sum_f32(c->ctx, buf, n, req, err);
+}
+
+em_status em_comm_test(em_comm *c, em_comm_req req, bool *done, em_error *err) {
+  return c->vt->test(c->ctx, req, done, err);
+}
+
+/* Polls req until done: a few yields first (a shared-memory all-reduce of
+ * a small buffer takes microseconds), then short sleeps, so that a rank
+ * waiting for a slower one leaves it the core. */
+em_status em_comm_wait(em_comm *c, em_comm_req req, const char *what, em_error *err) {
+  double t0 = em_dist_now(), deadline = t0 + c->timeout_s;
+  for (int spin = 0;; spin++) {
+    bool done = false;
+    em_status st = c->vt->test(c->ctx, req, &done, err);
+    if (st != EM_OK) return em_error_prefix(err, "rank %d of %d, %s", c->rank, c->world, what);
+    if (done) return EM_OK;
+    double now = em_dist_now();
+    if (c->cancel && atomic_load(c->cancel) && now - t0 > 2.0)
+      return em_error_set(err, EM_ERR_CANCELLED,
+                          "rank %d of %d: asked to stop while waiting for %s: another rank is "
+                          "gone", c->rank, c->world, what);
+    if (now > deadline)
+      return em_error_set(err, EM_ERR_IO,
+                          "rank %d of %d: %s did not complete within %.0f s: another rank "
+                          "probably died or hangs (the timeout is EMBER_DDP_TIMEOUT seconds)",
+                          c->rank, c->world, what, c->timeout_s);
+    if (spin < 64) continue;
+    struct timespec ts = {0, spin < 1000 ? 20000 : 200000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+em_status em_comm_allreduce_sum_f32(em_comm *c, float *buf, int64_t n, em_error *err) {
+  em_comm_req r;
+  EM_DIST_TRY(c->vt->iallreduce_sum_f32(c->ctx, buf, n, &r, err));
+  return em_comm_wait(c, r, "an all-reduce", err);
+}
+
+em_status em_comm_allreduce_avg_f32(em_comm *c, float *buf, int64_t n, em_error *err) {
+  EM_DIST_TRY(em_comm_allreduce_sum_f32(c, buf, n, err));
+  float inv = 1.0f / (float)c->world;
+  for (int64_t i = 0; i < n; i++) buf[i] *= inv;
+  return EM_OK;
+}
+
+em_status em_comm_broadcast(em_comm *c, void *buf, int64_t bytes, int root, em_error *err) {
+  if (root < 0 || root >= c->world)
+    return em_error_set(err, EM_ERR_INVALID, "broadcast from rank %d of a world of %d", root,
+                        c->world);
+  em_comm_req r;
+  EM_DIST_TRY(c->vt->ibroadcast(c->ctx, buf, bytes, root, &r, err));
+  return em_comm_wait(c, r, "a broadcast", err);
+}
+
+em_status em_comm_barrier(em_comm *c, em_error *err) {
+  em_comm_req r;
+  EM_DIST_TRY(c->vt->ibarrier(c->ctx, &r, err));
+  return em_comm_wait(c, r, "a barrier", err);
+}
+
+void em_comm_abort(em_comm *c, int code) {
+  if (c && c->vt->abort) c->vt->abort(c->ctx, code);
+}

@@ -1,0 +1,136 @@
+/* em-dist.h: data-parallel training across processes.
+ *
+ * A communicator is a small table of collectives plus a context (house
+ * style 7): rank, world, all-reduce (sum or average, f32, in place;
+ * blocking, or started and then tested/waited for), broadcast, barrier,
+ * abort. Open MPI is the CPU implementation (em_comm_mpi_new, built when
+ * meson finds MPI); NCCL can later be the GPU path of the same table,
+ * its unique id broadcast over an MPI communicator.
+ *
+ * Every wait is bounded: a collective that does not complete within the
+ * communicator's timeout (default 30 s, EMBER_DDP_TIMEOUT=seconds) fails
+ * with EM_ERR_IO and a message naming the call, so that a rank whose peer
+ * died reports it instead of hanging. After such an error the caller
+ * must em_comm_abort: a collective still in flight cannot be cancelled.
+ *
+ * em_ddp is the gradient bucketer of DistributedDataParallel: the
+ * parameters, in reverse order (the order backward finalises them), are
+ * grouped into buckets of about bucket_mb; during backward, as soon as
+ * every gradient of a bucket is final (the autograd hook of em-tensor.h),
+ * the bucket is copied into a flat buffer and its all-reduce starts
+ * while backward goes on; em_ddp_finish waits for all of them and writes
+ * the averaged gradients back. */
+#pragma once
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "em-error.h"
+#include "em-tensor.h"
+
+/* ---- the communicator ----------------------------------------------------- */
+typedef struct em_comm em_comm;
+
+/* A request of a started all-reduce; done or waited for once. */
+typedef int em_comm_req;
+
+typedef struct em_comm_vtable {
+  const char *name; /* "mpi", "nccl", "fake" */
+  /* In-place sum over all ranks of buf (n floats), started: *req
+   * identifies it until test says done or wait returns. */
+  em_status (*iallreduce_sum_f32)(void *ctx, float *buf, int64_t n, em_comm_req *req,
+                                  em_error *err);
+  /* *done is set when req completed (its buffer then holds the sum). */
+  em_status (*test)(void *ctx, em_comm_req req, bool *done, em_error *err);
+  /* Broadcast of bytes from root, started (then test/wait like an
+   * all-reduce). */
+  em_status (*ibroadcast)(void *ctx, void *buf, int64_t bytes, int root, em_comm_req *req,
+                          em_error *err);
+  em_status (*ibarrier)(void *ctx, em_comm_req *req, em_error *err);
+  /* Ends every rank of the job (the process does not return). NULL: the
+   * implementation has no peers to end; the caller just exits. */
+  void (*abort)(void *ctx, int code);
+  void (*free)(void *ctx); /* finalises (NULL is fine) */
+} em_comm_vtable;
+
+/* Takes ownership of ctx (vt->free releases it). */
+em_comm *em_comm_new(const em_comm_vtable *vt, void *ctx, int rank, int world, em_error *err);
+/* Initialises MPI (MPI_THREAD_FUNNELED) over MPI_COMM_WORLD, its errors
+ * returned rather than fatal. EM_ERR_UNSUPPORTED, with a message saying
+ * how to get it, when this build has no MPI. */
+em_comm *em_comm_mpi_new(int *argc, char ***argv, em_error *err);
+/* Whether this build can make an MPI communicator. */
+bool em_comm_mpi_available(void);
+void em_comm_free(em_comm *c); /* finalises; NULL is fine */
+
+int em_comm_rank(const em_comm *c);
+int em_comm_world(const em_comm *c);
+const char *em_comm_name(const em_comm *c);
+/* Seconds a wait may last before it fails (> 0). */
+void em_comm_set_timeout(em_comm *c, double seconds);
+double em_comm_timeout(const em_comm *c);
+
+/* Blocking collectives, bounded by the timeout. */
+em_status em_comm_allreduce_sum_f32(em_comm *c, float *buf /* (n) */, int64_t n, em_error *err);
+em_status em_comm_allreduce_avg_f32(em_comm *c, float *buf /* (n) */, int64_t n, em_error *err);
+em_status em_comm_broadcast(em_comm *c, void *buf, int64_t bytes, int root, em_error *err);
+em_status em_comm_barrier(em_comm *c, em_error *err);
+/* Non-blocking all-reduce (sum), test and bounded wait. */
+em_status em_comm_iallreduce_sum_f32(em_comm *c, float *buf /* (n) */, int64_t n,
+                                     em_comm_req *req, em_error *err);
+em_status em_comm_test(em_comm *c, em_comm_req req, bool *done, em_error *err);
+em_status em_comm_wait(em_comm *c, em_comm_req req, const char *what, em_error *err);
+/* A flag (borrowed; NULL: none) that, once set, makes a wait that has
+ * already lasted 2 s give up with EM_ERR_CANCELLED: a process asked to
+ * stop (mpirun sends SIGTERM when another rank died) stops waiting for
+ * a peer that is gone instead of waiting out the timeout; peers that
+ * were asked too reach the collective well within the 2 s. */
+void em_comm_set_cancel(em_comm *c, const atomic_bool *flag);
+/* Ends the whole job with code (MPI_Abort); returns only for a
+ * communicator without peers to end. */
+void em_comm_abort(em_comm *c, int code);
+
+/* ---- the gradient bucketer ------------------------------------------------- */
+typedef struct em_ddp em_ddp;
+
+typedef struct {
+  double bucket_mb; /* bucket capacity; default 1 (EMBER_DDP_BUCKET_MB) */
+  bool overlap;     /* start buckets during backward; default true
+                       (EMBER_DDP_OVERLAP=0: all after backward, for measuring) */
+  bool progress;    /* test pending requests between tape nodes, so that the
+                       MPI library progresses them; default true
+                       (EMBER_DDP_PROGRESS=0 turns it off) */
+} em_ddp_options;
+
+/* The defaults, then the EMBER_DDP_* environment variables over them. */
+void em_ddp_options_defaults(em_ddp_options *o);
+
+/* What the bucketer measured over the steps since em_ddp_new. */
+typedef struct {
+  int64_t steps;
+  int n_buckets;
+  int64_t bytes_per_step;   /* bytes all-reduced per step (f32 gradients) */
+  double backward_s;        /* total time inside backwards with the hooks */
+  double comm_s;            /* total time from each step's first bucket start to
+                               its last bucket's completion */
+  double exposed_s;         /* total time em_ddp_finish waited (not hidden) */
+  double finish_s;          /* total time of em_ddp_finish (wait + average + copy) */
+} em_ddp_stats;
+
+/* params: the model's parameters (borrowed; the order of em_model_param).
+ * The communicator is borrowed. */
+em_ddp *em_ddp_new(em_comm *c, int n, em_tensor *const *params, const em_ddp_options *o,
+                   em_error *err);
+void em_ddp_free(em_ddp *d); /* NULL is fine */
+/* Around the backward of the micro-batch that ends an optimiser step:
+ * begin installs the autograd hooks on this thread, end removes them
+ * and starts any bucket not started yet. */
+void em_ddp_backward_begin(em_ddp *d);
+void em_ddp_backward_end(em_ddp *d);
+/* Waits for every bucket, divides by world and writes the gradients. */
+em_status em_ddp_finish(em_ddp *d, em_error *err);
+void em_ddp_get_stats(const em_ddp *d, em_ddp_stats *out);
+/* Broadcasts the tensors (f32 or f64, contiguous) from rank 0, e.g. the
+ * initial weights so that every replica starts equal. */
+em_status em_ddp_broadcast_tensors(em_comm *c, int n, em_tensor *const *ts, em_error *err);

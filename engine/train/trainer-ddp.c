@@ -1,0 +1,168 @@
+/* trainer-ddp.c: the trainer's data-parallel half (em_trainer_set_comm).
+ *
+ * Each rank holds a replica and its own loader over its share of every
+ * epoch (the loader's distributed sampler: rank r takes every world-th
+ * index of the epoch's permutation). What keeps the replicas equal and
+ * the ranks in step:
+ * - at the start of a run, every parameter and buffer is broadcast from
+ *   rank 0, and the ranks check they stand at the same position;
+ * - each micro-batch's loss is averaged over the ranks before backward,
+ *   so the loss watchdog decides the same on every rank, and the loss
+ *   reported is the global one;
+ * - the micro-batch ending an optimiser step runs backward with the
+ *   bucketer's hooks (engine/dist/ddp.c); before clipping, em_ddp_finish
+ *   leaves the averaged gradients on every rank, so the norm, the
+ *   watchdog and the step are the same everywhere;
+ * - a stop request is agreed on (a sum of flags) between optimiser
+ *   steps, so that all ranks stop at the same step;
+ * - divergence stops the run (a rollback would need every rank to reach
+ *   rank 0's checkpoints);
+ * - evaluation: each rank evaluates its strided shard of the test set
+ *   (sample rank, rank + world, ...; no padding, so every sample counts
+ *   once), with rank 0's batch-norm buffers, and the loss and accuracy
+ *   sums are all-reduced.
+ * Batch norm uses each rank's batch statistics (PyTorch's default); its
+ * running statistics follow rank 0's, as with DDP's broadcast_buffers. */
+#include "train-private.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+em_status em_trainer_set_comm(em_trainer *t, em_comm *c, em_error *err) {
+  if (t->running)
+    return em_error_set(err, EM_ERR_INVALID, "the communicator is set before a run, not during");
+  em_ddp_free(t->ddp);
+  t->ddp = NULL;
+  t->comm = NULL;
+  if (!c || em_comm_world(c) == 1) return EM_OK;
+  em_loader_config lc;
+  em_loader_config_defaults(&lc);
+  lc.batch_size = t->cfg.batch_size;
+  lc.shuffle = t->cfg.shuffle;
+  lc.drop_last = t->cfg.drop_last;
+  lc.workers = t->cfg.workers;
+  lc.seed = t->cfg.seed;
+  lc.limit = t->cfg.limit;
+  lc.rank = em_comm_rank(c);
+  lc.world = em_comm_world(c);
+  em_loader *ld = em_loader_new(t->train, &lc, err);
+  if (!ld) return err ? err->status : EM_ERR_INVALID;
+  em_ddp_options o;
+  em_ddp_options_defaults(&o);
+  em_ddp *d = em_ddp_new(c, t->n_params, t->params, &o, err);
+  if (!d) {
+    em_loader_free(ld);
+    return err ? err->status : EM_ERR_NOMEM;
+  }
+  em_loader_free(t->loader);
+  t->loader = ld;
+  t->ddp = d;
+  t->comm = c;
+  t->cfg.on_divergence = EM_DIVERGENCE_STOP;
+  em_comm_set_cancel(c, &t->stop);
+  return EM_OK;
+}
+
+bool em_trainer_ddp_stats(const em_trainer *t, em_ddp_stats *out) {
+  if (!t->ddp) return false;
+  em_ddp_get_stats(t->ddp, out);
+  return true;
+}
+
+int em_trainer_world(const em_trainer *t) { return t->comm ? em_comm_world(t->comm) : 1; }
+
+em_status em_trainer_ddp_begin_run(em_trainer *t, em_error *err) {
+  if (!t->comm) return EM_OK;
+  em_comm *c = t->comm;
+  /* the same position everywhere (every rank resumed from the same file) */
+  int64_t pos[3] = {t->pos.epoch, t->pos.batch, t->pos.step}, root[3];
+  for (int i = 0; i < 3; i++) root[i] = pos[i];
+  EM_TRY(em_comm_broadcast(c, root, sizeof root, 0, err));
+  if (root[0] != pos[0] || root[1] != pos[1] || root[2] != pos[2])
+    return em_error_set(err, EM_ERR_INVALID,
+                        "rank %d stands at epoch %lld batch %lld step %lld, rank 0 at epoch %lld "
+                        "batch %lld step %lld: every rank must resume from the same checkpoint",
+                        em_comm_rank(c), (long long)pos[0], (long long)pos[1], (long long)pos[2],
+                        (long long)root[0], (long long)root[1], (long long)root[2]);
+  int n = em_model_tensor_count(t->model);
+  for (int i = 0; i < n; i++) {
+    em_tensor *w = em_model_tensor(t->model, i, NULL);
+    EM_TRY(em_ddp_broadcast_tensors(c, 1, &w, err));
+  }
+  return EM_OK;
+}
+
+em_status em_trainer_ddp_agree_stop(em_trainer *t, em_error *err) {
+  if (!t->comm) return EM_OK;
+  float f = atomic_load(&t->stop) ? 1.0f : 0.0f;
+  EM_TRY(em_comm_allreduce_sum_f32(t->comm, &f, 1, err));
+  if (f > 0) atomic_store(&t->stop, true);
+  return EM_OK;
+}
+
+em_status em_trainer_ddp_mean_loss(em_trainer *t, double *loss, em_error *err) {
+  if (!t->comm) return EM_OK;
+  float f = (float)*loss;
+  EM_TRY(em_comm_allreduce_avg_f32(t->comm, &f, 1, err));
+  *loss = f;
+  return EM_OK;
+}
+
+/* ---- a strided shard of the test set ---------------------------------------- */
+typedef struct {
+  const em_dataset *base;
+  int64_t rank, world;
+} shard;
+
+static int64_t shard_len(const void *impl) {
+  const shard *s = impl;
+  int64_t n = em_dataset_len(s->base);
+  return n > s->rank ? (n - s->rank + s->world - 1) / s->world : 0;
+}
+static int shard_shape(const void *impl, int64_t *shape) {
+  return em_dataset_sample_shape(((const shard *)impl)->base, shape);
+}
+static int shard_classes(const void *impl) {
+  return em_dataset_num_classes(((const shard *)impl)->base);
+}
+static em_status shard_get(const void *impl, int64_t i, float *x, int64_t *y, em_error *err) {
+  const shard *s = impl;
+  return em_dataset_get(s->base, s->rank + i * s->world, x, y, err);
+}
+static const em_dataset_vtable shard_vtable = {
+    .kind = "shard", .len = shard_len, .sample_shape = shard_shape,
+    .num_classes = shard_classes, .get = shard_get, .free = free};
+
+em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, em_error *err) {
+  const em_train_config *c = &t->cfg;
+  if (!t->comm)
+    return em_evaluate(t->model, t->test, c->batch_size, c->loss, 0.0, loss, accuracy, err);
+  em_comm *cm = t->comm;
+  int n = em_model_tensor_count(t->model);
+  for (int i = 0; i < n; i++) /* batch-norm running statistics: rank 0's */
+    if (em_model_tensor_is_buffer(t->model, i)) {
+      em_tensor *w = em_model_tensor(t->model, i, NULL);
+      EM_TRY(em_ddp_broadcast_tensors(cm, 1, &w, err));
+    }
+  shard *s = malloc(sizeof *s);
+  if (!s) return em_error_set(err, EM_ERR_NOMEM, "out of memory for the evaluation shard");
+  *s = (shard){t->test, em_comm_rank(cm), em_comm_world(cm)};
+  int64_t len = shard_len(s);
+  float sums[3] = {0, 0, (float)len};
+  if (len > 0) {
+    em_dataset *ds = em_dataset_new(&shard_vtable, s, err);
+    if (!ds) return err ? err->status : EM_ERR_INVALID;
+    double l = 0, a = 0;
+    em_status st = em_evaluate(t->model, ds, c->batch_size, c->loss, 0.0, &l, &a, err);
+    em_dataset_free(ds);
+    EM_TRY(st);
+    sums[0] = (float)(l * (double)len);
+    sums[1] = (float)round(a * (double)len); /* correct predictions */
+  } else {
+    free(s);
+  }
+  EM_TRY(em_comm_allreduce_sum_f32(cm, sums, 3, err));
+  *loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
+  *accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0;
+  return EM_OK;
+}
