@@ -1,0 +1,416 @@
+/* serve-http.c: the HTTP side over libmicrohttpd. One event thread (or a
+ * small pool) reads requests, parses and validates them, and answers
+ * everything but inference at once. An inference request's connection is
+ * suspended while its rows wait in the batcher (the event thread goes on
+ * serving other connections) and resumed by the worker that ran them.
+ *
+ * Routes (the Open Inference Protocol v2 REST API, plus /metrics):
+ *   GET  /v2                                     server metadata
+ *   GET  /v2/health/live, /v2/health/ready       liveness, readiness
+ *   GET  /v2/models/NAME[/versions/V]            model metadata
+ *   GET  /v2/models/NAME[/versions/V]/ready      model readiness
+ *   POST /v2/models/NAME[/versions/V]/infer      inference
+ *   GET  /metrics                                Prometheus text
+ * Errors are {"error": "..."}: 400 bad input, 404 unknown model, version
+ * or path, 405 a wrong method (with Allow), 413 a body over the cap
+ * (nothing past the cap is kept: refused from its Content-Length before
+ * it is read when the client asked for "100 Continue", else read and
+ * dropped as it arrives and refused at its end), 503 while the server is
+ * not ready (draining). */
+#include "serve-private.h"
+
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+#ifndef EMBER_VERSION
+#define EMBER_VERSION "unknown"
+#endif
+
+typedef enum { ST_NEW, ST_BODY, ST_WAITING, ST_ANSWERED } conn_state;
+
+/* One request on a connection. */
+typedef struct {
+  serve_server *srv;
+  struct MHD_Connection *conn;
+  double started;
+  conn_state state;
+  bool too_big, is_infer;
+  char *body;
+  size_t len, cap;
+  /* inference in flight */
+  serve_model *model;
+  serve_infer_req req;
+  serve_job job;
+  atomic_bool done;
+} req_ctx;
+
+static enum MHD_Result respond(req_ctx *c, int code, char *body, size_t len,
+                               const char *content_type, const char *allow) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(body);
+    return MHD_NO;
+  }
+  if (content_type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+  if (allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+  enum MHD_Result ok = MHD_queue_response(c->conn, (unsigned)code, r);
+  MHD_destroy_response(r);
+  c->state = ST_ANSWERED;
+  serve_metrics_response(&c->srv->metrics, code);
+  if (c->is_infer) serve_metrics_infer_latency(&c->srv->metrics, serve_now() - c->started);
+  return ok;
+}
+
+static enum MHD_Result respond_json(req_ctx *c, int code, char *body, size_t len) {
+  if (!body) {
+    static const char oom[] = "{\"error\":\"out of memory\"}";
+    body = strdup(oom);
+    len = body ? sizeof oom - 1 : 0;
+    code = 500;
+  }
+  return respond(c, code, body, len, "application/json", NULL);
+}
+
+static enum MHD_Result respond_error(req_ctx *c, int code, const char *allow, const char *fmt,
+                                     ...) __attribute__((format(printf, 4, 5)));
+static enum MHD_Result respond_error(req_ctx *c, int code, const char *allow, const char *fmt,
+                                     ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  size_t len = 0;
+  char *body = serve_error_body(msg, &len);
+  if (!body) return respond_json(c, 500, NULL, 0);
+  return respond(c, code, body, len, "application/json", allow);
+}
+
+static enum MHD_Result respond_text(req_ctx *c, int code, const char *text) {
+  char *body = NULL;
+  size_t len = 0;
+  if (asprintf(&body, "%s", text) < 0) return respond_json(c, 500, NULL, 0);
+  len = strlen(body);
+  return respond_json(c, code, body, len);
+}
+
+/* ---- routing ----------------------------------------------------------------- */
+
+typedef enum {
+  R_NONE,
+  R_SERVER_META,
+  R_LIVE,
+  R_READY,
+  R_MODEL_META,
+  R_MODEL_READY,
+  R_INFER,
+  R_METRICS,
+} route_kind;
+
+typedef struct {
+  route_kind kind;
+  char model[160], version[40];
+} route;
+
+/* Copies the path segment at *p (up to '/' or the end) into out. */
+static bool segment(const char **p, char *out, size_t cap) {
+  size_t n = strcspn(*p, "/");
+  if (n == 0 || n >= cap) return false;
+  memcpy(out, *p, n);
+  out[n] = '\0';
+  *p += n;
+  return true;
+}
+
+static route parse_route(const char *url) {
+  route r = {R_NONE, "", ""};
+  if (!strcmp(url, "/metrics")) r.kind = R_METRICS;
+  else if (!strcmp(url, "/v2") || !strcmp(url, "/v2/")) r.kind = R_SERVER_META;
+  else if (!strcmp(url, "/v2/health/live")) r.kind = R_LIVE;
+  else if (!strcmp(url, "/v2/health/ready")) r.kind = R_READY;
+  else if (!strncmp(url, "/v2/models/", 11)) {
+    const char *p = url + 11;
+    if (!segment(&p, r.model, sizeof r.model)) return r;
+    if (!strncmp(p, "/versions/", 10)) {
+      p += 10;
+      if (!segment(&p, r.version, sizeof r.version)) return r;
+    }
+    if (!*p) r.kind = R_MODEL_META;
+    else if (!strcmp(p, "/ready")) r.kind = R_MODEL_READY;
+    else if (!strcmp(p, "/infer")) r.kind = R_INFER;
+  }
+  return r;
+}
+
+/* 404 unless the route names the served model (and version, if any). */
+static bool model_matches(req_ctx *c, const route *r, const serve_model *m) {
+  if (strcmp(r->model, m->name)) {
+    respond_error(c, 404, NULL, "unknown model '%.150s': this server serves '%s'", r->model,
+                  m->name);
+    return false;
+  }
+  if (r->version[0] && strcmp(r->version, m->version)) {
+    respond_error(c, 404, NULL, "model '%s' has no version '%.30s' loaded: it serves version %s",
+                  m->name, r->version, m->version);
+    return false;
+  }
+  return true;
+}
+
+/* ---- inference ----------------------------------------------------------------- */
+
+static void job_done(serve_job *job) {
+  req_ctx *c = job->user;
+  atomic_store(&c->done, true);
+  MHD_resume_connection(c->conn);
+}
+
+static enum MHD_Result start_infer(req_ctx *c, const route *r) {
+  serve_server *srv = c->srv;
+  c->is_infer = true;
+  if (!atomic_load(&srv->ready))
+    return respond_error(c, 503, NULL, "the server is not ready (shutting down)");
+  serve_model *m = serve_slot_acquire(&srv->slot);
+  if (!model_matches(c, r, m)) {
+    serve_model_unref(m);
+    return MHD_YES;
+  }
+  char msg[512];
+  int code = serve_infer_parse(c->body ? c->body : "", c->len, m, &c->req, msg, sizeof msg);
+  free(c->body);
+  c->body = NULL;
+  if (code) {
+    serve_model_unref(m);
+    return respond_error(c, code, NULL, "%s", msg);
+  }
+  float *out = malloc(sizeof(float) * (size_t)(c->req.rows * m->out_numel));
+  if (!out) {
+    serve_model_unref(m);
+    return respond_error(c, 500, NULL, "out of memory for %lld output rows",
+                         (long long)c->req.rows);
+  }
+  c->model = m;
+  c->job = (serve_job){.model = m, .rows = c->req.rows, .in = c->req.in, .out = out,
+                       .done = job_done, .user = c};
+  atomic_store(&c->done, false);
+  c->state = ST_WAITING;
+  atomic_fetch_add(&srv->inflight, 1);
+  atomic_fetch_add(&srv->metrics.inflight, 1);
+  /* suspend before the job can finish: its worker resumes us */
+  MHD_suspend_connection(c->conn);
+  serve_batcher_submit(&srv->batcher, &c->job);
+  return MHD_YES;
+}
+
+static void release_infer(req_ctx *c) {
+  if (!c->model) return;
+  free(c->job.out);
+  c->job.out = NULL;
+  serve_infer_req_clear(&c->req);
+  serve_model_unref(c->model);
+  c->model = NULL;
+  atomic_fetch_sub(&c->srv->inflight, 1);
+  atomic_fetch_sub(&c->srv->metrics.inflight, 1);
+}
+
+static enum MHD_Result finish_infer(req_ctx *c) {
+  serve_model *m = c->model;
+  enum MHD_Result ok;
+  if (c->job.status != EM_OK) {
+    int code = c->job.status == EM_ERR_INVALID || c->job.status == EM_ERR_SHAPE ? 400 : 500;
+    ok = respond_error(c, code, NULL, "%s", c->job.error);
+  } else {
+    size_t len = 0;
+    char *body = serve_infer_format(m, &c->req, c->job.out, &len);
+    if (body) ok = respond_json(c, 200, body, len);
+    else ok = respond_error(c, 500, NULL, "the model's output holds NaN or Inf (too large an "
+                            "input?), which JSON cannot carry");
+  }
+  release_infer(c);
+  return ok;
+}
+
+/* ---- the handler --------------------------------------------------------------- */
+
+/* How much of a body over the cap is read (and dropped) to answer 413
+ * cleanly: 4x the cap, at least 64 MiB. */
+static size_t drop_limit(const serve_server *srv) {
+  size_t limit = srv->http.max_body_bytes * 4;
+  return limit > ((size_t)64 << 20) ? limit : ((size_t)64 << 20);
+}
+
+static enum MHD_Result answer_get(req_ctx *c, const route *r) {
+  serve_server *srv = c->srv;
+  bool ready = atomic_load(&srv->ready);
+  size_t len = 0;
+  switch (r->kind) {
+  case R_LIVE: return respond_text(c, 200, "{\"live\":true}");
+  case R_READY:
+    return ready ? respond_text(c, 200, "{\"ready\":true}")
+                 : respond_text(c, 503, "{\"ready\":false}");
+  case R_SERVER_META:
+    return respond_text(c, 200, "{\"name\":\"ember\",\"version\":\"" EMBER_VERSION
+                                "\",\"extensions\":[\"classification\"]}");
+  case R_METRICS: {
+    char *text = serve_metrics_format(&srv->metrics, &len);
+    if (!text) return respond_json(c, 500, NULL, 0);
+    /* the request being answered is counted in the next scrape */
+    return respond(c, 200, text, len, "text/plain; version=0.0.4; charset=utf-8", NULL);
+  }
+  case R_MODEL_META:
+  case R_MODEL_READY: {
+    serve_model *m = serve_slot_acquire(&srv->slot);
+    enum MHD_Result ok = MHD_YES;
+    if (model_matches(c, r, m)) {
+      if (r->kind == R_MODEL_META) {
+        char *body = serve_model_metadata(m, &len);
+        ok = respond_json(c, 200, body, len);
+      } else {
+        json_t *o = json_pack("{s:s, s:b}", "name", m->name, "ready", ready);
+        char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        ok = respond_json(c, ready ? 200 : 503, body, body ? strlen(body) : 0);
+      }
+    }
+    serve_model_unref(m);
+    return ok;
+  }
+  default: return respond_error(c, 404, NULL, "no such path");
+  }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+  (void)version;
+  serve_server *srv = cls;
+  req_ctx *c = *con_cls;
+  if (!c) { /* headers are in */
+    if (!(c = calloc(1, sizeof *c))) return MHD_NO;
+    c->srv = srv;
+    c->conn = conn;
+    c->started = serve_now();
+    *con_cls = c;
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    c->state = ST_BODY;
+    unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
+    if (n > srv->http.max_body_bytes) {
+      /* Answer before the body when the client waits for "100 Continue" or
+       * the body is huge; else read and drop it and answer at its end: a
+       * client still sending when the connection closes would see a reset
+       * instead of the 413. */
+      const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                       MHD_HTTP_HEADER_EXPECT);
+      if ((expect && !strcasecmp(expect, "100-continue")) || n > drop_limit(srv))
+        return respond_error(c, 413, NULL, "the body (%s bytes) is over the limit of %zu bytes "
+                             "(--max-body-bytes)", cl, srv->http.max_body_bytes);
+      c->too_big = true;
+    }
+    return MHD_YES;
+  }
+  if (c->state == ST_ANSWERED) { /* answered from its headers (413): drop the rest */
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  if (*upload_data_size) {
+    size_t n = *upload_data_size;
+    *upload_data_size = 0;
+    if (c->too_big || c->len + n > srv->http.max_body_bytes) {
+      /* Over the cap: nothing more is kept. libmicrohttpd cannot answer in
+       * the middle of an upload, so the rest is read and dropped and 413
+       * goes out at its end; a body that goes on past drop_limit has its
+       * connection closed instead. */
+      free(c->body);
+      c->body = NULL;
+      c->too_big = true;
+      c->len += n;
+      return c->len > drop_limit(srv) ? MHD_NO : MHD_YES;
+    }
+    if (c->len + n + 1 > c->cap) {
+      size_t cap = c->cap ? c->cap * 2 : 16384;
+      while (cap < c->len + n + 1) cap *= 2;
+      if (cap > srv->http.max_body_bytes + 1) cap = srv->http.max_body_bytes + 1;
+      char *b = realloc(c->body, cap);
+      if (!b) return MHD_NO;
+      c->body = b;
+      c->cap = cap;
+    }
+    memcpy(c->body + c->len, upload_data, n);
+    c->len += n;
+    c->body[c->len] = '\0';
+    return MHD_YES;
+  }
+  if (c->state == ST_WAITING) {
+    if (!atomic_load(&c->done)) return MHD_YES; /* not ours yet */
+    return finish_infer(c);
+  }
+
+  /* the whole request is in */
+  if (c->too_big)
+    return respond_error(c, 413, NULL, "the body is over the limit of %zu bytes "
+                         "(--max-body-bytes)", srv->http.max_body_bytes);
+  route r = parse_route(url);
+  bool get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+  bool post = !strcmp(method, MHD_HTTP_METHOD_POST);
+  if (r.kind == R_NONE) return respond_error(c, 404, NULL, "no such path");
+  if (r.kind == R_INFER) {
+    if (!post) return respond_error(c, 405, "POST", "%s needs POST", "infer");
+    return start_infer(c, &r);
+  }
+  if (!get) return respond_error(c, 405, "GET, HEAD", "this path takes GET");
+  return answer_get(c, &r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)cls;
+  (void)conn;
+  (void)toe;
+  req_ctx *c = *con_cls;
+  if (!c) return;
+  release_infer(c); /* a connection closed with its answer unsent */
+  free(c->body);
+  free(c);
+  *con_cls = NULL;
+}
+
+em_status serve_http_start(serve_server *srv, em_error *err) {
+  char port[16];
+  snprintf(port, sizeof port, "%d", srv->http.port);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_PASSIVE}, *ai = NULL;
+  int rc = getaddrinfo(srv->http.host, port, &hints, &ai);
+  if (rc != 0)
+    return em_error_set(err, EM_ERR_INVALID, "cannot listen on host '%s': %s", srv->http.host,
+                        gai_strerror(rc));
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME;
+  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  unsigned pool = srv->http.http_threads > 1 ? (unsigned)srv->http.http_threads : 0;
+  srv->daemon = MHD_start_daemon(
+      flags, (uint16_t)srv->http.port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
+      ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+      (unsigned)1024, pool ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, pool,
+      MHD_OPTION_END);
+  freeaddrinfo(ai);
+  if (!srv->daemon)
+    return em_error_set(err, EM_ERR_IO, "cannot listen on %s port %d (in use? try --port 0 "
+                        "for any free port)", srv->http.host, srv->http.port);
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
+  srv->bound_port = info ? info->port : srv->http.port;
+  return EM_OK;
+}
+
+void serve_http_stop(serve_server *srv) {
+  if (srv->daemon) MHD_stop_daemon(srv->daemon);
+  srv->daemon = NULL;
+}

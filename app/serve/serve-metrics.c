@@ -1,0 +1,192 @@
+/* serve-metrics.c: what /metrics shows, in the Prometheus text exposition
+ * format (version 0.0.4): counters (_total), gauges and histograms with
+ * cumulative le buckets, _sum and _count. One mutex guards the counters;
+ * the queue and in-flight gauges are atomics the batcher and the HTTP
+ * side move. */
+#include "serve-private.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Latency buckets (seconds) and batch-size buckets (rows per forward). */
+static const double lat_le[SERVE_LAT_BUCKETS] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
+                                                 0.05,   0.1,   0.2,   0.5,   1,    2,
+                                                 5,      10,    30,    60};
+static const double batch_le[SERVE_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256,
+                                                     512, 1024, 4096};
+
+void serve_metrics_init(serve_metrics *m) {
+  memset(m, 0, sizeof *m);
+  pthread_mutex_init(&m->mu, NULL);
+  m->started = serve_now();
+}
+
+void serve_metrics_destroy(serve_metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+void serve_metrics_response(serve_metrics *m, int code) {
+  if (code < 100 || code >= 600) return;
+  pthread_mutex_lock(&m->mu);
+  m->c.by_code[code]++;
+  pthread_mutex_unlock(&m->mu);
+}
+
+static int bucket(const double *le, int n, double v) {
+  int i = 0;
+  while (i < n && v > le[i]) i++;
+  return i; /* n: +Inf */
+}
+
+void serve_metrics_infer_latency(serve_metrics *m, double seconds) {
+  int b = bucket(lat_le, SERVE_LAT_BUCKETS, seconds);
+  pthread_mutex_lock(&m->mu);
+  m->c.lat_counts[b]++;
+  m->c.lat_sum += seconds;
+  pthread_mutex_unlock(&m->mu);
+}
+
+void serve_metrics_batch(serve_metrics *m, int64_t rows) {
+  int b = bucket(batch_le, SERVE_BATCH_BUCKETS, (double)rows);
+  pthread_mutex_lock(&m->mu);
+  m->c.batch_counts[b]++;
+  m->c.batch_rows_sum += (uint64_t)rows;
+  pthread_mutex_unlock(&m->mu);
+}
+
+void serve_metrics_model(serve_metrics *m, const serve_model *model, bool reloaded) {
+  pthread_mutex_lock(&m->mu);
+  snprintf(m->c.model, sizeof m->c.model, "%s", model->name);
+  snprintf(m->c.version, sizeof m->c.version, "%s", model->version);
+  snprintf(m->c.sha256, sizeof m->c.sha256, "%s", model->sha256);
+  if (reloaded) m->c.reloads++;
+  pthread_mutex_unlock(&m->mu);
+}
+
+void serve_metrics_reload_failed(serve_metrics *m) {
+  pthread_mutex_lock(&m->mu);
+  m->c.reload_failures++;
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* A growing text buffer. */
+typedef struct {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+  if (t->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      t->oom = true;
+      return;
+    }
+    if ((size_t)n < t->cap - t->len) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = t->cap * 2 + (size_t)n + 1;
+    char *p = realloc(t->p, cap);
+    if (!p) {
+      t->oom = true;
+      return;
+    }
+    t->p = p;
+    t->cap = cap;
+  }
+}
+
+static void head(text *t, const char *name, const char *type, const char *help) {
+  put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value with \, " and newline escaped. */
+static const char *esc(const char *s, char *buf, size_t cap) {
+  size_t o = 0;
+  for (; *s && o + 3 < cap; s++) {
+    if (*s == '\\' || *s == '"') buf[o++] = '\\', buf[o++] = *s;
+    else if (*s == '\n') buf[o++] = '\\', buf[o++] = 'n';
+    else buf[o++] = *s;
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
+static void histogram(text *t, const char *name, const double *le, int n, const uint64_t *counts,
+                      double sum) {
+  uint64_t cum = 0;
+  for (int i = 0; i < n; i++) {
+    cum += counts[i];
+    put(t, "%s_bucket{le=\"%g\"} %llu\n", name, le[i], (unsigned long long)cum);
+  }
+  cum += counts[n];
+  put(t, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+      (unsigned long long)cum, name, sum, name, (unsigned long long)cum);
+}
+
+char *serve_metrics_format(serve_metrics *m, size_t *len) {
+  text t = {.cap = 8192};
+  if (!(t.p = malloc(t.cap))) return NULL;
+  t.p[0] = '\0';
+  pthread_mutex_lock(&m->mu);
+  serve_counters s = m->c; /* a consistent copy; the atomics are read below */
+  pthread_mutex_unlock(&m->mu);
+
+  head(&t, "ember_serve_requests_total", "counter", "HTTP requests answered, by status code.");
+  uint64_t errors = 0;
+  for (int c = 100; c < 600; c++) {
+    if (!s.by_code[c]) continue;
+    put(&t, "ember_serve_requests_total{code=\"%d\"} %llu\n", c,
+        (unsigned long long)s.by_code[c]);
+    if (c >= 400) errors += s.by_code[c];
+  }
+  head(&t, "ember_serve_errors_total", "counter",
+       "HTTP requests answered with an error status (4xx or 5xx).");
+  put(&t, "ember_serve_errors_total %llu\n", (unsigned long long)errors);
+
+  head(&t, "ember_serve_infer_duration_seconds", "histogram",
+       "Inference request latency from its first byte to its response.");
+  double lat_sum = s.lat_sum;
+  histogram(&t, "ember_serve_infer_duration_seconds", lat_le, SERVE_LAT_BUCKETS, s.lat_counts,
+            lat_sum);
+  head(&t, "ember_serve_batch_size", "histogram", "Rows per forward pass.");
+  histogram(&t, "ember_serve_batch_size", batch_le, SERVE_BATCH_BUCKETS, s.batch_counts,
+            (double)s.batch_rows_sum);
+
+  head(&t, "ember_serve_queue_depth", "gauge", "Inference requests waiting for a worker.");
+  put(&t, "ember_serve_queue_depth %d\n", atomic_load(&m->queue_jobs));
+  head(&t, "ember_serve_queue_rows", "gauge", "Rows waiting for a worker.");
+  put(&t, "ember_serve_queue_rows %d\n", atomic_load(&m->queue_rows));
+  head(&t, "ember_serve_inflight_requests", "gauge",
+       "Inference requests received and not yet answered.");
+  put(&t, "ember_serve_inflight_requests %d\n", atomic_load(&m->inflight));
+
+  char name[300], ver[80], sha[160];
+  esc(s.model, name, sizeof name);
+  esc(s.version, ver, sizeof ver);
+  esc(s.sha256, sha, sizeof sha);
+  head(&t, "ember_serve_model_version", "gauge", "The registry version of the served model.");
+  put(&t, "ember_serve_model_version{model=\"%s\"} %s\n", name, s.version[0] ? ver : "0");
+  head(&t, "ember_serve_model_info", "gauge", "The served model (always 1).");
+  put(&t, "ember_serve_model_info{model=\"%s\",version=\"%s\",sha256=\"%s\"} 1\n", name, ver, sha);
+  head(&t, "ember_serve_reloads_total", "counter", "Times a new model version was swapped in.");
+  put(&t, "ember_serve_reloads_total %llu\n", (unsigned long long)s.reloads);
+  head(&t, "ember_serve_reload_failures_total", "counter",
+       "Times loading a new model version failed (the old one kept serving).");
+  put(&t, "ember_serve_reload_failures_total %llu\n", (unsigned long long)s.reload_failures);
+  head(&t, "ember_serve_uptime_seconds", "gauge", "Seconds since the server started.");
+  put(&t, "ember_serve_uptime_seconds %.3f\n", serve_now() - m->started);
+  if (t.oom) {
+    free(t.p);
+    return NULL;
+  }
+  *len = t.len;
+  return t.p;
+}

@@ -1,0 +1,205 @@
+/* serve-private.h: what the files of `ember serve` share.
+ *
+ *   serve-model.c     the served model (reference counted) and its slot,
+ *                     swapped atomically when the alias moves (reload)
+ *   serve-batcher.c   the request queue and the compute workers that run
+ *                     queued rows in micro-batches (max rows, max wait)
+ *   serve-protocol.c  the Open Inference Protocol v2 JSON: parse and
+ *                     validate an infer request, format responses
+ *   serve-metrics.c   counters and histograms, /metrics in Prometheus text
+ *   serve-http.c      libmicrohttpd: routing, body caps, suspend/resume
+ *   serve-reload.c    the registry watcher (re-resolves NAME@ALIAS)
+ *   ../cmd-serve.c    the command: options, threads, signals, shutdown
+ *
+ * Threads: libmicrohttpd event threads (I/O, JSON parse and format: a
+ * connection waiting for its rows is suspended, never blocking its
+ * thread), W compute workers each running forwards with T intra-op
+ * threads (W x T <= the cores), and the reload watcher. */
+#pragma once
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cli-model.h"
+#include "em-error.h"
+#include "em-nn.h"
+#include "em-quant.h"
+
+/* ---- the served model -------------------------------------------------------- */
+
+typedef struct serve_model {
+  atomic_int refs;
+  cli_model cm;             /* spec + model with weights */
+  char name[128];           /* the name clients use in /v2/models/NAME */
+  char version[32];         /* "3"; "1" for a spec file */
+  char sha256[72];          /* of the weights ("" for a spec file) */
+  em_dtype in_dtype;        /* EM_DTYPE_F32 or EM_DTYPE_I64 */
+  int in_ndim;              /* one sample's input shape (no batch dim) */
+  int64_t in_shape[EM_MAX_DIMS];
+  int64_t in_numel;
+  int out_ndim;             /* one sample's output shape */
+  int64_t out_shape[EM_MAX_DIMS];
+  int64_t out_numel;
+} serve_model;
+
+/* Wraps an opened model (taken: cm is cleared), quantised when quant is
+ * not EM_QUANT_NONE. refs starts at 1. */
+serve_model *serve_model_new(cli_model *cm, const char *name, const char *version,
+                             em_quant_mode quant, em_error *err);
+void serve_model_ref(serve_model *m);
+void serve_model_unref(serve_model *m); /* frees at 0 */
+
+/* The slot requests take the current model from. */
+typedef struct {
+  pthread_mutex_t mu;
+  serve_model *cur;
+} serve_slot;
+
+void serve_slot_init(serve_slot *s, serve_model *m /* taken */);
+/* The current model with a reference the caller drops. */
+serve_model *serve_slot_acquire(serve_slot *s);
+/* Puts m (taken) in the slot and drops the slot's reference to the old
+ * one: requests holding it finish on it, new ones get m. */
+void serve_slot_swap(serve_slot *s, serve_model *m);
+void serve_slot_clear(serve_slot *s);
+
+/* ---- metrics ------------------------------------------------------------------ */
+
+#define SERVE_LAT_BUCKETS 16
+#define SERVE_BATCH_BUCKETS 12
+
+typedef struct {
+  uint64_t by_code[600];      /* HTTP responses by status code */
+  uint64_t lat_counts[SERVE_LAT_BUCKETS + 1]; /* per bucket (not cumulative), +Inf last */
+  double lat_sum;
+  uint64_t batch_counts[SERVE_BATCH_BUCKETS + 1];
+  uint64_t batch_rows_sum;
+  uint64_t reloads, reload_failures;
+  char model[128], version[32], sha256[72];
+} serve_counters;
+
+typedef struct {
+  pthread_mutex_t mu;
+  serve_counters c;           /* under mu */
+  atomic_int queue_jobs, queue_rows, inflight;
+  double started; /* monotonic seconds */
+} serve_metrics;
+
+void serve_metrics_init(serve_metrics *m);
+void serve_metrics_destroy(serve_metrics *m);
+void serve_metrics_response(serve_metrics *m, int code);
+void serve_metrics_infer_latency(serve_metrics *m, double seconds);
+void serve_metrics_batch(serve_metrics *m, int64_t rows);
+void serve_metrics_model(serve_metrics *m, const serve_model *model, bool reloaded);
+void serve_metrics_reload_failed(serve_metrics *m);
+/* The Prometheus text exposition (malloc'd, NUL-terminated). */
+char *serve_metrics_format(serve_metrics *m, size_t *len);
+
+/* ---- the batcher ------------------------------------------------------------- */
+
+typedef struct serve_job serve_job;
+typedef void (*serve_job_done_fn)(serve_job *job);
+
+struct serve_job {
+  serve_job *next;
+  serve_model *model;  /* a reference, held by the job's owner */
+  int64_t rows;
+  void *in;            /* (rows, in_numel) f32 or i64, per model->in_dtype */
+  float *out;          /* (rows, out_numel), filled by a worker */
+  double enqueued;     /* monotonic seconds */
+  em_status status;    /* EM_OK, or the forward's error */
+  char error[1024];
+  serve_job_done_fn done; /* called on the worker once out or error is set */
+  void *user;
+};
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  serve_job *head, *tail;
+  int64_t queued_rows;
+  int max_batch;
+  double max_wait_s;
+  int n_workers;
+  pthread_t *threads;
+  bool stopping;
+  serve_metrics *metrics;
+} serve_batcher;
+
+/* Starts n_workers compute threads. */
+em_status serve_batcher_start(serve_batcher *b, int n_workers, int max_batch,
+                              double max_wait_ms, serve_metrics *metrics, em_error *err);
+void serve_batcher_submit(serve_batcher *b, serve_job *job);
+/* Runs what is queued, then joins the workers. */
+void serve_batcher_stop(serve_batcher *b);
+
+/* ---- protocol ---------------------------------------------------------------- */
+
+typedef struct {
+  char *id;          /* the request's "id" (NULL when absent) */
+  int64_t rows;      /* batch dimension */
+  void *in;          /* (rows, in_numel) in the model's input dtype (malloc'd) */
+  int classify;      /* > 0: the "classification" extension's top k */
+} serve_infer_req;
+
+/* Parses and validates an infer request body against model m. Returns 0,
+ * or the HTTP status (400) with msg filled. */
+int serve_infer_parse(const char *body, size_t len, const serve_model *m, serve_infer_req *req,
+                      char *msg, size_t cap);
+void serve_infer_req_clear(serve_infer_req *req);
+/* The response body for out (rows, out_numel) (malloc'd); NULL when out
+ * holds NaN or Inf (JSON cannot carry them) or memory ran out. */
+char *serve_infer_format(const serve_model *m, const serve_infer_req *req, const float *out,
+                         size_t *len);
+/* GET /v2/models/NAME: the model metadata object (malloc'd). */
+char *serve_model_metadata(const serve_model *m, size_t *len);
+/* {"error": msg} (malloc'd). */
+char *serve_error_body(const char *msg, size_t *len);
+
+/* ---- the server --------------------------------------------------------------- */
+
+typedef struct {
+  const char *host;       /* bind address */
+  int port;               /* 0: any free port */
+  size_t max_body_bytes;
+  int http_threads;
+} serve_http_config;
+
+typedef struct serve_server {
+  serve_slot slot;
+  serve_batcher batcher;
+  serve_metrics metrics;
+  serve_http_config http;
+  atomic_bool ready;      /* false while starting or draining */
+  atomic_int inflight;    /* infer requests between parse and response */
+  struct MHD_Daemon *daemon;
+  int bound_port;
+} serve_server;
+
+em_status serve_http_start(serve_server *srv, em_error *err);
+void serve_http_stop(serve_server *srv);
+
+/* Monotonic seconds. */
+double serve_now(void);
+
+/* ---- reload ------------------------------------------------------------------- */
+
+typedef struct {
+  serve_server *srv;
+  em_store *store;        /* owned by the watcher thread */
+  char ref[300];          /* NAME@ALIAS as given */
+  int poll_ms;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool stopping, started;
+  int served_version;     /* the version in the slot */
+  em_quant_mode quant;    /* applied to each version loaded */
+} serve_watcher;
+
+/* Polls every poll_ms; store is taken (closed by serve_watcher_stop). */
+em_status serve_watcher_start(serve_watcher *w, em_error *err);
+void serve_watcher_stop(serve_watcher *w);
