@@ -9,6 +9,7 @@
 #include "cli-common.h"
 #include "cmd-profile.h"
 #include "em-pool.h"
+#include "plugin-load.h"
 
 static void log_to_stderr(em_log_level level, const char *msg, void *user) {
   (void)user;
@@ -44,11 +45,14 @@ static const struct {
     {"runs", cli_cmd_runs},       {"run", cli_cmd_run},       {"compare", cli_cmd_compare},
     {"metrics", cli_cmd_metrics}, {"models", cli_cmd_models}, {"model", cli_cmd_model},
     {"gc", cli_cmd_gc},           {"profile", cmd_profile},   {"export", cli_cmd_export},
+    {"plugins", cli_cmd_plugins},
+    {"predict", cli_cmd_predict}, {"serve", cli_cmd_serve},
 };
 
 int main(int argc, char **argv) {
   use_processor_blas_kernels(argv);
   em_log_set_handler(log_to_stderr, NULL);
+  argc = app_plugins_load(argc, argv, true); /* --plugin-dir, --metric: global options */
   if (argc < 2) {
     fputs(cli_usage_text, stderr);
     return CLI_EXIT_USAGE;
@@ -61,6 +65,6 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc, argv);
   cli_die_usage("unknown command '%s'; commands: train, eval, info, runs, run, compare, "
-                "metrics, models, model, gc, profile, export",
+                "metrics, models, model, plugins, gc, profile, export, predict, serve",
                 cmd);
 }
