@@ -106,7 +106,8 @@ class Predict(unittest.TestCase):
         self.assertEqual(summary["labelled"], 10000)
         self.assertEqual(summary["correct"], round(ev["test_accuracy"] * 10000))
         self.assertAlmostEqual(summary["accuracy"], ev["test_accuracy"], places=6)
-        self.assertGreater(summary["accuracy"], 0.7)
+        # 6000 samples train to ~70%; the sanitised build's 1000 (8 steps) to ~40%.
+        self.assertGreater(summary["accuracy"], 0.3 if SANITIZED else 0.6)
         self.assertGreater(summary["samples_per_s"], 0)
         # Every row: its source, three classes by falling probability, names, label.
         for i in (0, 1, 4321, 9999):
