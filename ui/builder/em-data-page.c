@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "em-data.h"
+#include "em-plugin.h"
 
 #define N_PREVIEWS 32
 #define PREVIEW_PX 84
@@ -15,7 +16,10 @@ static const char *fmnist_classes[] = {"T-shirt/top", "Trouser", "Pullover", "Dr
                                        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 static const char *cifar_classes[] = {"airplane", "automobile", "bird", "cat", "deer",
                                       "dog", "frog", "horse", "ship", "truck"};
+/* The built-in kinds, in the dropdown's order (em-data-page.ui); dataset
+ * kinds from plugins follow them, appended when the page is made. */
 static const char *kind_names[] = {"fashion-mnist", "cifar10", "csv", "synthetic"};
+#define N_BUILTIN_KINDS G_N_ELEMENTS(kind_names)
 
 typedef struct {
   char *name, *path;
@@ -51,9 +55,15 @@ struct _EmDataPage {
   gboolean loading;
   load_job *last; /* the last finished load's figures (pixels dropped) */
   GtkFileChooserNative *chooser;
+  GPtrArray *kinds; /* the dropdown's dataset names (char *), built-ins first */
 };
 
 G_DEFINE_FINAL_TYPE(EmDataPage, em_data_page, GTK_TYPE_BOX)
+
+/* The dataset name of dropdown entry k (the first when out of range). */
+static const char *kind_at(EmDataPage *self, guint k) {
+  return k < self->kinds->len ? g_ptr_array_index(self->kinds, k) : kind_names[0];
+}
 
 static const char *class_name(const char *kind, int k, char *buf, size_t n) {
   if (!strcmp(kind, "fashion-mnist") && k < 10) return fmnist_classes[k];
@@ -80,8 +90,21 @@ static em_dataset *open_dataset(const load_job *j, em_error *err) {
     }
     return em_dataset_csv(j->path, NULL, err);
   }
-  int64_t shape[] = {1, 28, 28};
-  return em_dataset_synthetic(2000, 3, shape, 10, 0.5, 0, err);
+  if (!strcmp(j->name, "synthetic")) {
+    int64_t shape[] = {1, 28, 28};
+    return em_dataset_synthetic(2000, 3, shape, 10, 0.5, 0, err);
+  }
+  const em_dataset_type *kind = em_dataset_type_find(j->name);
+  if (!kind) {
+    em_error_set(err, EM_ERR_INVALID, "no dataset kind '%s' (its plugin is not loaded)", j->name);
+    return NULL;
+  }
+  if (!j->path) {
+    em_error_set(err, EM_ERR_INVALID, "%s needs a folder: choose one (%s)", j->name,
+                 kind->help ? kind->help : "see the plugin's documentation");
+    return NULL;
+  }
+  return kind->open(j->path, true, NULL, err);
 }
 
 /* Sample x (C, H, W) or (D) into RGB pixels scaled up to about PREVIEW_PX. */
@@ -284,8 +307,7 @@ static void act_load(GtkWidget *w, const char *n, GVariant *p) {
   (void)p;
   EmDataPage *self = EM_DATA_PAGE(w);
   guint k = gtk_drop_down_get_selected(self->kind_dropdown);
-  if (k >= G_N_ELEMENTS(kind_names)) k = 0;
-  em_data_page_load(self, kind_names[k], gtk_editable_get_text(GTK_EDITABLE(self->path_entry)));
+  em_data_page_load(self, kind_at(self, k), gtk_editable_get_text(GTK_EDITABLE(self->path_entry)));
 }
 
 static void on_chooser_response(GtkNativeDialog *d, int response, EmDataPage *self) {
@@ -305,7 +327,7 @@ static void act_browse(GtkWidget *w, const char *n, GVariant *p) {
   (void)p;
   EmDataPage *self = EM_DATA_PAGE(w);
   guint k = gtk_drop_down_get_selected(self->kind_dropdown);
-  gboolean file = k == 2;
+  gboolean file = !strcmp(kind_at(self, k), "csv");
   GtkRoot *root = gtk_widget_get_root(w);
   g_clear_object(&self->chooser);
   self->chooser = gtk_file_chooser_native_new(
@@ -329,7 +351,12 @@ static void on_kind_changed(GtkDropDown *dd, GParamSpec *ps, EmDataPage *self) {
                                 "folder holding data_batch_1.bin .. 5 and test_batch.bin",
                                 "CSV file: numeric columns, the label last",
                                 "seeded Gaussian blobs (no files)"};
-  if (k < G_N_ELEMENTS(hints)) gtk_entry_set_placeholder_text(self->path_entry, hints[k]);
+  if (k < G_N_ELEMENTS(hints)) {
+    gtk_entry_set_placeholder_text(self->path_entry, hints[k]);
+  } else { /* a plugin's kind: its own one-line help */
+    const em_dataset_type *kind = em_dataset_type_find(kind_at(self, k));
+    gtk_entry_set_placeholder_text(self->path_entry, kind && kind->help ? kind->help : "folder");
+  }
 }
 
 gboolean em_data_page_is_loading(EmDataPage *self) { return self->loading; }
@@ -361,6 +388,7 @@ static void em_data_page_dispose(GObject *obj) {
   if (self->chooser) gtk_native_dialog_destroy(GTK_NATIVE_DIALOG(self->chooser));
   g_clear_object(&self->chooser);
   g_clear_object(&self->state);
+  g_clear_pointer(&self->kinds, g_ptr_array_unref);
   gtk_widget_dispose_template(GTK_WIDGET(obj), EM_TYPE_DATA_PAGE);
   G_OBJECT_CLASS(em_data_page_parent_class)->dispose(obj);
 }
@@ -390,6 +418,18 @@ static void em_data_page_class_init(EmDataPageClass *klass) {
 
 static void em_data_page_init(EmDataPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
+  /* the built-in kinds of the .ui file, then those plugins registered */
+  self->kinds = g_ptr_array_new_with_free_func(g_free);
+  for (guint i = 0; i < N_BUILTIN_KINDS; i++) g_ptr_array_add(self->kinds, g_strdup(kind_names[i]));
+  GtkStringList *names = GTK_STRING_LIST(gtk_drop_down_get_model(self->kind_dropdown));
+  for (int i = 0; i < em_dataset_type_count(); i++) {
+    const em_dataset_type *kind = em_dataset_type_at(i);
+    if (!kind) continue;
+    g_ptr_array_add(self->kinds, g_strdup(kind->name));
+    char *label = g_strdup_printf("%s (plugin)", kind->name);
+    gtk_string_list_append(names, label);
+    g_free(label);
+  }
   g_signal_connect_object(self->kind_dropdown, "notify::selected", G_CALLBACK(on_kind_changed),
                           self, 0);
   on_kind_changed(self->kind_dropdown, NULL, self);
@@ -401,8 +441,8 @@ GtkWidget *em_data_page_new(EmAppState *state) {
   self->state = state ? g_object_ref(state) : NULL;
   const char *name = state ? em_app_state_get_dataset_name(state) : NULL;
   guint k = 0;
-  for (guint i = 0; name && i < G_N_ELEMENTS(kind_names); i++)
-    if (!strcmp(name, kind_names[i])) k = i;
+  for (guint i = 0; name && i < self->kinds->len; i++)
+    if (!strcmp(name, g_ptr_array_index(self->kinds, i))) k = i;
   gtk_drop_down_set_selected(self->kind_dropdown, k);
   const char *dir = state ? em_app_state_get_dataset_dir(state) : NULL;
   if (dir) gtk_editable_set_text(GTK_EDITABLE(self->path_entry), dir);
