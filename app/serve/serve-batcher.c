@@ -145,12 +145,7 @@ em_status serve_batcher_start(serve_batcher *b, int n_workers, int max_batch,
   b->max_batch = max_batch < 1 ? 1 : max_batch;
   b->max_wait_s = max_wait_ms / 1000.0;
   b->metrics = metrics;
-  pthread_mutex_init(&b->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&b->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  serve_mutex_cond_init(&b->mu, &b->cv);
   b->threads = calloc((size_t)n_workers, sizeof *b->threads);
   if (!b->threads) return em_error_set(err, EM_ERR_NOMEM, "out of memory starting workers");
   for (int i = 0; i < n_workers; i++) {

@@ -16,6 +16,15 @@ double serve_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void serve_mutex_cond_init(pthread_mutex_t *mu, pthread_cond_t *cv) {
+  pthread_mutex_init(mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+}
+
 serve_model *serve_model_new(cli_model *cm, const char *name, const char *version,
                              em_quant_mode quant, em_error *err) {
   serve_model *m = calloc(1, sizeof *m);

@@ -184,6 +184,9 @@ void serve_http_stop(serve_server *srv);
 
 /* Monotonic seconds. */
 double serve_now(void);
+/* Initialises mu and cv, cv's timed waits running on CLOCK_MONOTONIC
+ * (serve_now's clock). */
+void serve_mutex_cond_init(pthread_mutex_t *mu, pthread_cond_t *cv);
 
 /* ---- reload ------------------------------------------------------------------- */
 

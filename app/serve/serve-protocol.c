@@ -53,15 +53,6 @@ static int fail(char *msg, size_t cap, const char *fmt, ...) {
   return 400;
 }
 
-static const char *shape_text(int ndim, const int64_t *shape, char *buf, size_t cap) {
-  size_t o = 0;
-  o += (size_t)snprintf(buf + o, cap - o, "[");
-  for (int d = 0; d < ndim && o < cap; d++)
-    o += (size_t)snprintf(buf + o, cap - o, d ? ", %lld" : "%lld", (long long)shape[d]);
-  if (o < cap) snprintf(buf + o, cap - o, "]");
-  return buf;
-}
-
 /* Walks data (nested arrays of numbers) in row-major order into out. */
 typedef struct {
   const serve_model *m;
@@ -323,7 +314,7 @@ static int parse_input(const json_t *in, const serve_model *m, const fast_data *
   int64_t ws[EM_MAX_DIMS + 1];
   ws[0] = -1;
   memcpy(ws + 1, m->in_shape, sizeof(int64_t) * (size_t)m->in_ndim);
-  shape_text(1 + m->in_ndim, ws, want, sizeof want);
+  em_shape_str(1 + m->in_ndim, ws, want, sizeof want);
   if (!json_is_array(shape) || json_array_size(shape) == 0)
     return fail(msg, cap, "input 'input': \"shape\" must be a list of sizes %s", want);
   size_t nd = json_array_size(shape);
@@ -339,7 +330,7 @@ static int parse_input(const json_t *in, const serve_model *m, const fast_data *
   for (int d = 0; ok && d < m->in_ndim; d++) ok = gs[d + 1] == m->in_shape[d];
   if (!ok)
     return fail(msg, cap, "input 'input': shape %s does not fit model '%s', which takes %s",
-                nd <= EM_MAX_DIMS + 1 ? shape_text((int)nd, gs, got, sizeof got) : "(too long)",
+                nd <= EM_MAX_DIMS + 1 ? em_shape_str((int)nd, gs, got, sizeof got) : "(too long)",
                 m->name, want);
   if (gs[0] < 1) return fail(msg, cap, "input 'input': the batch dimension is 0: send a row");
   if (gs[0] > (int64_t)1 << 24)
@@ -361,7 +352,7 @@ static int parse_input(const json_t *in, const serve_model *m, const fast_data *
   if (rc) return rc;
   if (w.n != want_n)
     return fail(msg, cap, "input 'input': \"data\" has %lld elements but shape %s needs %lld",
-                (long long)w.n, shape_text((int)nd, gs, got, sizeof got), (long long)want_n);
+                (long long)w.n, em_shape_str((int)nd, gs, got, sizeof got), (long long)want_n);
   return 0;
 }
 

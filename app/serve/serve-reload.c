@@ -72,12 +72,7 @@ static void *watch_main(void *arg) {
 }
 
 em_status serve_watcher_start(serve_watcher *w, em_error *err) {
-  pthread_mutex_init(&w->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&w->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  serve_mutex_cond_init(&w->mu, &w->cv);
   w->stopping = false;
   if (pthread_create(&w->thread, NULL, watch_main, w) != 0)
     return em_error_set(err, EM_ERR_IO, "could not start the registry watcher");

@@ -1,7 +1,8 @@
 /* registries.c: the registries plugins fill besides the layer types:
  * dataset kinds, metrics, and the ONNX forms of plugin layer types. Kept
  * by pointer in registration order; the host adds and removes entries
- * (removal only rolls back a plugin whose load failed). */
+ * (removal only rolls back a plugin whose load failed). The three share
+ * one small list (reg_list) under one mutex. */
 #include "plugin-private.h"
 
 #include <pthread.h>
@@ -9,23 +10,88 @@
 
 #define MAX_ENTRIES 128
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static const em_dataset_type *kinds[MAX_ENTRIES];
-static int n_kinds;
-static const em_metric_type *metrics[MAX_ENTRIES];
-static int n_metrics;
-static struct {
-  const em_layer_type *type;
-  em_layer_onnx_fn fn;
-} onnx[MAX_ENTRIES];
-static int n_onnx;
+/* Any function pointer, stored as this type and cast back on the way out
+ * (a round trip C guarantees). */
+typedef void (*reg_fn)(void);
 
-/* Removes entry i of an array of n pointers-sized slots, keeping order. */
-#define REMOVE_AT(arr, n, i)                                              \
-  do {                                                                    \
-    memmove(&(arr)[i], &(arr)[(i) + 1], (size_t)((n) - (i) - 1) * sizeof (arr)[0]); \
-    (n)--;                                                                \
-  } while (0)
+/* One registered entry: the registered object (its address is its
+ * identity), its name (NULL where the list is looked up by object) and,
+ * for the ONNX forms, the function that goes with it. */
+typedef struct {
+  const void *item;
+  const char *name;
+  reg_fn fn;
+} reg_entry;
+
+/* A list of entries in registration order. `what` names one entry and
+ * `what_plural` several, in the messages add writes. */
+typedef struct {
+  reg_entry e[MAX_ENTRIES];
+  int n;
+  const char *what;
+  const char *what_plural;
+} reg_list;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static reg_list kinds = {.what = "dataset kind", .what_plural = "dataset kinds"};
+static reg_list metrics = {.what = "metric", .what_plural = "metrics"};
+static reg_list onnx = {.what = "plugin layer ONNX form", .what_plural = "plugin layer ONNX forms"};
+
+/* Appends e; a named entry fails on a name already taken. */
+static em_status reg_add(reg_list *l, reg_entry e, em_error *err) {
+  em_status st = EM_OK;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; e.name && i < l->n && st == EM_OK; i++)
+    if (!strcmp(l->e[i].name, e.name))
+      st = em_error_set(err, EM_ERR_INVALID, "a %s named '%s' is already registered", l->what,
+                        e.name);
+  if (st == EM_OK && l->n == MAX_ENTRIES)
+    st = em_error_set(err, EM_ERR_NOMEM, "too many %s (%d)", l->what_plural, MAX_ENTRIES);
+  if (st == EM_OK) l->e[l->n++] = e;
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+/* Removes the first entry for item, keeping the order of the others. */
+static void reg_remove(reg_list *l, const void *item) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < l->n; i++)
+    if (l->e[i].item == item) {
+      memmove(&l->e[i], &l->e[i + 1], (size_t)(l->n - i - 1) * sizeof l->e[0]);
+      l->n--;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+}
+
+/* The first entry named name (when name is not NULL) or else for item; a
+ * zeroed entry when there is none. */
+static reg_entry reg_find(reg_list *l, const char *name, const void *item) {
+  reg_entry found = {0};
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < l->n; i++)
+    if (name ? !strcmp(l->e[i].name, name) : l->e[i].item == item) {
+      found = l->e[i];
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
+static int reg_count(reg_list *l) {
+  pthread_mutex_lock(&lock);
+  int n = l->n;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+/* Entry i's object, or NULL when i is out of range. */
+static const void *reg_at(reg_list *l, int i) {
+  pthread_mutex_lock(&lock);
+  const void *item = i >= 0 && i < l->n ? l->e[i].item : NULL;
+  pthread_mutex_unlock(&lock);
+  return item;
+}
 
 static bool valid_name(const char *s) {
   if (!s || !s[0] || strlen(s) >= 64) return false;
@@ -43,131 +109,45 @@ em_status em_dataset_type_add(const em_dataset_type *k, em_error *err) {
                         "function");
   if (em_dataset_name_is_builtin(k->name))
     return em_error_set(err, EM_ERR_INVALID, "dataset '%s' is built in", k->name);
-  em_status st = EM_OK;
-  pthread_mutex_lock(&lock);
-  for (int i = 0; i < n_kinds && st == EM_OK; i++)
-    if (!strcmp(kinds[i]->name, k->name))
-      st = em_error_set(err, EM_ERR_INVALID, "a dataset kind named '%s' is already registered",
-                        k->name);
-  if (st == EM_OK && n_kinds == MAX_ENTRIES)
-    st = em_error_set(err, EM_ERR_NOMEM, "too many dataset kinds (%d)", MAX_ENTRIES);
-  if (st == EM_OK) kinds[n_kinds++] = k;
-  pthread_mutex_unlock(&lock);
-  return st;
+  return reg_add(&kinds, (reg_entry){.item = k, .name = k->name}, err);
 }
 
-void em_dataset_type_remove(const em_dataset_type *k) {
-  pthread_mutex_lock(&lock);
-  for (int i = 0; i < n_kinds; i++)
-    if (kinds[i] == k) {
-      REMOVE_AT(kinds, n_kinds, i);
-      break;
-    }
-  pthread_mutex_unlock(&lock);
-}
+void em_dataset_type_remove(const em_dataset_type *k) { reg_remove(&kinds, k); }
 
 const em_dataset_type *em_dataset_type_find(const char *name) {
-  const em_dataset_type *k = NULL;
-  pthread_mutex_lock(&lock);
-  for (int i = 0; i < n_kinds && !k; i++)
-    if (!strcmp(kinds[i]->name, name)) k = kinds[i];
-  pthread_mutex_unlock(&lock);
-  return k;
+  return reg_find(&kinds, name, NULL).item;
 }
 
-int em_dataset_type_count(void) {
-  pthread_mutex_lock(&lock);
-  int n = n_kinds;
-  pthread_mutex_unlock(&lock);
-  return n;
-}
+int em_dataset_type_count(void) { return reg_count(&kinds); }
 
-const em_dataset_type *em_dataset_type_at(int i) {
-  pthread_mutex_lock(&lock);
-  const em_dataset_type *k = i >= 0 && i < n_kinds ? kinds[i] : NULL;
-  pthread_mutex_unlock(&lock);
-  return k;
-}
+const em_dataset_type *em_dataset_type_at(int i) { return reg_at(&kinds, i); }
 
 em_status em_metric_add(const em_metric_type *m, em_error *err) {
   if (!m || !valid_name(m->name) || !m->compute)
     return em_error_set(err, EM_ERR_INVALID,
                         "a metric needs a name (letters, digits, '_', '-', '.') and a compute "
                         "function");
-  em_status st = EM_OK;
-  pthread_mutex_lock(&lock);
-  for (int i = 0; i < n_metrics && st == EM_OK; i++)
-    if (!strcmp(metrics[i]->name, m->name))
-      st = em_error_set(err, EM_ERR_INVALID, "a metric named '%s' is already registered",
-                        m->name);
-  if (st == EM_OK && n_metrics == MAX_ENTRIES)
-    st = em_error_set(err, EM_ERR_NOMEM, "too many metrics (%d)", MAX_ENTRIES);
-  if (st == EM_OK) metrics[n_metrics++] = m;
-  pthread_mutex_unlock(&lock);
-  return st;
+  return reg_add(&metrics, (reg_entry){.item = m, .name = m->name}, err);
 }
 
-void em_metric_remove(const em_metric_type *m) {
-  pthread_mutex_lock(&lock);
-  for (int i = 0; i < n_metrics; i++)
-    if (metrics[i] == m) {
-      REMOVE_AT(metrics, n_metrics, i);
-      break;
-    }
-  pthread_mutex_unlock(&lock);
-}
+void em_metric_remove(const em_metric_type *m) { reg_remove(&metrics, m); }
 
 const em_metric_type *em_metric_find(const char *name) {
-  const em_metric_type *m = NULL;
-  pthread_mutex_lock(&lock);
-  for (int i = 0; i < n_metrics && !m; i++)
-    if (!strcmp(metrics[i]->name, name)) m = metrics[i];
-  pthread_mutex_unlock(&lock);
-  return m;
+  return reg_find(&metrics, name, NULL).item;
 }
 
-int em_metric_count(void) {
-  pthread_mutex_lock(&lock);
-  int n = n_metrics;
-  pthread_mutex_unlock(&lock);
-  return n;
-}
+int em_metric_count(void) { return reg_count(&metrics); }
 
-const em_metric_type *em_metric_at(int i) {
-  pthread_mutex_lock(&lock);
-  const em_metric_type *m = i >= 0 && i < n_metrics ? metrics[i] : NULL;
-  pthread_mutex_unlock(&lock);
-  return m;
-}
+const em_metric_type *em_metric_at(int i) { return reg_at(&metrics, i); }
 
+/* Looked up by layer type, so unnamed: several forms of one type are not
+ * refused, and find answers the first. */
 em_status em_layer_onnx_add(const em_layer_type *type, em_layer_onnx_fn fn, em_error *err) {
-  em_status st = EM_OK;
-  pthread_mutex_lock(&lock);
-  if (n_onnx == MAX_ENTRIES)
-    st = em_error_set(err, EM_ERR_NOMEM, "too many plugin layer ONNX forms (%d)", MAX_ENTRIES);
-  else {
-    onnx[n_onnx].type = type;
-    onnx[n_onnx++].fn = fn;
-  }
-  pthread_mutex_unlock(&lock);
-  return st;
+  return reg_add(&onnx, (reg_entry){.item = type, .fn = (reg_fn)fn}, err);
 }
 
-void em_layer_onnx_remove(const em_layer_type *type) {
-  pthread_mutex_lock(&lock);
-  for (int i = 0; i < n_onnx; i++)
-    if (onnx[i].type == type) {
-      REMOVE_AT(onnx, n_onnx, i);
-      break;
-    }
-  pthread_mutex_unlock(&lock);
-}
+void em_layer_onnx_remove(const em_layer_type *type) { reg_remove(&onnx, type); }
 
 em_layer_onnx_fn em_layer_onnx_find(const em_layer_type *type) {
-  em_layer_onnx_fn fn = NULL;
-  pthread_mutex_lock(&lock);
-  for (int i = 0; i < n_onnx && !fn; i++)
-    if (onnx[i].type == type) fn = onnx[i].fn;
-  pthread_mutex_unlock(&lock);
-  return fn;
+  return (em_layer_onnx_fn)reg_find(&onnx, NULL, type).fn;
 }

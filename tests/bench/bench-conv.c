@@ -16,26 +16,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench-timing.h"
 #include "em-ops.h"
 #include "em-pool.h"
-
-static clockid_t clock_id = CLOCK_MONOTONIC;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(clock_id, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Marks t's gradient stale so each repetition overwrites it, as after
  * zero_grad in training. */
@@ -72,11 +55,11 @@ static const bench_op ops[] = {
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 15;
   if (reps < 1) reps = 1;
-  if (argc > 3 && strcmp(argv[3], "cpu") == 0) clock_id = CLOCK_THREAD_CPUTIME_ID;
+  if (argc > 3 && strcmp(argv[3], "cpu") == 0) bench_clock_id = CLOCK_THREAD_CPUTIME_ID;
   em_set_num_threads(threads);
   const int64_t N = 128;
   printf("batch %lld, %d threads, median of %d, %s time\n", (long long)N, threads, reps,
-         clock_id == CLOCK_MONOTONIC ? "wall" : "CPU");
+         bench_clock_id == CLOCK_MONOTONIC ? "wall" : "CPU");
   printf("%-28s %9s %9s %9s %9s %11s\n", "op", "fwd ms", "bwd ms", "total ms", "best ms",
          "GFLOP/s fwd/bwd");
   double sum_total = 0;
@@ -96,16 +79,16 @@ int main(int argc, char **argv) {
     for (int r = -2; r < reps; r++) { /* two warm-up runs fill the caching allocator */
       zero_grads(x, w, b);
       em_scope *s = em_scope_begin();
-      double t0 = now_s();
+      double t0 = bench_now_s();
       em_tensor *y = op->pool ? em_max_pool2d(x, &pp) : em_conv2d(x, w, b, &cp);
-      double t1 = now_s();
+      double t1 = bench_now_s();
       /* y's node alone, as the tape walk runs it: em_backward_grad would
        * first copy gy into y's gradient, a cost that is not the op's */
       bool prev = em_no_grad_begin();
       y->grad = gy;
       y->grad_fn->backward(y->grad_fn);
       em_grad_mode_restore(prev);
-      double t2 = now_s();
+      double t2 = bench_now_s();
       em_scope_end(s);
       if (r >= 0) {
         tf[r] = t1 - t0;
@@ -115,7 +98,7 @@ int main(int argc, char **argv) {
     double best = tf[0] + tb[0];
     for (int r = 1; r < reps; r++)
       if (tf[r] + tb[r] < best) best = tf[r] + tb[r];
-    double f = median(tf, reps), bw = median(tb, reps);
+    double f = bench_median(tf, reps), bw = bench_median(tb, reps);
     sum_total += f + bw;
     if (op->pool) {
       printf("%-28s %9.3f %9.3f %9.3f %9.3f %11s\n", op->name, 1e3 * f, 1e3 * bw,

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench-timing.h"
 #include "em-pool.h"
 #include "em-tensor.h"
 #include "ops-private.h"
@@ -42,17 +43,6 @@ static const shape shapes[] = {
     {"square.1024", 1024, 1024, 1024, 0, 0},
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* Median seconds per call of one shape, by OpenBLAS or by em_gemm. */
 static double time_shape(const shape *p, const float *a, const float *b, float *c, bool ember) {
   double flop = 2.0 * p->m * p->n * p->k;
@@ -60,7 +50,7 @@ static double time_shape(const shape *p, const float *a, const float *b, float *
   int lda = p->ta ? p->m : p->k, ldb = p->tb ? p->k : p->n;
   double t[9];
   for (int r = 0; r < 10; r++) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int i = 0; i < reps; i++) {
       if (ember) {
         em_scope *s = em_scope_begin();
@@ -72,10 +62,9 @@ static double time_shape(const shape *p, const float *a, const float *b, float *
                     0.0f, c, p->n);
       }
     }
-    if (r > 0) t[r - 1] = (now_s() - t0) / reps; /* first run warms up */
+    if (r > 0) t[r - 1] = (bench_now_s() - t0) / reps; /* first run warms up */
   }
-  qsort(t, 9, sizeof *t, cmp);
-  return t[4];
+  return bench_median(t, 9);
 }
 
 int main(int argc, char **argv) {

@@ -10,14 +10,15 @@
  *
  *   bench-profile [--reps N] [--steps N] [--batch N] [--threads N] [MODEL_DIR]
  *
- * Built with -DBENCH_BASELINE against an engine without the profiler, it
- * times the off mode alone: off against that baseline is the disabled
- * cost. */
+ * Built (with bench-timing.c) with -DBENCH_BASELINE against an engine
+ * without the profiler, it times the off mode alone: off against that
+ * baseline is the disabled cost. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bench-timing.h"
 #include "em-ops.h"
 #include "em-optim.h"
 #include "em-nn.h"
@@ -29,16 +30,7 @@
 enum { MODE_OFF, MODE_PROFILE, MODE_ANOMALY, N_MODES };
 static const char *mode_names[N_MODES] = {"off", "profiler on", "anomaly mode"};
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
+static double now_ms(void) { return 1e3 * bench_now_s(); }
 
 typedef struct {
   em_model *model;
@@ -129,7 +121,7 @@ static void run_model(const char *path, int reps, int steps, int batch) {
   set_mode(MODE_OFF);
   double med[N_MODES], best[N_MODES];
   for (int m = 0; m < modes; m++) {
-    qsort(t[m], (size_t)(reps * steps), sizeof(double), cmp_double);
+    qsort(t[m], (size_t)(reps * steps), sizeof(double), bench_cmp_double);
     med[m] = t[m][reps * steps / 2];
     best[m] = t[m][0];
   }

@@ -15,22 +15,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench-timing.h"
 #include "em-nn.h"
 #include "em-pool.h"
 #include "em-quant.h"
-
-static clockid_t clock_id = CLOCK_MONOTONIC;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(clock_id, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 /* Median ms of one forward at batch n: reps samples, each the mean of
  * enough calls to last about a millisecond. */
@@ -41,7 +29,7 @@ static double time_forward(em_model *m, const float *x, int64_t n, int reps) {
   int calls = n == 1 ? 200 : n <= 32 ? 40 : 8;
   double *t = malloc((size_t)reps * sizeof *t);
   for (int r = -2; r < reps; r++) { /* two warm-up samples */
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int c = 0; c < calls; c++) {
       em_scope *s = em_scope_begin();
       em_tensor *xt = em_tensor_wrap(EM_DTYPE_F32, 4, shape, (void *)x);
@@ -51,10 +39,10 @@ static double time_forward(em_model *m, const float *x, int64_t n, int reps) {
       }
       em_scope_end(s);
     }
-    if (r >= 0) t[r] = (now_s() - t0) / calls * 1e3;
+    if (r >= 0) t[r] = (bench_now_s() - t0) / calls * 1e3;
   }
   em_grad_mode_restore(prev);
-  qsort(t, (size_t)reps, sizeof *t, cmp_double);
+  qsort(t, (size_t)reps, sizeof *t, bench_cmp_double);
   double med = t[reps / 2];
   free(t);
   return med;
@@ -70,7 +58,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench-quant: THREADS and REPS must be positive\n");
     return 2;
   }
-  if (argc > 4 && !strcmp(argv[4], "cpu")) clock_id = CLOCK_THREAD_CPUTIME_ID;
+  if (argc > 4 && !strcmp(argv[4], "cpu")) bench_clock_id = CLOCK_THREAD_CPUTIME_ID;
   em_set_num_threads(threads);
   em_error err = {0};
   em_spec *spec = em_spec_load(argv[1], &err);

@@ -5,7 +5,8 @@ one run: fmnist-mlp's forward at batch 1 (latency) and 128 / 256
 Ember's numbers come from bench-quant (the C side: em_model_forward in
 no-grad mode, f32 then em_model_quantize int8 with each kernel the CPU
 runs); PyTorch's from the same architecture in f32 and after
-torch.ao.quantization.quantize_dynamic (qint8, fbgemm), both under
+torch.ao.quantization.quantize_dynamic (qint8, on the quantised engine
+this torch build has: fbgemm or onednn; it prints which), both under
 torch.inference_mode() with the same thread count.
 
 usage: /usr/bin/python3 tests/bench/bench-quant.py BENCH_QUANT SPEC [THREADS [REPS [cpu|wall]]]

@@ -18,6 +18,7 @@
  *   --server-cpus 0-1 (or 0,1): pin the server to these CPUs (it sees them as
  *       its cores); pin the clients elsewhere with taskset, so that the load
  *       generator does not take the server's cores.
+ *   --input-shape 1,28,28: the shape of one row of the input.
  *
  * Without --weights the spec's initial weights are made with
  * `ember train SPEC --epochs 0 --dataset synthetic --save` (the numbers do
@@ -40,11 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench-timing.h"
 
 static _Noreturn void die(const char *fmt, const char *arg) {
   fprintf(stderr, "bench-serve: ");
@@ -185,11 +182,11 @@ static void *client_main(void *arg) {
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   while (!atomic_load(c->go)) usleep(100);
   for (;;) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (t0 >= c->stop_at) break;
     r.len = 0;
     CURLcode rc = curl_easy_perform(h);
-    double t1 = now_s();
+    double t1 = bench_now_s();
     long code = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     if (rc != CURLE_OK || code != 200 || !strstr(r.buf, "\"outputs\"")) {
@@ -208,11 +205,6 @@ static void *client_main(void *arg) {
   curl_slist_free_all(hdr);
   curl_easy_cleanup(h);
   return NULL;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 static double pct(const double *v, size_t n, double p) {
@@ -244,12 +236,12 @@ static level_result run_level(const server *s, const char *body, int conc, doubl
     pthread_create(&ts[i], NULL, client_main, &cs[i]);
   }
   usleep(20000); /* threads up and connected-ready */
-  double t0 = now_s(), stop = t0 + seconds;
+  double t0 = bench_now_s(), stop = t0 + seconds;
   for (int i = 0; i < conc; i++) cs[i].stop_at = stop;
   atomic_store(&go, true);
   if (sample_s > 0) {
     for (double next = t0 + sample_s; next <= stop + 1e-6; next += sample_s) {
-      double wait = next - now_s();
+      double wait = next - bench_now_s();
       if (wait > 0) usleep((useconds_t)(wait * 1e6));
       double rss = rss_mib(s->pid);
       if (print_samples) {
@@ -261,7 +253,7 @@ static level_result run_level(const server *s, const char *body, int conc, doubl
     }
   }
   for (int i = 0; i < conc; i++) pthread_join(ts[i], NULL);
-  double elapsed = now_s() - t0;
+  double elapsed = bench_now_s() - t0;
   res.rss1 = rss_mib(s->pid);
   size_t total = 0;
   for (int i = 0; i < conc; i++) total += cs[i].n;
@@ -275,7 +267,7 @@ static level_result run_level(const server *s, const char *body, int conc, doubl
                               cs[i].first_error);
     free(cs[i].lat);
   }
-  qsort(all, total, sizeof *all, cmp_double);
+  qsort(all, total, sizeof *all, bench_cmp_double);
   res.ok = (long)total;
   res.rps = (double)total / elapsed;
   res.p50 = 1000 * pct(all, total, 50);
@@ -304,6 +296,24 @@ static char *make_body(int rows, const char *input_shape /* "1,28,28" */, long n
   return b;
 }
 
+/* The usage of the comment at the top, printed for --help / -h. */
+static const char usage[] =
+    "usage:\n"
+    "  bench-serve --ember EMBER --spec SPEC [--weights FILE] [--levels 1,4,16,64]\n"
+    "              [--seconds 3] [--batching both|on|off] [--rows 1]\n"
+    "              [--serve-on \"--max-batch 32 --max-wait-ms 0\"] [--serve-args \"--workers 2\"]\n"
+    "  bench-serve ... --duration 60 [--concurrency 16]\n"
+    "      a soak: one level for 60 s, RSS sampled every 5 s; exits 1 on any\n"
+    "      error or when RSS grows by more than 10% after the first sample.\n"
+    "  bench-serve --url http://127.0.0.1:8000 --pid PID --model NAME ...\n"
+    "      an already running server instead of starting one.\n"
+    "  --server-cpus 0-1 (or 0,1): pin the server to these CPUs (it sees them as\n"
+    "      its cores); pin the clients elsewhere with taskset, so that the load\n"
+    "      generator does not take the server's cores.\n"
+    "  --input-shape 1,28,28: the shape of one row of the input.\n"
+    "Without --weights the spec's initial weights are made with\n"
+    "`ember train SPEC --epochs 0 --dataset synthetic --save`.\n";
+
 int main(int argc, char **argv) {
   const char *ember = NULL, *spec = NULL, *weights = NULL, *levels_s = "1,4,16,64",
              *batching = "both", *url = NULL, *model = "fmnist-mlp", *shape = "1,28,28",
@@ -315,7 +325,10 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(name) (!strcmp(a, name) && v && ++i)
-    if (OPT("--ember")) ember = v;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(usage, stdout);
+      return 0;
+    } else if (OPT("--ember")) ember = v;
     else if (OPT("--spec")) spec = v;
     else if (OPT("--weights")) weights = v;
     else if (OPT("--levels")) levels_s = v;
@@ -331,7 +344,7 @@ int main(int argc, char **argv) {
     else if (OPT("--serve-on")) serve_on = v;
     else if (OPT("--serve-args")) serve_extra = v;
     else if (OPT("--server-cpus")) server_cpus = v;
-    else die("unknown or incomplete option %s (see the comment at the top of bench-serve.c)", a);
+    else die("unknown or incomplete option %s (see bench-serve --help)", a);
 #undef OPT
   }
   numel = 1;

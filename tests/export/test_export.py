@@ -58,10 +58,12 @@ def data_args():
     return [] if HAVE_DATA else ["--dataset", "synthetic"]
 
 
-def engine_outputs(spec, weights, x, tmp):
+def engine_outputs(spec, weights, x, tmp, quant=False):
+    """The engine's outputs (N, K) for x, with int8 Linear layers when
+    quant (export-forward ... int8)."""
     xin, yout = os.path.join(tmp, "x.raw"), os.path.join(tmp, "y.raw")
     np.ascontiguousarray(x, dtype="<f4").tofile(xin)
-    run([FORWARD, spec, weights, len(x), xin, yout])
+    run([FORWARD, spec, weights, len(x), xin, yout] + (["int8"] if quant else []))
     return np.fromfile(yout, dtype="<f4").reshape(len(x), -1)
 
 

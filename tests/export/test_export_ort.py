@@ -40,7 +40,7 @@ import onnx
 # The float test's helpers: the same process runner, the same real test
 # images, the same training and engine reference outputs.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_export import FORWARD, EMBER, SOURCE, N, run, images, data_args, \
+from test_export import EMBER, SOURCE, N, run, images, data_args, \
     engine_outputs  # noqa: E402
 
 TOL = 1e-4
@@ -82,13 +82,6 @@ def ort_outputs(node, env, path, x, tmp):
         skip(p.stderr.strip())
     assert p.returncode == 0, "ort-run %s failed (%d): %s" % (path, p.returncode, p.stderr)
     return {b: np.fromfile(f, dtype="<f4").reshape(b, -1) for b, f in outs.items()}
-
-
-def engine_int8_outputs(spec, weights, x, tmp):
-    xin, yout = os.path.join(tmp, "x.raw"), os.path.join(tmp, "yq.raw")
-    np.ascontiguousarray(x, dtype="<f4").tofile(xin)
-    run([FORWARD, spec, weights, len(x), xin, yout, "int8"])
-    return np.fromfile(yout, dtype="<f4").reshape(len(x), -1)
 
 
 def compare(name, ref, got, tol):
@@ -149,7 +142,7 @@ def check_model(spec, node, env, tmp):
     dmax = compare(name, ref, got, TOL)
     agree = top1(name, ref, got[N], 2 * TOL)
 
-    refq = engine_int8_outputs(spec, w, x, tmp)
+    refq = engine_outputs(spec, w, x, tmp, quant=True)
     gotq = ort_outputs(node, env, qpath, x, tmp)
     qmax, flipped = compare_int8(name + " int8", refq, gotq, name in EXACT_INT8)
     qagree = top1(name + " int8", refq, gotq[N], TOL_FLIP)

@@ -18,10 +18,8 @@
 
 usage: test_export_quant.py EMBER EXPORT_FORWARD SOURCE_ROOT
 """
-import gzip
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -29,30 +27,13 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 
-EMBER, FORWARD, SOURCE = sys.argv[1:4]
-FMNIST = "/usr/share/datasets/fashion-mnist"
-TEST_IMAGES = os.path.join(FMNIST, "t10k-images-idx3-ubyte.gz")
-HAVE_DATA = os.path.exists(TEST_IMAGES)
+# The float test's helpers: the same process runner, the same real test
+# images, the same engine reference outputs.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_export import FORWARD, EMBER, SOURCE, N, HAVE_DATA, run, images, data_args, \
+    engine_outputs  # noqa: E402
+
 SPEC = os.path.join(SOURCE, "data", "models", "fmnist-mlp.json")
-N = 256
-
-
-def run(args, env=None, ok=True):
-    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env,
-                       timeout=300)
-    if ok:
-        assert p.returncode == 0, "%s failed (%d):\n%s%s" % (
-            " ".join(map(str, args)), p.returncode, p.stdout[-2000:], p.stderr[-3000:])
-    return p
-
-
-def images():
-    if not HAVE_DATA:
-        return np.random.default_rng(7).random((N, 1, 28, 28), dtype=np.float32)
-    with gzip.open(TEST_IMAGES, "rb") as f:
-        raw = f.read()
-    px = np.frombuffer(raw[16:16 + N * 28 * 28], dtype=np.uint8)
-    return px.reshape(N, 1, 28, 28).astype(np.float32) / 255.0
 
 
 # ---- a numpy interpreter of the operators the export uses (ONNX opset 17) ----
@@ -115,15 +96,8 @@ def run_graph(model, x):
     return env[model.graph.output[0].name]
 
 
-def engine_outputs(weights, x, tmp, quant):
-    xin, yout = os.path.join(tmp, "x.raw"), os.path.join(tmp, "y.raw")
-    np.ascontiguousarray(x, dtype="<f4").tofile(xin)
-    run([FORWARD, SPEC, weights, len(x), xin, yout] + (["int8"] if quant else []))
-    return np.fromfile(yout, dtype="<f4").reshape(len(x), -1)
-
-
 def check_accuracy(w, tmp):
-    data = [] if HAVE_DATA else ["--dataset", "synthetic"]
+    data = data_args()
     ev = json.loads(run([EMBER, "eval", SPEC, "--weights", w, "--threads", "2"] + data)
                     .stdout.strip().splitlines()[-1])
     p = run([EMBER, "eval", SPEC, "--weights", w, "--threads", "2", "--quantize", "int8"] + data)
@@ -161,9 +135,9 @@ def check_export(w, tmp):
     odims = inferred.graph.output[0].type.tensor_type.shape.dim
     assert odims[0].dim_param == "batch" and odims[1].dim_value == 10, odims
 
-    x = images()
-    ref = engine_outputs(w, x, tmp, quant=True)
-    f32 = engine_outputs(w, x, tmp, quant=False)
+    x = images((1, 28, 28))
+    ref = engine_outputs(SPEC, w, x, tmp, quant=True)
+    f32 = engine_outputs(SPEC, w, x, tmp)
     got = run_graph(model, x)
     diff = float(np.abs(ref - got).max())
     exact = int((ref == got).sum())
@@ -219,7 +193,7 @@ def check_registry(tmp):
     home = os.path.join(tmp, "home")
     env = dict(os.environ, EMBER_HOME=home)
     env.pop("XDG_DATA_HOME", None)
-    data = [] if HAVE_DATA else ["--dataset", "synthetic"]
+    data = data_args()
     run([EMBER, "train", SPEC, "--epochs", "1", "--limit", "256", "--threads", "2"] + data,
         env=env)
     run([EMBER, "model", "register", "latest", "--name", "fq"], env=env)
@@ -240,7 +214,7 @@ def check_registry(tmp):
 def main():
     with tempfile.TemporaryDirectory(prefix="ember-export-quant-") as tmp:
         w = os.path.join(tmp, "mlp.safetensors")
-        data = [] if HAVE_DATA else ["--dataset", "synthetic"]
+        data = data_args()
         run([EMBER, "train", SPEC, "--epochs", "1", "--save", w, "--no-record",
              "--threads", "2"] + data, env=dict(os.environ, EMBER_HOME=os.path.join(tmp, "h0")))
         check_accuracy(w, tmp)

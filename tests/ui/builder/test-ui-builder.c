@@ -14,15 +14,6 @@ GResource *em_ui_builder_get_resource(void);
 
 static char *tmp_dir;
 
-static GtkWidget *find_named(GtkWidget *w, const char *name) {
-  if (!g_strcmp0(gtk_widget_get_name(w), name)) return w;
-  for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c)) {
-    GtkWidget *f = find_named(c, name);
-    if (f) return f;
-  }
-  return NULL;
-}
-
 /* A label with exactly this text somewhere under w. */
 static gboolean has_label(GtkWidget *w, const char *text) {
   if (GTK_IS_LABEL(w) && !g_strcmp0(gtk_label_get_text(GTK_LABEL(w)), text)) return TRUE;
@@ -33,7 +24,7 @@ static gboolean has_label(GtkWidget *w, const char *text) {
 
 static void select_node(GtkWidget *page, const char *name) {
   char *wname = g_strdup_printf("node-%s", name);
-  GtkWidget *row = find_named(page, wname);
+  GtkWidget *row = ui_test_find_named(page, wname);
   g_assert_nonnull(row);
   gtk_list_box_select_row(GTK_LIST_BOX(gtk_widget_get_parent(row)), GTK_LIST_BOX_ROW(row));
   g_free(wname);
@@ -42,7 +33,7 @@ static void select_node(GtkWidget *page, const char *name) {
 
 static void set_spin(GtkWidget *page, const char *attr, double v) {
   char *wname = g_strdup_printf("attr-%s", attr);
-  GtkWidget *spin = find_named(page, wname);
+  GtkWidget *spin = ui_test_find_named(page, wname);
   g_assert_nonnull(spin);
   g_assert_true(GTK_IS_SPIN_BUTTON(spin));
   gtk_spin_button_set_value(GTK_SPIN_BUTTON(spin), v);
@@ -72,11 +63,11 @@ static void test_build_mlp(void) {
   /* the palette lists every registered type */
   for (int i = 0; i < em_layer_type_count(); i++) {
     char *wname = g_strdup_printf("palette-%s", em_layer_type_at(i)->name);
-    g_assert_nonnull(find_named(page, wname));
+    g_assert_nonnull(ui_test_find_named(page, wname));
     g_free(wname);
   }
   /* a click on the palette adds a node */
-  GtkWidget *flatten = find_named(page, "palette-Flatten");
+  GtkWidget *flatten = ui_test_find_named(page, "palette-Flatten");
   g_signal_emit_by_name(gtk_widget_get_parent(flatten), "row-activated", flatten);
   add(page, "Linear");
   add(page, "ReLU");
@@ -96,12 +87,12 @@ static void test_build_mlp(void) {
   g_assert_nonnull(spec);
   g_assert_cmpint(em_spec_param_count(spec), ==, 784 * 32 + 32 + 32 * 10 + 10);
   g_assert_cmpstr(em_app_state_get_spec_json(state), ==, json);
-  GtkWidget *row = find_named(page, "node-linear1");
+  GtkWidget *row = ui_test_find_named(page, "node-linear1");
   char buf[64];
   snprintf(buf, sizeof buf, "%'lld", (long long)em_spec_node_param_count(spec, 1));
   g_assert_true(has_label(row, buf));
   g_assert_true(has_label(row, "[N, 32]"));
-  g_assert_true(has_label(find_named(page, "node-linear2"), "[N, 10]"));
+  g_assert_true(has_label(ui_test_find_named(page, "node-linear2"), "[N, 10]"));
   em_node_cost c[4];
   em_spec_costs_compute(spec, c);
   g_assert_cmpfloat(c[1].flops, ==, 2.0 * (784 * 32 + 32));
@@ -112,11 +103,11 @@ static void test_build_mlp(void) {
   /* a bad field: an inline error at that node */
   set_spin(page, "in_features", 7);
   g_assert_cmpstr(em_builder_page_get_error_node(bp), ==, "linear2");
-  GtkWidget *bad = find_named(page, "node-linear2");
-  GtkWidget *msg = find_named(bad, "node-error");
+  GtkWidget *bad = ui_test_find_named(page, "node-linear2");
+  GtkWidget *msg = ui_test_find_named(bad, "node-error");
   g_assert_nonnull(msg);
   g_assert_nonnull(strstr(gtk_label_get_text(GTK_LABEL(msg)), "in_features"));
-  g_assert_null(find_named(find_named(page, "node-linear1"), "node-error"));
+  g_assert_null(ui_test_find_named(ui_test_find_named(page, "node-linear1"), "node-error"));
   set_spin(page, "in_features", 32);
   g_assert_null(em_builder_page_get_error(bp));
 
@@ -126,14 +117,16 @@ static void test_build_mlp(void) {
   set_spin(page, "out_features", 32);
   add(page, "Add");
   g_assert_cmpstr(em_builder_page_get_selected(bp), ==, "add1");
-  g_assert_nonnull(find_named(page, "input-relu1"));
-  g_assert_true(gtk_check_button_get_active(GTK_CHECK_BUTTON(find_named(page, "input-relu1"))));
-  g_assert_true(gtk_check_button_get_active(GTK_CHECK_BUTTON(find_named(page, "input-linear3"))));
+  g_assert_nonnull(ui_test_find_named(page, "input-relu1"));
+  g_assert_true(
+      gtk_check_button_get_active(GTK_CHECK_BUTTON(ui_test_find_named(page, "input-relu1"))));
+  g_assert_true(
+      gtk_check_button_get_active(GTK_CHECK_BUTTON(ui_test_find_named(page, "input-linear3"))));
   g_assert_null(em_builder_page_get_error(bp));
   /* untick one input: Add with one input is an error at add1 */
-  gtk_check_button_set_active(GTK_CHECK_BUTTON(find_named(page, "input-relu1")), FALSE);
+  gtk_check_button_set_active(GTK_CHECK_BUTTON(ui_test_find_named(page, "input-relu1")), FALSE);
   g_assert_cmpstr(em_builder_page_get_error_node(bp), ==, "add1");
-  gtk_check_button_set_active(GTK_CHECK_BUTTON(find_named(page, "input-relu1")), TRUE);
+  gtk_check_button_set_active(GTK_CHECK_BUTTON(ui_test_find_named(page, "input-relu1")), TRUE);
   g_assert_null(em_builder_page_get_error(bp));
 
   /* reorder and remove */
@@ -151,7 +144,7 @@ static void test_build_mlp(void) {
   g_assert_true(gtk_widget_activate_action(page, "builder.remove", NULL));
   select_node(page, "linear3");
   g_assert_true(gtk_widget_activate_action(page, "builder.remove", NULL));
-  g_assert_null(find_named(page, "node-add1"));
+  g_assert_null(ui_test_find_named(page, "node-add1"));
   g_assert_null(em_builder_page_get_error(bp));
 
   /* another page selecting a layer selects its node here */
@@ -185,9 +178,9 @@ static void test_build_mlp(void) {
   em_app_state_set_spec(state, "{\"name\": \"other\", \"input\": {\"shape\": [4]},"
                                " \"nodes\": [{\"name\": \"fc\", \"type\": \"Linear\","
                                " \"out_features\": 3}]}", NULL);
-  g_assert_nonnull(find_named(page, "node-fc"));
-  g_assert_null(find_named(page, "node-linear1"));
-  g_assert_true(has_label(find_named(page, "node-fc"), "[N, 3]"));
+  g_assert_nonnull(ui_test_find_named(page, "node-fc"));
+  g_assert_null(ui_test_find_named(page, "node-linear1"));
+  g_assert_true(has_label(ui_test_find_named(page, "node-fc"), "[N, 3]"));
   g_object_unref(f);
   g_free(json);
   g_free(path);
@@ -257,13 +250,13 @@ static void test_plugin_palette(void) {
   EmAppState *state = em_app_state_new(tmp_dir);
   GtkWidget *page = em_builder_page_new(state);
   GtkWindow *win = ui_test_show(page, 1000, 600);
-  g_assert_null(find_named(page, "palette-TestIdentity"));
+  g_assert_null(ui_test_find_named(page, "palette-TestIdentity"));
   em_error err = {0};
   g_assert_cmpint(em_layer_register(&plugin_type, &err), ==, EM_OK);
   gtk_widget_set_visible(page, FALSE);
   gtk_widget_set_visible(page, TRUE);
   ui_test_spin(50);
-  GtkWidget *row = find_named(page, "palette-TestIdentity");
+  GtkWidget *row = ui_test_find_named(page, "palette-TestIdentity");
   g_assert_nonnull(row);
   g_signal_emit_by_name(gtk_widget_get_parent(row), "row-activated", row);
   g_assert_cmpstr(em_builder_page_get_selected(EM_BUILDER_PAGE(page)), ==, "testidentity1");
@@ -301,7 +294,7 @@ static void test_fmnist_cnn(void) {
   em_memory_estimate_compute(spec, 128, 4 << 20, &small); /* 4 MiB free */
   g_assert_false(small.fits);
   g_assert_cmpint(small.max_batch, <, 128);
-  GtkWidget *est = find_named(page, "estimate");
+  GtkWidget *est = ui_test_find_named(page, "estimate");
   (void)est;
   /* the label says so */
   GtkWidget *w = page;

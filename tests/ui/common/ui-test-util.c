@@ -109,3 +109,12 @@ GtkWidget *ui_test_find(GtkWidget *w, GType t, guint index) {
   g_assert_nonnull(hit);
   return hit;
 }
+
+GtkWidget *ui_test_find_named(GtkWidget *w, const char *name) {
+  if (!g_strcmp0(gtk_widget_get_name(w), name)) return w;
+  for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c)) {
+    GtkWidget *f = ui_test_find_named(c, name);
+    if (f) return f;
+  }
+  return NULL;
+}

@@ -23,3 +23,6 @@ char *ui_test_screenshot(GtkWidget *widget, const char *name);
 void ui_test_collect(GtkWidget *w, GType t, GPtrArray *out);
 /* The index-th widget of type t under w; a test failure when absent. */
 GtkWidget *ui_test_find(GtkWidget *w, GType t, guint index);
+/* The first widget under w (w included, in tree order) whose widget name
+ * (gtk_widget_set_name) is name, or NULL. */
+GtkWidget *ui_test_find_named(GtkWidget *w, const char *name);
