@@ -173,6 +173,17 @@ em_status em_eval_metrics_end(em_eval_metrics *em, em_error *err) {
   return st;
 }
 
+em_status em_eval_metrics_gather(em_eval_metrics *em, int k, em_eval_gather_fn fn, void *user,
+                                 em_error *err) {
+  if (em->rows && em->k != k)
+    return em_error_set(err, EM_ERR_SHAPE, "the output has %d columns, the spec says %d", em->k,
+                        k);
+  em->k = k;
+  em_status st = fn(user, k, &em->rows, &em->logits, &em->labels, err);
+  em->cap = em->rows;
+  return st;
+}
+
 int em_metrics_last(em_metric_value *out, int cap, int64_t *ser) {
   pthread_mutex_lock(&lock);
   int n = n_last < cap ? n_last : cap;

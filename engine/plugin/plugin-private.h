@@ -31,3 +31,13 @@ em_status em_eval_metrics_add(em_eval_metrics *em, const em_tensor *out /* (N, K
 /* Computes every metric and publishes them (em_metrics_last); frees em. */
 em_status em_eval_metrics_end(em_eval_metrics *em, em_error *err);
 void em_eval_metrics_free(em_eval_metrics *em); /* NULL is fine */
+/* A data-parallel evaluation sees only its rank's shard: before
+ * em_eval_metrics_end, gather replaces the rows collected here (rows of
+ * width k, in shard order) with the whole test set's, in dataset order, so
+ * that every rank computes the metrics over all of it. gather takes the
+ * arrays (malloc'd) and hands back new ones (malloc'd). */
+typedef em_status (*em_eval_gather_fn)(void *user, int k, int64_t *rows,
+                                       float **logits /* (rows, k) */,
+                                       int64_t **labels /* (rows) */, em_error *err);
+em_status em_eval_metrics_gather(em_eval_metrics *em, int k, em_eval_gather_fn fn, void *user,
+                                 em_error *err);

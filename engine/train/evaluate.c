@@ -1,6 +1,7 @@
 /* evaluate.c: loss and accuracy of a model over a dataset, in inference
- * mode (no tape, batch norm on running stats, dropout off). */
-#include "em-train.h"
+ * mode (no tape, batch norm on running stats, dropout off), and the
+ * plugins' metrics over its outputs. */
+#include "train-private.h"
 
 #include <string.h>
 
@@ -10,6 +11,14 @@
 em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
                       double label_smoothing, double *mean_loss, double *accuracy,
                       em_error *err) {
+  return em_evaluate_gathered(m, ds, batch_size, loss, label_smoothing, NULL, NULL, mean_loss,
+                              accuracy, err);
+}
+
+em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size,
+                               em_loss_kind loss, double label_smoothing,
+                               em_eval_gather_fn gather, void *gather_user, double *mean_loss,
+                               double *accuracy, em_error *err) {
   em_status fit = em_train_check_fit(em_model_spec(m), ds, "evaluation", loss, err);
   if (fit != EM_OK) return fit;
   em_loader_config lc;
@@ -61,6 +70,11 @@ em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss
   }
   em_grad_mode_restore(prev);
   em_loader_free(ld);
+  if (metrics && st == EM_OK && gather) {
+    int64_t out_shape[EM_MAX_DIMS];
+    em_spec_output_shape(em_model_spec(m), out_shape);
+    st = em_eval_metrics_gather(metrics, (int)out_shape[0], gather, gather_user, err);
+  }
   if (metrics && st == EM_OK) st = em_eval_metrics_end(metrics, err);
   else em_eval_metrics_free(metrics);
   if (st != EM_OK) return st;

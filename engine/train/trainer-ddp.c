@@ -20,13 +20,16 @@
  * - evaluation: each rank evaluates its strided shard of the test set
  *   (sample rank, rank + world, ...; no padding, so every sample counts
  *   once), with rank 0's batch-norm buffers, and the loss and accuracy
- *   sums are all-reduced.
+ *   sums are all-reduced; the outputs the plugins' metrics need are
+ *   gathered (each rank's rows put in their dataset places, zeros
+ *   elsewhere, summed), so every metric sees the whole test set.
  * Batch norm uses each rank's batch statistics (PyTorch's default); its
  * running statistics follow rank 0's, as with DDP's broadcast_buffers. */
 #include "train-private.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 em_status em_trainer_set_comm(em_trainer *t, em_comm *c, em_error *err) {
   if (t->running)
@@ -133,6 +136,52 @@ static const em_dataset_vtable shard_vtable = {
     .kind = "shard", .len = shard_len, .sample_shape = shard_shape,
     .num_classes = shard_classes, .get = shard_get, .free = free};
 
+/* The shard's outputs into the whole test set's: row i of rank r is
+ * sample r + i * world. Labels travel as floats (exact below 2^24). */
+typedef struct {
+  em_comm *comm;
+  int64_t total; /* the test set's length */
+} gather_ctx;
+
+static em_status gather_outputs(void *user, int k, int64_t *rows, float **logits,
+                                int64_t **labels, em_error *err) {
+  gather_ctx *g = user;
+  int rank = em_comm_rank(g->comm), world = em_comm_world(g->comm);
+  int64_t w = (int64_t)k + 1; /* k logits and the label */
+  if (g->total > ((int64_t)1 << 40) / w)
+    return em_error_set(err, EM_ERR_NOMEM, "a test set of %lld samples is too large to gather "
+                        "for the metrics", (long long)g->total);
+  float *all = calloc((size_t)(g->total * w), sizeof *all); /* (total, k + 1) */
+  int64_t *lab = malloc((size_t)(g->total ? g->total : 1) * sizeof *lab);
+  if (!all || !lab) {
+    free(all);
+    free(lab);
+    return em_error_set(err, EM_ERR_NOMEM, "out of memory gathering the outputs for the metrics");
+  }
+  for (int64_t i = 0; i < *rows; i++) {
+    int64_t at = rank + i * world;
+    if (at >= g->total) break;
+    memcpy(all + at * w, *logits + i * k, (size_t)k * sizeof *all);
+    all[at * w + k] = (float)(*labels)[i];
+  }
+  em_status st = em_comm_allreduce_sum_f32(g->comm, all, g->total * w, err);
+  if (st == EM_OK) {
+    for (int64_t i = 0; i < g->total; i++) {
+      lab[i] = (int64_t)all[i * w + k];
+      memmove(all + i * k, all + i * w, (size_t)k * sizeof *all); /* drop the label column */
+    }
+    free(*logits);
+    free(*labels);
+    *logits = all;
+    *labels = lab;
+    *rows = g->total;
+  } else {
+    free(all);
+    free(lab);
+  }
+  return st;
+}
+
 em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, em_error *err) {
   const em_train_config *c = &t->cfg;
   if (!t->comm)
@@ -153,13 +202,28 @@ em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, em_
     em_dataset *ds = em_dataset_new(&shard_vtable, s, err);
     if (!ds) return err ? err->status : EM_ERR_INVALID;
     double l = 0, a = 0;
-    em_status st = em_evaluate(t->model, ds, c->batch_size, c->loss, 0.0, &l, &a, err);
+    gather_ctx g = {cm, em_dataset_len(t->test)};
+    em_status st = em_evaluate_gathered(t->model, ds, c->batch_size, c->loss, 0.0, gather_outputs,
+                                        &g, &l, &a, err);
     em_dataset_free(ds);
     EM_TRY(st);
     sums[0] = (float)(l * (double)len);
     sums[1] = (float)round(a * (double)len); /* correct predictions */
-  } else {
+  } else { /* fewer test samples than ranks: this one has none, but the
+              * metrics' gather is a collective it must join */
     free(s);
+    em_status mst;
+    em_eval_metrics *metrics = em_eval_metrics_begin(em_model_spec(t->model), &mst, err);
+    EM_TRY(mst);
+    if (metrics) {
+      int64_t out[EM_MAX_DIMS];
+      em_spec_output_shape(em_model_spec(t->model), out);
+      gather_ctx g = {cm, em_dataset_len(t->test)};
+      mst = em_eval_metrics_gather(metrics, (int)out[0], gather_outputs, &g, err);
+      if (mst == EM_OK) mst = em_eval_metrics_end(metrics, err);
+      else em_eval_metrics_free(metrics);
+      EM_TRY(mst);
+    }
   }
   EM_TRY(em_comm_allreduce_sum_f32(cm, sums, 3, err));
   *loss = sums[2] > 0 ? sums[0] / sums[2] : 0;

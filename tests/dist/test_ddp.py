@@ -14,7 +14,10 @@
   EMBER_DDP_TIMEOUT, record the run as failed with a message saying so,
   and end the job.
 
-usage: test_ddp.py EMBER SOURCE_ROOT MPIRUN   (run by /usr/bin/python3: torch)
+- A plugin metric (macro-F1) of a 2-rank run is computed over the whole
+  test set, gathered from the ranks' shards: the single process's value.
+
+usage: test_ddp.py EMBER SOURCE_ROOT MPIRUN PLUGIN_DIR   (run by /usr/bin/python3: torch)
 """
 import json
 import os
@@ -26,7 +29,7 @@ import tempfile
 import time
 import unittest
 
-EMBER = SOURCE = MPIRUN = None
+EMBER = SOURCE = MPIRUN = PLUGINS = None
 FMNIST = "/usr/share/datasets/fashion-mnist"
 KILL_BOUND_S = 30
 
@@ -93,7 +96,7 @@ class DDP(unittest.TestCase):
     @unittest.skipUnless(os.path.exists(FMNIST), "Fashion-MNIST is not installed")
     def test_two_ranks_match_one_process(self):
         common = [self.spec(), "--no-record", "--epochs", "2", "--limit", "650", "--seed", "5",
-                  "--threads", "1", "--quiet"]
+                  "--threads", "1", "--quiet", "--plugin-dir", PLUGINS, "--metric", "macro_f1"]
         one = self.ember(*common, "--batch", "64", "--save", self.path("one.safetensors"))
         two = self.ember(*common, "--batch", "32", "--save", self.path("two.safetensors"),
                          ranks=2)
@@ -110,6 +113,11 @@ class DDP(unittest.TestCase):
         # the metrics are global: the same test set, the same weights
         self.assertAlmostEqual(s1["test_accuracy"], s2["test_accuracy"], places=3)
         self.assertAlmostEqual(s1["train_loss"], s2["train_loss"], places=4)
+        # a plugin's metric too: computed on the gathered outputs of both shards
+        print("macro_f1: 1 process %.6f, 2 ranks %.6f" % (s1["metrics"]["macro_f1"],
+                                                          s2["metrics"]["macro_f1"]))
+        self.assertGreater(s1["metrics"]["macro_f1"], 0.3)
+        self.assertAlmostEqual(s1["metrics"]["macro_f1"], s2["metrics"]["macro_f1"], places=4)
 
     @unittest.skipUnless(os.path.exists(FMNIST), "Fashion-MNIST is not installed")
     def test_accumulation_and_clipping_match(self):
@@ -260,5 +268,6 @@ class DDP(unittest.TestCase):
 
 if __name__ == "__main__":
     EMBER, SOURCE, MPIRUN = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
+    PLUGINS = sys.argv[4]
     sys.path.insert(0, os.path.join(SOURCE, "tests", "common"))
-    unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[4:])
+    unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[5:])
