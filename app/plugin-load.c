@@ -84,6 +84,9 @@ int app_plugins_load(int argc, char **argv, bool take_metric) {
     snprintf(dir, sizeof dir, "%s/plugins", home);
     em_plugins_load_dir(dir, "default");
   }
+#ifdef EMBER_PLUGIN_INSTALL_DIR
+  em_plugins_load_dir(EMBER_PLUGIN_INSTALL_DIR, "installed");
+#endif
   for (int i = 0; i < n_metrics; i++)
     if (em_metrics_select(metrics[i], &err) != EM_OK) {
       fprintf(stderr, "ember: --metric: %s\n", err.msg);

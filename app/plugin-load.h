@@ -6,6 +6,7 @@
  *   <registry folder>/plugins   ($EMBER_HOME/plugins, else
  *                         $XDG_DATA_HOME/ember/plugins, else
  *                         ~/.local/share/ember/plugins)
+ *   <libdir>/ember/plugins      (where `meson install` puts plugins/)
  * A plugin that cannot load is a warning on stderr, never fatal; `ember
  * plugins` lists what loaded and what was refused. */
 #pragma once

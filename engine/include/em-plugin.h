@@ -167,7 +167,8 @@ typedef struct {
 } em_plugin_info;
 
 /* Loads every "*.so" in dir, in name order. origin says where the folder
- * came from in messages ("--plugin-dir", "EMBER_PLUGIN_PATH", "default").
+ * came from in messages ("--plugin-dir", "EMBER_PLUGIN_PATH", "default",
+ * "installed").
  * A missing folder is recorded as searched and is not an error. Refusals
  * are recorded (em_plugin_at) and logged as warnings, never fatal.
  * Returns the number of plugins refused. */

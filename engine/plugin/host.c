@@ -258,7 +258,8 @@ int em_plugins_load_dir(const char *dir, const char *origin) {
   }
   int refused = 0;
   if (!dh) {
-    if (errno != ENOENT || (origin && strcmp(origin, "default") != 0))
+    bool optional = origin && (!strcmp(origin, "default") || !strcmp(origin, "installed"));
+    if (errno != ENOENT || !optional) /* a folder someone named must be there */
       em_log_msg(EM_LOG_WARNING, "plugin folder %s (%s): %s", d, origin ? origin : "",
                  strerror(errno));
     pthread_mutex_unlock(&lock);

@@ -78,7 +78,9 @@ def check_listing(env):
     shutil.copy(os.path.join(GOOD, "ember-macro-f1.so"), home_plugins)
     j = json.loads(run([EMBER, "plugins", "--json"], env).stdout)
     assert [e["name"] for e in j["plugins"]] == ["macro-f1"], j
-    assert j["folders"][-1] == {"path": home_plugins, "origin": "default", "exists": True}, j
+    default = [f for f in j["folders"] if f["origin"] == "default"]
+    assert default == [{"path": home_plugins, "origin": "default", "exists": True}], j
+    assert j["folders"][-1]["origin"] == "installed", j  # searched last
     shutil.rmtree(home_plugins)
     print("ember plugins: 3 loaded, 4 refused with their reasons")
 
