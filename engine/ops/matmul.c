@@ -2,8 +2,11 @@
  * the fused em_linear (x @ w^T + b), with their backward passes.
  * Backward writes straight into gradient buffers (beta 0 when the buffer
  * is fresh, 1 when accumulating), so a linear layer's backward is two
- * GEMMs and a column sum with no temporaries. */
+ * GEMMs and a column sum with no temporaries. Under bf16 autocast
+ * (em-amp.h) both ops, and their backward, use the bf16 GEMM. */
 #include "ops-private.h"
+
+#include "em-amp.h"
 
 #include <cblas.h>
 #include <string.h>
@@ -25,6 +28,25 @@ void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, dou
     em_op_add_flops_(2.0 * (double)m * (double)n * (double)k);
   }
   gemm_run(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (tok >= 0) em_op_end_(tok, NULL);
+}
+
+/* em_gemm, or the bf16 GEMM (alpha 1, f32) when kern is not NONE. */
+static void gemm_amp(em_bf16_kernel kern, em_dtype dt, bool ta, bool tb, int64_t m, int64_t n,
+                     int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     double beta, void *c, int64_t ldc) {
+  if (kern == EM_BF16_KERNEL_NONE || dt != EM_DTYPE_F32) {
+    em_gemm(dt, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  if (m == 0 || n == 0) return;
+  const int tok = em_profile_hooks_on() ? em_op_begin_("gemm_bf16", 0, NULL) : -1;
+  if (tok >= 0) {
+    em_op_note_shape_(tok, 2, (int64_t[]){m, k});
+    em_op_note_shape_(tok, 2, (int64_t[]){k, n});
+    em_op_add_flops_(2.0 * (double)m * (double)n * (double)k);
+  }
+  em_gemm_bf16(kern, ta, tb, m, n, k, a, lda, b, ldb, (float)beta, c, ldc);
   if (tok >= 0) em_op_end_(tok, NULL);
 }
 
@@ -94,7 +116,7 @@ static em_tensor *blas_ready(em_tensor *t, int d0, int d1) {
 
 /* ---- linear ---------------------------------------------------------------- */
 
-static void linear_backward(em_node *n) {
+static void linear_backward_with(em_node *n, em_bf16_kernel kern) {
   em_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
   em_tensor *gy = n->out->grad; /* (N, K) contiguous */
   em_tensor *xs = n->saved[0];  /* x as handed to BLAS */
@@ -103,14 +125,14 @@ static void linear_backward(em_node *n) {
   bool fresh;
   em_tensor *gx = em_grad_acquire(x, &fresh);
   if (gx) /* dx (N, D) = gy (N, K) @ w (K, D) */
-    em_gemm(dt, false, false, N, D, K, 1.0, em_tensor_ptr(gy), K, em_tensor_ptr(w), w->stride[0],
-            fresh ? 0.0 : 1.0, em_tensor_ptr(gx), D);
+    gemm_amp(kern, dt, false, false, N, D, K, em_tensor_ptr(gy), K, em_tensor_ptr(w),
+             w->stride[0], fresh ? 0.0 : 1.0, em_tensor_ptr(gx), D);
   em_tensor *gw = em_grad_acquire(w, &fresh);
   if (gw) { /* dw (K, D) = gy^T (K, N) @ x (N, D) */
     em_blas_operand xo;
     EM_ASSERT(em_blas_operand_of(xs, 0, 1, 0, &xo));
-    em_gemm(dt, true, xo.trans, K, D, N, 1.0, em_tensor_ptr(gy), K, xo.ptr, xo.ld,
-            fresh ? 0.0 : 1.0, em_tensor_ptr(gw), D);
+    gemm_amp(kern, dt, true, xo.trans, K, D, N, em_tensor_ptr(gy), K, xo.ptr, xo.ld,
+             fresh ? 0.0 : 1.0, em_tensor_ptr(gw), D);
   }
   em_tensor *gb = b ? em_grad_acquire(b, &fresh) : NULL;
   if (gb) { /* db (K) = column sums of gy */
@@ -131,6 +153,9 @@ static void linear_backward(em_node *n) {
     }
   }
 }
+
+static void linear_backward(em_node *n) { linear_backward_with(n, EM_BF16_KERNEL_NONE); }
+static void linear_backward_bf16(em_node *n) { linear_backward_with(n, em_bf16_kernel_best()); }
 
 em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b) {
   EM_ASSERT(x->ndim == 2 && w->ndim == 2 && x->shape[1] == w->shape[1]);
@@ -158,11 +183,13 @@ em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b) {
           memcpy(yp + (size_t)(i * K + k) * es, bp + (size_t)(k * b->stride[0]) * es, es);
     beta = 1.0;
   }
-  em_gemm(x->dtype, xo.trans, true, N, K, D, 1.0, xo.ptr, xo.ld, em_tensor_ptr(w),
-          w->shape[1] == 1 ? 1 : w->stride[0], beta, em_tensor_ptr(y), K);
+  em_bf16_kernel kern = em_autocast_kernel();
+  gemm_amp(kern, x->dtype, xo.trans, true, N, K, D, xo.ptr, xo.ld, em_tensor_ptr(w),
+           w->shape[1] == 1 ? 1 : w->stride[0], beta, em_tensor_ptr(y), K);
   em_tensor *ins[3] = {x, w, b};
   if (em_needs_grad(3, ins)) {
-    em_node *nd = em_record("linear", linear_backward, y, 3, ins);
+    bool amp = kern != EM_BF16_KERNEL_NONE && x->dtype == EM_DTYPE_F32;
+    em_node *nd = em_record("linear", amp ? linear_backward_bf16 : linear_backward, y, 3, ins);
     nd->saved[0] = x;
   }
   return EM_OP_END(y);
@@ -190,7 +217,7 @@ static em_blas_operand slice_operand(const em_tensor *t, int nb, const int64_t *
   return op;
 }
 
-static void matmul_backward(em_node *n) {
+static void matmul_backward_with(em_node *n, em_bf16_kernel kern) {
   em_tensor *a = n->saved[0], *b = n->saved[1]; /* BLAS-ready operands */
   em_tensor *gy = n->out->grad;                 /* (..., L, K) contiguous */
   int nb = gy->ndim - 2;
@@ -212,15 +239,18 @@ static void matmul_backward(em_node *n) {
       char *gp = (char *)g->data + (size_t)batch_offset(g, nb, gy->shape, bi) * es;
       if (which == 0) { /* da (L, D) += gy (L, K) @ b^T (K, D) */
         em_blas_operand bo = slice_operand(b, nb, gy->shape, bi);
-        em_gemm(dt, false, !bo.trans, L, D, K, 1.0, gyp, K, bo.ptr, bo.ld, 1.0, gp, D);
+        gemm_amp(kern, dt, false, !bo.trans, L, D, K, gyp, K, bo.ptr, bo.ld, 1.0, gp, D);
       } else { /* db (D, K) += a^T (D, L) @ gy (L, K) */
         em_blas_operand ao = slice_operand(a, nb, gy->shape, bi);
-        em_gemm(dt, !ao.trans, false, D, K, L, 1.0, ao.ptr, ao.ld, gyp, K, 1.0, gp, K);
+        gemm_amp(kern, dt, !ao.trans, false, D, K, L, ao.ptr, ao.ld, gyp, K, 1.0, gp, K);
       }
     }
     em_grad_accumulate(orig, g);
   }
 }
+
+static void matmul_backward(em_node *n) { matmul_backward_with(n, EM_BF16_KERNEL_NONE); }
+static void matmul_backward_bf16(em_node *n) { matmul_backward_with(n, em_bf16_kernel_best()); }
 
 /* t itself when its last two dims can go to BLAS as they are, else a
  * contiguous copy. */
@@ -253,14 +283,16 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
   em_tensor *ac = inner_blas_ready(a), *bc = inner_blas_ready(b);
   int64_t nbatch = 1;
   for (int d = 0; d < nb; d++) nbatch *= shape[d];
+  em_bf16_kernel kern = em_autocast_kernel();
   for (int64_t bi = 0; bi < nbatch; bi++) {
     em_blas_operand ao = slice_operand(ac, nb, shape, bi), bo = slice_operand(bc, nb, shape, bi);
-    em_gemm(a->dtype, ao.trans, bo.trans, L, K, D, 1.0, ao.ptr, ao.ld, bo.ptr, bo.ld, 0.0,
-            (char *)em_tensor_ptr(y) + (size_t)(bi * L * K) * es, K);
+    gemm_amp(kern, a->dtype, ao.trans, bo.trans, L, K, D, ao.ptr, ao.ld, bo.ptr, bo.ld, 0.0,
+             (char *)em_tensor_ptr(y) + (size_t)(bi * L * K) * es, K);
   }
   em_tensor *ins[2] = {a, b};
   if (em_needs_grad(2, ins)) {
-    em_node *nd = em_record("matmul", matmul_backward, y, 2, ins);
+    bool amp = kern != EM_BF16_KERNEL_NONE && a->dtype == EM_DTYPE_F32;
+    em_node *nd = em_record("matmul", amp ? matmul_backward_bf16 : matmul_backward, y, 2, ins);
     nd->saved[0] = ac;
     nd->saved[1] = bc;
   }
