@@ -461,6 +461,10 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
   json_object_set_new(o, "train_samples_per_sec", json_real(s->train_samples_per_sec));
   json_object_set_new(o, "threads", json_integer(cfg->threads));
   json_object_set_new(o, "blas_core", json_string(em_blas_core()));
+  if (cfg->amp != EM_AMP_OFF) { /* the mode, and the GEMM it ran on ("none": f32) */
+    json_object_set_new(o, "amp", json_string(em_amp_mode_name(cfg->amp)));
+    json_object_set_new(o, "amp_kernel", json_string(em_bf16_kernel_name(em_bf16_kernel_best())));
+  }
   json_object_set_new(o, "seed", json_integer((json_int_t)cfg->seed));
   json_object_set_new(o, "stopped", json_boolean(s->stopped));
   json_object_set_new(o, "metrics", app_metrics_json()); /* plugin metrics of the last eval */
@@ -720,6 +724,12 @@ int cli_cmd_train(int argc, char **argv) {
   sinks.stop_after = o.stop_after_steps;
   sinks.last_step = j.parent ? j.ckpt.step : 0;
   if (run && !o.quiet) fprintf(stderr, "recording as run %lld in %s\n", (long long)run, regdir);
+  if (j.cfg.amp == EM_AMP_BF16 && !o.quiet) { /* which GEMM autocast runs on */
+    em_bf16_kernel k = em_bf16_kernel_best();
+    fprintf(stderr, "amp bf16: %s\n", k == EM_BF16_KERNEL_NONE
+                                           ? "this CPU has no AVX512-BF16 or AMX: running f32"
+                                           : em_bf16_kernel_name(k));
+  }
 
   em_train_diagnostics diag;
   em_train_diagnostics_defaults(&diag);

@@ -14,7 +14,7 @@ enum {
   OPT_EPOCHS = 256, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD,
   OPT_SCHEDULE, OPT_WARMUP, OPT_CLIP, OPT_ACCUM, OPT_SMOOTH, OPT_SEED, OPT_THREADS, OPT_WORKERS,
   OPT_LIMIT, OPT_NO_SHUFFLE, OPT_DATASET, OPT_DATA_DIR, OPT_CKPT_EVERY, OPT_ON_DIVERGENCE,
-  OPT_DIV_LR_FACTOR,
+  OPT_DIV_LR_FACTOR, OPT_AMP, OPT_AMP_SCALER,
   OPT_LAST_SETTING,
   /* everything else */
   OPT_INIT, OPT_SAVE, OPT_QUIET, OPT_WEIGHTS, OPT_HELP, OPT_REGISTRY, OPT_NO_RECORD, OPT_NAME,
@@ -45,6 +45,8 @@ static const struct option long_opts[] = {
     {"checkpoint-every", required_argument, 0, OPT_CKPT_EVERY},
     {"on-divergence", required_argument, 0, OPT_ON_DIVERGENCE},
     {"divergence-lr-factor", required_argument, 0, OPT_DIV_LR_FACTOR},
+    {"amp", required_argument, 0, OPT_AMP},
+    {"amp-scaler", no_argument, 0, OPT_AMP_SCALER},
     {"init", required_argument, 0, OPT_INIT},
     {"save", required_argument, 0, OPT_SAVE},
     {"quiet", no_argument, 0, OPT_QUIET},
@@ -134,6 +136,13 @@ static void apply_one(int code, const char *arg, em_train_config *cfg) {
   case OPT_DIV_LR_FACTOR:
     cfg->divergence_lr_factor = cli_parse_num("--divergence-lr-factor", arg, 1e-6, 1);
     break;
+  case OPT_AMP: {
+    em_error err = {0};
+    if (em_amp_mode_parse(arg, &cfg->amp, &err) != EM_OK)
+      cli_die_usage("--amp expects bf16, f16 or off, got '%s'", arg);
+    break;
+  }
+  case OPT_AMP_SCALER: cfg->amp_scaler = true; break;
   default: break;
   }
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "em-amp.h"
 #include "em-data.h"
 #include "em-dist.h"
 #include "em-nn.h"
@@ -54,6 +55,12 @@ typedef struct {
   double divergence_lr_factor; /* rollback multiplies the lr by this; default 0.5 */
   double divergence_spike_factor; /* default 10 */
   int max_rollbacks;           /* then stop with an error; default 5 */
+  /* mixed precision (em-amp.h): bf16 autocasts forward and loss; f16 is
+   * a GPU mode, refused on the CPU; off (the default) changes nothing */
+  em_amp_mode amp;
+  /* dynamic loss scaling with GradScaler's rules: off by default for bf16,
+   * as in PyTorch; its state goes into checkpoints */
+  bool amp_scaler;
 } em_train_config;
 
 void em_train_config_defaults(em_train_config *c);

@@ -16,6 +16,8 @@
  *                          model part (everything but "name", "training",
  *                          "loss" and "description") with the model's
  *   config                 em_train_config_to_json
+ *   amp_scale, amp_growth_tracker, amp_skipped   the loss scaler's state
+ *                          (em-amp.h), only when cfg.amp_scaler is on
  *   checksum               "crc32:xxxxxxxx" over every tensor (name, dtype,
  *                          shape, data) and every other metadata entry, in
  *                          name order, so a flipped byte anywhere is caught

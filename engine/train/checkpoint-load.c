@@ -136,6 +136,9 @@ typedef struct {
   double lr_scale;
   int64_t rollbacks;
   em_watchdog watch;
+  bool has_scaler; /* the loss scaler's state (amp_*) is there */
+  double amp_scale;
+  int64_t amp_tracker, amp_skipped;
 } ckpt_state;
 
 static em_status parse_state(em_safetensors *f, const char *path, ckpt_state *s,
@@ -180,6 +183,16 @@ static em_status parse_state(em_safetensors *f, const char *path, ckpt_state *s,
                         "number of norms listed", path);
   s->watch.seen = seen;
   s->watch.spike_factor = spike_factor;
+  s->has_scaler = em_safetensors_meta(f, "amp_scale") != NULL;
+  if (s->has_scaler) {
+    EM_TRY(meta_double(f, path, "amp_scale", &s->amp_scale, err));
+    EM_TRY(meta_i64(f, path, "amp_growth_tracker", &s->amp_tracker, err));
+    EM_TRY(meta_i64(f, path, "amp_skipped", &s->amp_skipped, err));
+    if (!(s->amp_scale >= 0 && s->amp_scale <= 3.5e38) || s->amp_tracker < 0 ||
+        s->amp_tracker > INT_MAX || s->amp_skipped < 0)
+      return em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s': the loss scaler's state "
+                          "(amp_scale, amp_growth_tracker, amp_skipped) is out of range", path);
+  }
   return EM_OK;
 }
 
@@ -319,6 +332,11 @@ static em_status restore(em_trainer *t, const char *path, bool keep_scale, em_er
     t->micro = 0;
     t->rng = s.rng;
     t->watch = s.watch;
+    if (s.has_scaler && t->scaler.enabled) {
+      t->scaler.scale = (float)s.amp_scale;
+      t->scaler.growth_tracker = (int)s.amp_tracker;
+      t->scaler.skipped = s.amp_skipped;
+    }
     if (!keep_scale) {
       t->lr_scale = s.lr_scale;
       t->rollbacks = (int)s.rollbacks;

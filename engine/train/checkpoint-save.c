@@ -11,11 +11,14 @@
 
 enum {
   M_FORMAT, M_VERSION, M_EPOCH, M_BATCH, M_STEP, M_RNG, M_LR_SCALE, M_ROLLBACKS, M_LOSS_SUM,
-  M_NORMS, M_NORMS_SEEN, M_SPEC, M_CONFIG, M_CHECKSUM, M_COUNT
+  M_NORMS, M_NORMS_SEEN, M_SPEC, M_CONFIG, M_CHECKSUM,
+  M_AMP_SCALE, M_AMP_TRACKER, M_AMP_SKIPPED, /* only with the loss scaler */
+  M_COUNT
 };
 static const char *const meta_keys[M_COUNT] = {
   "format", "version", "epoch", "batch", "step", "rng", "lr_scale", "rollbacks", "loss_sum",
   "grad_norms", "grad_norms_seen", "spec", "config", "checksum",
+  "amp_scale", "amp_growth_tracker", "amp_skipped",
 };
 
 /* The watchdog's remembered norms, oldest first, comma-separated. */
@@ -87,6 +90,21 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
   vals[M_NORMS_SEEN] = strdup(buf);
   vals[M_SPEC] = em_checkpoint_spec_text(spec);
   vals[M_CONFIG] = em_train_config_to_json(&t->cfg);
+  /* the loss scaler's state, written only when it is on */
+  int n_meta = t->scaler.enabled ? M_COUNT : M_CHECKSUM + 1;
+  if (t->scaler.enabled) {
+    snprintf(buf, sizeof buf, "%.9g", (double)t->scaler.scale);
+    vals[M_AMP_SCALE] = strdup(buf);
+    snprintf(buf, sizeof buf, "%d", t->scaler.growth_tracker);
+    vals[M_AMP_TRACKER] = strdup(buf);
+    snprintf(buf, sizeof buf, "%" PRId64, t->scaler.skipped);
+    vals[M_AMP_SKIPPED] = strdup(buf);
+    for (int k = M_AMP_SCALE; k < M_COUNT; k++)
+      if (!vals[k]) {
+        st = em_error_set(&e, EM_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
+        goto out;
+      }
+  }
   for (int k = 0; k < M_CHECKSUM; k++)
     if (!vals[k]) {
       st = em_error_set(&e, k == M_CONFIG ? EM_ERR_INVALID : EM_ERR_NOMEM,
@@ -97,14 +115,16 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
     }
 
   em_ckpt_meta meta[M_COUNT - 1];
-  for (int k = 0; k < M_CHECKSUM; k++) meta[k] = (em_ckpt_meta){meta_keys[k], vals[k]};
+  int n_sum = 0; /* every entry but the checksum */
+  for (int k = 0; k < n_meta; k++)
+    if (k != M_CHECKSUM) meta[n_sum++] = (em_ckpt_meta){meta_keys[k], vals[k]};
   for (int i = 0; i < n; i++) ck[i] = (em_ckpt_tensor){ts[i].name, ts[i].t};
-  snprintf(buf, sizeof buf, "crc32:%08" PRIx32, em_checkpoint_checksum(ck, n, meta, M_CHECKSUM));
+  snprintf(buf, sizeof buf, "crc32:%08" PRIx32, em_checkpoint_checksum(ck, n, meta, n_sum));
   if (!(vals[M_CHECKSUM] = strdup(buf))) {
     st = em_error_set(&e, EM_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
     goto out;
   }
-  st = em_safetensors_save(path, n, ts, M_COUNT, meta_keys, (const char *const *)vals, &e);
+  st = em_safetensors_save(path, n, ts, n_meta, meta_keys, (const char *const *)vals, &e);
   if (st == EM_OK) {
     /* Absolute, so that a later chdir does not lose it for rollbacks. */
     char *abs = realpath(path, NULL);

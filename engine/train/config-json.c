@@ -105,7 +105,10 @@ char *em_train_config_to_json(const em_train_config *c) {
             put_str(j, "on_divergence", divergence_names[c->on_divergence]) &&
             put_real(j, "divergence_lr_factor", c->divergence_lr_factor) &&
             put_real(j, "divergence_spike_factor", c->divergence_spike_factor) &&
-            put_int(j, "max_rollbacks", c->max_rollbacks);
+            put_int(j, "max_rollbacks", c->max_rollbacks) &&
+            /* written only when on, so that a run without amp is stored as before */
+            (c->amp == EM_AMP_OFF || put_str(j, "amp", em_amp_mode_name(c->amp))) &&
+            (!c->amp_scaler || put_bool(j, "amp_scaler", true));
   json_decref(optim);
   json_decref(sched);
   char *text = ok ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
@@ -291,11 +294,17 @@ static em_status config_field(em_train_config *c, const char *key, const json_t 
   if (strcmp(key, "divergence_spike_factor") == 0)
     return em_json_want_num(sec, key, v, &c->divergence_spike_factor, err);
   if (strcmp(key, "max_rollbacks") == 0) return want_c_int(sec, key, v, &c->max_rollbacks, err);
+  if (strcmp(key, "amp_scaler") == 0) return em_json_want_bool(sec, key, v, &c->amp_scaler, err);
+  if (strcmp(key, "amp") == 0) {
+    char name[16];
+    EM_TRY(em_json_want_str(sec, key, v, name, sizeof name, err));
+    return em_amp_mode_parse(name, &c->amp, err);
+  }
   return unknown_key(sec, key, "dataset, data_dir, batch_size, epochs, limit, shuffle, "
                      "drop_last, workers, optim, schedule, clip_grad_norm, accumulate, loss, "
                      "label_smoothing, seed, threads, eval_every, checkpoint_every, "
                      "checkpoint_dir, on_divergence, divergence_lr_factor, "
-                     "divergence_spike_factor, max_rollbacks", err);
+                     "divergence_spike_factor, max_rollbacks, amp, amp_scaler", err);
 }
 
 em_status em_train_config_from_json(em_train_config *c, const char *json, em_error *err) {

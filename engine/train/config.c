@@ -157,12 +157,18 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
     } else if (strcmp(key, "eval_every") == 0) {
       TRY(want_int(sec, key, v, 0, 1000000, &i, err));
       c->eval_every = (int)i;
+    } else if (strcmp(key, "amp_scaler") == 0) TRY(want_bool(sec, key, v, &c->amp_scaler, err));
+    else if (strcmp(key, "amp") == 0) {
+      char name[16];
+      TRY(want_str(sec, key, v, name, sizeof name, err));
+      TRY(em_amp_mode_parse(name, &c->amp, err));
     } else
       return em_error_set(err, EM_ERR_INVALID,
                           "\"training\": unknown key \"%s\"; known: dataset, data_dir, optimizer, "
                           "lr, momentum, dampening, nesterov, weight_decay, betas, eps, amsgrad, "
                           "batch_size, epochs, schedule, clip_grad_norm, accumulate, seed, "
-                          "shuffle, drop_last, workers, limit, eval_every, metrics",
+                          "shuffle, drop_last, workers, limit, eval_every, metrics, amp, "
+                          "amp_scaler",
                           key);
   }
   em_schedule_init(&c->schedule, EM_SCHED_CONSTANT, c->optim.lr);
@@ -211,6 +217,17 @@ em_status em_train_config_validate(const em_train_config *c, em_error *err) {
   if (c->accumulate < 1)
     return em_error_set(err, EM_ERR_INVALID, "accumulate must be at least 1");
   if (c->threads < 1) return em_error_set(err, EM_ERR_INVALID, "threads must be at least 1");
+  if (c->amp == EM_AMP_F16)
+    return em_error_set(err, EM_ERR_UNSUPPORTED,
+                        "amp f16 is a GPU mode (f16 compute with the gradient scaler) and this "
+                        "run is on the CPU: use --amp bf16 (autocast on AVX512-BF16) or off");
+  if (c->amp_scaler && c->amp == EM_AMP_OFF)
+    return em_error_set(err, EM_ERR_INVALID,
+                        "the loss scaler (amp_scaler) works with mixed precision: give --amp "
+                        "bf16 as well, or leave the scaler off");
+  if ((unsigned)c->amp > EM_AMP_F16)
+    return em_error_set(err, EM_ERR_INVALID, "unknown amp mode %d (off, bf16 or f16)",
+                        (int)c->amp);
   if (c->checkpoint_every < 0)
     return em_error_set(err, EM_ERR_INVALID,
                         "checkpoint_every must be 0 (no periodic checkpoints) or a number of "

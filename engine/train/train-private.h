@@ -73,6 +73,7 @@ struct em_trainer {
   double lr_scale;  /* product of the rollbacks' lr factors */
   int rollbacks;    /* divergence rollbacks so far */
   em_watchdog watch;
+  em_grad_scaler scaler; /* cfg.amp_scaler: dynamic loss scaling (em-amp.h) */
   bool jumped;      /* a checkpoint was loaded: the loop restarts at pos */
   bool running;     /* inside em_trainer_run */
   char last_ckpt[4096]; /* the checkpoint last written or loaded; "" none */

@@ -79,6 +79,7 @@ em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_datas
   t->lr_scale = 1.0;
   em_train_diagnostics_defaults(&t->diag);
   em_watchdog_init(&t->watch, c->divergence_spike_factor);
+  em_grad_scaler_init(&t->scaler, c->amp_scaler);
   return t;
 fail:
   em_trainer_free(t);
@@ -204,18 +205,23 @@ static em_status micro_batch(run_ctx *r, const em_batch *b, double *loss, em_err
   memcpy(xshape + 1, t->sample_shape, sizeof(int64_t) * (size_t)t->sample_ndim);
   em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, t->sample_ndim + 1, xshape, (void *)b->x);
   em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b->n, (void *)b->y);
+  /* autocast covers forward and loss; backward accumulates f32 grads */
+  em_amp_mode amp_prev = em_autocast_begin(t->cfg.amp);
   em_tensor *out = em_model_forward(t->model, x, true, &t->rng, err);
   if (!out) {
+    em_autocast_restore(amp_prev);
     em_scope_end(s);
     em_status st = err ? err->status : EM_ERR_INVALID;
     return st == EM_OK ? EM_ERR_INVALID : st;
   }
   em_tensor *l = em_train_loss(t->cfg.loss, out, y, t->cfg.label_smoothing);
+  em_autocast_restore(amp_prev);
   *loss = em_tensor_item(l);
   em_status st = t->diag.detect_anomaly ? em_anomaly_check(err) : EM_OK;
   if (st == EM_OK) st = em_trainer_ddp_mean_loss(t, loss, err); /* data-parallel */
   if (st == EM_OK && isfinite(*loss)) {
     if (r->acc > 1) l = em_mul_scalar(l, 1.0 / r->acc);
+    if (t->scaler.enabled) l = em_mul_scalar(l, em_grad_scaler_loss_scale(&t->scaler));
     /* data-parallel: the step's last micro-batch reduces the gradients */
     bool reduce = t->ddp && (t->micro + 1 == r->acc || t->pos.batch + 1 == r->bpe);
     if (reduce) em_ddp_backward_begin(t->ddp);
@@ -227,11 +233,33 @@ static em_status micro_batch(run_ctx *r, const em_batch *b, double *loss, em_err
   return st;
 }
 
+/* With the loss scaler: unscales the gradients; on an Inf/NaN among them
+ * drops them, backs the scale off and returns true (the step is skipped,
+ * as GradScaler.step does). */
+static bool scaler_skips(em_trainer *t) {
+  if (!t->scaler.enabled) return false;
+  bool found_inf = false;
+  for (int i = 0; i < t->n_params; i++) { /* the grads this step wrote */
+    em_tensor *p = t->params[i];
+    if (p->grad && !(p->flags & EM_TENSOR_GRAD_STALE))
+      found_inf |= em_grad_scaler_unscale(&t->scaler, 1, &p->grad);
+  }
+  if (!found_inf) return false;
+  em_grad_scaler_update(&t->scaler, true);
+  em_optimizer_zero_grad(t->opt);
+  t->micro = 0;
+  return true;
+}
+
 /* The optimiser step closing an accumulation: the global gradient norm
  * (clipping when asked), the watchdog, then lr and step. *v reports a
- * divergence, in which case nothing was updated. */
-static void optimizer_step(run_ctx *r, em_watch_verdict *v, double *norm) {
+ * divergence, in which case nothing was updated; so does *skipped, for a
+ * step the loss scaler dropped. */
+static void optimizer_step(run_ctx *r, em_watch_verdict *v, double *norm, bool *skipped) {
   em_trainer *t = r->t;
+  *v = EM_WATCH_OK;
+  *norm = 0;
+  if ((*skipped = scaler_skips(t))) return;
   double clip = t->cfg.clip_grad_norm;
   *norm = em_clip_grad_norm(t->n_params, t->params, clip > 0 ? clip : INFINITY);
   *v = em_watchdog_check_norm(&t->watch, *norm);
@@ -242,6 +270,7 @@ static void optimizer_step(run_ctx *r, em_watch_verdict *v, double *norm) {
   if (r->cycle_momentum)
     em_optimizer_set_momentum(t->opt, em_schedule_momentum(&r->sched, step, 0));
   em_optimizer_step(t->opt);
+  em_grad_scaler_update(&t->scaler, false);
   em_optimizer_zero_grad(t->opt);
   t->pos.step = em_optimizer_steps(t->opt);
   t->micro = 0;
@@ -293,14 +322,15 @@ static em_status run_batches(run_ctx *r, em_error *err) {
       double norm;
       if (t->ddp && (st = em_ddp_finish(t->ddp, err)) != EM_OK) break;
       span = em_profile_range_begin("optimizer.step");
-      optimizer_step(r, &v, &norm);
+      bool skipped;
+      optimizer_step(r, &v, &norm, &skipped);
       em_profile_range_end(span);
       if (v != EM_WATCH_OK) {
         if ((st = diverged(r, v, norm, err)) != EM_OK) break;
         continue;
       }
       r->ev.grad_norm = norm;
-      stepped = true;
+      stepped = !skipped;
     }
     double el = r->train_time + (now_s() - t0);
     r->ev.epoch = t->pos.epoch;
