@@ -12,25 +12,15 @@
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "em-amp.h"
 #include "em-ops.h"
-
-static void write_raw(const char *dir, const char *name, const void *p, size_t n) {
-  g_autofree char *path = g_strdup_printf("%s/%s.bin", dir, name);
-  g_autoptr(GError) err = NULL;
-  g_assert_true(g_file_set_contents(path, p, (gssize)n, &err));
-}
+#include "torch-script.h"
 
 static const char *const files[] = {"rin", "rout", "x", "w", "b", "gy", "y", "dx", "dw", "db"};
 
 static void test_torch(void) {
-  const char *py = "/usr/bin/python3", *root = g_getenv("EMBER_SOURCE_ROOT");
-  if (!g_file_test(py, G_FILE_TEST_IS_EXECUTABLE) || !root) {
-    g_test_skip("no /usr/bin/python3 or EMBER_SOURCE_ROOT");
-    return;
-  }
+  if (!test_torch_available()) return;
   if (em_bf16_kernel_best() == EM_BF16_KERNEL_NONE) {
     g_test_skip("this CPU has no AVX512-BF16: autocast runs f32");
     return;
@@ -55,8 +45,8 @@ static void test_torch(void) {
     memcpy(&f, &rin[i], sizeof f);
     rout[i] = em_bf16_from_f32(f);
   }
-  write_raw(dir, "rin", rin, sizeof(uint32_t) * R);
-  write_raw(dir, "rout", rout, sizeof(uint16_t) * R);
+  test_write_raw(dir, "rin", rin, sizeof(uint32_t) * R);
+  test_write_raw(dir, "rout", rout, sizeof(uint16_t) * R);
 
   /* a Linear layer under autocast */
   enum { N = 64, D = 300, K = 40 };
@@ -75,30 +65,18 @@ static void test_torch(void) {
   em_tensor *y = em_linear(x, w, b);
   em_autocast_restore(prev);
   em_backward_grad(y, em_from_data(EM_DTYPE_F32, 2, ys, gy));
-  write_raw(dir, "x", em_f32(x), sizeof(float) * N * D);
-  write_raw(dir, "w", em_f32(w), sizeof(float) * K * D);
-  write_raw(dir, "b", em_f32(b), sizeof(float) * K);
-  write_raw(dir, "gy", gy, sizeof(float) * N * K);
-  write_raw(dir, "y", em_f32(y), sizeof(float) * N * K);
-  write_raw(dir, "dx", em_f32(x->grad), sizeof(float) * N * D);
-  write_raw(dir, "dw", em_f32(w->grad), sizeof(float) * K * D);
-  write_raw(dir, "db", em_f32(b->grad), sizeof(float) * K);
+  test_write_raw(dir, "x", em_f32(x), sizeof(float) * N * D);
+  test_write_raw(dir, "w", em_f32(w), sizeof(float) * K * D);
+  test_write_raw(dir, "b", em_f32(b), sizeof(float) * K);
+  test_write_raw(dir, "gy", gy, sizeof(float) * N * K);
+  test_write_raw(dir, "y", em_f32(y), sizeof(float) * N * K);
+  test_write_raw(dir, "dx", em_f32(x->grad), sizeof(float) * N * D);
+  test_write_raw(dir, "dw", em_f32(w->grad), sizeof(float) * K * D);
+  test_write_raw(dir, "db", em_f32(b->grad), sizeof(float) * K);
   em_scope_end(s);
 
-  g_autofree char *script = g_build_filename(root, "tests/engine/amp/amp-torch-ref.py", NULL);
   g_autofree char *dims = g_strdup_printf("%d,%d,%d,%d", R, N, D, K);
-  const char *argv[] = {py, script, dir, dims, NULL};
-  int status = 0;
-  g_autofree char *out = NULL, *errout = NULL;
-  g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &out,
-                             &errout, &status, &err));
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
-    g_test_skip("PyTorch is not importable by /usr/bin/python3");
-  } else {
-    if (!g_spawn_check_wait_status(status, &err))
-      g_error("amp-torch-ref.py: %s\n%s%s", err->message, out, errout);
-    g_test_message("%s", out);
-  }
+  test_run_torch_script("tests/engine/amp/amp-torch-ref.py", dir, dims);
   for (size_t i = 0; i < G_N_ELEMENTS(files); i++) {
     g_autofree char *p = g_strdup_printf("%s/%s.bin", dir, files[i]);
     g_remove(p);

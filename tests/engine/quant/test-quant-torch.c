@@ -11,22 +11,12 @@
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <math.h>
-#include <sys/wait.h>
 
 #include "quant-private.h"
-
-static void write_raw(const char *dir, const char *name, const void *p, size_t n) {
-  g_autofree char *path = g_strdup_printf("%s/%s.bin", dir, name);
-  g_autoptr(GError) err = NULL;
-  g_assert_true(g_file_set_contents(path, p, (gssize)n, &err));
-}
+#include "torch-script.h"
 
 static void test_torch(void) {
-  const char *py = "/usr/bin/python3", *root = g_getenv("EMBER_SOURCE_ROOT");
-  if (!g_file_test(py, G_FILE_TEST_IS_EXECUTABLE) || !root) {
-    g_test_skip("no /usr/bin/python3 or EMBER_SOURCE_ROOT");
-    return;
-  }
+  if (!test_torch_available()) return;
   g_autoptr(GError) err = NULL;
   g_autofree char *dir = g_dir_make_tmp("ember-quant-XXXXXX", &err);
   g_assert_nonnull(dir);
@@ -48,25 +38,13 @@ static void test_torch(void) {
   em_scope *s = em_scope_begin();
   em_quant_linear_run(&L, em_qgemm_kernel_best(), x, M, y);
   em_scope_end(s);
-  write_raw(dir, "x", x, sizeof(float) * M * D);
-  write_raw(dir, "w", w, sizeof(float) * K * D);
-  write_raw(dir, "b", b, sizeof(float) * K);
-  write_raw(dir, "y", y, sizeof(float) * M * K);
+  test_write_raw(dir, "x", x, sizeof(float) * M * D);
+  test_write_raw(dir, "w", w, sizeof(float) * K * D);
+  test_write_raw(dir, "b", b, sizeof(float) * K);
+  test_write_raw(dir, "y", y, sizeof(float) * M * K);
 
-  g_autofree char *script = g_build_filename(root, "tests/engine/quant/quant-torch-ref.py", NULL);
   g_autofree char *dims = g_strdup_printf("%d,%d,%d", M, D, K);
-  const char *argv[] = {py, script, dir, dims, NULL};
-  int status = 0;
-  g_autofree char *out = NULL, *errout = NULL;
-  g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &out,
-                             &errout, &status, &err));
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
-    g_test_skip("PyTorch is not importable by /usr/bin/python3");
-  } else {
-    if (!g_spawn_check_wait_status(status, &err))
-      g_error("quant-torch-ref.py: %s\n%s%s", err->message, out, errout);
-    g_test_message("%s", out);
-  }
+  test_run_torch_script("tests/engine/quant/quant-torch-ref.py", dir, dims);
   const char *names[] = {"x", "w", "b", "y"};
   for (int i = 0; i < 4; i++) {
     g_autofree char *p = g_strdup_printf("%s/%s.bin", dir, names[i]);
