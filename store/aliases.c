@@ -121,6 +121,21 @@ em_status em_store_model_rollback(em_store *s, const char *name, const char *ali
   return st;
 }
 
+static void read_audit_row(em_store *s, sqlite3_stmt *q, void *elem) {
+  (void)s;
+  em_audit_row *a = elem;
+  *a = (em_audit_row){
+      .id = sqlite3_column_int64(q, 0),
+      .alias = em_col_text(q, 1),
+      .action = em_col_text(q, 2),
+      .from_version = sqlite3_column_int(q, 3),
+      .to_version = sqlite3_column_int(q, 4),
+      .user = em_col_text(q, 5),
+      .host = em_col_text(q, 6),
+      .time = sqlite3_column_double(q, 7),
+  };
+}
+
 em_status em_store_model_history(em_store *s, const char *name, em_audit_row **out, int *n,
                                  em_error *err) {
   *out = NULL;
@@ -135,24 +150,9 @@ em_status em_store_model_history(em_store *s, const char *name, em_audit_row **o
                       &q, err);
   if (!st) st = EM_SQL_BIND(s, q, err, "i", model);
   if (st) return st;
-  GArray *arr = g_array_new(FALSE, TRUE, sizeof(em_audit_row));
-  bool row = false;
-  while (!(st = EM_SQL_STEP(s, q, &row, err)) && row) {
-    em_audit_row a = {
-        .id = sqlite3_column_int64(q, 0),
-        .alias = em_col_text(q, 1),
-        .action = em_col_text(q, 2),
-        .from_version = sqlite3_column_int(q, 3),
-        .to_version = sqlite3_column_int(q, 4),
-        .user = em_col_text(q, 5),
-        .host = em_col_text(q, 6),
-        .time = sqlite3_column_double(q, 7),
-    };
-    g_array_append_val(arr, a);
-  }
-  sqlite3_reset(q);
-  int count = (int)arr->len;
-  em_audit_row *rows = (em_audit_row *)g_array_free(arr, FALSE);
+  em_audit_row *rows = NULL;
+  int count = 0;
+  st = EM_SQL_COLLECT(s, q, sizeof *rows, read_audit_row, &rows, &count, err);
   if (st) {
     em_audit_rows_free(rows, count);
     return st;

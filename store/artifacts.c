@@ -47,6 +47,21 @@ em_status em_store_artifact_add(em_store *s, const char *abs_path, const char *k
   return st;
 }
 
+static void read_artifact(em_store *s, sqlite3_stmt *q, void *elem) {
+  em_artifact *a = elem;
+  char path[PATH_MAX];
+  em_store_path_from_row(s, (const char *)sqlite3_column_text(q, 1), path, sizeof path);
+  *a = (em_artifact){
+      .id = sqlite3_column_int64(q, 0),
+      .path = g_strdup(path),
+      .kind = em_col_text(q, 2),
+      .sha256 = em_col_text(q, 3),
+      .size = sqlite3_column_int64(q, 4),
+      .run = sqlite3_column_int64(q, 5),
+      .created = sqlite3_column_double(q, 6),
+  };
+}
+
 em_status em_store_artifacts_list(em_store *s, int64_t run, em_artifact **out, int *n,
                                   em_error *err) {
   *out = NULL;
@@ -58,25 +73,9 @@ em_status em_store_artifacts_list(em_store *s, int64_t run, em_artifact **out, i
                                 &q, err);
   if (!st) st = EM_SQL_BIND(s, q, err, "i", run);
   if (st) return st;
-  GArray *arr = g_array_new(FALSE, TRUE, sizeof(em_artifact));
-  bool row = false;
-  while (!(st = EM_SQL_STEP(s, q, &row, err)) && row) {
-    char path[PATH_MAX];
-    em_store_path_from_row(s, (const char *)sqlite3_column_text(q, 1), path, sizeof path);
-    em_artifact a = {
-        .id = sqlite3_column_int64(q, 0),
-        .path = g_strdup(path),
-        .kind = em_col_text(q, 2),
-        .sha256 = em_col_text(q, 3),
-        .size = sqlite3_column_int64(q, 4),
-        .run = sqlite3_column_int64(q, 5),
-        .created = sqlite3_column_double(q, 6),
-    };
-    g_array_append_val(arr, a);
-  }
-  sqlite3_reset(q);
-  int count = (int)arr->len;
-  em_artifact *res = (em_artifact *)g_array_free(arr, FALSE);
+  em_artifact *res = NULL;
+  int count = 0;
+  st = EM_SQL_COLLECT(s, q, sizeof *res, read_artifact, &res, &count, err);
   if (st) {
     em_artifacts_free(res, count);
     return st;

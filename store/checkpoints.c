@@ -141,6 +141,24 @@ void em_store_unlink_files(GPtrArray *paths) {
   }
 }
 
+static void read_checkpoint_row(em_store *s, sqlite3_stmt *q, void *elem) {
+  em_checkpoint_row *c = elem;
+  char path[PATH_MAX];
+  em_store_path_from_row(s, (const char *)sqlite3_column_text(q, 4), path, sizeof path);
+  *c = (em_checkpoint_row){
+      .id = sqlite3_column_int64(q, 0),
+      .run = sqlite3_column_int64(q, 1),
+      .step = sqlite3_column_int64(q, 2),
+      .epoch = sqlite3_column_int64(q, 3),
+      .path = g_strdup(path),
+      .sha256 = em_col_text(q, 5),
+      .size = sqlite3_column_int64(q, 6),
+      .kind = em_col_text(q, 7),
+      .metric = em_col_double(q, 8),
+      .created = sqlite3_column_double(q, 9),
+  };
+}
+
 em_status em_store_checkpoints_list(em_store *s, int64_t run, em_checkpoint_row **out, int *n,
                                     em_error *err) {
   *out = NULL;
@@ -154,28 +172,9 @@ em_status em_store_checkpoints_list(em_store *s, int64_t run, em_checkpoint_row 
                                 &q, err);
   if (!st) st = EM_SQL_BIND(s, q, err, "i", run);
   if (st) return st;
-  GArray *arr = g_array_new(FALSE, TRUE, sizeof(em_checkpoint_row));
-  bool row = false;
-  while (!(st = EM_SQL_STEP(s, q, &row, err)) && row) {
-    char path[PATH_MAX];
-    em_store_path_from_row(s, (const char *)sqlite3_column_text(q, 4), path, sizeof path);
-    em_checkpoint_row c = {
-        .id = sqlite3_column_int64(q, 0),
-        .run = sqlite3_column_int64(q, 1),
-        .step = sqlite3_column_int64(q, 2),
-        .epoch = sqlite3_column_int64(q, 3),
-        .path = g_strdup(path),
-        .sha256 = em_col_text(q, 5),
-        .size = sqlite3_column_int64(q, 6),
-        .kind = em_col_text(q, 7),
-        .metric = em_col_double(q, 8),
-        .created = sqlite3_column_double(q, 9),
-    };
-    g_array_append_val(arr, c);
-  }
-  sqlite3_reset(q);
-  int count = (int)arr->len;
-  em_checkpoint_row *rows = (em_checkpoint_row *)g_array_free(arr, FALSE);
+  em_checkpoint_row *rows = NULL;
+  int count = 0;
+  st = EM_SQL_COLLECT(s, q, sizeof *rows, read_checkpoint_row, &rows, &count, err);
   if (st) {
     em_checkpoint_rows_free(rows, count);
     return st;

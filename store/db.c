@@ -130,6 +130,21 @@ em_status em_db_step(em_store *s, sqlite3_stmt *q, bool *row, const char *func, 
   return st;
 }
 
+em_status em_db_collect(em_store *s, sqlite3_stmt *q, size_t elem_size, em_sql_row_fn read_row,
+                        void **rows, int *n, const char *func, int line, em_error *err) {
+  GArray *arr = g_array_new(FALSE, TRUE, (guint)elem_size);
+  em_status st = EM_OK;
+  bool row = false;
+  while (!(st = em_db_step(s, q, &row, func, line, err)) && row) {
+    g_array_set_size(arr, arr->len + 1);
+    read_row(s, q, arr->data + (size_t)(arr->len - 1) * elem_size);
+  }
+  sqlite3_reset(q);
+  *n = (int)arr->len;
+  *rows = g_array_free(arr, FALSE);
+  return st;
+}
+
 em_status em_db_run(em_store *s, const char *func, int line, em_error *err, const char *sql,
                     const char *fmt, ...) {
   sqlite3_stmt *q;

@@ -33,6 +33,19 @@ em_status em_store_metrics_get(em_store *s, int64_t run, const char *key, em_met
   return em_metric_chunks_read(s, run, key_id, pts, n, err);
 }
 
+static void read_metric_summary(em_store *s, sqlite3_stmt *q, void *elem) {
+  (void)s;
+  em_metric_summary *m = elem;
+  *m = (em_metric_summary){
+      .key = em_col_text(q, 0),
+      .count = sqlite3_column_int64(q, 1),
+      .min = em_col_double(q, 2),
+      .max = em_col_double(q, 3),
+      .last_step = sqlite3_column_int64(q, 4),
+      .last = em_col_double(q, 5),
+  };
+}
+
 em_status em_store_metrics_summary(em_store *s, int64_t run, em_metric_summary **out, int *n,
                                    em_error *err) {
   *out = NULL;
@@ -51,22 +64,9 @@ em_status em_store_metrics_summary(em_store *s, int64_t run, em_metric_summary *
                       &q, err);
   if (!st) st = EM_SQL_BIND(s, q, err, "i", run);
   if (st) return st;
-  GArray *arr = g_array_new(FALSE, TRUE, sizeof(em_metric_summary));
-  bool row = false;
-  while (!(st = EM_SQL_STEP(s, q, &row, err)) && row) {
-    em_metric_summary m = {
-        .key = em_col_text(q, 0),
-        .count = sqlite3_column_int64(q, 1),
-        .min = em_col_double(q, 2),
-        .max = em_col_double(q, 3),
-        .last_step = sqlite3_column_int64(q, 4),
-        .last = em_col_double(q, 5),
-    };
-    g_array_append_val(arr, m);
-  }
-  sqlite3_reset(q);
-  int count = (int)arr->len;
-  em_metric_summary *res = (em_metric_summary *)g_array_free(arr, FALSE);
+  em_metric_summary *res = NULL;
+  int count = 0;
+  st = EM_SQL_COLLECT(s, q, sizeof *res, read_metric_summary, &res, &count, err);
   if (st) {
     em_metric_summaries_free(res, count);
     return st;

@@ -219,6 +219,18 @@ em_status em_store_model_id(em_store *s, const char *name, int64_t *id, em_error
   return st;
 }
 
+static void read_model_row(em_store *s, sqlite3_stmt *q, void *elem) {
+  (void)s;
+  em_model_row *m = elem;
+  *m = (em_model_row){
+      .name = em_col_text(q, 0),
+      .versions = sqlite3_column_int(q, 1),
+      .latest = sqlite3_column_int(q, 2),
+      .aliases = em_col_text(q, 3),
+      .created = sqlite3_column_double(q, 4),
+  };
+}
+
 em_status em_store_models_list(em_store *s, em_model_row **out, int *n, em_error *err) {
   *out = NULL;
   *n = 0;
@@ -233,21 +245,9 @@ em_status em_store_models_list(em_store *s, em_model_row **out, int *n, em_error
       "FROM models m ORDER BY m.name",
       &q, err);
   if (st) return st;
-  GArray *arr = g_array_new(FALSE, TRUE, sizeof(em_model_row));
-  bool row = false;
-  while (!(st = EM_SQL_STEP(s, q, &row, err)) && row) {
-    em_model_row m = {
-        .name = em_col_text(q, 0),
-        .versions = sqlite3_column_int(q, 1),
-        .latest = sqlite3_column_int(q, 2),
-        .aliases = em_col_text(q, 3),
-        .created = sqlite3_column_double(q, 4),
-    };
-    g_array_append_val(arr, m);
-  }
-  sqlite3_reset(q);
-  int count = (int)arr->len;
-  em_model_row *rows = (em_model_row *)g_array_free(arr, FALSE);
+  em_model_row *rows = NULL;
+  int count = 0;
+  st = EM_SQL_COLLECT(s, q, sizeof *rows, read_model_row, &rows, &count, err);
   if (st) {
     em_model_rows_free(rows, count);
     return st;
@@ -263,6 +263,22 @@ void em_model_rows_free(em_model_row *m, int n) {
     g_free(m[i].aliases);
   }
   g_free(m);
+}
+
+static void read_version_row(em_store *s, sqlite3_stmt *q, void *elem) {
+  em_version_row *v = elem;
+  char path[PATH_MAX];
+  em_store_path_from_row(s, (const char *)sqlite3_column_text(q, 3), path, sizeof path);
+  *v = (em_version_row){
+      .version = sqlite3_column_int(q, 0),
+      .run = sqlite3_column_int64(q, 1),
+      .checkpoint = sqlite3_column_int64(q, 2),
+      .weights_path = g_strdup(path),
+      .sha256 = em_col_text(q, 4),
+      .metrics_json = em_col_text(q, 5),
+      .aliases = em_col_text(q, 6),
+      .created = sqlite3_column_double(q, 7),
+  };
 }
 
 em_status em_store_model_versions(em_store *s, const char *name, em_version_row **out, int *n,
@@ -285,26 +301,9 @@ em_status em_store_model_versions(em_store *s, const char *name, em_version_row 
                       &q, err);
   if (!st) st = EM_SQL_BIND(s, q, err, "i", model);
   if (st) return st;
-  GArray *arr = g_array_new(FALSE, TRUE, sizeof(em_version_row));
-  bool row = false;
-  while (!(st = EM_SQL_STEP(s, q, &row, err)) && row) {
-    char path[PATH_MAX];
-    em_store_path_from_row(s, (const char *)sqlite3_column_text(q, 3), path, sizeof path);
-    em_version_row v = {
-        .version = sqlite3_column_int(q, 0),
-        .run = sqlite3_column_int64(q, 1),
-        .checkpoint = sqlite3_column_int64(q, 2),
-        .weights_path = g_strdup(path),
-        .sha256 = em_col_text(q, 4),
-        .metrics_json = em_col_text(q, 5),
-        .aliases = em_col_text(q, 6),
-        .created = sqlite3_column_double(q, 7),
-    };
-    g_array_append_val(arr, v);
-  }
-  sqlite3_reset(q);
-  int count = (int)arr->len;
-  em_version_row *rows = (em_version_row *)g_array_free(arr, FALSE);
+  em_version_row *rows = NULL;
+  int count = 0;
+  st = EM_SQL_COLLECT(s, q, sizeof *rows, read_version_row, &rows, &count, err);
   if (st) {
     em_version_rows_free(rows, count);
     return st;

@@ -42,6 +42,19 @@ em_status em_store_run_event(em_store *s, int64_t run, int64_t step, const char 
   return st;
 }
 
+static void read_run_annotation(em_store *s, sqlite3_stmt *q, void *elem) {
+  (void)s;
+  em_run_annotation *a = elem;
+  *a = (em_run_annotation){
+      .kind = em_col_text(q, 1),
+      .key = em_col_text(q, 2),
+      .text = em_col_text(q, 3),
+      .step = sqlite3_column_int64(q, 4),
+      .time = sqlite3_column_double(q, 5),
+  };
+  if (!a->text) a->text = g_strdup("");
+}
+
 em_status em_store_run_annotations(em_store *s, int64_t run, em_run_annotation **out, int *n,
                                    em_error *err) {
   *out = NULL;
@@ -59,22 +72,9 @@ em_status em_store_run_annotations(em_store *s, int64_t run, em_run_annotation *
                         &q, err);
   if (!st) st = EM_SQL_BIND(s, q, err, "i", run);
   if (st) return st;
-  GArray *arr = g_array_new(FALSE, TRUE, sizeof(em_run_annotation));
-  bool row = false;
-  while (!(st = EM_SQL_STEP(s, q, &row, err)) && row) {
-    em_run_annotation a = {
-        .kind = em_col_text(q, 1),
-        .key = em_col_text(q, 2),
-        .text = em_col_text(q, 3),
-        .step = sqlite3_column_int64(q, 4),
-        .time = sqlite3_column_double(q, 5),
-    };
-    if (!a.text) a.text = g_strdup("");
-    g_array_append_val(arr, a);
-  }
-  sqlite3_reset(q);
-  int count = (int)arr->len;
-  em_run_annotation *res = (em_run_annotation *)g_array_free(arr, FALSE);
+  em_run_annotation *res = NULL;
+  int count = 0;
+  st = EM_SQL_COLLECT(s, q, sizeof *res, read_run_annotation, &res, &count, err);
   if (st) {
     em_run_annotations_free(res, count);
     return st;

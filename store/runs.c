@@ -143,6 +143,12 @@ static void run_from_row(sqlite3_stmt *q, em_run *r) {
   r->steps = sqlite3_column_int64(q, 17);
 }
 
+static void read_run(em_store *s, sqlite3_stmt *q, void *elem) {
+  (void)s;
+  em_run *r = elem;
+  run_from_row(q, r);
+}
+
 em_status em_store_runs_list(em_store *s, const em_run_filter *f, em_run **runs, int *n,
                              em_error *err) {
   *runs = NULL;
@@ -170,16 +176,9 @@ em_status em_store_runs_list(em_store *s, const em_run_filter *f, em_run **runs,
     if (!st) st = EM_SQL_CHECK(s, sqlite3_bind_text(q, 7, ds, -1, SQLITE_STATIC), err);
     if (!st) st = EM_SQL_CHECK(s, sqlite3_bind_text(q, 8, sha, -1, SQLITE_STATIC), err);
   }
-  GArray *out = g_array_new(FALSE, TRUE, sizeof(em_run));
-  bool row = false;
-  while (!st && !(st = EM_SQL_STEP(s, q, &row, err)) && row) {
-    em_run r;
-    run_from_row(q, &r);
-    g_array_append_val(out, r);
-  }
-  sqlite3_reset(q);
-  int count = (int)out->len;
-  em_run *arr = (em_run *)g_array_free(out, FALSE);
+  em_run *arr = NULL;
+  int count = 0;
+  if (!st) st = EM_SQL_COLLECT(s, q, sizeof *arr, read_run, &arr, &count, err);
   if (st) {
     em_runs_free(arr, count);
     return st;

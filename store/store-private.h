@@ -65,6 +65,16 @@ em_status em_db_bind(em_store *s, sqlite3_stmt *q, const char *func, int line, e
 em_status em_db_step(em_store *s, sqlite3_stmt *q, bool *row, const char *func, int line,
                      em_error *err);
 
+/* Steps q to its end, turning each row into one element of elem_size bytes
+ * (read_row fills it from the row; s for paths), and resets q. *rows gets
+ * the g_malloc'd array and *n its length even on an error, so that the
+ * caller frees what was read with its own *_free. */
+typedef void (*em_sql_row_fn)(em_store *s, sqlite3_stmt *q, void *elem);
+#define EM_SQL_COLLECT(s, q, size, read_row, rows, n, err) \
+  em_db_collect((s), (q), (size), (read_row), (void **)(rows), (n), __func__, __LINE__, (err))
+em_status em_db_collect(em_store *s, sqlite3_stmt *q, size_t elem_size, em_sql_row_fn read_row,
+                        void **rows, int *n, const char *func, int line, em_error *err);
+
 /* Prepares (cached), binds by fmt (NULL: none), steps to the end and
  * resets: for statements without results. */
 #define EM_SQL_RUN(s, err, sql, ...) em_db_run((s), __func__, __LINE__, (err), (sql), __VA_ARGS__)
