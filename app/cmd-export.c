@@ -8,12 +8,10 @@
  * (and -o OUT too, when given) and records the registry's file as an
  * artifact of kind "export" on the version's run. --quantize int8 exports
  * the Linear layers as dynamic int8 (em-quant.h; the metadata says so);
- * in the registry it is written as NAME-vV-int8.onnx. */
-#include <errno.h>
+ * in the registry it is written as NAME-vV-int8.onnx (em_store_export_version). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli-commands.h"
 #include "cli-common.h"
@@ -41,40 +39,6 @@ static int export_model(const em_spec *spec, const char *weights, const char *ou
   return rc;
 }
 
-/* The registry form with --quantize: the store's export is the f32 one,
- * so the int8 file is written and recorded here
- * (artifacts/exports/NAME-vV-int8.onnx). */
-static int export_registry_quantized(em_store *s, const em_version_ref *ref, const char *out,
-                                     em_quant_mode qmode) {
-  em_error err = {0};
-  char dir[4096], rel[512], inside[4096], src[64];
-  em_store_artifact_path(s, "exports", dir, sizeof dir);
-  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-    fprintf(stderr, "ember: cannot create '%s': %s\n", dir, strerror(errno));
-    return 1;
-  }
-  snprintf(rel, sizeof rel, "exports/%s-v%d-int8.onnx", ref->name, ref->version);
-  em_store_artifact_path(s, rel, inside, sizeof inside);
-  snprintf(src, sizeof src, "<spec of run %lld>", (long long)ref->run);
-  em_spec *spec = em_spec_parse(ref->spec_json, src, &err);
-  if (!spec) return cli_fail1(&err, src);
-  em_export_meta meta = {.ember_version = EMBER_VERSION,
-                         .run_id = ref->run,
-                         .model_version = ref->version,
-                         .registry_model = ref->name};
-  int rc = export_model(spec, ref->weights_path, inside, &meta, qmode);
-  if (rc == 0 && out) rc = export_model(spec, ref->weights_path, out, &meta, qmode);
-  em_spec_free(spec);
-  if (rc) return rc;
-  int64_t art = 0;
-  if (em_store_artifact_add(s, inside, "export", ref->run, &art, &err) != EM_OK)
-    return cli_fail1(&err, inside);
-  if (out) printf("exported %s version %d (int8) to %s\n", ref->name, ref->version, out);
-  printf("recorded artifact %lld (int8 export of run %lld) at %s\n", (long long)art,
-         (long long)ref->run, inside);
-  return 0;
-}
-
 static int export_registry(const char *ref_text, const char *out, const char *registry,
                            em_quant_mode qmode) {
   em_store *s = cli_store_open(registry, false);
@@ -86,14 +50,11 @@ static int export_registry(const char *ref_text, const char *out, const char *re
     rc = cli_fail1(&err, ref_text);
     goto done;
   }
-  if (qmode != EM_QUANT_NONE) {
-    rc = export_registry_quantized(s, &ref, out, qmode);
-    goto done;
-  }
+  const char *int8 = qmode != EM_QUANT_NONE ? " (int8)" : "";
   char inside[4096];
   int64_t art = 0;
-  if (em_store_export_version(s, ref.name, ref.version, EMBER_VERSION, inside, sizeof inside,
-                              &art, &err) != EM_OK) {
+  if (em_store_export_version(s, ref.name, ref.version, qmode, EMBER_VERSION, inside,
+                              sizeof inside, &art, &err) != EM_OK) {
     rc = cli_fail1(&err, ref_text);
     goto done;
   }
@@ -113,14 +74,14 @@ static int export_registry(const char *ref_text, const char *out, const char *re
                              .run_id = ref.run,
                              .model_version = ref.version,
                              .registry_model = ref.name};
-      rc = export_model(spec, ref.weights_path, out, &meta, EM_QUANT_NONE);
+      rc = export_model(spec, ref.weights_path, out, &meta, qmode);
     }
     em_spec_free(spec);
     if (rc) goto done;
-    printf("exported %s version %d to %s\n", ref.name, ref.version, out);
+    printf("exported %s version %d%s to %s\n", ref.name, ref.version, int8, out);
   }
-  printf("recorded artifact %lld (export of run %lld) at %s\n", (long long)art,
-         (long long)ref.run, inside);
+  printf("recorded artifact %lld (%sexport of run %lld) at %s\n", (long long)art,
+         qmode != EM_QUANT_NONE ? "int8 " : "", (long long)ref.run, inside);
 done:
   em_version_ref_clear(&ref);
   em_store_close(s);

@@ -1,5 +1,5 @@
 /* exports.c: a registered model version exported to ONNX inside the
- * registry (artifacts/exports/NAME-vVERSION.onnx) and recorded as an
+ * registry (artifacts/exports/NAME-vVERSION[-int8].onnx) and recorded as an
  * artifact of kind "export" on the version's run, so that the lineage
  * dataset -> spec -> run -> checkpoint -> version -> export holds. */
 #include "store-private.h"
@@ -11,8 +11,8 @@
 #include "em-export.h"
 
 em_status em_store_export_version(em_store *s, const char *name, int version,
-                                  const char *ember_version, char *path, size_t cap,
-                                  int64_t *artifact_id, em_error *err) {
+                                  em_quant_mode quant, const char *ember_version, char *path,
+                                  size_t cap, int64_t *artifact_id, em_error *err) {
   em_version_row *v = NULL;
   int nv = 0;
   em_status vst = em_store_model_versions(s, name, &v, &nv, err);
@@ -45,13 +45,16 @@ em_status em_store_export_version(em_store *s, const char *name, int version,
     goto out;
   }
   if ((st = em_model_load(model, pick->weights_path, err)) != EM_OK) goto out;
+  if (quant != EM_QUANT_NONE && (st = em_model_quantize(model, quant, NULL, err)) != EM_OK)
+    goto out;
   char dir[4096], rel[512];
   em_store_artifact_path(s, "exports", dir, sizeof dir);
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
     st = em_error_set(err, EM_ERR_IO, "cannot create '%s': %s", dir, strerror(errno));
     goto out;
   }
-  snprintf(rel, sizeof rel, "exports/%s-v%d.onnx", name, version);
+  snprintf(rel, sizeof rel, "exports/%s-v%d%s.onnx", name, version,
+           quant != EM_QUANT_NONE ? "-int8" : "");
   em_store_artifact_path(s, rel, path, cap);
   em_export_meta meta = {.ember_version = ember_version,
                          .run_id = pick->run,

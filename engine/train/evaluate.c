@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "em-ops.h"
-#include "../plugin/plugin-private.h"
 
 em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
                       double label_smoothing, double *mean_loss, double *accuracy,

@@ -28,6 +28,7 @@
 #include <jansson.h>
 
 #include "em-error.h"
+#include "em-quant.h"
 #include "em-train.h" /* the events a run recorder turns into rows */
 
 typedef struct em_store em_store;
@@ -376,12 +377,13 @@ typedef struct {
 void em_store_writer_get_stats(em_store_writer *w, em_store_writer_stats *out);
 
 /* Exports model `name` version `version` to ONNX inside the registry
- * (artifacts/exports/NAME-vVERSION.onnx: the version's weights, the spec of
- * its run; metadata names the model, version and run) and records it as an
- * artifact of kind "export" on the version's run. path gets the file. */
+ * (artifacts/exports/NAME-vVERSION.onnx, or NAME-vVERSION-int8.onnx with
+ * quant EM_QUANT_INT8_DYNAMIC: the version's weights, the spec of its run;
+ * metadata names the model, version, run and quantisation) and records it
+ * as an artifact of kind "export" on the version's run. path gets the file. */
 em_status em_store_export_version(em_store *s, const char *name, int version,
-                                  const char *ember_version, char *path, size_t cap,
-                                  int64_t *artifact_id, em_error *err);
+                                  em_quant_mode quant, const char *ember_version, char *path,
+                                  size_t cap, int64_t *artifact_id, em_error *err);
 
 /* ---- showing and comparing what runs recorded ---------------------------
  * A JSON object (a run's config or spec) as dotted keys ("optim.lr" ->
