@@ -5,6 +5,7 @@
  * and each backward function runs inside a backward span that names it
  * and that layer; anomaly mode then checks the gradients it wrote. */
 #include "core-private.h"
+#include "../device/device-private.h"
 #include "profile-private.h"
 
 #include <string.h>
@@ -48,10 +49,18 @@ em_tensor *em_grad_acquire(em_tensor *t, bool *fresh) {
   if (!t->grad) {
     if (t->flags & EM_TENSOR_PERSISTENT) {
       em_error err;
-      t->grad = em_tensor_new(t->dtype, t->ndim, t->shape, &err);
+      t->grad = em_tensor_new_on(t->device, t->dtype, t->ndim, t->shape, &err);
+      if (!t->grad && em_on_device(t) && err.status == EM_ERR_NOMEM) {
+        /* Out of device memory: raise the step's error; a data-less
+         * stand-in lets the step run to its end, where the trainer
+         * reports it. */
+        em_device_error_raise(&err);
+        *fresh = true;
+        return em_empty_on(t->device, t->dtype, t->ndim, t->shape);
+      }
       EM_ASSERT(t->grad && "out of memory for a gradient");
     } else {
-      t->grad = em_empty(t->dtype, t->ndim, t->shape);
+      t->grad = em_empty_on(t->device, t->dtype, t->ndim, t->shape);
     }
     t->flags &= ~(uint32_t)EM_TENSOR_GRAD_STALE;
     *fresh = true;
@@ -66,6 +75,11 @@ void em_tensor_zero_grad(em_tensor *t) { t->flags |= EM_TENSOR_GRAD_STALE; }
 
 /* dst += src, with src of any strides (same numel as dst, contiguous). */
 static void add_into(em_tensor *dst, const em_tensor *src) {
+  if (em_on_device(dst) || em_on_device(src)) {
+    EM_ASSERT(em_device_eq(dst->device, src->device) && "a gradient from another device");
+    if (dst->data && src->data) em_kernels_of(dst)->binary(EM_KB_ADD, false, dst, dst, src);
+    return;
+  }
   int64_t n = em_tensor_numel(dst);
   if (em_tensor_is_contiguous(src) && src->dtype == dst->dtype) {
     if (dst->dtype == EM_DTYPE_F32) {

@@ -5,9 +5,12 @@
  * Views (outputs sharing an input's storage) produce no new values and
  * are not scanned. After the first anomaly nothing more is scanned until
  * the mode is cleared: the first is the one that matters. */
+#include "core-private.h"
 #include "profile-private.h"
+#include "em-device.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,11 +47,35 @@ em_status em_anomaly_check(em_error *err) {
   return st;
 }
 
+static int scan_host(const em_tensor *t);
+
+/* A device tensor is scanned in a host copy (anomaly mode is for finding
+ * where a NaN starts, not for speed). */
+static int scan_device(const em_tensor *t) {
+  if (!t->data) return 0; /* no data after an out-of-memory error */
+  size_t nbytes = em_tensor_nbytes(t);
+  void *host = malloc(nbytes);
+  if (!host) return 0;
+  em_tensor h = *t;
+  h.data = host;
+  h.offset = 0;
+  h.device = em_device_cpu();
+  em_set_contiguous_strides(&h);
+  em_strided_copy(&h, t);
+  int kind = scan_host(&h);
+  free(host);
+  return kind;
+}
+
 /* 0: all finite; 1: the first non-finite value is NaN; 2: infinity. */
 static int scan(const em_tensor *t) {
   if (t->dtype != EM_DTYPE_F32 && t->dtype != EM_DTYPE_F64) return 0;
+  if (em_tensor_numel(t) == 0) return 0;
+  return em_on_device(t) ? scan_device(t) : scan_host(t);
+}
+
+static int scan_host(const em_tensor *t) {
   int64_t n = em_tensor_numel(t);
-  if (n == 0) return 0;
   if (em_tensor_is_contiguous(t)) {
     if (t->dtype == EM_DTYPE_F32) {
       const float *x = em_f32(t);

@@ -3,6 +3,7 @@
  * Scope objects, their arena chunks and their lists are kept on a per-
  * thread free list, so a steady training loop never calls malloc here. */
 #include "core-private.h"
+#include "../device/device-private.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@ typedef struct chunk {
 typedef struct {
   void *ptr;
   size_t nbytes;
+  em_device device; /* where ptr lives (the CPU for most) */
 } allocation;
 
 struct em_scope {
@@ -80,7 +82,11 @@ em_scope *em_scope_current(void) { return depth ? stack[depth - 1] : NULL; }
 void em_scope_end(em_scope *s) {
   EM_ASSERT(depth > 0 && stack[depth - 1] == s);
   depth--;
-  for (int64_t i = s->n_allocs - 1; i >= 0; i--) em_free(s->allocs[i].ptr, s->allocs[i].nbytes);
+  for (int64_t i = s->n_allocs - 1; i >= 0; i--) {
+    allocation *a = &s->allocs[i];
+    if (a->device.kind == EM_DEVICE_CPU) em_free(a->ptr, a->nbytes);
+    else em_device_free(a->device, a->ptr, a->nbytes);
+  }
   s->n_allocs = 0;
   s->n_tape = 0;
   for (chunk *c = s->first; c; c = c->next) c->used = 0;
@@ -122,20 +128,20 @@ void *em_scope_arena_alloc(size_t n) {
   }
 }
 
-static void track(em_scope *s, void *p, size_t nbytes) {
+static void track(em_scope *s, void *p, size_t nbytes, em_device device) {
   if (s->n_allocs == s->cap_allocs) {
     s->cap_allocs = s->cap_allocs ? 2 * s->cap_allocs : 256;
     s->allocs = realloc(s->allocs, sizeof *s->allocs * (size_t)s->cap_allocs);
     EM_ASSERT(s->allocs);
   }
-  s->allocs[s->n_allocs++] = (allocation){p, nbytes};
+  s->allocs[s->n_allocs++] = (allocation){p, nbytes, device};
 }
 
 void *em_scratch(size_t nbytes) {
   em_scope *s = current_or_die();
   void *p = em_alloc(nbytes);
   EM_ASSERT(p && "out of memory");
-  track(s, p, nbytes);
+  track(s, p, nbytes, em_device_cpu());
   return p;
 }
 
@@ -190,8 +196,41 @@ em_tensor *em_full(em_dtype dt, int ndim, const int64_t *shape, double v) {
   return t;
 }
 
-em_tensor *em_empty_like(const em_tensor *t) { return em_empty(t->dtype, t->ndim, t->shape); }
-em_tensor *em_zeros_like(const em_tensor *t) { return em_zeros(t->dtype, t->ndim, t->shape); }
+em_tensor *em_empty_like(const em_tensor *t) {
+  return em_empty_on(t->device, t->dtype, t->ndim, t->shape);
+}
+em_tensor *em_zeros_like(const em_tensor *t) {
+  return em_zeros_on(t->device, t->dtype, t->ndim, t->shape);
+}
+
+/* ---- tensors on devices ------------------------------------------------- */
+
+em_tensor *em_empty_on(em_device d, em_dtype dt, int ndim, const int64_t *shape) {
+  if (d.kind == EM_DEVICE_CPU) return em_empty(dt, ndim, shape);
+  em_scope *s = current_or_die();
+  em_tensor *t = em_scope_tensor_struct(dt, ndim, shape);
+  t->device = d;
+  size_t nbytes = em_tensor_nbytes(t);
+  /* After an out-of-memory error the step only runs to its end: nothing
+   * more is allocated (data stays NULL, device ops skip it). */
+  if (em_device_error_pending()) return t;
+  t->data = em_device_alloc(d, nbytes, NULL);
+  if (t->data) track(s, t->data, nbytes, d);
+  return t;
+}
+
+em_tensor *em_zeros_on(em_device d, em_dtype dt, int ndim, const int64_t *shape) {
+  if (d.kind == EM_DEVICE_CPU) return em_zeros(dt, ndim, shape);
+  em_tensor *t = em_empty_on(d, dt, ndim, shape);
+  if (t->data && em_tensor_numel(t) > 0) em_kernels_of(t)->fill(t, 0.0);
+  return t;
+}
+
+em_tensor *em_full_on(em_device d, em_dtype dt, int ndim, const int64_t *shape, double v) {
+  em_tensor *t = em_empty_on(d, dt, ndim, shape);
+  em_tensor_fill_(t, v);
+  return t;
+}
 
 em_tensor *em_from_data(em_dtype dt, int ndim, const int64_t *shape, const void *src) {
   em_tensor *t = em_empty(dt, ndim, shape);
@@ -207,6 +246,7 @@ em_tensor *em_view_raw(const em_tensor *t, int ndim, const int64_t *shape, const
   if (ndim > 0) memcpy(v->stride, stride, sizeof(int64_t) * (size_t)ndim);
   v->offset = offset;
   v->data = t->data;
+  v->device = t->device;
   return v;
 }
 

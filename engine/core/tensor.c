@@ -1,6 +1,8 @@
 /* tensor.c: dtypes, shapes, persistent tensors and element access. */
 #include "core-private.h"
+#include "../device/device-private.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +61,8 @@ void em_set_contiguous_strides(em_tensor *t) {
 
 /* Rejects negative dims and sizes whose byte count overflows or exceeds
  * what any machine this runs on could hold (1 TiB). */
-static bool checked_nbytes(em_dtype dt, int ndim, const int64_t *shape, size_t *out,
-                           em_error *err) {
+bool em_checked_nbytes(em_dtype dt, int ndim, const int64_t *shape, size_t *out,
+                       em_error *err) {
   if (ndim < 0 || ndim > EM_MAX_DIMS) {
     em_error_set(err, EM_ERR_INVALID, "a tensor has %d dimensions; at most %d are supported",
                  ndim, EM_MAX_DIMS);
@@ -88,7 +90,7 @@ static bool checked_nbytes(em_dtype dt, int ndim, const int64_t *shape, size_t *
 
 em_tensor *em_tensor_new(em_dtype dt, int ndim, const int64_t *shape, em_error *err) {
   size_t nbytes;
-  if (!checked_nbytes(dt, ndim, shape, &nbytes, err)) return NULL;
+  if (!em_checked_nbytes(dt, ndim, shape, &nbytes, err)) return NULL;
   em_tensor *t = calloc(1, sizeof *t);
   void *data = em_alloc(nbytes); /* counted in em_memory_stats, like PyTorch's */
   if (!t || !data) {
@@ -111,7 +113,10 @@ void em_tensor_free(em_tensor *t) {
   if (!t) return;
   EM_ASSERT(t->flags & EM_TENSOR_PERSISTENT);
   if (t->grad) em_tensor_free(t->grad);
-  if (t->flags & EM_TENSOR_OWNS_DATA) em_free(t->data, em_tensor_nbytes(t));
+  if (t->flags & EM_TENSOR_OWNS_DATA) {
+    if (em_on_device(t)) em_device_free(t->device, t->data, em_tensor_nbytes(t));
+    else em_free(t->data, em_tensor_nbytes(t));
+  }
   free(t);
 }
 
@@ -142,14 +147,26 @@ static void store_double(void *p, em_dtype dt, double v) {
   }
 }
 
+/* One element of a device tensor, copied to the host (NaN when an
+ * out-of-memory error left it without data). */
+static double device_load(const em_tensor *t, int64_t off) {
+  if (!t->data) return NAN;
+  char one[8];
+  size_t es = em_dtype_size(t->dtype);
+  em_backend_of(t)->memcpy_d2h(t->device.index, one, (const char *)t->data + off * (int64_t)es, es);
+  return load_as_double(one, t->dtype);
+}
+
 double em_tensor_get(const em_tensor *t, const int64_t *index) {
   int64_t off = t->offset;
   for (int i = 0; i < t->ndim; i++) off += index[i] * t->stride[i];
+  if (em_on_device(t)) return device_load(t, off);
   return load_as_double((const char *)t->data + off * (int64_t)em_dtype_size(t->dtype), t->dtype);
 }
 
 double em_tensor_item(const em_tensor *t) {
   EM_ASSERT(em_tensor_numel(t) == 1);
+  if (em_on_device(t)) return device_load(t, t->offset);
   return load_as_double(em_tensor_ptr(t), t->dtype);
 }
 
@@ -159,6 +176,10 @@ void em_strided_copy(em_tensor *dst, const em_tensor *src) {
   int64_t n = em_tensor_numel(dst);
   EM_ASSERT(n == em_tensor_numel(src));
   if (n == 0) return;
+  if (em_on_device(dst) || em_on_device(src)) {
+    em_device_copy(dst, src);
+    return;
+  }
   size_t ds = em_dtype_size(dst->dtype), ss = em_dtype_size(src->dtype);
   if (dst->dtype == src->dtype && em_tensor_is_contiguous(dst) && em_tensor_is_contiguous(src)) {
     memmove(em_tensor_ptr(dst), em_tensor_ptr(src), (size_t)n * ds);
@@ -191,6 +212,10 @@ void em_tensor_copy_(em_tensor *dst, const em_tensor *src) { em_strided_copy(dst
 void em_tensor_fill_(em_tensor *t, double v) {
   int64_t n = em_tensor_numel(t);
   if (n == 0) return;
+  if (em_on_device(t)) {
+    if (t->data) em_kernels_of(t)->fill(t, v);
+    return;
+  }
   size_t es = em_dtype_size(t->dtype);
   char one[8];
   store_double(one, t->dtype, v);

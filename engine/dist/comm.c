@@ -48,6 +48,7 @@ void em_comm_free(em_comm *c) {
 int em_comm_rank(const em_comm *c) { return c->rank; }
 int em_comm_world(const em_comm *c) { return c->world; }
 const char *em_comm_name(const em_comm *c) { return c->vt->name; }
+em_device em_comm_device(const em_comm *c) { return c->device; }
 
 void em_comm_set_timeout(em_comm *c, double seconds) {
   if (seconds > 0 && isfinite(seconds)) c->timeout_s = seconds;
@@ -122,4 +123,41 @@ em_status em_comm_barrier(em_comm *c, em_error *err) {
 
 void em_comm_abort(em_comm *c, int code) {
   if (c && c->vt->abort) c->vt->abort(c->ctx, code);
+}
+
+/* The rank's place on its node, as the launcher says (Open MPI, MPICH,
+ * Slurm); -1 when none does. */
+static int local_env(const char *const *names) {
+  for (int i = 0; names[i]; i++) {
+    const char *v = getenv(names[i]);
+    if (v && *v) {
+      char *end;
+      long x = strtol(v, &end, 10);
+      if (*end == '\0' && x >= 0 && x < 1 << 20) return (int)x;
+    }
+  }
+  return -1;
+}
+
+em_status em_dist_local_device(em_device_kind kind, em_device *out, em_error *err) {
+  static const char *const rank_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                          "SLURM_LOCALID", NULL};
+  static const char *const size_vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                          "SLURM_NTASKS_PER_NODE", NULL};
+  *out = (em_device){(uint8_t)kind, 0};
+  if (kind != EM_DEVICE_CUDA) return EM_OK; /* the CPU, or ref (any index shares the host) */
+  int local = local_env(rank_vars), size = local_env(size_vars);
+  if (local < 0) local = 0;
+  if (size < local + 1) size = local + 1;
+  int count = em_device_count(kind);
+  if (count < 1) return em_device_check(*out, err);
+  if (size > count)
+    return em_error_set(err, EM_ERR_INVALID,
+                        "%d ranks run on this node but it has %d CUDA device%s: data-parallel "
+                        "training runs one process per GPU (mpirun -np %d per node)",
+                        size, count, count == 1 ? "" : "s", count);
+  if (local > 255)
+    return em_error_set(err, EM_ERR_INVALID, "local rank %d is beyond the device indices", local);
+  out->index = (uint8_t)local;
+  return EM_OK;
 }

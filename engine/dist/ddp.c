@@ -11,6 +11,19 @@
  * collective only inside MPI calls, and without these tests most of the
  * reduction would happen in em_ddp_finish, after backward.
  *
+ * Where the buckets live: with the parameters. On the CPU they are
+ * host memory; on a device, device memory (em_device_alloc), filled with
+ * the backend's device-to-device copies and written back with its
+ * kernels (a scaling copy per gradient), so nothing leaves the device
+ * when the communicator reduces device memory (NCCL on the gradients'
+ * GPU; MPI on the reference device, whose memory is host memory). When
+ * it cannot (MPI with gradients on a GPU), each bucket has a pinned host
+ * copy: downloaded when the bucket is complete, uploaded after its
+ * all-reduce. Gradients on a CUDA device are reduced by an NCCL
+ * communicator the bucketer makes over the job's (unless
+ * EMBER_DDP_COMM=mpi); everything else the trainer says to the other
+ * ranks (losses, stop flags, evaluation sums) stays on the job's.
+ *
  * Errors inside the autograd hooks are kept and reported by
  * em_ddp_finish, the first call that can return them. */
 #include "dist-private.h"
@@ -19,8 +32,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../device/device-private.h"
+
 typedef struct {
-  float *buf;        /* (numel) the bucket's gradients, flat */
+  float *buf;        /* (numel) the bucket's gradients, flat, on the
+                        parameters' device */
+  float *host;       /* (numel) pinned host copy the all-reduce works on when
+                        the communicator cannot read buf; else NULL */
   int64_t numel;
   int first, count;  /* its parameters: order[first .. first + count) */
   int pending;       /* gradients not final yet in this backward */
@@ -30,7 +48,12 @@ typedef struct {
 } bucket;
 
 struct em_ddp {
-  em_comm *c;
+  em_comm *c;        /* the job's communicator (borrowed) */
+  em_comm *own;      /* NCCL made for CUDA gradients, or NULL */
+  em_comm *rc;       /* the one reducing the buckets: own or c */
+  em_device dev;     /* where the parameters and the buckets live */
+  const em_backend *be; /* dev's backend; NULL for the CPU */
+  bool prepared;     /* buckets allocated on dev */
   em_ddp_options opt;
   int n;
   em_tensor **params;
@@ -59,6 +82,145 @@ void em_ddp_options_defaults(em_ddp_options *o) {
   }
   if ((e = getenv("EMBER_DDP_OVERLAP"))) o->overlap = strcmp(e, "0") != 0;
   if ((e = getenv("EMBER_DDP_PROGRESS"))) o->progress = strcmp(e, "0") != 0;
+  o->comm = EM_DDP_COMM_AUTO;
+  if ((e = getenv("EMBER_DDP_COMM"))) {
+    if (!strcmp(e, "mpi")) o->comm = EM_DDP_COMM_MPI;
+    else if (!strcmp(e, "nccl")) o->comm = EM_DDP_COMM_NCCL;
+    else if (strcmp(e, "auto") && *e) o->comm = EM_DDP_COMM_BAD;
+  }
+  o->staging = false;
+  if ((e = getenv("EMBER_DDP_STAGING"))) o->staging = strcmp(e, "0") != 0;
+}
+
+/* ---- the buckets' memory ------------------------------------------------------ */
+static size_t bucket_bytes(const bucket *b) {
+  return sizeof(float) * (size_t)(b->numel ? b->numel : 1);
+}
+
+/* A tensor struct over the floats at p on the buckets' device, with
+ * the shape of parameter t (for the kernels). */
+static em_tensor flat_view(const em_ddp *d, float *p, const em_tensor *t) {
+  em_tensor v;
+  memset(&v, 0, sizeof v);
+  v.dtype = EM_DTYPE_F32;
+  v.ndim = t->ndim;
+  int64_t s = 1;
+  for (int k = t->ndim - 1; k >= 0; k--) {
+    v.shape[k] = t->shape[k];
+    v.stride[k] = s;
+    s *= t->shape[k];
+  }
+  v.data = p;
+  v.device = d->dev;
+  return v;
+}
+
+static void buckets_release(em_ddp *d) {
+  if (d->b)
+    for (int k = 0; k < d->nb; k++) {
+      bucket *b = &d->b[k];
+      if (b->buf) {
+        if (d->be) em_device_free(d->dev, b->buf, bucket_bytes(b));
+        else free(b->buf);
+      }
+      if (b->host) em_host_pinned_free(b->host);
+      b->buf = b->host = NULL;
+    }
+  d->prepared = false;
+}
+
+/* Whether c's collectives can work on memory of device dev in place. */
+static bool comm_reads(const em_comm *c, em_device dev, bool staging) {
+  em_device cd = em_comm_device(c);
+  if (em_device_is_cpu(cd))
+    return dev.kind == EM_DEVICE_CPU || (dev.kind == EM_DEVICE_REF && !staging);
+  return em_device_eq(cd, dev);
+}
+
+/* The device every parameter lives on (they must agree). */
+static em_status params_device(const em_ddp *d, em_device *out, em_error *err) {
+  *out = d->n ? d->params[0]->device : em_device_cpu();
+  for (int i = 1; i < d->n; i++)
+    if (!em_device_eq(d->params[i]->device, *out)) {
+      char a[32], b[32];
+      return em_error_set(err, EM_ERR_INVALID,
+                          "data-parallel training needs every parameter on one device: "
+                          "parameter %d lives on %s, parameter 0 on %s", i,
+                          em_device_str(d->params[i]->device, a, sizeof a),
+                          em_device_str(*out, b, sizeof b));
+    }
+  return EM_OK;
+}
+
+/* The communicator for gradients on dev: NCCL for a CUDA device unless
+ * told otherwise (made once, over the job's communicator). */
+static em_status choose_comm(em_ddp *d, em_device dev, em_error *err) {
+  if (d->own && !em_device_eq(em_comm_device(d->own), dev)) {
+    em_comm_free(d->own);
+    d->own = NULL;
+  }
+  d->rc = d->c;
+  if (dev.kind != EM_DEVICE_CUDA || d->opt.comm == EM_DDP_COMM_MPI) return EM_OK;
+  if (!em_comm_nccl_available()) {
+    if (d->opt.comm != EM_DDP_COMM_NCCL) return EM_OK; /* MPI through host buffers */
+    return em_error_set(err, EM_ERR_UNSUPPORTED,
+                        "EMBER_DDP_COMM=nccl: this ember was built without NCCL (it needs MPI, "
+                        "CUDA and NCCL at build time); EMBER_DDP_COMM=mpi reduces CUDA "
+                        "gradients over MPI through host memory");
+  }
+  if (!d->own && !(d->own = em_comm_nccl_new(d->c, dev, err)))
+    return em_error_prefix(err, "the gradients' NCCL communicator");
+  d->rc = d->own;
+  return EM_OK;
+}
+
+em_status em_ddp_prepare(em_ddp *d, em_error *err) {
+  em_device dev;
+  EM_DIST_TRY(params_device(d, &dev, err));
+  if (d->prepared && em_device_eq(dev, d->dev)) return EM_OK;
+  buckets_release(d);
+  d->dev = dev;
+  d->be = em_device_is_cpu(dev) ? NULL : em_backend_of_kind((em_device_kind)dev.kind);
+  if (!em_device_is_cpu(dev) && !d->be) {
+    char a[32];
+    return em_error_set(err, EM_ERR_UNSUPPORTED, "the parameters live on %s, which this build "
+                        "has no backend for", em_device_str(dev, a, sizeof a));
+  }
+  EM_DIST_TRY(choose_comm(d, dev, err));
+  if (em_device_is_cpu(dev) && !em_device_is_cpu(em_comm_device(d->rc))) {
+    char a[32];
+    return em_error_set(err, EM_ERR_INVALID, "the %s communicator reduces %s memory, but the "
+                        "parameters live on the CPU", em_comm_name(d->rc),
+                        em_device_str(em_comm_device(d->rc), a, sizeof a));
+  }
+  bool stage = !comm_reads(d->rc, dev, d->opt.staging);
+  for (int k = 0; k < d->nb; k++) {
+    bucket *b = &d->b[k];
+    size_t bytes = bucket_bytes(b);
+    if (d->be) {
+      b->buf = em_device_alloc(dev, bytes, "the gradient buckets");
+      if (!b->buf) {
+        em_status st = em_device_error_take(err);
+        buckets_release(d);
+        return st != EM_OK ? st
+                           : em_error_set(err, EM_ERR_NOMEM, "out of device memory for the "
+                                          "gradient buckets");
+      }
+    } else if (!(b->buf = malloc(bytes))) {
+      buckets_release(d);
+      return em_error_set(err, EM_ERR_NOMEM, "out of memory for the gradient buckets");
+    }
+    if (stage && !(b->host = em_host_pinned_alloc(bytes))) {
+      buckets_release(d);
+      return em_error_set(err, EM_ERR_NOMEM, "out of host memory for the gradient buckets' "
+                          "host copies");
+    }
+  }
+  d->stats.comm = em_comm_name(d->rc);
+  d->stats.device = dev;
+  d->stats.staged = stage;
+  d->prepared = true;
+  return EM_OK;
 }
 
 static void keep_error(em_ddp *d, em_status st) {
@@ -70,7 +232,12 @@ static void launch_ready(em_ddp *d) {
     bucket *b = &d->b[d->next_launch++];
     if (d->st != EM_OK) continue;
     b->t_launch = em_dist_now();
-    keep_error(d, em_comm_iallreduce_sum_f32(d->c, b->buf, b->numel, &b->req, &d->err));
+    float *buf = b->buf;
+    if (b->host) { /* the communicator reads host memory only */
+      d->be->memcpy_d2h(d->dev.index, b->host, b->buf, sizeof(float) * (size_t)b->numel);
+      buf = b->host;
+    }
+    keep_error(d, em_comm_iallreduce_sum_f32(d->rc, buf, b->numel, &b->req, &d->err));
     b->launched = d->st == EM_OK;
   }
 }
@@ -80,7 +247,7 @@ static void progress(em_ddp *d) {
     bucket *b = &d->b[k];
     if (!b->launched || b->done) continue;
     bool done = false;
-    keep_error(d, em_comm_test(d->c, b->req, &done, &d->err));
+    keep_error(d, em_comm_test(d->rc, b->req, &done, &d->err));
     if (done) {
       b->done = true;
       b->t_done = em_dist_now();
@@ -94,13 +261,32 @@ static void on_ready(void *user, int i) {
   d->in_step = true;
   em_tensor *p = d->params[i];
   bucket *b = &d->b[d->bucket_of[i]];
+  b->pending--;
+  if (!d->prepared) return; /* em_ddp_prepare failed: kept in d->st */
   float *dst = b->buf + d->offset[i];
   int64_t n = em_tensor_numel(p);
-  if (p->grad && !(p->flags & EM_TENSOR_GRAD_STALE))
+  /* (a gradient without data: its allocation failed, the device error is
+   * pending for the trainer; zeros keep the ranks' collectives matched) */
+  bool have = p->grad && p->grad->data && !(p->flags & EM_TENSOR_GRAD_STALE);
+  if (have && (!em_device_eq(p->grad->device, d->dev) || !em_tensor_is_contiguous(p->grad))) {
+    char a[32];
+    keep_error(d, em_error_set(&d->err, EM_ERR_INVALID, "the gradient of parameter %d lives on "
+                               "%s, not with the parameter, or is not contiguous", i,
+                               em_device_str(p->grad->device, a, sizeof a)));
+    have = false;
+  }
+  if (d->be) {
+    if (have) {
+      d->be->memcpy_d2d(d->dev.index, dst, em_f32(p->grad), sizeof(float) * (size_t)n);
+    } else { /* unused in this step */
+      em_tensor v = flat_view(d, dst, p);
+      d->be->k->fill(&v, 0.0);
+    }
+  } else if (have) {
     memcpy(dst, em_f32(p->grad), sizeof(float) * (size_t)n);
-  else
+  } else {
     memset(dst, 0, sizeof(float) * (size_t)n); /* unused in this step */
-  b->pending--;
+  }
   if (d->opt.overlap) launch_ready(d);
 }
 
@@ -118,11 +304,18 @@ em_ddp *em_ddp_new(em_comm *c, int n, em_tensor *const *params, const em_ddp_opt
                    i, em_dtype_name(params[i]->dtype));
       return NULL;
     }
+  em_ddp_options opt;
+  if (o) opt = *o;
+  else em_ddp_options_defaults(&opt);
+  if (opt.comm == EM_DDP_COMM_BAD) {
+    em_error_set(err, EM_ERR_INVALID, "EMBER_DDP_COMM is \"%s\": it takes auto, mpi or nccl",
+                 getenv("EMBER_DDP_COMM") ? getenv("EMBER_DDP_COMM") : "");
+    return NULL;
+  }
   em_ddp *d = calloc(1, sizeof *d);
   if (!d) goto nomem;
-  d->c = c;
-  if (o) d->opt = *o;
-  else em_ddp_options_defaults(&d->opt);
+  d->c = d->rc = c;
+  d->opt = opt;
   d->n = n;
   size_t m = (size_t)(n > 0 ? n : 1);
   d->params = malloc(m * sizeof *d->params);
@@ -149,14 +342,14 @@ em_ddp *em_ddp_new(em_comm *c, int n, em_tensor *const *params, const em_ddp_opt
     b->count++;
     d->stats.bytes_per_step += numel * (int64_t)sizeof(float);
   }
-  for (int k = 0; k < d->nb; k++) {
-    d->b[k].buf = malloc(sizeof(float) * (size_t)(d->b[k].numel ? d->b[k].numel : 1));
-    if (!d->b[k].buf) goto nomem;
-    d->b[k].pending = d->b[k].count;
-  }
+  for (int k = 0; k < d->nb; k++) d->b[k].pending = d->b[k].count;
   d->stats.n_buckets = d->nb;
   d->hooks = (em_backward_hooks){.n = n, .leaves = d->params, .ready = on_ready,
                                  .node_done = on_node_done, .user = d};
+  if (em_ddp_prepare(d, err) != EM_OK) {
+    em_ddp_free(d);
+    return NULL;
+  }
   return d;
 nomem:
   em_ddp_free(d);
@@ -166,8 +359,8 @@ nomem:
 
 void em_ddp_free(em_ddp *d) {
   if (!d) return;
-  if (d->b)
-    for (int k = 0; k < d->nb; k++) free(d->b[k].buf);
+  buckets_release(d);
+  em_comm_free(d->own);
   free(d->b);
   free(d->params);
   free(d->order);
@@ -178,6 +371,7 @@ void em_ddp_free(em_ddp *d) {
 
 void em_ddp_backward_begin(em_ddp *d) {
   d->t_backward = em_dist_now();
+  if (d->st == EM_OK) keep_error(d, em_ddp_prepare(d, &d->err));
   em_backward_set_hooks(&d->hooks);
 }
 
@@ -188,8 +382,37 @@ void em_ddp_backward_end(em_ddp *d) {
   launch_ready(d);
 }
 
+/* The buckets back into the gradients, divided by the world: on a device
+ * one scaling kernel per gradient (after the upload of a staged bucket),
+ * queued after the all-reduce that the host waited for. */
+static void write_back(em_ddp *d, bucket *b, float inv) {
+  if (b->host)
+    d->be->memcpy_h2d(d->dev.index, b->buf, b->host, sizeof(float) * (size_t)b->numel);
+  for (int j = 0; j < b->count; j++) {
+    int i = d->order[b->first + j];
+    em_tensor *p = d->params[i];
+    bool fresh;
+    em_tensor *g = em_grad_acquire(p, &fresh);
+    if (!g || !g->data) continue; /* no gradient, or its allocation failed (device error) */
+    float *src = b->buf + d->offset[i];
+    if (d->be) {
+      em_tensor v = flat_view(d, src, p);
+      d->be->k->unary(EM_KU_MULS, g, &v, (double)inv, 0.0);
+    } else {
+      float *dst = em_f32(g);
+      int64_t n = em_tensor_numel(p);
+      for (int64_t e = 0; e < n; e++) dst[e] = src[e] * inv;
+    }
+  }
+}
+
 em_status em_ddp_finish(em_ddp *d, em_error *err) {
   double t0 = em_dist_now();
+  if (d->st == EM_OK) keep_error(d, em_ddp_prepare(d, &d->err));
+  if (d->own) { /* waits obey what the job's communicator was told */
+    d->own->timeout_s = d->c->timeout_s;
+    d->own->cancel = d->c->cancel;
+  }
   if (!d->in_step) {
     /* no backward with the hooks since the last step (every micro-batch
      * was skipped): reduce the gradients as they are */
@@ -200,7 +423,7 @@ em_status em_ddp_finish(em_ddp *d, em_error *err) {
   for (int k = 0; k < d->nb && st == EM_OK; k++) {
     bucket *b = &d->b[k];
     if (!b->launched || b->done) continue;
-    st = em_comm_wait(d->c, b->req, "the gradient all-reduce", &d->err);
+    st = em_comm_wait(d->rc, b->req, "the gradient all-reduce", &d->err);
     b->done = true;
     b->t_done = em_dist_now();
   }
@@ -216,16 +439,7 @@ em_status em_ddp_finish(em_ddp *d, em_error *err) {
     bucket *b = &d->b[k];
     if (b->t_launch < first) first = b->t_launch;
     if (b->t_done > last) last = b->t_done;
-    for (int j = 0; j < b->count; j++) {
-      em_tensor *p = d->params[d->order[b->first + j]];
-      bool fresh;
-      em_tensor *g = em_grad_acquire(p, &fresh);
-      if (!g) continue;
-      float *dst = em_f32(g);
-      const float *src = b->buf + d->offset[d->order[b->first + j]];
-      int64_t n = em_tensor_numel(p);
-      for (int64_t e = 0; e < n; e++) dst[e] = src[e] * inv;
-    }
+    write_back(d, b, inv);
     b->pending = b->count;
     b->launched = b->done = false;
   }
@@ -240,12 +454,28 @@ em_status em_ddp_finish(em_ddp *d, em_error *err) {
 
 void em_ddp_get_stats(const em_ddp *d, em_ddp_stats *out) { *out = d->stats; }
 
+/* One tensor through a host copy: for a device whose memory c cannot
+ * read (a GPU under MPI). */
+static em_status broadcast_staged(em_comm *c, em_tensor *t, em_error *err) {
+  size_t bytes = em_tensor_nbytes(t);
+  void *host = malloc(bytes ? bytes : 1);
+  if (!host) return em_error_set(err, EM_ERR_NOMEM, "out of memory broadcasting a tensor");
+  em_tensor_download(t, host);
+  em_status st = em_comm_broadcast(c, host, (int64_t)bytes, 0, err);
+  if (st == EM_OK) em_tensor_upload(t, host);
+  free(host);
+  return st;
+}
+
 em_status em_ddp_broadcast_tensors(em_comm *c, int n, em_tensor *const *ts, em_error *err) {
   for (int i = 0; i < n; i++) {
     em_tensor *t = ts[i];
     if (!em_tensor_is_contiguous(t))
       return em_error_set(err, EM_ERR_INVALID, "broadcast of a non-contiguous tensor");
-    EM_DIST_TRY(em_comm_broadcast(c, em_tensor_ptr(t), (int64_t)em_tensor_nbytes(t), 0, err));
+    if (!comm_reads(c, t->device, false))
+      EM_DIST_TRY(broadcast_staged(c, t, err));
+    else
+      EM_DIST_TRY(em_comm_broadcast(c, em_tensor_ptr(t), (int64_t)em_tensor_nbytes(t), 0, err));
   }
   return EM_OK;
 }

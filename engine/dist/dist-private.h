@@ -7,6 +7,8 @@ struct em_comm {
   const em_comm_vtable *vt;
   void *ctx;
   int rank, world;
+  em_device device; /* where its buffers live (em_comm_device); the CPU
+                       unless the implementation sets it after em_comm_new */
   double timeout_s;
   const atomic_bool *cancel;
 };

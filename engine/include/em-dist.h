@@ -4,8 +4,11 @@
  * style 7): rank, world, all-reduce (sum or average, f32, in place;
  * blocking, or started and then tested/waited for), broadcast, barrier,
  * abort. Open MPI is the CPU implementation (em_comm_mpi_new, built when
- * meson finds MPI); NCCL can later be the GPU path of the same table,
- * its unique id broadcast over an MPI communicator.
+ * meson finds MPI); NCCL is the GPU path of the same table
+ * (em_comm_nccl_new, built when meson finds MPI, CUDA and NCCL), its
+ * unique id broadcast over an MPI communicator, one process per GPU.
+ * A communicator reduces buffers in the memory of one device
+ * (em_comm_device): host memory for MPI, cuda:N memory for NCCL.
  *
  * Every wait is bounded: a collective that does not complete within the
  * communicator's timeout (default 30 s, EMBER_DDP_TIMEOUT=seconds) fails
@@ -19,13 +22,18 @@
  * every gradient of a bucket is final (the autograd hook of em-tensor.h),
  * the bucket is copied into a flat buffer and its all-reduce starts
  * while backward goes on; em_ddp_finish waits for all of them and writes
- * the averaged gradients back. */
+ * the averaged gradients back. The buckets live where the gradients do
+ * (em-device.h): on a device they are device buffers, filled and read
+ * back with the device's copies and kernels; gradients on a CUDA device
+ * are reduced with NCCL (EMBER_DDP_COMM=mpi: with MPI, through host
+ * buffers). */
 #pragma once
 
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "em-device.h"
 #include "em-error.h"
 #include "em-tensor.h"
 
@@ -62,17 +70,38 @@ em_comm *em_comm_new(const em_comm_vtable *vt, void *ctx, int rank, int world, e
 em_comm *em_comm_mpi_new(int *argc, char ***argv, em_error *err);
 /* Whether this build can make an MPI communicator. */
 bool em_comm_mpi_available(void);
+/* NCCL over the GPU dev (cuda:N) of this process, bootstrapped over an
+ * MPI communicator (borrowed: it must outlive the result, and every rank
+ * of it calls this together): rank 0 makes the unique id and broadcasts
+ * it, each rank joins with its own GPU. Buffers of its collectives are
+ * dev's memory; a host buffer given to it (a scalar, a loss) goes through
+ * the bootstrap communicator instead. Fails on every rank (never hangs)
+ * when any rank cannot join: no GPU, more ranks on a node than GPUs,
+ * NCCL's own errors; EM_ERR_UNSUPPORTED when this build has no NCCL. */
+em_comm *em_comm_nccl_new(em_comm *bootstrap, em_device dev, em_error *err);
+/* Whether this build can make an NCCL communicator. */
+bool em_comm_nccl_available(void);
+/* The device of kind `kind` this rank should use: index = its rank on
+ * its node (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID;
+ * 0 outside a job), one process per GPU. An error saying so when the
+ * node has more ranks than devices of that kind (for kinds that have
+ * several devices: CUDA). */
+em_status em_dist_local_device(em_device_kind kind, em_device *out, em_error *err);
 void em_comm_free(em_comm *c); /* finalises; NULL is fine */
 
 int em_comm_rank(const em_comm *c);
 int em_comm_world(const em_comm *c);
 const char *em_comm_name(const em_comm *c);
+/* Where the buffers of c's collectives live: the CPU (host memory; the
+ * reference device's memory is host memory too) or cuda:N. */
+em_device em_comm_device(const em_comm *c);
 /* Seconds a wait may last before it fails (> 0). */
 void em_comm_set_timeout(em_comm *c, double seconds);
 double em_comm_timeout(const em_comm *c);
 
 /* Blocking collectives, bounded by the timeout. */
 em_status em_comm_allreduce_sum_f32(em_comm *c, float *buf /* (n) */, int64_t n, em_error *err);
+/* (avg divides on the host: buf is host memory.) */
 em_status em_comm_allreduce_avg_f32(em_comm *c, float *buf /* (n) */, int64_t n, em_error *err);
 em_status em_comm_broadcast(em_comm *c, void *buf, int64_t bytes, int root, em_error *err);
 em_status em_comm_barrier(em_comm *c, em_error *err);
@@ -94,6 +123,13 @@ void em_comm_abort(em_comm *c, int code);
 /* ---- the gradient bucketer ------------------------------------------------- */
 typedef struct em_ddp em_ddp;
 
+typedef enum {
+  EM_DDP_COMM_AUTO, /* NCCL for CUDA gradients when built, else the given one */
+  EM_DDP_COMM_MPI,  /* always the communicator given to em_ddp_new */
+  EM_DDP_COMM_NCCL, /* NCCL for CUDA gradients; an error when not built */
+  EM_DDP_COMM_BAD,  /* EMBER_DDP_COMM held something else: em_ddp_new fails */
+} em_ddp_comm;
+
 typedef struct {
   double bucket_mb; /* bucket capacity; default 1 (EMBER_DDP_BUCKET_MB) */
   bool overlap;     /* start buckets during backward; default true
@@ -101,9 +137,17 @@ typedef struct {
   bool progress;    /* test pending requests between tape nodes, so that the
                        MPI library progresses them; default true
                        (EMBER_DDP_PROGRESS=0 turns it off) */
+  em_ddp_comm comm; /* who reduces gradients on a CUDA device; default
+                       auto (EMBER_DDP_COMM=auto|mpi|nccl) */
+  bool staging;     /* reduce device buckets through host buffers even when
+                       the communicator can read the device's memory (the
+                       reference device): tests the path of MPI with CUDA
+                       gradients; default false (EMBER_DDP_STAGING=1) */
 } em_ddp_options;
 
-/* The defaults, then the EMBER_DDP_* environment variables over them. */
+/* The defaults, then the EMBER_DDP_* environment variables over them
+ * (an unknown EMBER_DDP_COMM value is kept as an error that em_ddp_new
+ * reports). */
 void em_ddp_options_defaults(em_ddp_options *o);
 
 /* What the bucketer measured over the steps since em_ddp_new. */
@@ -116,13 +160,23 @@ typedef struct {
                                its last bucket's completion */
   double exposed_s;         /* total time em_ddp_finish waited (not hidden) */
   double finish_s;          /* total time of em_ddp_finish (wait + average + copy) */
+  const char *comm;         /* the communicator reducing the buckets: "mpi", "nccl" */
+  em_device device;         /* where the buckets live */
+  bool staged;              /* reduced through host copies of the buckets */
 } em_ddp_stats;
 
-/* params: the model's parameters (borrowed; the order of em_model_param).
- * The communicator is borrowed. */
+/* params: the model's parameters (borrowed; the order of em_model_param),
+ * all on one device. The communicator is borrowed. A collective: every
+ * rank of c calls it (it may set up NCCL over c). */
 em_ddp *em_ddp_new(em_comm *c, int n, em_tensor *const *params, const em_ddp_options *o,
                    em_error *err);
 void em_ddp_free(em_ddp *d); /* NULL is fine */
+/* Puts the buckets (and, for CUDA gradients, the NCCL communicator) on
+ * the device the parameters live on now, when they moved since the last
+ * call; a collective like em_ddp_new. The trainer calls it at the start
+ * of each run; em_ddp_backward_begin does too (its errors then reported
+ * by em_ddp_finish). */
+em_status em_ddp_prepare(em_ddp *d, em_error *err);
 /* Around the backward of the micro-batch that ends an optimiser step:
  * begin installs the autograd hooks on this thread, end removes them
  * and starts any bucket not started yet. */
@@ -132,5 +186,6 @@ void em_ddp_backward_end(em_ddp *d);
 em_status em_ddp_finish(em_ddp *d, em_error *err);
 void em_ddp_get_stats(const em_ddp *d, em_ddp_stats *out);
 /* Broadcasts the tensors (f32 or f64, contiguous) from rank 0, e.g. the
- * initial weights so that every replica starts equal. */
+ * initial weights so that every replica starts equal. A tensor on a
+ * device whose memory c cannot read goes through a host copy. */
 em_status em_ddp_broadcast_tensors(em_comm *c, int n, em_tensor *const *ts, em_error *err);

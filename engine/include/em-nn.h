@@ -252,3 +252,11 @@ em_tensor *em_model_tensor(const em_model *m, int i, const char **name);
 int em_model_tensor_find(const em_model *m, const char *name);
 bool em_model_tensor_is_buffer(const em_model *m, int i);
 void em_model_zero_grad(em_model *m);
+/* Moves every parameter and buffer (and gradient) to d (em_tensor_move_:
+ * pointers to them stay valid). f32 models only off the CPU; a quantised
+ * model stays on the CPU. On failure (d unusable, out of its memory) the
+ * tensors already moved go back and err says why. Forward then wants its
+ * input on d (em_to_device). */
+em_status em_model_to_device(em_model *m, em_device d, em_error *err);
+/* Where the model's tensors live (the CPU until em_model_to_device). */
+em_device em_model_device(const em_model *m);

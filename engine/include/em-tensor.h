@@ -44,6 +44,18 @@ bool em_dtype_is_float(em_dtype dt);
 
 typedef struct em_node em_node;
 
+/* Where a tensor's storage lives (em-device.h); zero is the CPU. */
+typedef enum {
+  EM_DEVICE_CPU = 0,
+  EM_DEVICE_CUDA,
+  EM_DEVICE_REF, /* the device code path run on the host (tests) */
+  EM_DEVICE_KIND_COUNT
+} em_device_kind;
+typedef struct {
+  uint8_t kind;  /* em_device_kind */
+  uint8_t index; /* which device of that kind */
+} em_device;
+
 enum {
   EM_TENSOR_REQUIRES_GRAD = 1u << 0,
   EM_TENSOR_PERSISTENT = 1u << 1, /* made by em_tensor_new: caller frees */
@@ -61,8 +73,11 @@ typedef struct em_tensor {
   struct em_tensor *grad;      /* contiguous, same shape; NULL until backward */
   em_node *grad_fn;            /* the tape node that made it, or NULL (leaf) */
   uint32_t flags;
+  em_device device;            /* where data lives; zero: the CPU */
   const char *name;            /* optional, for messages and the profiler */
 } em_tensor;
+/* True when t lives off the CPU (its ops go to the device layer). */
+static inline bool em_on_device(const em_tensor *t) { return t->device.kind != EM_DEVICE_CPU; }
 
 /* ---- shapes ---------------------------------------------------------- */
 int64_t em_tensor_numel(const em_tensor *t);

@@ -3,7 +3,8 @@
  * forward -> loss -> backward -> clip -> optimiser step -> schedule, with
  * periodic evaluation, in whatever thread calls em_trainer_run. Progress
  * goes out through a callback; a stop request comes in through an atomic
- * flag checked between steps. */
+ * flag checked between steps. A run trains on the config's device (the
+ * CPU, a CUDA GPU, or the reference device: em-device.h). */
 #pragma once
 
 #include <stdbool.h>
@@ -61,6 +62,12 @@ typedef struct {
   /* dynamic loss scaling with GradScaler's rules: off by default for bf16,
    * as in PyTorch; its state goes into checkpoints */
   bool amp_scaler;
+  /* where the model trains (em-device.h): the CPU (zero, the default), a
+   * CUDA GPU or the reference device; the trainer moves the model there */
+  em_device device;
+  /* out of device memory in a step: halve the batch size and go on
+   * (instead of stopping the run with the allocator's message) */
+  bool auto_batch;
 } em_train_config;
 
 void em_train_config_defaults(em_train_config *c);
@@ -115,8 +122,11 @@ typedef struct {
   const char *checkpoint_kind;
   const char *message;
   double lr_scale; /* product of the rollbacks' lr factors so far (1 = none) */
-  /* STEP: the allocator's figures after the step (em_memory_stats) */
+  /* STEP: the allocator's figures after the step (em_memory_stats; those
+   * of the training device when it is not the CPU) */
   int64_t mem_allocated, mem_reserved, mem_peak;
+  /* WARNING after an out-of-memory with auto_batch: the new batch size */
+  int64_t batch_size;
 } em_train_event;
 
 /* Return false to ask the trainer to stop after this event. */
@@ -136,7 +146,10 @@ typedef struct {
 } em_train_summary;
 
 /* The trainer borrows model, datasets and config for its lifetime. test
- * may be NULL (no evaluation). */
+ * may be NULL (no evaluation). It moves the model to c->device (which the
+ * caller checked with em_device_check, and sized with em_train_preflight
+ * if it wanted to); out of that device's memory during the run, see
+ * auto_batch. */
 em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_dataset *train,
                            const em_dataset *test, em_error *err);
 /* Runs from the trainer's position (the start, or a loaded checkpoint) to
@@ -158,6 +171,9 @@ void em_trainer_request_stop(em_trainer *t);
 void em_trainer_set_lr_scale(em_trainer *t, double scale);
 double em_trainer_lr_scale(const em_trainer *t);
 void em_trainer_set_clip_grad_norm(em_trainer *t, double max_norm);
+/* The batch size the trainer uses now: the config's, unless the device
+ * pre-flight or an out-of-memory with auto_batch lowered it. */
+int em_trainer_batch_size(const em_trainer *t);
 void em_trainer_summary(const em_trainer *t, em_train_summary *out);
 /* Data-parallel training (before em_trainer_run; c borrowed, NULL or a
  * world of 1: single process). Every rank makes its trainer from the same
@@ -238,7 +254,9 @@ em_status em_trainer_load_checkpoint(em_trainer *t, const char *path, em_error *
 em_status em_checkpoint_read_meta(const char *path, const char *key, char *out, size_t cap,
                                   em_error *err);
 
-/* Mean loss and accuracy of m over ds in inference mode. */
+/* Mean loss and accuracy of m over ds in inference mode, on the model's
+ * device (em_model_device); out of that device's memory is EM_ERR_NOMEM
+ * with the allocator's message. */
 em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
                       double label_smoothing, double *mean_loss, double *accuracy,
                       em_error *err);
@@ -250,6 +268,27 @@ em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double
  * also reads the model's part of a training checkpoint. */
 em_status em_model_save(const em_model *m, const char *path, em_error *err);
 em_status em_model_load(em_model *m, const char *path, em_error *err);
+
+/* ---- pre-flight memory estimate (memory-estimate.c) --------------------------
+ * Peak training memory from the spec alone: fixed (weights and buffers,
+ * gradients, optimiser state) plus per sample (every node's output and
+ * its gradient, and what Conv2d / MaxPool2d keep), f32. */
+typedef struct {
+  int64_t batch;
+  int64_t weights_bytes, grads_bytes, optim_bytes;
+  int64_t act_bytes;       /* activations and their gradients, x batch */
+  int64_t workspace_bytes; /* what ops keep, x batch */
+  int64_t fixed_bytes, per_sample_bytes, total_bytes;
+} em_train_memory_estimate;
+void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int64_t batch,
+                              em_train_memory_estimate *out);
+/* Before a run on a device (EM_OK at once on the CPU): the estimate at
+ * c->batch_size against the device's free memory. *batch gets the batch
+ * to start with: c->batch_size when it fits; with auto_batch, the first
+ * of its halvings that fits (and note says so); otherwise an EM_ERR_NOMEM
+ * refusal that gives the figures and the largest batch that fits. */
+em_status em_train_preflight(const em_spec *spec, const em_train_config *c, int *batch,
+                             char *note, size_t cap, em_error *err);
 
 /* The spec's input must be the dataset's sample shape and its output
  * must cover the dataset's classes (exactly, for MSE on one-hot targets).

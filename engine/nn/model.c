@@ -8,8 +8,10 @@
  * Forward allocates only scope memory (the node-output table is scratch),
  * so a steady training step does no malloc here. A quantised model
  * (em_model_quantize, engine/quant) runs its int8 Linear nodes through
- * the plan it holds, in inference only. */
+ * the plan it holds, in inference only. em_model_to_device moves every
+ * tensor to a device; forward then wants its input there. */
 #include "nn-private.h"
+#include "em-device.h"
 #include "em-profile.h"
 #include "../quant/quant-private.h"
 
@@ -28,6 +30,7 @@ struct em_model {
   int *param_idx; /* trainable tensors, in order */
   em_rng rng;     /* dropout stream when the caller gives none */
   em_quant_plan *quant; /* int8 Linear layers (engine/quant), or NULL */
+  em_device device;     /* where every tensor lives */
 };
 
 static uint64_t name_hash(const char *s) {
@@ -182,11 +185,46 @@ void em_model_zero_grad(em_model *m) {
   for (int i = 0; i < m->n_params; i++) em_tensor_zero_grad(m->tensors[m->param_idx[i]]);
 }
 
+em_device em_model_device(const em_model *m) { return m->device; }
+
+em_status em_model_to_device(em_model *m, em_device d, em_error *err) {
+  const em_spec *s = m->spec;
+  char dn[32];
+  em_device_str(d, dn, sizeof dn);
+  if (em_device_eq(d, m->device)) return EM_OK;
+  if (!em_device_is_cpu(d)) {
+    if (m->opts.dtype != EM_DTYPE_F32)
+      return em_error_set(err, EM_ERR_UNSUPPORTED,
+                          "model '%s' is %s: only f32 models run on %s (f64 is for gradient "
+                          "checks on the CPU)", s->name, em_dtype_name(m->opts.dtype), dn);
+    if (m->quant)
+      return em_error_set(err, EM_ERR_UNSUPPORTED,
+                          "model '%s' is quantised (int8): its int8 layers run on the CPU only",
+                          s->name);
+    if (em_device_check(d, err) != EM_OK) return err ? err->status : EM_ERR_INVALID;
+  }
+  em_device from = m->device;
+  for (int i = 0; i < m->n_tensors; i++) {
+    em_error e = {0};
+    if (em_tensor_move_(m->tensors[i], d, &e) == EM_OK) continue;
+    for (int k = i - 1; k >= 0; k--) em_tensor_move_(m->tensors[k], from, NULL); /* undo */
+    return em_error_set(err, e.status, "model '%s': moving '%s' to %s: %s", s->name,
+                        m->names[i], dn, e.msg);
+  }
+  m->device = d;
+  return EM_OK;
+}
+
 /* ---- forward -------------------------------------------------------------------- */
 
 static em_status check_input(const em_model *m, const em_tensor *x, em_error *err) {
   const em_spec *s = m->spec;
   char want[160], got[160];
+  if (!em_device_eq(x->device, m->device))
+    return em_error_set(err, EM_ERR_INVALID,
+                        "model '%s': the input is on %s but the model is on %s; move the input "
+                        "first (em_to_device)", s->name, em_device_str(x->device, got, sizeof got),
+                        em_device_str(m->device, want, sizeof want));
   em_dtype dt = s->input.dtype == EM_DTYPE_I64 ? EM_DTYPE_I64 : m->opts.dtype;
   if (x->dtype != dt)
     return em_error_set(err, EM_ERR_INVALID, "model '%s': input has dtype %s, expected %s",

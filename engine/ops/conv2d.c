@@ -58,6 +58,7 @@ static em_tensor *conv2d_run(em_tensor *x /* (N, C, H, W) */,
                              em_tensor *w /* (K, C/groups, kh, kw) */,
                              em_tensor *b /* (K) or NULL */, const em_conv2d_params *p,
                              bool ref) {
+  if (EM_ON_DEVICE(x, w, b)) return em_dev_conv2d(x, w, b, p);
   EM_ASSERT(p && x->ndim == 4 && w->ndim == 4);
   EM_ASSERT(EM_IS_FLOAT(x) && w->dtype == x->dtype);
   if (b) EM_ASSERT(b->ndim == 1 && b->shape[0] == w->shape[0] && b->dtype == x->dtype);

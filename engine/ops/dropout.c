@@ -51,6 +51,7 @@ static void dropout_backward(em_node *n) {
 }
 
 em_tensor *em_dropout(em_tensor *x, double p, bool training, em_rng *rng) {
+  if (em_on_device(x)) return em_dev_dropout(x, p, training, rng);
   EM_ASSERT(EM_IS_FLOAT(x) && p >= 0 && p <= 1);
   if (!training || p == 0) return x;
   EM_ASSERT(rng);

@@ -169,7 +169,19 @@ static em_tensor *binary_apply(int kind, em_tensor *a, em_tensor *b) {
   return EM_OP_END(y);
 }
 
-em_tensor *em_add(em_tensor *a, em_tensor *b) { return binary_apply(K_ADD, a, b); }
-em_tensor *em_sub(em_tensor *a, em_tensor *b) { return binary_apply(K_SUB, a, b); }
-em_tensor *em_mul(em_tensor *a, em_tensor *b) { return binary_apply(K_MUL, a, b); }
-em_tensor *em_div(em_tensor *a, em_tensor *b) { return binary_apply(K_DIV, a, b); }
+em_tensor *em_add(em_tensor *a, em_tensor *b) {
+  if (EM_ON_DEVICE(a, b)) return em_dev_add(a, b);
+  return binary_apply(K_ADD, a, b);
+}
+em_tensor *em_sub(em_tensor *a, em_tensor *b) {
+  if (EM_ON_DEVICE(a, b)) return em_dev_sub(a, b);
+  return binary_apply(K_SUB, a, b);
+}
+em_tensor *em_mul(em_tensor *a, em_tensor *b) {
+  if (EM_ON_DEVICE(a, b)) return em_dev_mul(a, b);
+  return binary_apply(K_MUL, a, b);
+}
+em_tensor *em_div(em_tensor *a, em_tensor *b) {
+  if (EM_ON_DEVICE(a, b)) return em_dev_div(a, b);
+  return binary_apply(K_DIV, a, b);
+}

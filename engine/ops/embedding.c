@@ -75,6 +75,7 @@ static void embedding_backward(em_node *n) {
 }
 
 em_tensor *em_embedding(em_tensor *weight, em_tensor *idx) {
+  if (EM_ON_DEVICE(weight, idx)) return em_dev_embedding(weight, idx);
   EM_ASSERT(EM_IS_FLOAT(weight) && weight->ndim == 2);
   EM_ASSERT(idx->dtype == EM_DTYPE_I64 && idx->ndim < EM_MAX_DIMS);
   EM_OP_BEGIN("embedding", 2, weight, idx);

@@ -195,6 +195,7 @@ static void cross_entropy_backward(em_node *n) {
 }
 
 em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing) {
+  if (EM_ON_DEVICE(logits, target)) return em_dev_cross_entropy(logits, target, label_smoothing);
   EM_ASSERT(EM_IS_FLOAT(logits) && logits->ndim == 2);
   EM_OP_BEGIN("cross_entropy", 2, logits, target);
   EM_ASSERT(target->dtype == EM_DTYPE_I64 && target->ndim == 1);
@@ -316,6 +317,7 @@ static void mse_backward(em_node *n) {
 }
 
 em_tensor *em_mse_loss(em_tensor *a, em_tensor *b) {
+  if (EM_ON_DEVICE(a, b)) return em_dev_mse_loss(a, b);
   EM_ASSERT(EM_IS_FLOAT(a) && a->dtype == b->dtype && em_tensor_same_shape(a, b));
   EM_OP_BEGIN("mse_loss", 2, a, b);
   int64_t numel = em_tensor_numel(a);

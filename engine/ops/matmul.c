@@ -31,6 +31,13 @@ void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, dou
   if (tok >= 0) em_op_end_(tok, NULL);
 }
 
+void em_gemm_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                        double beta, void *c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  gemm_run(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* em_gemm, or the bf16 GEMM (alpha 1, f32) when kern is not NONE. */
 static void gemm_amp(em_bf16_kernel kern, em_dtype dt, bool ta, bool tb, int64_t m, int64_t n,
                      int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
@@ -158,6 +165,7 @@ static void linear_backward(em_node *n) { linear_backward_with(n, EM_BF16_KERNEL
 static void linear_backward_bf16(em_node *n) { linear_backward_with(n, em_bf16_kernel_best()); }
 
 em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b) {
+  if (EM_ON_DEVICE(x, w, b)) return em_dev_linear(x, w, b);
   EM_ASSERT(x->ndim == 2 && w->ndim == 2 && x->shape[1] == w->shape[1]);
   EM_ASSERT(EM_IS_FLOAT(x) && x->dtype == w->dtype);
   EM_ASSERT(w->stride[1] == 1 || w->shape[1] == 1);
@@ -264,6 +272,7 @@ static em_tensor *inner_blas_ready(em_tensor *t) {
 }
 
 em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
+  if (EM_ON_DEVICE(a, b)) return em_dev_matmul(a, b);
   EM_ASSERT(a->ndim >= 2 && b->ndim >= 2 && a->dtype == b->dtype && EM_IS_FLOAT(a));
   int64_t L = a->shape[a->ndim - 2], D = a->shape[a->ndim - 1], K = b->shape[b->ndim - 1];
   EM_ASSERT(b->shape[b->ndim - 2] == D);

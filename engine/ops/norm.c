@@ -336,6 +336,8 @@ static void batch_norm_backward(em_node *n) {
 em_tensor *em_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
                          em_tensor *running_mean, em_tensor *running_var,
                          bool training, double momentum, double eps) {
+  if (EM_ON_DEVICE(x, weight, bias, running_mean, running_var))
+    return em_dev_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
   EM_ASSERT(EM_IS_FLOAT(x) && x->ndim >= 2);
   EM_OP_BEGIN("batch_norm", 3, x, weight, bias);
   bn_geom p = {.N = x->shape[0], .C = x->shape[1], .S = 1, .eps = eps, .training = training};
@@ -563,6 +565,7 @@ static void layer_norm_backward(em_node *n) {
 }
 
 em_tensor *em_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bias, double eps) {
+  if (EM_ON_DEVICE(x, weight, bias)) return em_dev_layer_norm(x, nd, weight, bias, eps);
   EM_ASSERT(EM_IS_FLOAT(x) && nd >= 1 && nd <= x->ndim);
   EM_OP_BEGIN("layer_norm", 3, x, weight, bias);
   ln_geom p = {.R = 1, .D = 1, .eps = eps};

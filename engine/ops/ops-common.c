@@ -171,6 +171,10 @@ ADD_ROW(add_row_f32, float)
 ADD_ROW(add_row_f64, double)
 
 void em_copy_into(em_tensor *dst, const em_tensor *src) {
+  if (EM_ON_DEVICE(dst, (em_tensor *)src)) {
+    em_dev_copy_into(dst, src);
+    return;
+  }
   EM_ASSERT(dst->dtype == src->dtype);
   em_tensor *ops[2] = {dst, (em_tensor *)src};
   em_iter it;
@@ -182,6 +186,10 @@ void em_copy_into(em_tensor *dst, const em_tensor *src) {
 }
 
 void em_add_into(em_tensor *dst, const em_tensor *src) {
+  if (EM_ON_DEVICE(dst, (em_tensor *)src)) {
+    em_dev_add_into(dst, src);
+    return;
+  }
   EM_ASSERT(dst->dtype == src->dtype && EM_IS_FLOAT(dst));
   em_tensor *ops[2] = {dst, (em_tensor *)src};
   em_iter it;
@@ -199,6 +207,7 @@ void em_grad_add(em_tensor *x, const em_tensor *g) {
 }
 
 em_tensor *em_contiguous_nograd(em_tensor *t) {
+  if (em_on_device(t)) return em_dev_contiguous_nograd(t);
   if (em_tensor_is_contiguous(t)) return t;
   em_tensor *c = em_empty(t->dtype, t->ndim, t->shape);
   em_copy_into(c, t);
@@ -261,6 +270,10 @@ SUM_INTO_ROW(sum_into_row_f32, float, em_sum_f32)
 SUM_INTO_ROW(sum_into_row_f64, double, em_sum_f64)
 
 void em_sum_into_broadcast(em_tensor *out, const em_tensor *g) {
+  if (EM_ON_DEVICE(out, (em_tensor *)g)) {
+    em_dev_sum_into_broadcast(out, g);
+    return;
+  }
   EM_ASSERT(out->dtype == g->dtype && EM_IS_FLOAT(g));
   em_tensor *ops[2] = {out, (em_tensor *)g};
   em_iter it;
@@ -282,6 +295,7 @@ em_tensor *em_reduce_to_shape(em_tensor *g, int ndim, const int64_t *shape) {
       if (shape[d] == 1 && r->shape[d] != 1) r = em_sum(r, d, true);
     return r;
   }
+  if (em_on_device(g)) return em_dev_reduce_to_shape(g, ndim, shape);
   /* One pass over g, adding into the zeroed result broadcast over g. */
   em_tensor *r = em_zeros(g->dtype, ndim, shape);
   em_sum_into_broadcast(r, g);

@@ -3,6 +3,7 @@
 
 #include "em-ops.h"
 #include "em-profile.h"
+#include "../device/dev-ops.h" /* the hand-offs to the device layer */
 
 #define EM_IS_FLOAT(t) ((t)->dtype == EM_DTYPE_F32 || (t)->dtype == EM_DTYPE_F64)
 
@@ -28,6 +29,11 @@ bool em_blas_operand_of(const em_tensor *t, int d0, int d1, int64_t offset_elems
 void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
              const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
              int64_t ldc);
+/* em_gemm without its profiler span (for a caller that records the op
+ * and its FLOPs itself: the reference device's GEMM). */
+void em_gemm_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                        double beta, void *c, int64_t ldc);
 
 /* ---- shared by the basic ops (views.c, elementwise.c, unary.c, reduce.c) ---- */
 

@@ -283,6 +283,7 @@ static void pool_backward_ref(em_node *n) {
 
 static em_tensor *pool_run(em_tensor *x /* (N, C, H, W) */, const em_pool2d_params *p, bool max,
                            bool ref) {
+  if (em_on_device(x)) return max ? em_dev_max_pool2d(x, p) : em_dev_avg_pool2d(x, p);
   EM_ASSERT(p && x->ndim == 4 && EM_IS_FLOAT(x));
   EM_OP_BEGIN(max ? "max_pool2d" : "avg_pool2d", 1, x);
   em_pool_geom g;

@@ -157,8 +157,14 @@ static em_tensor *sum_dim(em_tensor *x, int dim, bool keepdim, bool mean) {
   return EM_OP_END(y);
 }
 
-em_tensor *em_sum(em_tensor *x, int dim, bool keepdim) { return sum_dim(x, dim, keepdim, false); }
-em_tensor *em_mean(em_tensor *x, int dim, bool keepdim) { return sum_dim(x, dim, keepdim, true); }
+em_tensor *em_sum(em_tensor *x, int dim, bool keepdim) {
+  if (em_on_device(x)) return em_dev_sum(x, dim, keepdim);
+  return sum_dim(x, dim, keepdim, false);
+}
+em_tensor *em_mean(em_tensor *x, int dim, bool keepdim) {
+  if (em_on_device(x)) return em_dev_mean(x, dim, keepdim);
+  return sum_dim(x, dim, keepdim, true);
+}
 
 /* ---- sum_all / mean_all ------------------------------------------------------------------ */
 
@@ -210,8 +216,14 @@ static em_tensor *sum_all(em_tensor *x, bool mean) {
   return EM_OP_END(y);
 }
 
-em_tensor *em_sum_all(em_tensor *x) { return sum_all(x, false); }
-em_tensor *em_mean_all(em_tensor *x) { return sum_all(x, true); }
+em_tensor *em_sum_all(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_sum_all(x);
+  return sum_all(x, false);
+}
+em_tensor *em_mean_all(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_mean_all(x);
+  return sum_all(x, true);
+}
 
 /* ---- max / argmax --------------------------------------------------------------------------- */
 
@@ -347,6 +359,7 @@ static void max_impl(em_tensor *x, int d, bool keepdim, bool want_values, em_ten
 }
 
 em_tensor *em_max(em_tensor *x, int dim, bool keepdim, em_tensor **argmax) {
+  if (em_on_device(x)) return em_dev_max(x, dim, keepdim, argmax);
   EM_ASSERT(EM_IS_FLOAT(x) && x->ndim > 0);
   EM_OP_BEGIN("max", 1, x);
   int d = em_dim_norm(dim, x->ndim);
@@ -362,6 +375,7 @@ em_tensor *em_max(em_tensor *x, int dim, bool keepdim, em_tensor **argmax) {
 }
 
 em_tensor *em_argmax(em_tensor *x, int dim, bool keepdim) {
+  if (em_on_device(x)) return em_dev_argmax(x, dim, keepdim);
   EM_ASSERT(x->ndim > 0);
   EM_OP_BEGIN("argmax", 1, x);
   int d = em_dim_norm(dim, x->ndim);

@@ -291,6 +291,12 @@ static em_tensor *softmax_any(em_tensor *x, int dim, bool log_out) {
   return EM_OP_END(y);
 }
 
-em_tensor *em_softmax(em_tensor *x, int dim) { return softmax_any(x, dim, false); }
+em_tensor *em_softmax(em_tensor *x, int dim) {
+  if (em_on_device(x)) return em_dev_softmax(x, dim);
+  return softmax_any(x, dim, false);
+}
 
-em_tensor *em_log_softmax(em_tensor *x, int dim) { return softmax_any(x, dim, true); }
+em_tensor *em_log_softmax(em_tensor *x, int dim) {
+  if (em_on_device(x)) return em_dev_log_softmax(x, dim);
+  return softmax_any(x, dim, true);
+}

@@ -191,11 +191,21 @@ static em_tensor *unary_apply(const unary_op *op, em_tensor *x, double p0, doubl
   return EM_OP_END(y);
 }
 
-em_tensor *em_neg(em_tensor *x) { return unary_apply(&neg_op, x, 0, 0); }
-em_tensor *em_add_scalar(em_tensor *x, double s) { return unary_apply(&add_scalar_op, x, s, 0); }
-em_tensor *em_mul_scalar(em_tensor *x, double s) { return unary_apply(&mul_scalar_op, x, s, 0); }
+em_tensor *em_neg(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_neg(x);
+  return unary_apply(&neg_op, x, 0, 0);
+}
+em_tensor *em_add_scalar(em_tensor *x, double s) {
+  if (em_on_device(x)) return em_dev_add_scalar(x, s);
+  return unary_apply(&add_scalar_op, x, s, 0);
+}
+em_tensor *em_mul_scalar(em_tensor *x, double s) {
+  if (em_on_device(x)) return em_dev_mul_scalar(x, s);
+  return unary_apply(&mul_scalar_op, x, s, 0);
+}
 
 em_tensor *em_pow_scalar(em_tensor *x, double p) {
+  if (em_on_device(x)) return em_dev_pow_scalar(x, p);
   /* The exponents PyTorch also special-cases get exact, vectorised forms. */
   const unary_op *op = p == 2.0    ? &pow2_op
                        : p == 3.0  ? &pow3_op
@@ -205,15 +215,43 @@ em_tensor *em_pow_scalar(em_tensor *x, double p) {
   return unary_apply(op, x, p, 0);
 }
 
-em_tensor *em_exp(em_tensor *x) { return unary_apply(&exp_op, x, 0, 0); }
-em_tensor *em_log(em_tensor *x) { return unary_apply(&log_op, x, 0, 0); }
-em_tensor *em_sqrt(em_tensor *x) { return unary_apply(&sqrt_op, x, 0, 0); }
-em_tensor *em_abs(em_tensor *x) { return unary_apply(&abs_op, x, 0, 0); }
+em_tensor *em_exp(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_exp(x);
+  return unary_apply(&exp_op, x, 0, 0);
+}
+em_tensor *em_log(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_log(x);
+  return unary_apply(&log_op, x, 0, 0);
+}
+em_tensor *em_sqrt(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_sqrt(x);
+  return unary_apply(&sqrt_op, x, 0, 0);
+}
+em_tensor *em_abs(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_abs(x);
+  return unary_apply(&abs_op, x, 0, 0);
+}
 em_tensor *em_clamp(em_tensor *x, double lo, double hi) {
+  if (em_on_device(x)) return em_dev_clamp(x, lo, hi);
   return unary_apply(&clamp_op, x, lo, hi);
 }
-em_tensor *em_relu(em_tensor *x) { return unary_apply(&relu_op, x, 0, 0); }
-em_tensor *em_gelu(em_tensor *x) { return unary_apply(&gelu_op, x, 0, 0); }
-em_tensor *em_silu(em_tensor *x) { return unary_apply(&silu_op, x, 0, 0); }
-em_tensor *em_sigmoid(em_tensor *x) { return unary_apply(&sigmoid_op, x, 0, 0); }
-em_tensor *em_tanh(em_tensor *x) { return unary_apply(&tanh_op, x, 0, 0); }
+em_tensor *em_relu(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_relu(x);
+  return unary_apply(&relu_op, x, 0, 0);
+}
+em_tensor *em_gelu(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_gelu(x);
+  return unary_apply(&gelu_op, x, 0, 0);
+}
+em_tensor *em_silu(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_silu(x);
+  return unary_apply(&silu_op, x, 0, 0);
+}
+em_tensor *em_sigmoid(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_sigmoid(x);
+  return unary_apply(&sigmoid_op, x, 0, 0);
+}
+em_tensor *em_tanh(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_tanh(x);
+  return unary_apply(&tanh_op, x, 0, 0);
+}

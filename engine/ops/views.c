@@ -169,7 +169,7 @@ static void slice_backward(em_node *n) {
   bool fresh;
   em_tensor *gx = em_grad_acquire(x, &fresh);
   if (!gx) return;
-  if (fresh) memset(em_tensor_ptr(gx), 0, em_tensor_nbytes(gx));
+  if (fresh) em_tensor_fill_(gx, 0.0);
   em_add_into(slice_region(gx, n->out, (int)n->i[0], n->i[1], n->i[2]), n->out->grad);
 }
 
@@ -235,6 +235,7 @@ em_tensor *em_expand(em_tensor *x, int ndim, const int64_t *shape) {
 /* ---- contiguous ----------------------------------------------------------------------------------- */
 
 em_tensor *em_contiguous(em_tensor *x) {
+  if (em_on_device(x)) return em_dev_contiguous(x);
   if (em_tensor_is_contiguous(x)) return x;
   EM_OP_BEGIN("contiguous", 1, x);
   em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
@@ -263,6 +264,7 @@ static void concat_backward(em_node *n) {
 
 em_tensor *em_concat(int n, em_tensor *const *xs, int dim) {
   EM_ASSERT(n >= 1);
+  if (em_dev_any_(n, xs)) return em_dev_concat(n, xs, dim);
   const int em_op_token_ = em_profile_hooks_on() ? em_op_begin_("concat", n < 4 ? n : 4, xs) : -1;
   const em_tensor *x0 = xs[0];
   int d = em_dim_norm(dim, x0->ndim);
@@ -305,6 +307,7 @@ static void cast_backward(em_node *n) {
 }
 
 em_tensor *em_cast(em_tensor *x, em_dtype dt) {
+  if (em_on_device(x)) return em_dev_cast(x, dt);
   if (x->dtype == dt) return x;
   EM_OP_BEGIN("cast", 1, x);
   em_tensor *y = em_empty(dt, x->ndim, x->shape);

@@ -11,10 +11,14 @@
  *
  * The per-step scalars are computed in double like PyTorch's Python code
  * and the f32 loop computes in float like its kernels. Big tensors are
- * split over the thread pool; every element is independent. */
+ * split over the thread pool; every element is independent. A parameter
+ * on a device runs its backend's adam_step kernel (the same formulas;
+ * AMSGrad is refused there by em_optimizer_new). */
 #include "optim-private.h"
 
 #include <math.h>
+
+#include "../device/device-private.h"
 
 typedef struct {
   void *p, *m, *v, *vmax; /* (D); vmax NULL without amsgrad */
@@ -65,6 +69,11 @@ void em_adam_update(const em_optim_config *c, em_optim_slot *s, const em_tensor 
   int64_t t = *em_i64(s->step) + 1;
   *em_i64(s->step) = t;
   bool decoupled = c->kind == EM_OPTIM_ADAMW;
+  if (em_on_device(s->param)) {
+    em_kernels_of(s->param)->adam_step(s->param, g, s->buf[0], s->buf[1], t, c->lr, c->beta1,
+                                       c->beta2, c->eps, c->weight_decay, decoupled);
+    return;
+  }
   adam_args a = {
     .p = em_tensor_ptr(s->param),
     .m = em_tensor_ptr(s->buf[0]),

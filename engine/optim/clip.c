@@ -1,9 +1,14 @@
 /* clip.c: gradient clipping by total L2 norm, like
  * torch.nn.utils.clip_grad_norm_ (norm_type 2), except that a non-finite
- * total is returned without touching the gradients. */
+ * total is returned without touching the gradients. Gradients on a device
+ * are summed there (the backend's sumsq kernel, one f32 partial per
+ * gradient, read back together and added in double) and scaled there. */
 #include "optim-private.h"
 
 #include <math.h>
+#include <stdlib.h>
+
+#include "../device/device-private.h"
 
 /* Sum of squares of a contiguous gradient. f32: blocks of 512 values are
  * summed in 16 f32 lanes (one AVX-512 register's worth, which the
@@ -56,19 +61,61 @@ static em_tensor *current_grad(const em_tensor *p) {
   return p->grad;
 }
 
+/* Sum of squares of the n_dev current gradients among params that live
+ * on device d (all of them: a model lives on one device). NaN when the
+ * device ran out of memory for the partial sums (the trainer collects
+ * that error: em_device_error_take). */
+static double device_sum_squares(int n, em_tensor *const *params, em_device d, int n_dev) {
+  em_scope *sc = em_scope_begin();
+  const int64_t shape[1] = {n_dev};
+  em_tensor *part = em_empty_on(d, EM_DTYPE_F32, 1, shape); /* (n_dev) */
+  float *host = malloc(sizeof *host * (size_t)n_dev);      /* (n_dev) */
+  double total = NAN;
+  if (part && part->data && host) {
+    const em_kernels *k = em_kernels_of(part);
+    const int64_t one[1] = {1}, unit[1] = {1};
+    int j = 0;
+    for (int i = 0; i < n; i++) {
+      const em_tensor *g = current_grad(params[i]);
+      if (!g || !em_on_device(g)) continue;
+      EM_ASSERT(em_device_eq(g->device, d) && "gradients on two devices");
+      em_tensor *slot = em_view_raw(part, 1, one, unit, j++); /* (1) */
+      slot->device = d;
+      k->sumsq(false, slot, g);
+    }
+    em_tensor_download(part, host);
+    total = 0;
+    for (j = 0; j < n_dev; j++) total += (double)host[j];
+  }
+  free(host);
+  em_scope_end(sc);
+  return total;
+}
+
 double em_clip_grad_norm(int n, em_tensor *const *params, double max_norm) {
   double total = 0;
+  int n_dev = 0;
+  em_device dev = em_device_cpu();
   for (int i = 0; i < n; i++) {
     const em_tensor *g = current_grad(params[i]);
-    if (g) total += sum_squares(g);
+    if (!g) continue;
+    if (em_on_device(g)) {
+      dev = g->device;
+      n_dev++;
+    } else {
+      total += sum_squares(g);
+    }
   }
+  if (n_dev) total += device_sum_squares(n, params, dev, n_dev);
   total = sqrt(total);
   if (!isfinite(total)) return total;
   double coef = max_norm / (total + 1e-6);
   if (coef < 1)
     for (int i = 0; i < n; i++) {
       em_tensor *g = current_grad(params[i]);
-      if (g) scale(g, coef);
+      if (!g) continue;
+      if (em_on_device(g)) em_kernels_of(g)->unary(EM_KU_MULS, g, g, (double)(float)coef, 0);
+      else scale(g, coef);
     }
   return total;
 }

@@ -1,7 +1,13 @@
 /* optimizer.c: the optimiser object: configuration, parameters and their
  * state tensors, the step count, and the state list that checkpoints
- * read and write. The updates themselves are in sgd.c and adam.c. */
+ * read and write. The updates themselves are in sgd.c and adam.c.
+ *
+ * A parameter's buffers (momentum, moments) live on the parameter's
+ * device; the step counts (i64 scalars the host reads at every update)
+ * always live on the CPU. */
 #include "optim-private.h"
+
+#include "em-device.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -74,12 +80,14 @@ em_status em_optim_config_check(const em_optim_config *c, em_error *err) {
 /* The shape of a 0-dimensional tensor (a step count). */
 static const int64_t no_dims[1] = {0};
 
-/* A persistent state tensor named "<prefix>.<suffix>". */
-static em_tensor *state_new(em_dtype dt, int ndim, const int64_t *shape, const char *prefix,
-                            const char *suffix, em_error *err) {
+/* A persistent, zeroed state tensor named "<prefix>.<suffix>" on d. */
+static em_tensor *state_new(em_device d, em_dtype dt, int ndim, const int64_t *shape,
+                            const char *prefix, const char *suffix, em_error *err) {
   size_t len = strlen(prefix) + strlen(suffix) + 2;
   char *name = malloc(len);
-  em_tensor *t = name ? em_tensor_new(dt, ndim, shape, err) : NULL;
+  em_tensor *t = !name ? NULL
+                 : em_device_is_cpu(d) ? em_tensor_new(dt, ndim, shape, err)
+                                       : em_tensor_new_on(d, dt, ndim, shape, err);
   if (!t) {
     free(name);
     if (!name) em_error_set(err, EM_ERR_NOMEM, "out of memory for optimizer state");
@@ -147,11 +155,11 @@ static em_status slot_alloc(const em_optim_config *c, em_optim_slot *s, em_error
   for (int b = 0; b < nbuf; b++) {
     if (s->buf[b]) continue;
     const char *suffix = c->kind == EM_OPTIM_SGD ? "momentum_buffer" : adam_names[b];
-    s->buf[b] = state_new(p->dtype, p->ndim, p->shape, s->name, suffix, err);
+    s->buf[b] = state_new(p->device, p->dtype, p->ndim, p->shape, s->name, suffix, err);
     if (!s->buf[b]) return em_error_prefix(err, "parameter '%s'", s->name);
   }
   if (nbuf > 0 && !s->step) {
-    s->step = state_new(EM_DTYPE_I64, 0, no_dims, s->name, "step", err);
+    s->step = state_new(em_device_cpu(), EM_DTYPE_I64, 0, no_dims, s->name, "step", err);
     if (!s->step) return em_error_prefix(err, "parameter '%s'", s->name);
   }
   return EM_OK;
@@ -182,6 +190,20 @@ em_optimizer *em_optimizer_new(const em_optim_config *c, int n, em_tensor *const
       em_error_set(err, EM_ERR_UNSUPPORTED, "parameter '%s' is not contiguous", nm);
       return NULL;
     }
+    if (em_on_device(p) && p->dtype != EM_DTYPE_F32) {
+      char dn[32];
+      em_error_set(err, EM_ERR_UNSUPPORTED, "parameter '%s' is %s on %s; device optimizers "
+                   "update f32", nm, em_dtype_name(p->dtype), em_device_str(p->device, dn,
+                   sizeof dn));
+      return NULL;
+    }
+    if (em_on_device(p) && c->kind != EM_OPTIM_SGD && c->amsgrad) {
+      char dn[32];
+      em_error_set(err, EM_ERR_UNSUPPORTED, "parameter '%s' is on %s: AMSGrad runs on the CPU "
+                   "only (turn amsgrad off, or train on the CPU)", nm,
+                   em_device_str(p->device, dn, sizeof dn));
+      return NULL;
+    }
     for (int j = 0; j < i; j++)
       if (params[j] == p) {
         em_error_set(err, EM_ERR_INVALID, "parameter '%s' is given twice", nm);
@@ -199,7 +221,7 @@ em_optimizer *em_optimizer_new(const em_optim_config *c, int n, em_tensor *const
   o->cfg = *c;
   o->n = n;
   o->slots = slots;
-  o->step = state_new(EM_DTYPE_I64, 0, no_dims, "optimizer", "step", err);
+  o->step = state_new(em_device_cpu(), EM_DTYPE_I64, 0, no_dims, "optimizer", "step", err);
   if (!o->step) goto fail;
   for (int i = 0; i < n; i++) {
     em_optim_slot *s = &o->slots[i];

@@ -10,8 +10,11 @@
  * Element-wise loops over contiguous arrays that the compiler vectorises;
  * the f32 loop computes in float as PyTorch does. Big tensors are split
  * over the thread pool (each element is independent, so the result does
- * not depend on the thread count). */
+ * not depend on the thread count). A parameter on a device runs its
+ * backend's sgd_step kernel (the same formulas, engine/device/kernels). */
 #include "optim-private.h"
+
+#include "../device/device-private.h"
 
 typedef struct {
   void *p, *buf;          /* (D) */
@@ -65,6 +68,13 @@ SGD_KERNEL(sgd_f64, double)
 
 void em_sgd_update(const em_optim_config *c, em_optim_slot *s, const em_tensor *g) {
   bool use_buf = c->momentum != 0 && s->buf[0];
+  if (em_on_device(s->param)) { /* the step count stays on the host */
+    em_kernels_of(s->param)->sgd_step(s->param, g, use_buf ? s->buf[0] : NULL, c->lr,
+                                      c->weight_decay, c->momentum, c->dampening, c->nesterov,
+                                      use_buf && *em_i64(s->step) == 0);
+    if (use_buf) *em_i64(s->step) += 1;
+    return;
+  }
   sgd_args a = {
     .p = em_tensor_ptr(s->param),
     .g = em_tensor_ptr(g),

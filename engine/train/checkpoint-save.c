@@ -47,16 +47,29 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
   em_ckpt_tensor *ck = calloc((size_t)n, sizeof *ck);
   char **opt_names = calloc((size_t)(n_opt ? n_opt : 1), sizeof *opt_names);
   char *vals[M_COUNT] = {0};
+  bool *owned = NULL; /* ts[i].t is a host copy to free */
   em_error e = {0};
   em_status st = EM_OK;
   if (!ts || !ck || !opt_names) {
     st = em_error_set(&e, EM_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
     goto out;
   }
-  for (int i = 0; i < n_model; i++) ts[i].t = em_model_tensor(t->model, i, &ts[i].name);
+  /* tensors on the training device are written from host copies */
+  if (!(owned = calloc((size_t)n, sizeof *owned))) {
+    st = em_error_set(&e, EM_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    const em_tensor *live = i < n_model ? em_model_tensor(t->model, i, &ts[i].name)
+                                        : em_optimizer_state(t->opt, i - n_model, NULL);
+    if (!(ts[i].t = em_train_host_copy(live, &owned[i], &e))) {
+      st = em_error_prefix(&e, "writing checkpoint '%s'", path);
+      goto out;
+    }
+  }
   for (int i = 0; i < n_opt; i++) {
     const char *name;
-    ts[n_model + i].t = em_optimizer_state(t->opt, i, &name);
+    em_optimizer_state(t->opt, i, &name);
     size_t len = strlen(name) + 7;
     if (!(opt_names[i] = malloc(len))) {
       st = em_error_set(&e, EM_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
@@ -133,6 +146,9 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
   }
 out:
   for (int k = 0; k < M_COUNT; k++) free(vals[k]);
+  for (int i = 0; i < n && owned; i++)
+    if (owned[i]) em_tensor_free((em_tensor *)ts[i].t);
+  free(owned);
   for (int i = 0; i < n_opt && opt_names; i++) free(opt_names[i]);
   free(opt_names);
   free(ck);

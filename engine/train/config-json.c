@@ -13,6 +13,7 @@
  * equals c field for field. Ranges are em_train_config_validate's job:
  * any config, valid or not, survives the round trip. */
 #include "train-private.h"
+#include "em-device.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -90,6 +91,7 @@ char *em_train_config_to_json(const em_train_config *c) {
   json_t *optim = optim_to_json(&c->optim), *sched = schedule_to_json(&c->schedule, c->optim.lr);
   bool loss_ok = (unsigned)c->loss < sizeof loss_names / sizeof *loss_names;
   bool div_ok = (unsigned)c->on_divergence < sizeof divergence_names / sizeof *divergence_names;
+  char dev[32];
   bool ok = optim && sched && loss_ok && div_ok && put_str(j, "dataset", c->dataset) &&
             put_str(j, "data_dir", c->data_dir) && put_int(j, "batch_size", c->batch_size) &&
             put_int(j, "epochs", c->epochs) && put_int(j, "limit", c->limit) &&
@@ -108,7 +110,11 @@ char *em_train_config_to_json(const em_train_config *c) {
             put_int(j, "max_rollbacks", c->max_rollbacks) &&
             /* written only when on, so that a run without amp is stored as before */
             (c->amp == EM_AMP_OFF || put_str(j, "amp", em_amp_mode_name(c->amp))) &&
-            (!c->amp_scaler || put_bool(j, "amp_scaler", true));
+            (!c->amp_scaler || put_bool(j, "amp_scaler", true)) &&
+            /* the same for the device and auto_batch */
+            (em_device_is_cpu(c->device) ||
+             put_str(j, "device", em_device_str(c->device, dev, sizeof dev))) &&
+            (!c->auto_batch || put_bool(j, "auto_batch", true));
   json_decref(optim);
   json_decref(sched);
   char *text = ok ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
@@ -300,11 +306,18 @@ static em_status config_field(em_train_config *c, const char *key, const json_t 
     EM_TRY(em_json_want_str(sec, key, v, name, sizeof name, err));
     return em_amp_mode_parse(name, &c->amp, err);
   }
+  if (strcmp(key, "device") == 0) {
+    char name[32];
+    EM_TRY(em_json_want_str(sec, key, v, name, sizeof name, err));
+    return em_device_parse(name, &c->device, err);
+  }
+  if (strcmp(key, "auto_batch") == 0) return em_json_want_bool(sec, key, v, &c->auto_batch, err);
   return unknown_key(sec, key, "dataset, data_dir, batch_size, epochs, limit, shuffle, "
                      "drop_last, workers, optim, schedule, clip_grad_norm, accumulate, loss, "
                      "label_smoothing, seed, threads, eval_every, checkpoint_every, "
                      "checkpoint_dir, on_divergence, divergence_lr_factor, "
-                     "divergence_spike_factor, max_rollbacks, amp, amp_scaler", err);
+                     "divergence_spike_factor, max_rollbacks, amp, amp_scaler, device, auto_batch",
+                     err);
 }
 
 em_status em_train_config_from_json(em_train_config *c, const char *json, em_error *err) {

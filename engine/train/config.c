@@ -1,6 +1,7 @@
 /* config.c: the training configuration: defaults, the spec's "training"
  * and "loss" sections (unknown keys are errors), and range checks. */
 #include "train-private.h"
+#include "em-device.h"
 #include "em-plugin.h"
 
 #include <jansson.h>
@@ -162,13 +163,18 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
       char name[16];
       TRY(want_str(sec, key, v, name, sizeof name, err));
       TRY(em_amp_mode_parse(name, &c->amp, err));
-    } else
+    } else if (strcmp(key, "device") == 0) {
+      char name[32];
+      TRY(want_str(sec, key, v, name, sizeof name, err));
+      TRY(em_device_parse(name, &c->device, err));
+    } else if (strcmp(key, "auto_batch") == 0) TRY(want_bool(sec, key, v, &c->auto_batch, err));
+    else
       return em_error_set(err, EM_ERR_INVALID,
                           "\"training\": unknown key \"%s\"; known: dataset, data_dir, optimizer, "
                           "lr, momentum, dampening, nesterov, weight_decay, betas, eps, amsgrad, "
                           "batch_size, epochs, schedule, clip_grad_norm, accumulate, seed, "
                           "shuffle, drop_last, workers, limit, eval_every, metrics, amp, "
-                          "amp_scaler",
+                          "amp_scaler, device, auto_batch",
                           key);
   }
   em_schedule_init(&c->schedule, EM_SCHED_CONSTANT, c->optim.lr);
@@ -217,7 +223,7 @@ em_status em_train_config_validate(const em_train_config *c, em_error *err) {
   if (c->accumulate < 1)
     return em_error_set(err, EM_ERR_INVALID, "accumulate must be at least 1");
   if (c->threads < 1) return em_error_set(err, EM_ERR_INVALID, "threads must be at least 1");
-  if (c->amp == EM_AMP_F16)
+  if (c->amp == EM_AMP_F16 && em_device_is_cpu(c->device))
     return em_error_set(err, EM_ERR_UNSUPPORTED,
                         "amp f16 is a GPU mode (f16 compute with the gradient scaler) and this "
                         "run is on the CPU: use --amp bf16 (autocast on AVX512-BF16) or off");

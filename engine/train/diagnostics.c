@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "em-device.h"
 #include "em-profile.h"
 
 void em_train_diagnostics_defaults(em_train_diagnostics *d) {
@@ -51,8 +52,9 @@ em_status em_diag_batch_end(em_trainer *t, em_diag_state *d, em_train_event *ev,
                             char *warning, size_t cap, em_error *err) {
   em_profile_step_end();
   d->batches++;
-  em_memory_stats ms;
-  em_memory_stats_get(&ms);
+  em_memory_stats ms; /* the training device's allocator */
+  if (em_device_is_cpu(t->cfg.device)) em_memory_stats_get(&ms);
+  else em_device_memory_stats(t->cfg.device, &ms);
   ev->mem_allocated = ms.allocated_bytes;
   ev->mem_reserved = ms.reserved_bytes;
   ev->mem_peak = ms.peak_allocated_bytes;

@@ -1,10 +1,14 @@
 /* evaluate.c: loss and accuracy of a model over a dataset, in inference
  * mode (no tape, batch norm on running stats, dropout off), and the
- * plugins' metrics over its outputs. */
+ * plugins' metrics over its outputs. A model on a device evaluates there:
+ * each batch is copied to it, the loss and the predictions come back (and
+ * the outputs, when plugins' metrics want them); out of device memory is
+ * EM_ERR_NOMEM with the allocator's message. */
 #include "train-private.h"
 
 #include <string.h>
 
+#include "em-device.h"
 #include "em-ops.h"
 
 em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
@@ -35,6 +39,7 @@ em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size
   }
   int64_t shape[EM_MAX_DIMS + 1];
   int nd = em_dataset_sample_shape(ds, shape + 1);
+  em_device dev = em_model_device(m);
   double total_loss = 0;
   int64_t correct = 0, seen = 0;
   em_status st = EM_OK;
@@ -46,16 +51,25 @@ em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size
     em_scope *s = em_scope_begin();
     shape[0] = b.n;
     em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, nd + 1, shape, (void *)b.x);
-    em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b.n, (void *)b.y);
+    em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b.n, (void *)b.y); /* on the host */
+    if (!em_device_is_cpu(dev)) x = em_to_device(x, dev);
     em_tensor *out = em_model_forward(m, x, false, NULL, err);
+    em_tensor *l = out ? em_train_loss(loss, out, y, label_smoothing) : NULL;
+    em_tensor *pred = out ? em_argmax(out, 1, false) : NULL;
+    if (pred && em_on_device(pred)) pred = em_to_device(pred, em_device_cpu());
+    if (em_device_error_pending()) {
+      em_scope_end(s);
+      st = em_device_error_take(err);
+      break;
+    }
     if (!out) {
       em_scope_end(s);
       st = err ? err->status : EM_ERR_INVALID;
       break;
     }
-    total_loss += em_tensor_item(em_train_loss(loss, out, y, label_smoothing)) * (double)b.n;
-    em_tensor *pred = em_argmax(out, 1, false);
+    total_loss += em_tensor_item(l) * (double)b.n;
     for (int64_t i = 0; i < b.n; i++) correct += em_i64(pred)[i] == b.y[i];
+    if (metrics && em_on_device(out)) out = em_to_device(out, em_device_cpu());
     if (metrics && (st = em_eval_metrics_add(metrics, out, b.y, err)) != EM_OK) {
       em_scope_end(s);
       break;

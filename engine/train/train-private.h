@@ -62,6 +62,7 @@ struct em_trainer {
   em_optimizer *opt;
   int n_params;
   em_tensor **params;
+  em_tensor **grads; /* (n_params) scratch: the current gradients */
   em_rng rng; /* dropout and other training-time randomness */
   atomic_bool stop;
   em_train_summary summary;
@@ -101,6 +102,15 @@ em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size
                                em_loss_kind loss, double label_smoothing,
                                em_eval_gather_fn gather, void *gather_user, double *mean_loss,
                                double *accuracy, em_error *err);
+
+/* ---- tensors between the training device and the host (device-copy.c) --- */
+/* A persistent CPU copy of a (contiguous) device tensor, *owned set: free
+ * it with em_tensor_free; t itself when it is on the CPU. NULL when host
+ * memory runs out. */
+em_tensor *em_train_host_copy(const em_tensor *t, bool *owned, em_error *err);
+/* live = src, src a host tensor of live's dtype and size; live on any
+ * device (contiguous when not on the CPU). */
+void em_train_copy_in(em_tensor *live, const em_tensor *src);
 
 /* ---- checkpoints (checkpoint-*.c) ------------------------------------------ */
 #define EM_CKPT_FORMAT "ember-checkpoint"

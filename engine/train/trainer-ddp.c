@@ -24,8 +24,12 @@
  *   gathered (each rank's rows put in their dataset places, zeros
  *   elsewhere, summed), so every metric sees the whole test set.
  * Batch norm uses each rank's batch statistics (PyTorch's default); its
- * running statistics follow rank 0's, as with DDP's broadcast_buffers. */
+ * running statistics follow rank 0's, as with DDP's broadcast_buffers.
+ * On a CUDA device the bucketer reduces the gradients with NCCL (made
+ * over this communicator by em_ddp_new, or at the start of a run when the
+ * model moved since: em_ddp_prepare); everything above stays on MPI. */
 #include "train-private.h"
+#include "em-device.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -92,7 +96,8 @@ em_status em_trainer_ddp_begin_run(em_trainer *t, em_error *err) {
     em_tensor *w = em_model_tensor(t->model, i, NULL);
     EM_TRY(em_ddp_broadcast_tensors(c, 1, &w, err));
   }
-  return EM_OK;
+  /* the buckets where the model now lives; NCCL for CUDA gradients */
+  return t->ddp ? em_ddp_prepare(t->ddp, err) : EM_OK;
 }
 
 em_status em_trainer_ddp_agree_stop(em_trainer *t, em_error *err) {

@@ -9,8 +9,19 @@
  * loop runs (a divergence rollback, or the callback) sets t->jumped and
  * the loop starts again from the new position. Checkpoints are written
  * only between optimiser steps; a stop request is honoured at the next
- * one. */
+ * one.
+ *
+ * On a device (cfg.device): the trainer moves the model there, each batch
+ * is copied there, and only the loss (and, at evaluation, the
+ * predictions) come back. Out of device
+ * memory: after each micro-batch and optimiser step the trainer collects
+ * the device error (em_device_error_take); the step is dropped and the
+ * run stops with the allocator's message, or, with auto_batch, the batch
+ * size halves (the loader restarts at the same sample) and the run goes
+ * on. */
 #include "train-private.h"
+
+#include "em-device.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +45,9 @@ em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_datas
   if (em_train_check_fit(em_model_spec(m), train, "training", c->loss, err) != EM_OK ||
       (test && em_train_check_fit(em_model_spec(m), test, "test", c->loss, err) != EM_OK))
     return NULL;
+  /* a device run: the model moves there (the caller ran the pre-flight
+   * estimate, em_train_preflight, if it wanted one) */
+  if (em_model_to_device(m, c->device, err) != EM_OK) return NULL;
   em_trainer *t = calloc(1, sizeof *t);
   if (!t) {
     em_error_set(err, EM_ERR_NOMEM, "out of memory creating the trainer");
@@ -41,6 +55,7 @@ em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_datas
   }
   t->model = m;
   t->cfg = *c;
+  c = &t->cfg;
   t->train = train;
   t->test = test;
   t->sample_ndim = em_dataset_sample_shape(train, t->sample_shape);
@@ -56,8 +71,9 @@ em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_datas
   if (!t->loader) goto fail;
   t->n_params = em_model_param_count(m);
   t->params = calloc((size_t)(t->n_params ? t->n_params : 1), sizeof *t->params);
+  t->grads = calloc((size_t)(t->n_params ? t->n_params : 1), sizeof *t->grads);
   const char **names = calloc((size_t)(t->n_params ? t->n_params : 1), sizeof *names);
-  if (!t->params || !names) {
+  if (!t->params || !t->grads || !names) {
     free(names);
     em_error_set(err, EM_ERR_NOMEM, "out of memory creating the trainer");
     goto fail;
@@ -93,6 +109,7 @@ void em_trainer_free(em_trainer *t) {
   em_loader_free(t->loader);
   em_optimizer_free(t->opt);
   free(t->params);
+  free(t->grads);
   free(t);
 }
 
@@ -110,9 +127,13 @@ void em_trainer_set_clip_grad_norm(em_trainer *t, double max_norm) {
 
 void em_trainer_summary(const em_trainer *t, em_train_summary *out) { *out = t->summary; }
 
+int em_trainer_batch_size(const em_trainer *t) { return t->cfg.batch_size; }
+
 em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double label_smoothing) {
-  if (kind == EM_LOSS_CROSS_ENTROPY) return em_cross_entropy(out, y, label_smoothing);
-  /* MSE against one-hot targets of the labels. */
+  bool dev = em_on_device(out) && !em_on_device(y); /* host labels, device outputs */
+  if (kind == EM_LOSS_CROSS_ENTROPY)
+    return em_cross_entropy(out, dev ? em_to_device(y, out->device) : y, label_smoothing);
+  /* MSE against one-hot targets of the labels (made on the host). */
   em_tensor *target = em_zeros(out->dtype, out->ndim, out->shape);
   int64_t n = out->shape[0], k = out->shape[1];
   for (int64_t i = 0; i < n; i++) {
@@ -122,7 +143,7 @@ em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double
       else em_f64(target)[i * k + c] = 1.0;
     }
   }
-  return em_mse_loss(out, target);
+  return em_mse_loss(out, dev ? em_to_device(target, out->device) : target);
 }
 
 /* ---- one run ------------------------------------------------------------- */
@@ -141,6 +162,9 @@ typedef struct {
   bool fresh_eval; /* the last evaluation is of the current weights */
   em_train_event ev;
   em_diag_state diag;
+  bool sched_total_auto;  /* the schedule's total steps come from the batches */
+  double acc_loss;        /* losses of the accumulation in progress */
+  int64_t acc_samples;    /* and its samples */
 } run_ctx;
 
 /* Sends ev; a callback that returns false asks for a stop. */
@@ -196,26 +220,34 @@ static em_status diverged(run_ctx *r, em_watch_verdict v, double value, em_error
 }
 
 /* Forward, loss and backward of one micro-batch. A non-finite loss comes
- * back in *loss without a backward. */
-static em_status micro_batch(run_ctx *r, const em_batch *b, double *loss, em_error *err) {
+ * back in *loss without a backward. Out of device memory: EM_ERR_NOMEM
+ * with the allocator's message in *oom (the step's scope is released). */
+static em_status micro_batch(run_ctx *r, const em_batch *b, double *loss, em_error *oom,
+                             em_error *err) {
   em_trainer *t = r->t;
   em_scope *s = em_scope_begin();
   int64_t xshape[EM_MAX_DIMS + 1];
   xshape[0] = b->n;
   memcpy(xshape + 1, t->sample_shape, sizeof(int64_t) * (size_t)t->sample_ndim);
   em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, t->sample_ndim + 1, xshape, (void *)b->x);
-  em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b->n, (void *)b->y);
+  em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b->n, (void *)b->y); /* stays on the host */
+  if (!em_device_is_cpu(t->cfg.device)) x = em_to_device(x, t->cfg.device);
   /* autocast covers forward and loss; backward accumulates f32 grads */
   em_amp_mode amp_prev = em_autocast_begin(t->cfg.amp);
   em_tensor *out = em_model_forward(t->model, x, true, &t->rng, err);
   if (!out) {
     em_autocast_restore(amp_prev);
     em_scope_end(s);
+    if (em_device_error_pending()) return em_device_error_take(oom);
     em_status st = err ? err->status : EM_ERR_INVALID;
     return st == EM_OK ? EM_ERR_INVALID : st;
   }
   em_tensor *l = em_train_loss(t->cfg.loss, out, y, t->cfg.label_smoothing);
   em_autocast_restore(amp_prev);
+  if (em_device_error_pending()) { /* out of device memory: drop the micro-batch */
+    em_scope_end(s);
+    return em_device_error_take(oom);
+  }
   *loss = em_tensor_item(l);
   em_status st = t->diag.detect_anomaly ? em_anomaly_check(err) : EM_OK;
   if (st == EM_OK) st = em_trainer_ddp_mean_loss(t, loss, err); /* data-parallel */
@@ -230,7 +262,18 @@ static em_status micro_batch(run_ctx *r, const em_batch *b, double *loss, em_err
     if (t->diag.detect_anomaly) st = em_anomaly_check(err);
   }
   em_scope_end(s);
+  if (em_device_error_pending()) return em_device_error_take(oom);
   return st;
+}
+
+/* The current gradients of t's parameters (NULL for a stale or absent
+ * one), in a list the trainer keeps. */
+static em_tensor **current_grads(em_trainer *t) {
+  for (int i = 0; i < t->n_params; i++) {
+    em_tensor *p = t->params[i];
+    t->grads[i] = p->grad && !(p->flags & EM_TENSOR_GRAD_STALE) ? p->grad : NULL;
+  }
+  return t->grads;
 }
 
 /* With the loss scaler: unscales the gradients; on an Inf/NaN among them
@@ -238,12 +281,8 @@ static em_status micro_batch(run_ctx *r, const em_batch *b, double *loss, em_err
  * as GradScaler.step does). */
 static bool scaler_skips(em_trainer *t) {
   if (!t->scaler.enabled) return false;
-  bool found_inf = false;
-  for (int i = 0; i < t->n_params; i++) { /* the grads this step wrote */
-    em_tensor *p = t->params[i];
-    if (p->grad && !(p->flags & EM_TENSOR_GRAD_STALE))
-      found_inf |= em_grad_scaler_unscale(&t->scaler, 1, &p->grad);
-  }
+  em_tensor **grads = current_grads(t); /* the grads this step wrote, or NULL */
+  bool found_inf = em_grad_scaler_unscale(&t->scaler, t->n_params, grads);
   if (!found_inf) return false;
   em_grad_scaler_update(&t->scaler, true);
   em_optimizer_zero_grad(t->opt);
@@ -262,6 +301,10 @@ static void optimizer_step(run_ctx *r, em_watch_verdict *v, double *norm, bool *
   if ((*skipped = scaler_skips(t))) return;
   double clip = t->cfg.clip_grad_norm;
   *norm = em_clip_grad_norm(t->n_params, t->params, clip > 0 ? clip : INFINITY);
+  if (em_device_error_pending()) { /* the norm is not known: the caller takes the error */
+    *skipped = true;
+    return;
+  }
   *v = em_watchdog_check_norm(&t->watch, *norm);
   if (*v != EM_WATCH_OK) return;
   int64_t step = em_optimizer_steps(t->opt);
@@ -278,6 +321,68 @@ static void optimizer_step(run_ctx *r, em_watch_verdict *v, double *norm, bool *
   r->ev.lr = lr;
 }
 
+/* The schedule's total steps and the events' figures for the batches per
+ * epoch r->bpe (after the batch size changed). */
+static void set_batches_per_epoch(run_ctx *r, int64_t bpe) {
+  const em_trainer *t = r->t;
+  r->bpe = bpe;
+  int64_t steps_per_epoch = (bpe + r->acc - 1) / r->acc;
+  int64_t total = t->pos.step + steps_per_epoch * (t->cfg.epochs - t->pos.epoch) -
+                  t->pos.batch / r->acc;
+  if (total < t->pos.step + 1) total = t->pos.step + 1;
+  if (r->sched_total_auto) r->sched.total_steps = total;
+  r->ev.batches_per_epoch = bpe;
+  r->ev.total_steps = total;
+}
+
+/* Out of device memory (oom: the allocator's message) in the step being
+ * made at pos, or in the evaluation (`where`). Without auto_batch, or at
+ * batch 1: the run's error. With it: the batch size halves, the loader
+ * restarts at the same sample (the epoch's batches done so far count in
+ * the new size), a WARNING says so and the loop jumps there. The caller
+ * has undone the accumulation in progress. */
+static em_status out_of_memory(run_ctx *r, const char *where, const em_error *oom,
+                               em_error *err) {
+  em_trainer *t = r->t;
+  int b = t->cfg.batch_size;
+  /* data-parallel: the ranks' batches must stay equal, so no halving */
+  if (!t->cfg.auto_batch || b <= 1 || t->comm)
+    return em_error_set(err, EM_ERR_NOMEM, "%s (batch size %d): %s; %s", where, b, oom->msg,
+                        t->comm ? "data-parallel runs keep their batch size: lower --batch"
+                        : t->cfg.auto_batch ? "the batch size is already 1"
+                                            : "lower --batch, or pass --auto-batch to halve it "
+                                              "and go on");
+  int nb = b / 2;
+  em_loader_config lc;
+  em_loader_config_defaults(&lc);
+  lc.batch_size = nb;
+  lc.shuffle = t->cfg.shuffle;
+  lc.drop_last = t->cfg.drop_last;
+  lc.workers = t->cfg.workers;
+  lc.seed = t->cfg.seed;
+  lc.limit = t->cfg.limit;
+  em_loader *ld = em_loader_new(t->train, &lc, err);
+  if (!ld) return err && err->status != EM_OK ? err->status : EM_ERR_NOMEM;
+  em_loader_free(t->loader);
+  t->loader = ld;
+  int64_t bpe = em_loader_batches_per_epoch(ld);
+  int64_t done = t->pos.batch * b / nb; /* the epoch's batches so far, in the new size */
+  if (done > bpe) done = bpe;
+  if (t->pos.batch > 0) t->pos.loss_sum *= (double)done / (double)t->pos.batch; /* same mean */
+  t->pos.batch = done;
+  t->cfg.batch_size = nb;
+  set_batches_per_epoch(r, bpe);
+  em_device_release_cached(t->cfg.device);
+  char msg[1400];
+  snprintf(msg, sizeof msg, "out of device memory in %s at batch size %d: going on at batch "
+           "size %d (--auto-batch): %s", where, b, nb, oom->msg);
+  r->ev.message = msg;
+  r->ev.batch_size = nb;
+  emit(r, EM_EVENT_WARNING);
+  t->jumped = true;
+  return EM_OK;
+}
+
 /* The epoch's batches from t->pos on, until its end, a stop request
  * (between optimiser steps), an error or a jump. */
 static em_status run_batches(run_ctx *r, em_error *err) {
@@ -287,6 +392,8 @@ static em_status run_batches(run_ctx *r, em_error *err) {
   double t0 = now_s();
   em_batch b;
   int world = em_trainer_world(t);
+  r->acc_loss = 0; /* the loop (re)starts between optimiser steps */
+  r->acc_samples = 0;
   while (!t->jumped) {
     if (t->micro == 0) { /* data-parallel: the ranks agree on a stop */
       if ((st = em_trainer_ddp_agree_stop(t, err)) != EM_OK) break;
@@ -306,7 +413,22 @@ static em_status run_batches(run_ctx *r, em_error *err) {
       break;
     }
     double lv;
-    if ((st = micro_batch(r, &b, &lv, err)) != EM_OK) break;
+    em_error oom = {0};
+    if ((st = micro_batch(r, &b, &lv, &oom, err)) != EM_OK) {
+      if (oom.status == EM_OK) break;
+      /* out of device memory: undo the accumulation in progress */
+      t->pos.batch -= t->micro;
+      t->pos.loss_sum -= r->acc_loss;
+      r->samples -= r->acc_samples;
+      t->micro = 0;
+      r->acc_loss = 0;
+      r->acc_samples = 0;
+      em_optimizer_zero_grad(t->opt);
+      char where[64];
+      snprintf(where, sizeof where, "step %lld", (long long)t->pos.step + 1);
+      if ((st = out_of_memory(r, where, &oom, err)) != EM_OK) break;
+      continue; /* jumped */
+    }
     em_watch_verdict v = em_watchdog_check_loss(&t->watch, lv);
     if (v != EM_WATCH_OK) {
       if ((st = diverged(r, v, lv, err)) != EM_OK) break;
@@ -316,6 +438,8 @@ static em_status run_batches(run_ctx *r, em_error *err) {
     t->pos.batch++;
     t->pos.loss_sum += lv;
     r->samples += b.n * world;
+    r->acc_loss += lv;
+    r->acc_samples += b.n * world;
     r->ev.grad_norm = 0;
     bool stepped = false;
     if (t->micro == r->acc || t->pos.batch == r->bpe) {
@@ -325,6 +449,17 @@ static em_status run_batches(run_ctx *r, em_error *err) {
       bool skipped;
       optimizer_step(r, &v, &norm, &skipped);
       em_profile_range_end(span);
+      r->acc_loss = 0;
+      r->acc_samples = 0;
+      if (em_device_error_pending()) { /* clipping's partial sums: no step was made */
+        em_device_error_take(&oom);
+        em_optimizer_zero_grad(t->opt);
+        t->micro = 0;
+        char where[64];
+        snprintf(where, sizeof where, "the optimizer step %lld", (long long)t->pos.step + 1);
+        if ((st = out_of_memory(r, where, &oom, err)) != EM_OK) break;
+        continue;
+      }
       if (v != EM_WATCH_OK) {
         if ((st = diverged(r, v, norm, err)) != EM_OK) break;
         continue;
@@ -385,7 +520,19 @@ static em_status end_epoch(run_ctx *r, bool complete, em_error *err) {
     EM_TRY(em_diag_window_end(t, &r->diag, &table, err));
     if (table) emit_profile(r, table);
     double tl, ta;
-    EM_TRY(em_trainer_evaluate(t, &tl, &ta, err));
+    em_status est;
+    em_error eerr = {0};
+    bool dev = !em_device_is_cpu(c->device);
+    while ((est = em_trainer_evaluate(t, &tl, &ta, &eerr)) == EM_ERR_NOMEM && dev) {
+      /* out of device memory: stop, or halve the batch and evaluate again */
+      EM_TRY(out_of_memory(r, "the evaluation", &eerr, err));
+      t->jumped = false;
+      eerr = (em_error){0};
+    }
+    if (est != EM_OK) {
+      if (err) *err = eerr;
+      return est;
+    }
     t->summary.test_loss = tl;
     t->summary.test_accuracy = ta;
     t->summary.evaluated = true;
@@ -414,6 +561,7 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   int64_t total_steps = steps_per_epoch * c->epochs;
   r.sched = c->schedule;
   r.sched.lr = c->optim.lr;
+  r.sched_total_auto = r.sched.total_steps == 0;
   if (r.sched.total_steps == 0) r.sched.total_steps = total_steps > 0 ? total_steps : 1;
   r.cycle_momentum = r.sched.kind == EM_SCHED_ONECYCLE && r.sched.cycle_momentum;
   memset(&t->summary, 0, sizeof t->summary);
@@ -445,6 +593,7 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
     /* A last, smaller batch and evaluation use other block sizes than the
      * steady state: hand the cached blocks back so they never pile up. */
     em_memory_release_cached();
+    if (!em_device_is_cpu(c->device)) em_device_release_cached(c->device);
     if (st != EM_OK || t->jumped) continue;
     st = end_epoch(&r, t->pos.batch >= r.bpe, err);
   }

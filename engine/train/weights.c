@@ -1,8 +1,9 @@
 /* weights.c: a model's parameters and buffers to and from safetensors,
  * named as PyTorch names them (fc1.weight, bn1.running_mean, ...). A
  * training checkpoint loads too (its optimiser state, "optim/...", is not
- * the model's): a registered model version's weights are a checkpoint. */
-#include "em-train.h"
+ * the model's): a registered model version's weights are a checkpoint.
+ * A model on a device is saved from host copies and loaded through one. */
+#include "train-private.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +14,16 @@ em_status em_model_save(const em_model *m, const char *path, em_error *err) {
   int n = em_model_tensor_count(m);
   em_named_tensor *ts = calloc((size_t)(n ? n : 1), sizeof *ts);
   if (!ts) return em_error_set(err, EM_ERR_NOMEM, "out of memory saving '%s'", path);
-  for (int i = 0; i < n; i++) ts[i].t = em_model_tensor(m, i, &ts[i].name);
+  bool *owned = calloc((size_t)(n ? n : 1), sizeof *owned);
+  em_status st = owned ? EM_OK : em_error_set(err, EM_ERR_NOMEM, "out of memory saving '%s'", path);
+  for (int i = 0; i < n && st == EM_OK; i++)
+    if (!(ts[i].t = em_train_host_copy(em_model_tensor(m, i, &ts[i].name), &owned[i], err)))
+      st = em_error_prefix(err, "saving '%s'", path);
   const char *keys[1] = {"format"}, *vals[1] = {"ember"};
-  em_status st = em_safetensors_save(path, n, ts, 1, keys, vals, err);
+  if (st == EM_OK) st = em_safetensors_save(path, n, ts, 1, keys, vals, err);
+  for (int i = 0; i < n && owned; i++)
+    if (owned[i]) em_tensor_free((em_tensor *)ts[i].t);
+  free(owned);
   free(ts);
   return st;
 }
@@ -29,7 +37,14 @@ em_status em_model_load(em_model *m, const char *path, em_error *err) {
   for (int i = 0; i < n && st == EM_OK; i++) {
     const char *name;
     em_tensor *t = em_model_tensor(m, i, &name);
-    st = em_safetensors_read(f, name, t, err);
+    if (!em_on_device(t)) {
+      st = em_safetensors_read(f, name, t, err);
+      continue;
+    }
+    em_tensor *h = em_tensor_new(t->dtype, t->ndim, t->shape, err); /* through the host */
+    st = h ? em_safetensors_read(f, name, h, err) : (err ? err->status : EM_ERR_NOMEM);
+    if (st == EM_OK) em_train_copy_in(t, h);
+    em_tensor_free(h);
   }
   /* ...and the file must hold nothing the model does not know. */
   const char *format = em_safetensors_meta(f, "format");

@@ -1,0 +1,323 @@
+/* cuda-conv.cu: 2-D convolution of the CUDA backend on cuDNN (NCHW):
+ * forward, backward data, backward filter, and the bias through
+ * cudnnAddTensor / cudnnConvolutionBackwardBias.
+ *
+ * Each direction's algorithm is chosen once per shape (device, amp mode
+ * and every size, stride, padding, dilation and group count) by
+ * cudnnGetConvolution*Algorithm_v7 and cached: the first the heuristics
+ * rank that succeeds and is deterministic (so that two runs give the same
+ * gradients), in f32 one that uses plain FMA arithmetic (no TF32, as the
+ * GEMM). Its workspace comes from the caching allocator for the call.
+ *
+ * amp (EM_AMP_BF16 / F16): cuDNN's legacy API has no mixed-type
+ * convolution, so the operands are copied to bf16 / f16 scratch tensors,
+ * the convolution runs with f32 accumulation (PSEUDO_HALF / BF16 config)
+ * into a bf16 / f16 result that is widened into the f32 output; the
+ * result is thus rounded once to the amp type, as PyTorch's autocast
+ * convolution returns it. The bias stays f32. */
+#include "cuda-libs.h"
+
+#include <array>
+#include <limits.h>
+#include <map>
+#include <mutex>
+
+namespace {
+
+enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_FILTER };
+
+typedef std::array<int, 18> ConvKey;
+
+struct ConvAlgo {
+  int algo;
+  cudnnMathType_t math;
+};
+
+std::mutex cache_lock;
+std::map<ConvKey, ConvAlgo> cache;
+
+int as_int(int64_t v) {
+  EM_ASSERT(v >= 0 && v <= INT_MAX && "cuda conv2d: a size beyond cuDNN's 32-bit sizes");
+  return (int)v;
+}
+
+cudnnDataType_t data_type(int amp) {
+  return amp == EM_AMP_BF16 ? CUDNN_DATA_BFLOAT16 : amp == EM_AMP_F16 ? CUDNN_DATA_HALF
+                                                                        : CUDNN_DATA_FLOAT;
+}
+
+/* The descriptors of one convolution (x (N, C, H, W), w (K, C/groups, kh,
+ * kw), y (N, K, OH, OW)) in the data type of the amp mode. */
+struct ConvDescs {
+  cudnnTensorDescriptor_t x, y, y32, b;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv;
+  ConvKey key;
+
+  ConvDescs(int index, int amp, int dir, const em_tensor *xt, const em_tensor *wt,
+            const em_tensor *yt, const em_conv2d_params *p) {
+    cudnnDataType_t dt = data_type(amp);
+    int N = as_int(xt->shape[0]), C = as_int(xt->shape[1]), H = as_int(xt->shape[2]),
+        W = as_int(xt->shape[3]);
+    int K = as_int(wt->shape[0]), CG = as_int(wt->shape[1]), KH = as_int(wt->shape[2]),
+        KW = as_int(wt->shape[3]);
+    int OH = as_int(yt->shape[2]), OW = as_int(yt->shape[3]);
+    EM_CUDNN_ASSERT(cudnnCreateTensorDescriptor(&x));
+    EM_CUDNN_ASSERT(cudnnCreateTensorDescriptor(&y));
+    EM_CUDNN_ASSERT(cudnnCreateTensorDescriptor(&y32));
+    EM_CUDNN_ASSERT(cudnnCreateTensorDescriptor(&b));
+    EM_CUDNN_ASSERT(cudnnCreateFilterDescriptor(&w));
+    EM_CUDNN_ASSERT(cudnnCreateConvolutionDescriptor(&conv));
+    EM_CUDNN_ASSERT(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, N, C, H, W));
+    EM_CUDNN_ASSERT(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, N, K, OH, OW));
+    EM_CUDNN_ASSERT(
+        cudnnSetTensor4dDescriptor(y32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, K, OH, OW));
+    EM_CUDNN_ASSERT(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, K, 1, 1));
+    EM_CUDNN_ASSERT(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, K, CG, KH, KW));
+    EM_CUDNN_ASSERT(cudnnSetConvolution2dDescriptor(
+        conv, p->padding[0], p->padding[1], p->stride[0], p->stride[1], p->dilation[0],
+        p->dilation[1], CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    EM_CUDNN_ASSERT(cudnnSetConvolutionGroupCount(conv, p->groups));
+    EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(conv, amp ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    key = ConvKey{{index, amp, dir, N, C, H, W, K, KH, KW, p->padding[0], p->padding[1],
+                   p->stride[0], p->stride[1], p->dilation[0], p->dilation[1], p->groups, CG}};
+  }
+
+  ~ConvDescs() {
+    (void)EM_CUDNN_CHECK(cudnnDestroyTensorDescriptor(x));
+    (void)EM_CUDNN_CHECK(cudnnDestroyTensorDescriptor(y));
+    (void)EM_CUDNN_CHECK(cudnnDestroyTensorDescriptor(y32));
+    (void)EM_CUDNN_CHECK(cudnnDestroyTensorDescriptor(b));
+    (void)EM_CUDNN_CHECK(cudnnDestroyFilterDescriptor(w));
+    (void)EM_CUDNN_CHECK(cudnnDestroyConvolutionDescriptor(conv));
+  }
+};
+
+bool cached(const ConvKey &k, ConvAlgo *out) {
+  std::lock_guard<std::mutex> g(cache_lock);
+  auto it = cache.find(k);
+  if (it == cache.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+void remember(const ConvKey &k, ConvAlgo a) {
+  std::lock_guard<std::mutex> g(cache_lock);
+  cache[k] = a;
+}
+
+/* The first acceptable of the ranked results: succeeded, deterministic,
+ * and (f32) plain FMA arithmetic; -1 when none. */
+template <typename Perf>
+int pick(const Perf *perf, int n, int amp) {
+  for (int i = 0; i < n; i++) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+    if (!amp && perf[i].mathType != CUDNN_FMA_MATH) continue;
+    return i;
+  }
+  return -1;
+}
+
+ConvAlgo algo_fwd(cudnnHandle_t h, ConvDescs &d, int amp) {
+  ConvAlgo a;
+  if (cached(d.key, &a)) return a;
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int n = 0;
+  EM_CUDNN_ASSERT(cudnnGetConvolutionForwardAlgorithm_v7(
+      h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+  int i = pick(perf, n, amp);
+  a.algo = i >= 0 ? (int)perf[i].algo : (int)CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  a.math = i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH;
+  remember(d.key, a);
+  return a;
+}
+
+ConvAlgo algo_bwd_data(cudnnHandle_t h, ConvDescs &d, int amp) {
+  ConvAlgo a;
+  if (cached(d.key, &a)) return a;
+  cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  int n = 0;
+  EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+  int i = pick(perf, n, amp);
+  a.algo = i >= 0 ? (int)perf[i].algo : (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  a.math = i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH;
+  remember(d.key, a);
+  return a;
+}
+
+ConvAlgo algo_bwd_filter(cudnnHandle_t h, ConvDescs &d, int amp) {
+  ConvAlgo a;
+  if (cached(d.key, &a)) return a;
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  int n = 0;
+  EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+  int i = pick(perf, n, amp);
+  a.algo = i >= 0 ? (int)perf[i].algo : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  a.math = i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH;
+  remember(d.key, a);
+  return a;
+}
+
+/* ---- half copies ------------------------------------------------------------ */
+
+__global__ void widen_bf16_kernel(float *dst, const __nv_bfloat16 *src, int64_t n) {
+  EM_CUDA_GRID_STRIDE(i, n) dst[i] = __bfloat162float(src[i]);
+}
+__global__ void widen_f16_kernel(float *dst, const __half *src, int64_t n) {
+  EM_CUDA_GRID_STRIDE(i, n) dst[i] = __half2float(src[i]);
+}
+
+void widen(em_cuda_ctx *c, int amp, float *dst, const void *src, int64_t n) {
+  if (!n) return;
+  cudaStream_t s = em_cuda_stream(c);
+  if (amp == EM_AMP_BF16)
+    widen_bf16_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, s>>>(
+        dst, (const __nv_bfloat16 *)src, n);
+  else
+    widen_f16_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, s>>>(dst, (const __half *)src, n);
+  EM_CUDA_LAUNCHED();
+}
+
+/* Scratch buffers of one call, freed together (stream order keeps that
+ * safe). ok is false when an allocation failed (the sticky error is
+ * recorded; the call then does nothing). */
+struct Scratch {
+  int index;
+  int n = 0;
+  void *p[6];
+  size_t bytes[6];
+  bool ok = true;
+  explicit Scratch(int i) : index(i) {}
+  void *get(size_t nbytes, const char *what) {
+    if (!ok) return NULL;
+    EM_ASSERT(n < 6);
+    void *q = nbytes ? em_cuda_scratch(index, nbytes, what) : NULL;
+    if (nbytes && !q) {
+      ok = false;
+      return NULL;
+    }
+    p[n] = q;
+    bytes[n++] = nbytes;
+    return q;
+  }
+  ~Scratch() {
+    for (int i = n - 1; i >= 0; i--)
+      if (p[i]) em_cuda_scratch_free(index, p[i], bytes[i]);
+  }
+};
+
+/* A half copy of f32 tensor t (contiguous) in scratch, or NULL. */
+void *half_copy(em_cuda_ctx *c, Scratch &s, int amp, const em_tensor *t) {
+  int64_t n = em_tensor_numel(t);
+  void *h = s.get((size_t)n * 2, "conv2d (amp operands)");
+  if (h) em_cuda_to_half(c, amp, h, em_f32(t), n);
+  return h;
+}
+
+/* Holds the device's cuDNN lock for a scope. */
+struct DnnLock {
+  em_cuda_ctx *c;
+  explicit DnnLock(em_cuda_ctx *ctx) : c(ctx) { em_cuda_cudnn_lock(c); }
+  ~DnnLock() { em_cuda_cudnn_unlock(c); }
+};
+
+} /* namespace */
+
+void em_cuda_conv2d_forward(int amp, em_tensor *y, const em_tensor *x, const em_tensor *w,
+                            const em_tensor *b, const em_conv2d_params *p) {
+  EM_ASSERT(em_tensor_is_contiguous(x) && em_tensor_is_contiguous(w) && em_tensor_is_contiguous(y));
+  em_cuda_ctx *c = em_cuda_enter_t(y);
+  if (!em_tensor_numel(y)) return;
+  int index = em_cuda_index(c);
+  cudnnHandle_t h = em_cuda_cudnn(c);
+  DnnLock held(c);
+  ConvDescs d(index, amp, DIR_FWD, x, w, y, p);
+  ConvAlgo a = algo_fwd(h, d, amp);
+  EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(d.conv, a.math));
+  size_t ws = 0;
+  EM_CUDNN_ASSERT(cudnnGetConvolutionForwardWorkspaceSize(
+      h, d.x, d.w, d.conv, d.y, (cudnnConvolutionFwdAlgo_t)a.algo, &ws));
+  Scratch s(index);
+  const void *xp = em_tensor_ptr(x), *wp = em_tensor_ptr(w);
+  void *yp = em_tensor_ptr(y);
+  if (amp) {
+    xp = half_copy(c, s, amp, x);
+    wp = half_copy(c, s, amp, w);
+    yp = s.get((size_t)em_tensor_numel(y) * 2, "conv2d (amp result)");
+  }
+  void *work = s.get(ws, "conv2d (cuDNN workspace)");
+  if (!s.ok) return;
+  float one = 1.f, zero = 0.f;
+  EM_CUDNN_ASSERT(cudnnConvolutionForward(h, &one, d.x, xp, d.w, wp, d.conv,
+                                          (cudnnConvolutionFwdAlgo_t)a.algo, work, ws, &zero,
+                                          d.y, yp));
+  if (amp) widen(c, amp, em_f32(y), yp, em_tensor_numel(y));
+  if (b) EM_CUDNN_ASSERT(cudnnAddTensor(h, &one, d.b, em_tensor_ptr(b), &one, d.y32, em_f32(y)));
+}
+
+void em_cuda_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *gb,
+                             const em_tensor *g, const em_tensor *x, const em_tensor *w,
+                             const em_conv2d_params *p) {
+  EM_ASSERT(em_tensor_is_contiguous(g) && em_tensor_is_contiguous(x) && em_tensor_is_contiguous(w));
+  em_cuda_ctx *c = em_cuda_enter_t(g);
+  int index = em_cuda_index(c);
+  cudnnHandle_t h = em_cuda_cudnn(c);
+  DnnLock held(c);
+  float one = 1.f, zero = 0.f;
+  if (gb) {
+    if (!em_tensor_numel(g)) em_cuda_fill(gb, 0.0);
+    else {
+      ConvDescs d(index, 0, DIR_FWD, x, w, g, p);
+      EM_CUDNN_ASSERT(cudnnConvolutionBackwardBias(h, &one, d.y32, em_tensor_ptr(g), &zero, d.b,
+                                                   em_f32(gb)));
+    }
+  }
+  if (!em_tensor_numel(g)) {
+    if (gx) em_cuda_fill(gx, 0.0);
+    if (gw) em_cuda_fill(gw, 0.0);
+    return;
+  }
+  Scratch s(index);
+  const void *gp = em_tensor_ptr(g);
+  if (amp && (gx || gw)) gp = half_copy(c, s, amp, g);
+
+  if (gx) {
+    ConvDescs d(index, amp, DIR_BWD_DATA, x, w, g, p);
+    ConvAlgo a = algo_bwd_data(h, d, amp);
+    EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(d.conv, a.math));
+    size_t ws = 0;
+    EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardDataWorkspaceSize(
+        h, d.w, d.y, d.conv, d.x, (cudnnConvolutionBwdDataAlgo_t)a.algo, &ws));
+    Scratch s2(index);
+    const void *wp = amp ? half_copy(c, s2, amp, w) : em_tensor_ptr(w);
+    void *gxp = amp ? s2.get((size_t)em_tensor_numel(gx) * 2, "conv2d backward (amp result)")
+                    : em_tensor_ptr(gx);
+    void *work = s2.get(ws, "conv2d backward (cuDNN workspace)");
+    if (!s.ok || !s2.ok) return;
+    EM_CUDNN_ASSERT(cudnnConvolutionBackwardData(h, &one, d.w, wp, d.y, gp, d.conv,
+                                                 (cudnnConvolutionBwdDataAlgo_t)a.algo, work, ws,
+                                                 &zero, d.x, gxp));
+    if (amp) widen(c, amp, em_f32(gx), gxp, em_tensor_numel(gx));
+  }
+  if (gw) {
+    ConvDescs d(index, amp, DIR_BWD_FILTER, x, w, g, p);
+    ConvAlgo a = algo_bwd_filter(h, d, amp);
+    EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(d.conv, a.math));
+    size_t ws = 0;
+    EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        h, d.x, d.y, d.conv, d.w, (cudnnConvolutionBwdFilterAlgo_t)a.algo, &ws));
+    Scratch s2(index);
+    const void *xp = amp ? half_copy(c, s2, amp, x) : em_tensor_ptr(x);
+    void *gwp = amp ? s2.get((size_t)em_tensor_numel(gw) * 2, "conv2d backward (amp result)")
+                    : em_tensor_ptr(gw);
+    void *work = s2.get(ws, "conv2d backward (cuDNN workspace)");
+    if (!s.ok || !s2.ok) return;
+    EM_CUDNN_ASSERT(cudnnConvolutionBackwardFilter(h, &one, d.x, xp, d.y, gp, d.conv,
+                                                   (cudnnConvolutionBwdFilterAlgo_t)a.algo, work,
+                                                   ws, &zero, d.w, gwp));
+    if (amp) widen(c, amp, em_f32(gw), gwp, em_tensor_numel(gw));
+  }
+}

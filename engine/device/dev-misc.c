@@ -1,0 +1,98 @@
+/* dev-misc.c: em_dropout and em_embedding on devices, with backward.
+ *
+ * Dropout draws one (seed, counter) pair from the caller's rng (two
+ * em_rng_next calls, whatever the size) and the dropout_mask kernel turns
+ * it into the mask 1 / (1 - p) or 0 per element, the same on every device
+ * kind; y = x * mask, gx = g * mask. (The CPU draws its keep decisions
+ * from the rng element by element, so the masks of the two differ; their
+ * statistics do not.)
+ *
+ * Embedding gathers rows with its kernel; indices are checked on the host
+ * first (one copy of the index tensor), since an index out of range is a
+ * broken invariant as on the CPU and a kernel cannot say so. Backward
+ * scatter-adds rows into the weight gradient (zeroed when fresh). */
+#include "dev-private.h"
+
+#include "../ops/ops-private.h"
+
+/* ---- dropout ----------------------------------------------------------------------------- */
+
+/* in: x; saved[0]: the mask (x's shape, contiguous). */
+static void dropout_backward(em_node *n) {
+  em_tensor *mask = n->saved[0], *g = n->out->grad;
+  const char *prev = dev_backward_begin(n);
+  bool fresh;
+  em_tensor *gx = em_grad_acquire(n->in[0], &fresh);
+  if (gx && dev_live(gx, g, mask) && em_tensor_numel(gx) > 0)
+    dev_k(g)->binary(EM_KB_MUL, !fresh, gx, g, mask);
+  em_device_set_op(prev);
+}
+
+em_tensor *em_dev_dropout(em_tensor *x, double p, bool training, em_rng *rng) {
+  em_dev_check("dropout", 1, &x);
+  EM_ASSERT(x->dtype == EM_DTYPE_F32 && p >= 0 && p <= 1);
+  if (!training || p == 0) return x;
+  EM_ASSERT(rng);
+  DEV_OP_BEGIN("dropout", 1, x);
+  uint64_t seed = em_rng_next(rng), counter = em_rng_next(rng);
+  em_tensor *mask = dev_empty_like(x), *y = dev_empty_like(x);
+  if (dev_live(x, mask, y)) {
+    const em_kernels *k = dev_k(x);
+    if (em_tensor_numel(y) > 0) {
+      if (p >= 1) k->fill(mask, 0.0);
+      else k->dropout_mask(mask, p, seed, counter);
+      k->binary(EM_KB_MUL, false, y, x, mask);
+    }
+    if (em_needs_grad(1, &x)) {
+      em_node *nd = em_record("dropout", dropout_backward, y, 1, &x);
+      nd->saved[0] = mask;
+      nd->f[0] = p;
+    }
+  }
+  return DEV_OP_END(y);
+}
+
+/* ---- embedding ------------------------------------------------------------------------------ */
+
+/* in: weight; saved[0]: the indices (contiguous). */
+static void embedding_backward(em_node *n) {
+  em_tensor *w = n->in[0], *idx = n->saved[0], *g = n->out->grad;
+  const char *prev = dev_backward_begin(n);
+  bool fresh;
+  em_tensor *gw = em_grad_acquire(w, &fresh); /* (V, D) contiguous */
+  em_tensor *gc = em_dev_contiguous_nograd(g);
+  if (gw && dev_live(gw, gc, idx) && em_tensor_numel(gw) > 0) {
+    const em_kernels *k = dev_k(g);
+    if (fresh) k->fill(gw, 0.0);
+    if (em_tensor_numel(idx) > 0) k->embedding_backward(gw, gc, idx);
+  }
+  em_device_set_op(prev);
+}
+
+em_tensor *em_dev_embedding(em_tensor *weight, em_tensor *idx) {
+  DEV_OP_BEGIN("embedding", 2, weight, idx);
+  EM_ASSERT(weight->dtype == EM_DTYPE_F32 && weight->ndim == 2);
+  em_dev_check_dtype("embedding", idx, EM_DTYPE_I64, "the indices");
+  EM_ASSERT(idx->ndim < EM_MAX_DIMS);
+  int64_t V = weight->shape[0], D = weight->shape[1], L = em_tensor_numel(idx);
+  em_tensor *ic = em_dev_contiguous_nograd(idx), *wc = em_dev_contiguous_nograd(weight);
+  int64_t shape[EM_MAX_DIMS];
+  for (int d = 0; d < idx->ndim; d++) shape[d] = idx->shape[d];
+  shape[idx->ndim] = D;
+  em_tensor *y = dev_empty(weight, EM_DTYPE_F32, idx->ndim + 1, shape); /* (S..., D) */
+  bool live = dev_live(ic, wc, y);
+  if (live && L > 0) {
+    int64_t *iv = em_scratch(sizeof(int64_t) * (size_t)L);
+    em_tensor_download(ic, iv);
+    for (int64_t i = 0; i < L; i++)
+      if (iv[i] < 0 || iv[i] >= V)
+        dev_fail("em_embedding: index %lld at %lld is out of range [0, %lld)", (long long)iv[i],
+                 (long long)i, (long long)V);
+    if (D > 0) dev_k(weight)->embedding_forward(y, wc, ic);
+  }
+  if (live && em_needs_grad(1, &weight)) {
+    em_node *nd = em_record("embedding", embedding_backward, y, 1, &weight);
+    nd->saved[0] = ic;
+  }
+  return DEV_OP_END(y);
+}

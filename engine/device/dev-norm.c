@@ -1,0 +1,169 @@
+/* dev-norm.c: em_batch_norm and em_layer_norm on devices, with backward
+ * for x, weight and bias.
+ *
+ * Training-mode batch norm and layer norm are their kernels (statistics
+ * saved for backward; the batch-norm kernel updates the running stats in
+ * place with the unbiased variance). Eval-mode batch norm backward has no
+ * kernel of its own; it is composed from element-wise kernels on the
+ * per-channel a = weight / sqrt(running_var + eps) and running mean, both
+ * taken when forward runs:
+ *   gx = g * a,   gb = sum g,   gw = sum g * (x - mean) * invstd
+ * (sums over every dim but the channel, with sum_to). */
+#include "dev-private.h"
+
+#include "../ops/ops-private.h"
+
+/* t (C) seen as (1, C, 1, ...) against x's ndim. */
+static em_tensor *channel_view(em_tensor *t, int ndim) {
+  int64_t shape[EM_MAX_DIMS];
+  for (int d = 0; d < ndim; d++) shape[d] = d == 1 ? t->shape[0] : 1;
+  return em_dev_view_as(t, ndim, shape);
+}
+
+/* ---- batch norm ------------------------------------------------------------------------ */
+
+/* in: x, w, b; saved: x (contiguous), w (contiguous or NULL), then
+ * training: save_mean, save_invstd; eval: running mean, invstd (copies).
+ * i[0]: training. */
+static void batch_norm_backward(em_node *n) {
+  em_tensor *x = n->saved[0], *w = n->saved[1], *s0 = n->saved[2], *s1 = n->saved[3];
+  const char *prev = dev_backward_begin(n);
+  em_tensor *g = em_dev_contiguous_nograd(n->out->grad);
+  const em_kernels *k = dev_k(g);
+  if (n->i[0]) {
+    dev_grad gx, gw, gb;
+    em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
+    em_tensor *bw = em_dev_grad_begin(n->in[1], &gw);
+    em_tensor *bb = em_dev_grad_begin(n->in[2], &gb);
+    if ((bx || bw || bb) && dev_live(g, x, w, s0, s1, bx, bw, bb)) {
+      k->batch_norm_backward(bx, bw, bb, g, x, w, s0, s1);
+      em_dev_grad_end(&gx);
+      em_dev_grad_end(&gw);
+      em_dev_grad_end(&gb);
+    }
+  } else {
+    int nd = x->ndim;
+    em_tensor *a = s1; /* (C): invstd, times w */
+    if (w) {
+      a = dev_empty_like(s1);
+      if (dev_live(a, s1, w)) k->binary(EM_KB_MUL, false, a, s1, w);
+    }
+    bool fresh;
+    em_tensor *gx = em_grad_acquire(n->in[0], &fresh);
+    if (gx && dev_live(gx, g, a)) k->binary(EM_KB_MUL, !fresh, gx, g, channel_view(a, nd));
+    em_tensor *gw = em_grad_acquire(n->in[1], &fresh);
+    if (gw) { /* sum g * (x - mean) * invstd */
+      em_tensor *t = dev_empty_like(g), *u = dev_empty_like(g);
+      if (dev_live(gw, t, u, g, x, s0, s1)) {
+        k->binary(EM_KB_SUB, false, t, x, channel_view(s0, nd));
+        k->binary(EM_KB_MUL, false, u, t, channel_view(s1, nd));
+        k->binary(EM_KB_MUL, false, t, u, g);
+        k->sum_to(!fresh, channel_view(gw, nd), t);
+      }
+    }
+    em_tensor *gb = em_grad_acquire(n->in[2], &fresh);
+    if (gb && dev_live(gb, g)) k->sum_to(!fresh, channel_view(gb, nd), g);
+  }
+  em_device_set_op(prev);
+}
+
+em_tensor *em_dev_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
+                             em_tensor *running_mean, em_tensor *running_var, bool training,
+                             double momentum, double eps) {
+  em_dev_check("batch_norm", 5, (em_tensor *const[]){x, weight, bias, running_mean, running_var});
+  DEV_OP_BEGIN("batch_norm", 3, x, weight, bias);
+  EM_ASSERT(x->dtype == EM_DTYPE_F32 && x->ndim >= 2);
+  int64_t N = x->shape[0], C = x->shape[1], S = 1;
+  for (int d = 2; d < x->ndim; d++) S *= x->shape[d];
+  em_tensor *ts[4] = {weight, bias, running_mean, running_var};
+  for (int k = 0; k < 4; k++)
+    if (ts[k]) EM_ASSERT(ts[k]->ndim == 1 && ts[k]->shape[0] == C);
+  for (int k = 2; k < 4; k++)
+    if (ts[k]) EM_ASSERT(em_tensor_is_contiguous(ts[k]) && "running stats are updated in place");
+  if (training) EM_ASSERT(N * S > 1 && "batch norm needs more than one value per channel");
+  else EM_ASSERT(running_mean && running_var);
+  em_tensor *xc = em_dev_contiguous_nograd(x);
+  em_tensor *wc = weight ? em_dev_contiguous_nograd(weight) : NULL;
+  em_tensor *bc = bias ? em_dev_contiguous_nograd(bias) : NULL;
+  em_tensor *y = dev_empty_like(xc);
+  em_tensor *s0 = dev_empty(x, EM_DTYPE_F32, 1, &C), *s1 = dev_empty(x, EM_DTYPE_F32, 1, &C);
+  const em_kernels *k = dev_k(x);
+  bool live = dev_live(xc, wc, bc, y, s0, s1, running_mean, running_var);
+  if (live && training) {
+    k->batch_norm_forward(true, y, s0, s1, xc, wc, bc, running_mean, running_var, momentum, eps);
+  } else if (live) {
+    k->batch_norm_forward(false, y, NULL, NULL, xc, wc, bc, running_mean, running_var, momentum,
+                          eps);
+    /* what backward needs, as the running stats are now */
+    k->copy(s0, running_mean);
+    em_tensor *t = dev_empty(x, EM_DTYPE_F32, 1, &C);
+    if ((live = dev_live(t))) {
+      k->unary(EM_KU_ADDS, t, running_var, eps, 0);
+      k->unary(EM_KU_POWS, s1, t, -0.5, 0);
+    }
+  }
+  em_tensor *ins[3] = {x, weight, bias};
+  if (live && em_needs_grad(3, ins)) {
+    em_node *nd = em_record("batch_norm", batch_norm_backward, y, 3, ins);
+    nd->saved[0] = xc;
+    nd->saved[1] = wc;
+    nd->saved[2] = s0;
+    nd->saved[3] = s1;
+    nd->i[0] = training;
+  }
+  return DEV_OP_END(y);
+}
+
+/* ---- layer norm ------------------------------------------------------------------------ */
+
+/* in: x, w, b; saved: x, w (contiguous), mean, rstd (R); i[0], i[1]: R, D. */
+static void layer_norm_backward(em_node *n) {
+  em_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
+  const char *prev = dev_backward_begin(n);
+  em_tensor *g = em_dev_contiguous_nograd(n->out->grad);
+  dev_grad gx, gw, gb;
+  em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
+  em_tensor *bw = em_dev_grad_begin(n->in[1], &gw);
+  em_tensor *bb = em_dev_grad_begin(n->in[2], &gb);
+  if ((bx || bw || bb) && dev_live(g, x, w, mean, rstd, bx, bw, bb)) {
+    dev_k(g)->layer_norm_backward(bx, bw, bb, g, x, w, mean, rstd, n->i[0], n->i[1]);
+    em_dev_grad_end(&gx);
+    em_dev_grad_end(&gw);
+    em_dev_grad_end(&gb);
+  }
+  em_device_set_op(prev);
+}
+
+em_tensor *em_dev_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bias,
+                             double eps) {
+  DEV_OP_BEGIN("layer_norm", 3, x, weight, bias);
+  EM_ASSERT(x->dtype == EM_DTYPE_F32 && nd >= 1 && nd <= x->ndim);
+  int64_t R = 1, D = 1;
+  for (int d = 0; d < x->ndim - nd; d++) R *= x->shape[d];
+  for (int d = x->ndim - nd; d < x->ndim; d++) D *= x->shape[d];
+  EM_ASSERT(D > 0);
+  for (int k = 0; k < 2; k++) {
+    em_tensor *t = k == 0 ? weight : bias;
+    if (!t) continue;
+    EM_ASSERT(t->ndim == nd);
+    for (int d = 0; d < nd; d++) EM_ASSERT(t->shape[d] == x->shape[x->ndim - nd + d]);
+  }
+  em_tensor *xc = em_dev_contiguous_nograd(x);
+  em_tensor *wc = weight ? em_dev_contiguous_nograd(weight) : NULL;
+  em_tensor *bc = bias ? em_dev_contiguous_nograd(bias) : NULL;
+  em_tensor *y = dev_empty_like(xc);
+  em_tensor *mean = dev_empty(x, EM_DTYPE_F32, 1, &R), *rstd = dev_empty(x, EM_DTYPE_F32, 1, &R);
+  bool live = dev_live(xc, wc, bc, y, mean, rstd);
+  if (live && R > 0) dev_k(x)->layer_norm_forward(y, mean, rstd, xc, wc, bc, R, D, eps);
+  em_tensor *ins[3] = {x, weight, bias};
+  if (live && em_needs_grad(3, ins)) {
+    em_node *n = em_record("layer_norm", layer_norm_backward, y, 3, ins);
+    n->saved[0] = xc;
+    n->saved[1] = wc;
+    n->saved[2] = mean;
+    n->saved[3] = rstd;
+    n->i[0] = R;
+    n->i[1] = D;
+  }
+  return DEV_OP_END(y);
+}

@@ -1,0 +1,149 @@
+/* dev-softmax-loss.c: em_softmax, em_log_softmax, em_cross_entropy and
+ * em_mse_loss on devices, with backward.
+ *
+ * softmax and cross-entropy are their kernels; cross-entropy checks the
+ * targets on the host first (one copy of N indices), since a target out
+ * of range is a broken invariant as on the CPU and a kernel cannot say so.
+ * mse is composed: d = a - b, loss = sumsq(d) / n; backward
+ * ga = (2 / n) d * g and gb = -(2 / n) d * g with g the one-element
+ * incoming gradient, read on the device (no host round trip). */
+#include "dev-private.h"
+
+#include "../ops/ops-private.h"
+
+/* ---- softmax ---------------------------------------------------------------------------- */
+
+/* in: x; saved[0]: y as the kernel wrote it; i[0]: dim; i[1]: log. */
+static void softmax_backward(em_node *n) {
+  em_tensor *y = n->saved[0];
+  const char *prev = dev_backward_begin(n);
+  em_tensor *g = em_dev_contiguous_nograd(n->out->grad);
+  dev_grad gx;
+  em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
+  if (bx && dev_live(bx, g, y) && em_tensor_numel(bx) > 0) {
+    /* a 0-dim x ran as a (1) row */
+    dev_k(g)->softmax_backward(n->i[1] != 0, em_dev_view_as(bx, y->ndim, y->shape),
+                               em_dev_view_as(g, y->ndim, y->shape), y, (int)n->i[0]);
+    em_dev_grad_end(&gx);
+  }
+  em_device_set_op(prev);
+}
+
+static em_tensor *softmax_any(em_tensor *x, int dim, bool log_out) {
+  const char *name = log_out ? "log_softmax" : "softmax";
+  DEV_OP_BEGIN(name, 1, x);
+  EM_ASSERT(x->dtype == EM_DTYPE_F32);
+  if (dim < 0) dim += x->ndim;
+  EM_ASSERT(x->ndim == 0 ? dim == 0 || dim == -1 : dim >= 0 && dim < x->ndim);
+  em_tensor *xc = em_dev_contiguous_nograd(x);
+  if (x->ndim == 0) { /* one value: a (1) row */
+    int64_t one = 1;
+    xc = em_dev_view_as(xc, 1, &one);
+    dim = 0;
+  }
+  em_tensor *yk = dev_empty_like(xc); /* what the kernel writes */
+  em_tensor *y = x->ndim == 0 ? em_dev_view_as(yk, 0, NULL) : yk;
+  if (dev_live(xc, yk)) {
+    if (em_tensor_numel(xc) > 0) dev_k(x)->softmax_forward(log_out, yk, xc, dim);
+    if (em_needs_grad(1, &x)) {
+      em_node *nd = em_record(name, softmax_backward, y, 1, &x);
+      nd->saved[0] = yk;
+      nd->i[0] = dim;
+      nd->i[1] = log_out;
+    }
+  }
+  return DEV_OP_END(y);
+}
+
+em_tensor *em_dev_softmax(em_tensor *x, int dim) { return softmax_any(x, dim, false); }
+em_tensor *em_dev_log_softmax(em_tensor *x, int dim) { return softmax_any(x, dim, true); }
+
+/* ---- cross entropy ------------------------------------------------------------------------ */
+
+/* in: logits; saved: logits, target (contiguous), lse (N); f[0]: smoothing. */
+static void cross_entropy_backward(em_node *n) {
+  em_tensor *x = n->saved[0], *target = n->saved[1], *lse = n->saved[2], *g = n->out->grad;
+  const char *prev = dev_backward_begin(n);
+  dev_grad gx;
+  em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
+  if (bx && dev_live(bx, g, x, target, lse)) {
+    dev_k(g)->cross_entropy_backward(bx, g, x, target, lse, n->f[0]);
+    em_dev_grad_end(&gx);
+  }
+  em_device_set_op(prev);
+}
+
+em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing) {
+  DEV_OP_BEGIN("cross_entropy", 2, logits, target);
+  EM_ASSERT(logits->dtype == EM_DTYPE_F32 && logits->ndim == 2);
+  em_dev_check_dtype("cross_entropy", target, EM_DTYPE_I64, "the targets");
+  EM_ASSERT(target->ndim == 1 && target->shape[0] == logits->shape[0]);
+  EM_ASSERT(label_smoothing >= 0 && label_smoothing <= 1);
+  int64_t N = logits->shape[0], K = logits->shape[1];
+  EM_ASSERT(N > 0 && K > 0);
+  em_tensor *x = em_dev_contiguous_nograd(logits), *tc = em_dev_contiguous_nograd(target);
+  em_tensor *out = dev_empty(logits, EM_DTYPE_F32, 0, NULL);
+  em_tensor *lse = dev_empty(logits, EM_DTYPE_F32, 1, &N); /* (N) */
+  bool live = dev_live(x, tc, out, lse);
+  if (live) {
+    int64_t *t = em_scratch(sizeof(int64_t) * (size_t)N);
+    em_tensor_download(tc, t);
+    for (int64_t i = 0; i < N; i++)
+      if (t[i] < 0 || t[i] >= K)
+        dev_fail("em_cross_entropy: target %lld of row %lld is out of range [0, %lld)",
+                 (long long)t[i], (long long)i, (long long)K);
+    dev_k(x)->cross_entropy_forward(out, lse, x, tc, label_smoothing);
+  }
+  if (live && em_needs_grad(1, &logits)) {
+    em_node *nd = em_record("cross_entropy", cross_entropy_backward, out, 1, &logits);
+    nd->saved[0] = x;
+    nd->saved[1] = tc;
+    nd->saved[2] = lse;
+    nd->f[0] = label_smoothing;
+  }
+  return DEV_OP_END(out);
+}
+
+/* ---- mse ------------------------------------------------------------------------------------- */
+
+/* in: a, b; saved[0]: d = a - b (contiguous). */
+static void mse_backward(em_node *n) {
+  em_tensor *d = n->saved[0], *g = n->out->grad; /* g: one element */
+  const char *prev = dev_backward_begin(n);
+  const em_kernels *k = dev_k(d);
+  double scale = 2.0 / (double)em_tensor_numel(d);
+  int64_t shape[EM_MAX_DIMS], stride[EM_MAX_DIMS] = {0};
+  for (int i = 0; i < d->ndim; i++) shape[i] = d->shape[i];
+  em_tensor *gb = em_view_raw(g, d->ndim, shape, stride, g->offset); /* g broadcast */
+  for (int which = 0; which < 2; which++) {
+    bool fresh;
+    em_tensor *gx = em_grad_acquire(n->in[which], &fresh);
+    em_tensor *t = dev_empty_like(d);
+    if (!gx || !dev_live(gx, t, d, g)) continue;
+    k->unary(EM_KU_MULS, t, d, which == 0 ? scale : -scale, 0);
+    k->binary(EM_KB_MUL, !fresh, gx, t, gb);
+  }
+  em_device_set_op(prev);
+}
+
+em_tensor *em_dev_mse_loss(em_tensor *a, em_tensor *b) {
+  DEV_OP_BEGIN("mse_loss", 2, a, b);
+  EM_ASSERT(a->dtype == EM_DTYPE_F32 && b->dtype == EM_DTYPE_F32 && em_tensor_same_shape(a, b));
+  int64_t numel = em_tensor_numel(a);
+  EM_ASSERT(numel > 0);
+  em_tensor *d = dev_empty_like(a), *s = dev_empty(a, EM_DTYPE_F32, 0, NULL);
+  em_tensor *out = dev_empty(a, EM_DTYPE_F32, 0, NULL);
+  bool live = dev_live(a, b, d, s, out);
+  if (live) {
+    const em_kernels *k = dev_k(a);
+    k->binary(EM_KB_SUB, false, d, a, b);
+    k->sumsq(false, s, d);
+    k->unary(EM_KU_MULS, out, s, 1.0 / (double)numel, 0);
+  }
+  em_tensor *ins[2] = {a, b};
+  if (live && em_needs_grad(2, ins)) {
+    em_node *nd = em_record("mse_loss", mse_backward, out, 2, ins);
+    nd->saved[0] = d;
+  }
+  return DEV_OP_END(out);
+}

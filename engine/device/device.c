@@ -1,0 +1,250 @@
+/* device.c: device names, the backend lookup, device memory with the
+ * sticky out-of-memory error, and the device queries of em-device.h. */
+#include "device-private.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[EM_DEVICE_KIND_COUNT] = {"cpu", "cuda", "ref"};
+
+const em_backend *em_backend_of_kind(em_device_kind k) {
+  switch (k) {
+  case EM_DEVICE_CUDA: return em_cuda_backend();
+  case EM_DEVICE_REF: return em_ref_backend();
+  default: return NULL;
+  }
+}
+
+em_status em_device_parse(const char *s, em_device *out, em_error *err) {
+  if (!s || !*s) return em_error_set(err, EM_ERR_INVALID, "empty device name (cpu, cuda[:N], ref)");
+  for (int k = 0; k < EM_DEVICE_KIND_COUNT; k++) {
+    size_t n = strlen(kind_names[k]);
+    if (strncmp(s, kind_names[k], n) != 0) continue;
+    const char *rest = s + n;
+    long index = 0;
+    if (*rest == ':') {
+      char *end;
+      index = strtol(rest + 1, &end, 10);
+      if (end == rest + 1 || *end || index < 0 || index > 255)
+        return em_error_set(err, EM_ERR_INVALID,
+                            "bad device '%s': the index after ':' must be 0..255", s);
+      if (k == EM_DEVICE_CPU && index != 0)
+        return em_error_set(err, EM_ERR_INVALID, "bad device '%s': there is one CPU device (cpu)",
+                            s);
+    } else if (*rest) {
+      continue;
+    }
+    *out = (em_device){(uint8_t)k, (uint8_t)index};
+    return EM_OK;
+  }
+  return em_error_set(err, EM_ERR_INVALID, "unknown device '%s' (cpu, cuda, cuda:N, ref)", s);
+}
+
+const char *em_device_str(em_device d, char *buf, size_t n) {
+  if (d.kind == EM_DEVICE_CPU || d.kind >= EM_DEVICE_KIND_COUNT)
+    snprintf(buf, n, "%s", d.kind == EM_DEVICE_CPU ? "cpu" : "unknown");
+  else snprintf(buf, n, "%s:%d", kind_names[d.kind], d.index);
+  return buf;
+}
+
+bool em_device_kind_built(em_device_kind k) {
+  return k == EM_DEVICE_CPU || (k < EM_DEVICE_KIND_COUNT && em_backend_of_kind(k) != NULL);
+}
+
+int em_device_count(em_device_kind k) {
+  if (k == EM_DEVICE_CPU) return 1;
+  const em_backend *b = k < EM_DEVICE_KIND_COUNT ? em_backend_of_kind(k) : NULL;
+  return b ? b->count() : 0;
+}
+
+em_status em_device_check(em_device d, em_error *err) {
+  if (d.kind == EM_DEVICE_CPU) return EM_OK;
+  if (d.kind >= EM_DEVICE_KIND_COUNT) return em_error_set(err, EM_ERR_INVALID, "unknown device kind");
+  const em_backend *b = em_backend_of_kind((em_device_kind)d.kind);
+  if (!b) {
+    if (d.kind == EM_DEVICE_CUDA)
+      return em_error_set(err, EM_ERR_UNSUPPORTED,
+                          "this build of Ember has no CUDA backend: rebuild with the CUDA "
+                          "toolkit installed (meson setup -Dcuda=enabled)");
+    return em_error_set(err, EM_ERR_UNSUPPORTED, "this build has no %s backend",
+                        kind_names[d.kind]);
+  }
+  int n = b->count();
+  if (n == 0) {
+    em_error e = {0};
+    if (b->why_none) b->why_none(&e);
+    return em_error_set(err, EM_ERR_UNSUPPORTED, "no %s device is present%s%s", b->name,
+                        e.msg[0] ? ": " : "", e.msg);
+  }
+  if (d.index >= n) {
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < n && used + 16 < sizeof list; i++)
+      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s:%d", i ? ", " : "",
+                               b->name, i);
+    return em_error_set(err, EM_ERR_INVALID, "%s:%d does not exist: %d %s device%s (%s)",
+                        b->name, d.index, n, b->name, n == 1 ? "" : "s", list);
+  }
+  return EM_OK;
+}
+
+em_status em_device_info_get(em_device d, em_device_info *out, em_error *err) {
+  memset(out, 0, sizeof *out);
+  if (d.kind == EM_DEVICE_CPU) {
+    snprintf(out->name, sizeof out->name, "CPU");
+    return EM_OK;
+  }
+  em_status st = em_device_check(d, err);
+  if (st) return st;
+  return em_backend_of_kind((em_device_kind)d.kind)->info(d.index, out, err);
+}
+
+static const em_backend *usable(em_device d) {
+  if (d.kind == EM_DEVICE_CPU || d.kind >= EM_DEVICE_KIND_COUNT) return NULL;
+  const em_backend *b = em_backend_of_kind((em_device_kind)d.kind);
+  return b && d.index < b->count() ? b : NULL;
+}
+
+void em_device_memory_stats(em_device d, em_memory_stats *out) {
+  if (d.kind == EM_DEVICE_CPU) {
+    em_memory_stats_get(out);
+    return;
+  }
+  memset(out, 0, sizeof *out);
+  const em_backend *b = usable(d);
+  if (b) b->stats(d.index, out);
+}
+
+void em_device_memory_reset_peak(em_device d) {
+  if (d.kind == EM_DEVICE_CPU) {
+    em_memory_reset_peak();
+    return;
+  }
+  const em_backend *b = usable(d);
+  if (b) b->reset_peak(d.index);
+}
+
+void em_device_release_cached(em_device d) {
+  if (d.kind == EM_DEVICE_CPU) {
+    em_memory_release_cached();
+    return;
+  }
+  const em_backend *b = usable(d);
+  if (b) b->release_cached(d.index);
+}
+
+void em_device_synchronize(em_device d) {
+  const em_backend *b = usable(d);
+  if (b) b->synchronize(d.index);
+}
+
+/* ---- device memory and the sticky out-of-memory error ------------------- */
+
+static _Thread_local const char *current_op;
+static _Thread_local bool error_pending;
+static _Thread_local em_error pending;
+
+const char *em_device_set_op(const char *op) {
+  const char *prev = current_op;
+  current_op = op;
+  return prev;
+}
+
+static void human(double bytes, char *buf, size_t n) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    u++;
+  }
+  snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
+}
+
+static void raise_oom(em_device d, const em_backend *b, size_t nbytes, const char *what) {
+  if (error_pending) return; /* keep the first: later failures follow from it */
+  em_memory_stats s;
+  b->stats(d.index, &s);
+  em_device_info info;
+  em_error e;
+  bool have_info = b->info(d.index, &info, &e) == EM_OK;
+  char dev[32], ask[32], al[32], re[32], ca[32], lg[32], pk[32], tot[32], fr[32];
+  em_device_str(d, dev, sizeof dev);
+  human((double)nbytes, ask, sizeof ask);
+  human((double)s.allocated_bytes, al, sizeof al);
+  human((double)s.reserved_bytes, re, sizeof re);
+  human((double)(s.reserved_bytes - s.allocated_bytes), ca, sizeof ca);
+  human((double)s.largest_free_block, lg, sizeof lg);
+  human((double)s.peak_allocated_bytes, pk, sizeof pk);
+  char tail[128] = "";
+  if (have_info) {
+    human((double)info.total_bytes, tot, sizeof tot);
+    human((double)info.free_bytes, fr, sizeof fr);
+    snprintf(tail, sizeof tail, "; device total %s, free %s", tot, fr);
+  }
+  em_error_set(&pending, EM_ERR_NOMEM,
+               "out of memory on %s in %s: asked %s; allocated %s, reserved %s (cached %s in "
+               "%lld blocks, largest %s), peak %s%s",
+               dev, what ? what : (current_op ? current_op : "an allocation"), ask, al, re, ca,
+               (long long)s.cached_blocks, lg, pk, tail);
+  error_pending = true;
+}
+
+void *em_device_alloc(em_device d, size_t nbytes, const char *what) {
+  const em_backend *b = em_backend_of_kind((em_device_kind)d.kind);
+  EM_ASSERT(b && "em_device_alloc on a device kind this build lacks");
+  void *p = b->alloc(d.index, nbytes ? nbytes : 1);
+  if (!p) raise_oom(d, b, nbytes, what);
+  return p;
+}
+
+void em_device_free(em_device d, void *p, size_t nbytes) {
+  if (!p) return;
+  em_backend_of_kind((em_device_kind)d.kind)->free(d.index, p, nbytes ? nbytes : 1);
+}
+
+bool em_device_error_pending(void) { return error_pending; }
+
+void em_device_error_raise(const em_error *e) {
+  if (error_pending) return;
+  pending = *e;
+  error_pending = true;
+}
+
+em_status em_device_error_take(em_error *err) {
+  if (!error_pending) return EM_OK;
+  error_pending = false;
+  if (err) *err = pending;
+  return pending.status;
+}
+
+/* ---- page-locked host memory ------------------------------------------- */
+
+/* A small header before each block remembers who allocated it. */
+typedef struct {
+  void *base;
+  bool pinned;
+  char pad[64 - sizeof(void *) - sizeof(bool)];
+} host_header;
+
+void *em_host_pinned_alloc(size_t nbytes) {
+  const em_backend *b = em_cuda_backend();
+  bool pinned = b && b->host_alloc && b->count() > 0;
+  void *base = pinned ? b->host_alloc(nbytes + sizeof(host_header)) : NULL;
+  if (!base) {
+    pinned = false;
+    base = aligned_alloc(64, (nbytes + sizeof(host_header) + 63) & ~(size_t)63);
+  }
+  if (!base) return NULL;
+  host_header *h = base;
+  h->base = base;
+  h->pinned = pinned;
+  return h + 1;
+}
+
+void em_host_pinned_free(void *p) {
+  if (!p) return;
+  host_header *h = (host_header *)p - 1;
+  if (h->pinned) em_cuda_backend()->host_free(h->base);
+  else free(h->base);
+}
