@@ -1,12 +1,15 @@
 /* cmd-eval.c: `ember eval SPEC --weights FILE [--quantize int8]` (test
  * loss and accuracy of saved weights, optionally with int8 Linear layers)
- * and `ember info SPEC` (the layer table). Neither touches the registry. */
+ * and `ember info SPEC` (the layer table). Neither touches the registry.
+ * eval --device evaluates where it is told (the weights are loaded on the
+ * host and moved there). */
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 
 #include "cli-commands.h"
 #include "cli-common.h"
+#include "em-device.h"
 #include "em-pool.h"
 #include "em-quant.h"
 #include "em-train.h"
@@ -62,6 +65,7 @@ int cli_cmd_eval(int argc, char **argv) {
     return cli_fail(&err, o.spec_path);
   }
   cli_train_opts_apply(&o, &cfg);
+  cli_train_opts_check_device(&o, &cfg); /* --device: exit 2 when unusable */
   int rc = 0;
   em_dataset *test = NULL;
   em_model *model = NULL;
@@ -80,6 +84,8 @@ int cli_cmd_eval(int argc, char **argv) {
   else if (em_model_load(model, o.weights, &err) != EM_OK) rc = cli_fail(&err, o.weights);
   else if (qmode != EM_QUANT_NONE && em_model_quantize(model, qmode, &qrep, &err) != EM_OK)
     rc = cli_fail(&err, "--quantize");
+  else if (em_model_to_device(model, cfg.device, &err) != EM_OK)
+    rc = cli_fail(&err, "--device");
   else {
     em_set_num_threads(cfg.threads);
     if (em_evaluate(model, test, cfg.batch_size, cfg.loss, 0.0, &loss, &acc, &err) != EM_OK)

@@ -4,6 +4,7 @@
  *   ember predict SPEC --weights FILE | NAME@ALIAS|NAME@VERSION  INPUT...
  *       [--top-k K] [--batch N] [--threads N] [--limit N] [--json]
  *       [--labels IDX] [--label-column C|last] [--quantize int8] [--registry DIR]
+ *       [--device cpu|cuda[:N]|ref]   (the model runs there; outputs come back)
  *
  * INPUTs are PNG images, IDX images files and CSV files (predict-input.h).
  * The model runs in inference mode (no autograd tape, batch norm on its
@@ -24,6 +25,7 @@
 #include "cli-commands.h"
 #include "cli-common.h"
 #include "cli-model.h"
+#include "em-device.h"
 #include "em-ops.h"
 #include "em-pool.h"
 #include "em-quant.h"
@@ -163,8 +165,14 @@ static int predict_all(cli_model *m, predict_inputs *in, const predict_opts *o) 
     em_scope *sc = em_scope_begin();
     shape[0] = n;
     em_tensor *xt = em_tensor_wrap(EM_DTYPE_F32, nd + 1, shape, x);
+    em_device dev = em_model_device(m->model); /* --device: there and back */
+    if (!em_device_is_cpu(dev)) xt = em_to_device(xt, dev);
     em_tensor *out = em_model_forward(m->model, xt, false, NULL, &err);
-    if (!out) {
+    if (out && em_on_device(out)) out = em_to_device(out, em_device_cpu());
+    if (em_device_error_pending()) {
+      em_device_error_take(&err);
+      rc = cli_fail(&err, m->label);
+    } else if (!out) {
       rc = cli_fail(&err, m->label);
     } else {
       const float *logits = em_f32(em_contiguous(out)); /* (n, K) */
@@ -226,7 +234,8 @@ static int quantize(cli_model *m, em_quant_mode mode) {
 
 int cli_cmd_predict(int argc, char **argv) {
   const char *weights = NULL, *top_k = NULL, *batch = NULL, *threads = NULL, *labels = NULL,
-             *label_column = NULL, *limit = NULL, *quant = NULL, *registry = NULL;
+             *label_column = NULL, *limit = NULL, *quant = NULL, *registry = NULL,
+             *device = NULL;
   bool json = false;
   const cli_opt opts[] = {{"weights", &weights, NULL},
                           {"top-k", &top_k, NULL},
@@ -237,6 +246,7 @@ int cli_cmd_predict(int argc, char **argv) {
                           {"limit", &limit, NULL},
                           {"quantize", &quant, NULL},
                           {"registry", &registry, NULL},
+                          {"device", &device, NULL},
                           {"json", NULL, &json},
                           {0}};
   const char **pos = cli_xmalloc(sizeof(char *) * (size_t)argc);
@@ -259,6 +269,10 @@ int cli_cmd_predict(int argc, char **argv) {
   em_error err = {0};
   if (quant && em_quant_mode_parse(quant, &qmode, &err) != EM_OK)
     cli_die_usage("--quantize: %s", err.msg);
+  em_device dev = em_device_cpu();
+  if (device && (em_device_parse(device, &dev, &err) != EM_OK ||
+                 em_device_check(dev, &err) != EM_OK))
+    cli_die_usage("--device %s: %s", device, err.msg);
 
   cli_model m;
   int rc = cli_model_open(pos[0], weights, registry, &m);
@@ -284,6 +298,7 @@ int cli_cmd_predict(int argc, char **argv) {
     if (!(in = predict_inputs_open(np - 1, pos + 1, &o.in, &err))) rc = cli_fail1(&err, NULL);
   }
   if (rc == 0 && qmode != EM_QUANT_NONE) rc = quantize(&m, qmode);
+  if (rc == 0 && em_model_to_device(m.model, dev, &err) != EM_OK) rc = cli_fail(&err, "--device");
   if (rc == 0) {
     em_set_num_threads(o.threads);
     rc = predict_all(&m, in, &o);

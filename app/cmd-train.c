@@ -36,6 +36,7 @@
 #include "cli-commands.h"
 #include "cli-common.h"
 #include "cli-progress.h"
+#include "em-device.h"
 #include "em-pool.h"
 #include "em-store.h"
 #include "em-train.h"
@@ -301,8 +302,17 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
              "change, so the weights will differ from an uninterrupted run",
              (long long)id, world, world == 1 ? "" : "s", o->world);
   if (r.threads > 0) j->cfg.threads = r.threads;
+  em_device recorded = j->cfg.device;
+  if (o->threads_given || o->device_given) {
+    cli_train_opts_apply(o, &j->cfg); /* only --threads, --device, --auto-batch can be there */
+    if (!em_device_eq(recorded, j->cfg.device)) {
+      char a[32], b[32];
+      cli_warn("run %lld trained on %s, this part on %s: the weights will agree to rounding, "
+               "not bit for bit, with an uninterrupted run", (long long)id,
+               em_device_str(recorded, a, sizeof a), em_device_str(j->cfg.device, b, sizeof b));
+    }
+  }
   if (o->threads_given) {
-    cli_train_opts_apply(o, &j->cfg); /* only --threads can be among them */
     if (j->cfg.threads != r.threads)
       cli_warn("run %lld trained with %d threads, this part uses %d: the weights will not be "
                "bit-identical to an uninterrupted run",
@@ -443,6 +453,12 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
                                   "allreduce_ms_per_step", 1e3 * ds.comm_s / n,
                                   "exposed_ms_per_step", 1e3 * ds.exposed_s / n,
                                   "finish_ms_per_step", 1e3 * ds.finish_s / n));
+    char bdev[32]; /* who reduced the buckets, where they live, through host copies or not */
+    json_t *jd = json_object_get(o, "ddp");
+    json_object_set_new(jd, "comm", json_string(ds.comm ? ds.comm : "?"));
+    json_object_set_new(jd, "bucket_device", json_string(em_device_str(ds.device, bdev,
+                                                                       sizeof bdev)));
+    json_object_set_new(jd, "staged", json_boolean(ds.staged));
   }
   json_object_set_new(o, "model", json_string(spec_name));
   json_object_set_new(o, "epochs", json_integer(s->epochs));
@@ -461,9 +477,23 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
   json_object_set_new(o, "train_samples_per_sec", json_real(s->train_samples_per_sec));
   json_object_set_new(o, "threads", json_integer(cfg->threads));
   json_object_set_new(o, "blas_core", json_string(em_blas_core()));
+  char devname[32];
+  bool on_cpu = em_device_is_cpu(cfg->device);
+  json_object_set_new(o, "device", json_string(em_device_str(cfg->device, devname,
+                                                             sizeof devname)));
+  if (!on_cpu) { /* the batch the run ended at (--auto-batch may lower it), the device's peak */
+    em_memory_stats ms;
+    em_device_memory_stats(cfg->device, &ms);
+    json_object_set_new(o, "final_batch_size", json_integer(tr ? em_trainer_batch_size(tr)
+                                                                : cfg->batch_size));
+    json_object_set_new(o, "device_peak_mb",
+                        json_real(round((double)ms.peak_allocated_bytes / 1048576.0 * 10) / 10));
+  }
   if (cfg->amp != EM_AMP_OFF) { /* the mode, and the GEMM it ran on ("none": f32) */
     json_object_set_new(o, "amp", json_string(em_amp_mode_name(cfg->amp)));
-    json_object_set_new(o, "amp_kernel", json_string(em_bf16_kernel_name(em_bf16_kernel_best())));
+    json_object_set_new(o, "amp_kernel", json_string(on_cpu ? em_bf16_kernel_name(
+                                                                  em_bf16_kernel_best())
+                                                            : devname));
   }
   json_object_set_new(o, "seed", json_integer((json_int_t)cfg->seed));
   json_object_set_new(o, "stopped", json_boolean(s->stopped));
@@ -572,6 +602,15 @@ int cli_cmd_train(int argc, char **argv) {
     if (rc != 0) goto out;
   }
   em_train_config *cfg = &j.cfg;
+  if (comm && cfg->device.kind == EM_DEVICE_CUDA) { /* one process per GPU: its local rank's */
+    em_error derr = {0};
+    if (o.world > 1 && o.device && strchr(o.device, ':'))
+      cli_die_usage("--device %s with --ddp: each rank trains on the GPU of its rank on the "
+                    "node (--device cuda); choose the GPUs with CUDA_VISIBLE_DEVICES", o.device);
+    if (em_dist_local_device(EM_DEVICE_CUDA, &cfg->device, &derr) != EM_OK)
+      cli_die_usage("--ddp --device cuda: %s", derr.msg);
+  }
+  cli_train_opts_check_device(&o, cfg); /* exit 2 before anything is recorded */
   if (!record) {
     if (cfg->checkpoint_every > 0 && !o.checkpoint_dir)
       cli_die_usage("--checkpoint-every with --no-record needs --checkpoint-dir DIR (a "
@@ -591,6 +630,19 @@ int cli_cmd_train(int argc, char **argv) {
   if (em_train_config_validate(&check, &err) != EM_OK) {
     rc = cli_fail(&err, NULL);
     goto out;
+  }
+  /* On a device: the pre-flight memory estimate refuses a batch that will
+   * not fit, before anything is recorded (--auto-batch: starts lower).
+   * Not under --ddp: the ranks' batches must stay equal. */
+  if (!o.no_preflight && o.world == 1) {
+    int batch;
+    char note[512];
+    if (em_train_preflight(j.spec, cfg, &batch, note, sizeof note, &err) != EM_OK) {
+      rc = cli_fail(&err, NULL);
+      goto out;
+    }
+    if (note[0]) cli_warn("%s", note);
+    cfg->batch_size = batch;
   }
   /* The registry before the data: a registry that cannot be opened fails
    * the command at once, not after the dataset loaded. */
@@ -633,6 +685,7 @@ int cli_cmd_train(int argc, char **argv) {
     char folder[1024];
     em_dataset_identity ident;
     char *config_json = em_train_config_to_json(cfg); /* checkpoint_dir still empty */
+    char devname[32];
     if (config_json && o.world > 1) {
       char *w = config_with_world(config_json, o.world);
       free(config_json);
@@ -644,7 +697,7 @@ int cli_cmd_train(int argc, char **argv) {
         .spec_json = j.spec_text,
         .config_json = config_json ? config_json : "{}",
         .seed = cfg->seed,
-        .device = "cpu",
+        .device = em_device_str(cfg->device, devname, sizeof devname),
         .threads = cfg->threads,
         .engine_version = EMBER_VERSION,
         .parent_run = j.parent,
@@ -724,7 +777,8 @@ int cli_cmd_train(int argc, char **argv) {
   sinks.stop_after = o.stop_after_steps;
   sinks.last_step = j.parent ? j.ckpt.step : 0;
   if (run && !o.quiet) fprintf(stderr, "recording as run %lld in %s\n", (long long)run, regdir);
-  if (j.cfg.amp == EM_AMP_BF16 && !o.quiet) { /* which GEMM autocast runs on */
+  if (j.cfg.amp == EM_AMP_BF16 && !o.quiet && em_device_is_cpu(j.cfg.device)) {
+    /* which GEMM autocast runs on */
     em_bf16_kernel k = em_bf16_kernel_best();
     fprintf(stderr, "amp bf16: %s\n", k == EM_BF16_KERNEL_NONE
                                            ? "this CPU has no AVX512-BF16 or AMX: running f32"

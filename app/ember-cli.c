@@ -47,6 +47,7 @@ static const struct {
     {"gc", cli_cmd_gc},           {"profile", cmd_profile},   {"export", cli_cmd_export},
     {"plugins", cli_cmd_plugins},
     {"predict", cli_cmd_predict}, {"serve", cli_cmd_serve},
+    {"devices", cli_cmd_devices},
 };
 
 int main(int argc, char **argv) {
@@ -65,6 +66,6 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc, argv);
   cli_die_usage("unknown command '%s'; commands: train, eval, info, runs, run, compare, "
-                "metrics, models, model, plugins, gc, profile, export, predict, serve",
+                "metrics, models, model, plugins, gc, profile, export, predict, serve, devices",
                 cmd);
 }

@@ -8,18 +8,19 @@
 #include <string.h>
 
 #include "cli-common.h"
+#include "em-device.h"
 
 enum {
   /* settings: they change the configuration */
   OPT_EPOCHS = 256, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD,
   OPT_SCHEDULE, OPT_WARMUP, OPT_CLIP, OPT_ACCUM, OPT_SMOOTH, OPT_SEED, OPT_THREADS, OPT_WORKERS,
   OPT_LIMIT, OPT_NO_SHUFFLE, OPT_DATASET, OPT_DATA_DIR, OPT_CKPT_EVERY, OPT_ON_DIVERGENCE,
-  OPT_DIV_LR_FACTOR, OPT_AMP, OPT_AMP_SCALER,
+  OPT_DIV_LR_FACTOR, OPT_AMP, OPT_AMP_SCALER, OPT_DEVICE, OPT_AUTO_BATCH,
   OPT_LAST_SETTING,
   /* everything else */
   OPT_INIT, OPT_SAVE, OPT_QUIET, OPT_WEIGHTS, OPT_HELP, OPT_REGISTRY, OPT_NO_RECORD, OPT_NAME,
   OPT_CKPT_DIR, OPT_KEEP_CKPT, OPT_RESUME, OPT_STOP_AFTER, OPT_PROFILE, OPT_PROFILE_STEPS,
-  OPT_DETECT_ANOMALY, OPT_DDP,
+  OPT_DETECT_ANOMALY, OPT_DDP, OPT_NO_PREFLIGHT,
 };
 
 static const struct option long_opts[] = {
@@ -47,6 +48,8 @@ static const struct option long_opts[] = {
     {"divergence-lr-factor", required_argument, 0, OPT_DIV_LR_FACTOR},
     {"amp", required_argument, 0, OPT_AMP},
     {"amp-scaler", no_argument, 0, OPT_AMP_SCALER},
+    {"device", required_argument, 0, OPT_DEVICE},
+    {"auto-batch", no_argument, 0, OPT_AUTO_BATCH},
     {"init", required_argument, 0, OPT_INIT},
     {"save", required_argument, 0, OPT_SAVE},
     {"quiet", no_argument, 0, OPT_QUIET},
@@ -62,6 +65,7 @@ static const struct option long_opts[] = {
     {"profile-steps", required_argument, 0, OPT_PROFILE_STEPS},
     {"detect-anomaly", no_argument, 0, OPT_DETECT_ANOMALY},
     {"ddp", no_argument, 0, OPT_DDP},
+    {"no-preflight", no_argument, 0, OPT_NO_PREFLIGHT},
     {"stop-after-steps", required_argument, 0, OPT_STOP_AFTER}, /* tests: not in --help */
     {0, 0, 0, 0},
 };
@@ -143,6 +147,12 @@ static void apply_one(int code, const char *arg, em_train_config *cfg) {
     break;
   }
   case OPT_AMP_SCALER: cfg->amp_scaler = true; break;
+  case OPT_DEVICE: {
+    em_error err = {0};
+    if (em_device_parse(arg, &cfg->device, &err) != EM_OK) cli_die_usage("--device: %s", err.msg);
+    break;
+  }
+  case OPT_AUTO_BATCH: cfg->auto_batch = true; break;
   default: break;
   }
 }
@@ -162,6 +172,11 @@ void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts
       snprintf(nm, sizeof names[0], "--%s", flag_name(c));
       o->settings[o->n_settings++] = (cli_setting){c, optarg, nm};
       if (c == OPT_THREADS) o->threads_given = true;
+      if (c == OPT_DEVICE) {
+        o->device_given = true;
+        o->device = optarg;
+      }
+      if (c == OPT_AUTO_BATCH) o->device_given = true;
       continue;
     }
     switch (c) {
@@ -183,6 +198,7 @@ void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts
       break;
     case OPT_DETECT_ANOMALY: o->detect_anomaly = true; break;
     case OPT_DDP: o->ddp = true; break;
+    case OPT_NO_PREFLIGHT: o->no_preflight = true; break;
     case OPT_STOP_AFTER:
       o->stop_after_steps = cli_parse_int("--stop-after-steps", optarg, 1, 1LL << 40);
       break;
@@ -200,7 +216,18 @@ void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg) {
 }
 
 const char *cli_train_opts_resume_conflict(const cli_train_opts *o) {
-  for (int i = 0; i < o->n_settings; i++)
-    if (o->settings[i].code != OPT_THREADS) return o->settings[i].flag;
+  for (int i = 0; i < o->n_settings; i++) {
+    int c = o->settings[i].code; /* where it runs may change; what it computes may not */
+    if (c != OPT_THREADS && c != OPT_DEVICE && c != OPT_AUTO_BATCH) return o->settings[i].flag;
+  }
   return NULL;
+}
+
+void cli_train_opts_check_device(const cli_train_opts *o, const em_train_config *cfg) {
+  em_error err = {0};
+  if (em_device_check(cfg->device, &err) != EM_OK) {
+    char dn[32];
+    cli_die_usage("--device %s: %s", o->device ? o->device : em_device_str(cfg->device, dn,
+                  sizeof dn), err.msg);
+  }
 }

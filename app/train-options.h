@@ -24,6 +24,9 @@ typedef struct {
   const char *init, *save, *weights;
   const char *registry, *name, *checkpoint_dir, *resume;
   bool quiet, no_record, threads_given;
+  bool device_given;        /* --device or --auto-batch (both allowed with --resume) */
+  const char *device;       /* --device's text, for messages; NULL when absent */
+  bool no_preflight;        /* --no-preflight: skip the device memory estimate */
   int keep_checkpoints;     /* --keep-checkpoints; default 3 */
   int64_t stop_after_steps; /* --stop-after-steps (for tests); 0: off */
   const char *profile;      /* --profile FILE: a Chrome trace of a window of batches */
@@ -43,5 +46,9 @@ void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts
  * parsed; an unknown schedule name or optimiser exits with 2). */
 void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg);
 /* The first setting that --resume must refuse (everything that changes
- * what is computed: all but --threads), or NULL. */
+ * what is computed: all but --threads, --device and --auto-batch), or
+ * NULL. */
 const char *cli_train_opts_resume_conflict(const cli_train_opts *o);
+/* Exits with 2 and the reason when cfg's device cannot be used here (no
+ * CUDA backend in this build, no GPU, cuda:N out of range). */
+void cli_train_opts_check_device(const cli_train_opts *o, const em_train_config *cfg);

@@ -9,11 +9,16 @@
  * - The gradient bucketer over a fake in-process communicator (a table
  *   of em_comm_vtable like any other implementation): bucket layout,
  *   launch order, launches during backward (overlap) or after it, and
- *   the averaged gradients it writes back. */
+ *   the averaged gradients it writes back; the same with the model on
+ *   the reference device (device buckets, device copies and kernels),
+ *   reduced in place or through host copies (the path of MPI with CUDA
+ *   gradients); gradients that never came (zeros reduced); parameters
+ *   on two devices refused. */
 #include <glib.h>
 #include <string.h>
 
 #include "em-data.h"
+#include "em-device.h"
 #include "em-dist.h"
 #include "em-nn.h"
 #include "em-ops.h"
@@ -178,15 +183,16 @@ static const char *spec_json =
     "{\"name\": \"relu\", \"type\": \"ReLU\"},"
     "{\"name\": \"fc2\", \"type\": \"Linear\", \"out_features\": 3}]}";
 
-/* One backward of the tiny MLP with the bucketer's hooks; the gradients
- * without them into ref (same order as params). */
-static void run_step(bool overlap, fake_comm *f, em_ddp_stats *stats, float **grads_out,
-                     float **ref_out) {
+/* One backward of the tiny MLP on dev with the bucketer's hooks; the
+ * gradients without them into ref (same order as params). */
+static void run_step(em_device dev, bool overlap, bool staging, fake_comm *f,
+                     em_ddp_stats *stats, float **grads_out, float **ref_out) {
   em_error err = {0};
   em_spec *spec = em_spec_parse(spec_json, "tiny", &err);
   g_assert_nonnull(spec);
   em_model *m = em_model_new(spec, 7, &err);
   g_assert_nonnull(m);
+  g_assert_cmpint(em_model_to_device(m, dev, &err), ==, EM_OK);
   int np = em_model_param_count(m);
   g_assert_cmpint(np, ==, 4);
   em_tensor *params[4];
@@ -201,14 +207,15 @@ static void run_step(bool overlap, fake_comm *f, em_ddp_stats *stats, float **gr
     if (pass == 1) {
       c = em_comm_new(&fake_vtable, f, 0, 2, &err);
       g_assert_nonnull(c);
-      em_ddp_options o = {.bucket_mb = 100.0 / (1024 * 1024), .overlap = overlap, .progress = true};
+      em_ddp_options o = {.bucket_mb = 100.0 / (1024 * 1024), .overlap = overlap,
+                          .progress = true, .staging = staging};
       d = em_ddp_new(c, np, params, &o, &err);
       g_assert_nonnull(d);
     }
     em_model_zero_grad(m);
     em_scope *s = em_scope_begin();
-    em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, 2, xshape, xs);
-    em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &n, ys);
+    em_tensor *x = em_to_device(em_tensor_wrap(EM_DTYPE_F32, 2, xshape, xs), dev);
+    em_tensor *y = em_to_device(em_tensor_wrap(EM_DTYPE_I64, 1, &n, ys), dev);
     em_tensor *out = em_model_forward(m, x, true, NULL, &err);
     g_assert_nonnull(out);
     em_tensor *l = em_cross_entropy(out, y, 0.0);
@@ -224,7 +231,8 @@ static void run_step(bool overlap, fake_comm *f, em_ddp_stats *stats, float **gr
     for (int i = 0; i < np; i++) total += em_tensor_numel(params[i]);
     float *g = g_new(float, total), *p = g;
     for (int i = 0; i < np; i++) {
-      memcpy(p, em_f32(params[i]->grad), sizeof(float) * (size_t)em_tensor_numel(params[i]));
+      g_assert_true(em_device_eq(params[i]->grad->device, dev));
+      em_tensor_download(params[i]->grad, p);
       p += em_tensor_numel(params[i]);
     }
     if (pass == 0) *ref_out = g;
@@ -236,11 +244,14 @@ static void run_step(bool overlap, fake_comm *f, em_ddp_stats *stats, float **gr
   em_spec_free(spec);
 }
 
-static void check_bucketer(bool overlap) {
+static void check_bucketer_on(em_device dev, bool overlap, bool staging) {
   fake_comm f = {.peer = 0.5f};
   em_ddp_stats st;
   float *grads = NULL, *ref = NULL;
-  run_step(overlap, &f, &st, &grads, &ref);
+  run_step(dev, overlap, staging, &f, &st, &grads, &ref);
+  g_assert_true(em_device_eq(st.device, dev));
+  g_assert_cmpstr(st.comm, ==, "fake");
+  g_assert_true(st.staged == staging); /* the fake comm reads host (and ref) memory */
   /* buckets of at most 25 floats, parameters in reverse: fc2.bias (3),
    * fc2.weight (24), fc1.bias (8), fc1.weight (32, alone) */
   g_assert_cmpint(st.n_buckets, ==, 4);
@@ -265,8 +276,76 @@ static void check_bucketer(bool overlap) {
   g_free(ref);
 }
 
-static void test_bucketer_overlap(void) { check_bucketer(true); }
-static void test_bucketer_after_backward(void) { check_bucketer(false); }
+static void test_bucketer_overlap(void) { check_bucketer_on(em_device_cpu(), true, false); }
+static void test_bucketer_after_backward(void) {
+  check_bucketer_on(em_device_cpu(), false, false);
+}
+
+static const em_device ref_dev = {EM_DEVICE_REF, 0};
+static void test_bucketer_ref(void) { check_bucketer_on(ref_dev, true, false); }
+static void test_bucketer_ref_after_backward(void) { check_bucketer_on(ref_dev, false, false); }
+static void test_bucketer_ref_staged(void) { check_bucketer_on(ref_dev, true, true); }
+
+/* No backward with the hooks (every micro-batch skipped): finish reduces
+ * the gradients as they are, zeros for one that never came. */
+static void test_bucketer_ref_no_backward(void) {
+  for (int staging = 0; staging < 2; staging++) {
+    em_error err = {0};
+    int64_t shape[2][2] = {{3, 2}, {5, 1}};
+    em_tensor *p[2];
+    for (int i = 0; i < 2; i++) {
+      p[i] = em_tensor_new_on(ref_dev, EM_DTYPE_F32, 2, shape[i], &err);
+      g_assert_nonnull(p[i]);
+      em_tensor_set_requires_grad(p[i], true);
+    }
+    bool fresh;
+    em_tensor *g0 = em_grad_acquire(p[0], &fresh);
+    g_assert_true(em_device_eq(g0->device, ref_dev));
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    em_tensor_upload(g0, v);
+    fake_comm f = {.peer = 1.0f};
+    em_comm *c = em_comm_new(&fake_vtable, &f, 0, 2, &err);
+    em_ddp_options o = {.bucket_mb = 1, .overlap = true, .progress = true,
+                        .staging = staging != 0};
+    em_ddp *d = em_ddp_new(c, 2, p, &o, &err);
+    g_assert_nonnull(d);
+    g_assert_cmpint(em_ddp_finish(d, &err), ==, EM_OK);
+    em_ddp_stats st;
+    em_ddp_get_stats(d, &st);
+    g_assert_cmpint(st.n_buckets, ==, 1);
+    g_assert_true(st.staged == (staging != 0));
+    float got[6];
+    em_tensor_download(p[0]->grad, got);
+    for (int i = 0; i < 6; i++) g_assert_cmpfloat_with_epsilon(got[i], (v[i] + 1) / 2, 1e-6);
+    g_assert_nonnull(p[1]->grad); /* made by the write-back, on the device */
+    g_assert_true(em_device_eq(p[1]->grad->device, ref_dev));
+    em_tensor_download(p[1]->grad, got);
+    for (int i = 0; i < 5; i++) g_assert_cmpfloat_with_epsilon(got[i], 0.5, 1e-6);
+    em_ddp_free(d);
+    em_comm_free(c);
+    for (int i = 0; i < 2; i++) em_tensor_free(p[i]);
+  }
+}
+
+/* Parameters on two devices: refused with both named. */
+static void test_bucketer_mixed_devices(void) {
+  em_error err = {0};
+  int64_t n = 4;
+  em_tensor *p[2] = {em_tensor_new(EM_DTYPE_F32, 1, &n, &err),
+                     em_tensor_new_on(ref_dev, EM_DTYPE_F32, 1, &n, &err)};
+  g_assert_nonnull(p[0]);
+  g_assert_nonnull(p[1]);
+  fake_comm f = {.peer = 0};
+  em_comm *c = em_comm_new(&fake_vtable, &f, 0, 2, &err);
+  em_ddp_options o;
+  em_ddp_options_defaults(&o);
+  g_assert_null(em_ddp_new(c, 2, p, &o, &err));
+  g_assert_cmpint(err.status, ==, EM_ERR_INVALID);
+  g_assert_nonnull(strstr(err.msg, "parameter 1 lives on ref:0, parameter 0 on cpu"));
+  em_comm_free(c);
+  em_tensor_free(p[0]);
+  em_tensor_free(p[1]);
+}
 
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
@@ -274,5 +353,10 @@ int main(int argc, char **argv) {
   g_test_add_func("/dist/sampler/covers-epoch", test_sampler_covers_epoch);
   g_test_add_func("/dist/bucketer/overlap", test_bucketer_overlap);
   g_test_add_func("/dist/bucketer/after-backward", test_bucketer_after_backward);
+  g_test_add_func("/dist/bucketer/ref-device", test_bucketer_ref);
+  g_test_add_func("/dist/bucketer/ref-device-after-backward", test_bucketer_ref_after_backward);
+  g_test_add_func("/dist/bucketer/ref-device-staged", test_bucketer_ref_staged);
+  g_test_add_func("/dist/bucketer/ref-device-no-backward", test_bucketer_ref_no_backward);
+  g_test_add_func("/dist/bucketer/mixed-devices", test_bucketer_mixed_devices);
   return g_test_run();
 }

@@ -16,6 +16,11 @@
 
 - A plugin metric (macro-F1) of a 2-rank run is computed over the whole
   test set, gathered from the ranks' shards: the single process's value.
+- Gradients on a device (the reference device: device buckets filled and
+  read back by the device's copies and kernels): 2 ranks with batch B
+  train the weights of one process with batch 2B on that device, with
+  MPI reading the buckets in place and through host copies
+  (EMBER_DDP_STAGING=1: the path MPI takes with CUDA gradients).
 
 usage: test_ddp.py EMBER SOURCE_ROOT MPIRUN PLUGIN_DIR   (run by /usr/bin/python3: torch)
 """
@@ -71,11 +76,12 @@ class DDP(unittest.TestCase):
     def spec(self):
         return os.path.join(SOURCE, "data", "models", "fmnist-mlp.json")
 
-    def ember(self, *args, ranks=0, timeout=240, check=True):
+    def ember(self, *args, ranks=0, timeout=240, check=True, env=None):
         cmd = [EMBER, "train"] + [str(a) for a in args]
         if ranks:
             cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks)] + cmd + ["--ddp"]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=self.env)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           env=dict(self.env, **(env or {})))
         if check:
             self.assertEqual(p.returncode, 0, "%s failed (%d):\n%s" % (
                 " ".join(cmd), p.returncode, (p.stdout + p.stderr)[-4000:]))
@@ -130,6 +136,29 @@ class DDP(unittest.TestCase):
         d = max_diff(weights(self.path("one.safetensors")), weights(self.path("two.safetensors")))
         print("accumulate 2, clip 0.5: max |w_1proc - w_2ranks| = %.3g" % d)
         self.assertLess(d, 1e-5)
+
+    # ---- gradients on a device ------------------------------------------------------
+    @unittest.skipUnless(os.path.exists(FMNIST), "Fashion-MNIST is not installed")
+    def test_ref_device_matches_one_process(self):
+        common = [self.spec(), "--no-record", "--epochs", "1", "--limit", "320", "--seed", "5",
+                  "--threads", "1", "--quiet", "--device", "ref"]
+        one = self.ember(*common, "--batch", "64", "--save", self.path("one.safetensors"))
+        s1 = json.loads(one.stdout.splitlines()[-1])
+        self.assertEqual(s1["steps"], 5)
+        w1 = weights(self.path("one.safetensors"))
+        for staging in ("0", "1"):
+            name = "two-%s.safetensors" % staging
+            two = self.ember(*common, "--batch", "32", "--save", self.path(name), ranks=2,
+                             env={"EMBER_DDP_STAGING": staging, "EMBER_DDP_BUCKET_MB": "0.1"})
+            s2 = json.loads(two.stdout.splitlines()[-1])
+            self.assertEqual(s2["steps"], 5)
+            ddp = s2["ddp"]
+            self.assertEqual((ddp["comm"], ddp["bucket_device"], ddp["staged"]),
+                             ("mpi", "ref:0", staging == "1"), ddp)
+            self.assertGreater(ddp["buckets"], 1)  # 0.1 MB buckets: several in flight
+            d = max_diff(w1, weights(self.path(name)))
+            print("ref device, staging %s: max |w_1proc - w_2ranks| = %.3g" % (staging, d))
+            self.assertLess(d, 1e-5)
 
     # ---- recording and resuming ------------------------------------------------
     def test_record_and_resume(self):
