@@ -1,6 +1,7 @@
 /* em-app-state.c: the workbench's shared state (see the header). */
 #include "em-app-state.h"
 
+#include "em-device.h"
 #include "em-store.h"
 
 struct _EmAppState {
@@ -9,6 +10,7 @@ struct _EmAppState {
   char *spec_json, *spec_path;
   char *dataset_name, *dataset_dir;
   gboolean training;
+  em_device device, run_device;
 };
 
 G_DEFINE_FINAL_TYPE(EmAppState, em_app_state, G_TYPE_OBJECT)
@@ -16,6 +18,7 @@ G_DEFINE_FINAL_TYPE(EmAppState, em_app_state, G_TYPE_OBJECT)
 enum {
   SIG_SPEC_CHANGED,
   SIG_DATASET_CHANGED,
+  SIG_DEVICE_CHANGED,
   SIG_RUN_STARTED,
   SIG_RUN_PROGRESS,
   SIG_RUN_FINISHED,
@@ -44,6 +47,8 @@ static void em_app_state_class_init(EmAppStateClass *klass) {
                                            NULL, G_TYPE_NONE, 0);
   signals[SIG_DATASET_CHANGED] = g_signal_new("dataset-changed", t, G_SIGNAL_RUN_LAST, 0, NULL,
                                               NULL, NULL, G_TYPE_NONE, 0);
+  signals[SIG_DEVICE_CHANGED] = g_signal_new("device-changed", t, G_SIGNAL_RUN_LAST, 0, NULL,
+                                             NULL, NULL, G_TYPE_NONE, 0);
   signals[SIG_RUN_STARTED] = g_signal_new("run-started", t, G_SIGNAL_RUN_LAST, 0, NULL, NULL,
                                           NULL, G_TYPE_NONE, 1, G_TYPE_INT64);
   signals[SIG_RUN_PROGRESS] = g_signal_new("run-progress", t, G_SIGNAL_RUN_LAST, 0, NULL, NULL,
@@ -102,8 +107,18 @@ void em_app_state_set_dataset(EmAppState *self, const char *name, const char *di
 const char *em_app_state_get_dataset_name(EmAppState *self) { return self->dataset_name; }
 const char *em_app_state_get_dataset_dir(EmAppState *self) { return self->dataset_dir; }
 
+void em_app_state_set_device(EmAppState *self, em_device device) {
+  if (em_device_eq(self->device, device)) return;
+  self->device = device;
+  g_signal_emit(self, signals[SIG_DEVICE_CHANGED], 0);
+}
+
+em_device em_app_state_get_device(EmAppState *self) { return self->device; }
+em_device em_app_state_get_run_device(EmAppState *self) { return self->run_device; }
+
 void em_app_state_run_started(EmAppState *self, gint64 run_id) {
   self->training = TRUE;
+  self->run_device = self->device;
   g_signal_emit(self, signals[SIG_RUN_STARTED], 0, run_id);
 }
 

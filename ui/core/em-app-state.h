@@ -8,6 +8,7 @@
  * Signals:
  *   "spec-changed"      ()                 the builder set a new spec
  *   "dataset-changed"   ()
+ *   "device-changed"    ()                 the device chosen for training
  *   "run-started"       (gint64 run_id)    0 when not recorded
  *   "run-progress"      (gpointer update)  const EmTrainUpdate *, at most
  *                                          at display rate, never per step
@@ -21,6 +22,8 @@
 
 #include <glib-object.h>
 #include <stdint.h>
+
+#include "em-tensor.h" /* em_device */
 
 G_BEGIN_DECLS
 
@@ -63,6 +66,15 @@ const char *em_app_state_get_spec_path(EmAppState *self);
 void em_app_state_set_dataset(EmAppState *self, const char *name, const char *dir);
 const char *em_app_state_get_dataset_name(EmAppState *self);
 const char *em_app_state_get_dataset_dir(EmAppState *self);
+
+/* The device the next run trains on (the Train page's selector, or
+ * ember-workbench --device; default the CPU). Emits "device-changed"
+ * when it changes. */
+void em_app_state_set_device(EmAppState *self, em_device device);
+em_device em_app_state_get_device(EmAppState *self);
+/* The device of the running (or last) run: the chosen device when
+ * em_app_state_run_started was called. */
+em_device em_app_state_get_run_device(EmAppState *self);
 
 /* The session's emitters, for the train page. */
 void em_app_state_run_started(EmAppState *self, gint64 run_id);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "em-app-state.h"
+#include "em-device.h"
 #include "em-preferences.h"
 #include "em-shell-config.h"
 #include "em-train-page.h"
@@ -28,6 +29,7 @@ struct _EmApplication {
   GSettings *settings;      /* org.ember.Workbench; NULL without the schema */
   GSettings *interface;     /* org.gnome.desktop.interface, when it has color-scheme */
   gboolean system_dark;     /* GTK's own preference at startup (no desktop schema) */
+  char *device;             /* --device: the training device of the first window, or NULL */
 };
 
 G_DEFINE_FINAL_TYPE(EmApplication, em_application, GTK_TYPE_APPLICATION)
@@ -197,9 +199,37 @@ static void em_application_activate(GApplication *app) {
     int threads = self->settings ? g_settings_get_int(self->settings, "default-threads") : 0;
     GtkWidget *train = em_window_get_page(w, "train");
     if (threads > 0 && train) em_train_page_set_value(EM_TRAIN_PAGE(train), "threads", threads);
+    g_autoptr(GError) error = NULL;
+    if (self->device && train &&
+        !em_train_page_set_device(EM_TRAIN_PAGE(train), self->device, &error))
+      g_printerr("ember-workbench: %s\n", error->message); /* the Train page says it too */
     win = GTK_WINDOW(w);
   }
   gtk_window_present(win);
+}
+
+/* --device: its syntax is checked here (exit 2, as `ember train`); a
+ * device that is absent is reported by the Train page, which stays on
+ * the CPU, so the workbench still opens. */
+static gint em_application_handle_local_options(GApplication *app, GVariantDict *options) {
+  EmApplication *self = EM_APPLICATION(app);
+  const char *device = NULL;
+  if (g_variant_dict_lookup(options, "device", "&s", &device)) {
+    em_device d;
+    em_error err = {0};
+    if (em_device_parse(device, &d, &err) != EM_OK) {
+      g_printerr("ember-workbench: --device: %s\n", err.msg);
+      return 2;
+    }
+    g_free(self->device);
+    self->device = g_strdup(device);
+  }
+  return -1; /* go on */
+}
+
+static void em_application_finalize(GObject *obj) {
+  g_free(EM_APPLICATION(obj)->device);
+  G_OBJECT_CLASS(em_application_parent_class)->finalize(obj);
 }
 
 static void em_application_dispose(GObject *obj) {
@@ -211,11 +241,18 @@ static void em_application_dispose(GObject *obj) {
 
 static void em_application_class_init(EmApplicationClass *klass) {
   G_OBJECT_CLASS(klass)->dispose = em_application_dispose;
+  G_OBJECT_CLASS(klass)->finalize = em_application_finalize;
+  G_APPLICATION_CLASS(klass)->handle_local_options = em_application_handle_local_options;
   G_APPLICATION_CLASS(klass)->startup = em_application_startup;
   G_APPLICATION_CLASS(klass)->activate = em_application_activate;
 }
 
-static void em_application_init(EmApplication *self) {}
+static void em_application_init(EmApplication *self) {
+  g_application_add_main_option(G_APPLICATION(self), "device", 0, 0, G_OPTION_ARG_STRING,
+                                "Train on DEVICE: cpu, cuda, cuda:N (ref: the slow reference "
+                                "device, for tests)",
+                                "DEVICE");
+}
 
 EmApplication *em_application_new(void) {
   return g_object_new(EM_TYPE_APPLICATION, "application-id", "org.ember.Workbench", "flags",

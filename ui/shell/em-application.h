@@ -2,7 +2,11 @@
  * org.ember.Workbench): registers every ui/ folder's GResource, installs
  * the accelerators and app actions (quit, preferences, about), follows the
  * system's light/dark preference unless the person chose one
- * (GSettings org.ember.Workbench color-scheme), and opens windows. */
+ * (GSettings org.ember.Workbench color-scheme), and opens windows.
+ * --device DEVICE (cpu, cuda, cuda:N, ref) chooses the first window's
+ * training device: a malformed name exits with status 2; a device that is
+ * not there leaves the CPU chosen, with the reason on the Train page and
+ * stderr. */
 #pragma once
 
 #include <gtk/gtk.h>

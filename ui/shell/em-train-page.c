@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "em-devices.h"
 #include "em-shell-config.h"
 #include "em-store.h"
 #include "em-train-session.h"
@@ -22,13 +23,18 @@ struct _EmTrainPage {
   double run_lr, run_clip; /* the values the worker runs with */
   int n_profiles;
   gint64 labels_at; /* when the figures were last written (text changes relayout) */
+  GArray *devices;  /* EmDeviceEntry, the device selector's entries */
+  gboolean filling_devices; /* the selector's model is being replaced */
+  em_device run_device;     /* the device of the session */
+  char *last_warning;       /* the run's latest warning, kept under the status */
   /* charts and their series */
   GtkWidget *loss_chart, *acc_chart;
   int s_loss, s_test_loss, s_acc;
   /* template children */
   GtkWidget *paned, *model_label, *form, *optimizer, *lr, *schedule, *batch, *epochs, *seed;
-  GtkWidget *device, *device_cpu, *device_gpu, *threads, *clip, *ckpt_every, *limit;
-  GtkWidget *profile_check, *start_button, *pause_button, *resume_button, *stop_button;
+  GtkWidget *device, *device_choice, *device_note, *threads, *clip, *ckpt_every, *limit;
+  GtkWidget *profile_check, *auto_batch_check;
+  GtkWidget *start_button, *pause_button, *resume_button, *stop_button;
   GtkWidget *status_label, *throughput_label, *eta_label, *chart_box;
 };
 
@@ -168,6 +174,112 @@ static void load_spec(EmTrainPage *self, gboolean fill_form) {
   g_free(name);
 }
 
+/* ---- the device selector ------------------------------------------------------ */
+
+static int device_index(EmTrainPage *self, em_device d) {
+  for (guint i = 0; self->devices && i < self->devices->len; i++)
+    if (em_device_eq(g_array_index(self->devices, EmDeviceEntry, i).device, d)) return (int)i;
+  return -1;
+}
+
+/* The selector's entries: the CPU, each CUDA device, and the reference
+ * device when it is offered (em-devices.h) or asked for (with_ref). */
+static void fill_devices(EmTrainPage *self, gboolean with_ref) {
+  if (self->devices) g_array_unref(self->devices);
+  self->devices = em_devices_list(with_ref || em_devices_show_ref());
+  GtkStringList *model = GTK_STRING_LIST(
+      gtk_drop_down_get_model(GTK_DROP_DOWN(self->device_choice)));
+  const char **labels = g_new0(const char *, self->devices->len + 1);
+  for (guint i = 0; i < self->devices->len; i++)
+    labels[i] = g_array_index(self->devices, EmDeviceEntry, i).label;
+  self->filling_devices = TRUE;
+  gtk_string_list_splice(model, 0, g_list_model_get_n_items(G_LIST_MODEL(model)), labels);
+  g_free(labels);
+  int k = device_index(self, em_app_state_get_device(self->state));
+  gtk_drop_down_set_selected(GTK_DROP_DOWN(self->device_choice), (guint)MAX(k, 0));
+  self->filling_devices = FALSE;
+  char *why = em_devices_cuda_note();
+  if (why) {
+    char *note = g_strdup_printf("No CUDA device found: %s", why);
+    gtk_label_set_text(GTK_LABEL(self->device_note), note);
+    g_free(note);
+  }
+  gtk_widget_set_visible(self->device_note, why != NULL);
+  g_free(why);
+}
+
+static em_device selected_device(EmTrainPage *self) {
+  guint i = gtk_drop_down_get_selected(GTK_DROP_DOWN(self->device_choice));
+  if (!self->devices || i >= self->devices->len) return em_device_cpu();
+  return g_array_index(self->devices, EmDeviceEntry, i).device;
+}
+
+static void on_device_selected(GObject *dd, GParamSpec *ps, EmTrainPage *self) {
+  (void)dd;
+  (void)ps;
+  if (!self->filling_devices && self->state)
+    em_app_state_set_device(self->state, selected_device(self));
+}
+
+static void on_state_device_changed(EmAppState *state, EmTrainPage *self) {
+  em_device d = em_app_state_get_device(state);
+  if (device_index(self, d) < 0) fill_devices(self, d.kind == EM_DEVICE_REF);
+  int k = device_index(self, d);
+  if (k < 0) /* not a device of this machine: the state follows the selector back */
+    em_app_state_set_device(state, selected_device(self));
+  else if ((guint)k != gtk_drop_down_get_selected(GTK_DROP_DOWN(self->device_choice)))
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(self->device_choice), (guint)k);
+}
+
+static void set_status(EmTrainPage *self, const char *text);
+
+gboolean em_train_page_set_device(EmTrainPage *self, const char *device, GError **error) {
+  em_error err = {0};
+  em_device d;
+  if (em_device_parse(device, &d, &err) != EM_OK || em_device_check(d, &err) != EM_OK) {
+    char id[16];
+    em_device cur = selected_device(self);
+    const char *stays = em_device_is_cpu(cur) ? "the CPU" : em_device_str(cur, id, sizeof id);
+    char *msg = g_strdup_printf("Device '%s': %s. Training stays on %s.", device, err.msg, stays);
+    set_status(self, msg);
+    g_set_error_literal(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT, msg);
+    g_free(msg);
+    return FALSE;
+  }
+  em_app_state_set_device(self->state, d); /* the selector follows (on_state_device_changed) */
+  if (!self->session) {
+    char id[16], *msg = g_strdup_printf("Ready: press Start to train on %s.",
+                                        em_device_is_cpu(d) ? "the CPU"
+                                                            : em_device_str(d, id, sizeof id));
+    set_status(self, msg);
+    g_free(msg);
+  }
+  return TRUE;
+}
+
+char *em_train_page_get_device(EmTrainPage *self) {
+  char id[16];
+  return g_strdup(em_device_str(selected_device(self), id, sizeof id));
+}
+
+guint em_train_page_get_n_devices(EmTrainPage *self) { return self->devices->len; }
+
+const char *em_train_page_get_device_label(EmTrainPage *self, guint i) {
+  return i < self->devices->len ? g_array_index(self->devices, EmDeviceEntry, i).label : NULL;
+}
+
+gboolean em_train_page_select_device_index(EmTrainPage *self, guint i) {
+  if (i >= self->devices->len) return FALSE;
+  gtk_drop_down_set_selected(GTK_DROP_DOWN(self->device_choice), i);
+  return TRUE;
+}
+
+const char *em_train_page_get_device_note(EmTrainPage *self) {
+  return gtk_widget_get_visible(self->device_note)
+             ? gtk_label_get_text(GTK_LABEL(self->device_note))
+             : NULL;
+}
+
 /* ---- state of the buttons and fields ----------------------------------------- */
 
 static void update_sensitivity(EmTrainPage *self) {
@@ -179,15 +291,26 @@ static void update_sensitivity(EmTrainPage *self) {
   gtk_widget_action_set_enabled(GTK_WIDGET(self), "train.stop", running);
   GtkWidget *fixed[] = {self->optimizer, self->schedule, self->batch, self->epochs, self->seed,
                         self->device, self->threads, self->ckpt_every, self->limit,
-                        self->profile_check};
+                        self->profile_check, self->auto_batch_check};
   for (size_t i = 0; i < G_N_ELEMENTS(fixed); i++) gtk_widget_set_sensitive(fixed[i], !running);
   /* lr and clipping change while paused */
   gtk_widget_set_sensitive(self->lr, !running || paused);
   gtk_widget_set_sensitive(self->clip, !running || paused);
 }
 
+/* text, and under it the run's latest warning while a session has one. */
 static void set_status(EmTrainPage *self, const char *text) {
-  gtk_label_set_text(GTK_LABEL(self->status_label), text);
+  if (self->session && self->last_warning) {
+    char *both = g_strdup_printf("%s\n%s", text, self->last_warning);
+    gtk_label_set_text(GTK_LABEL(self->status_label), both);
+    g_free(both);
+  } else {
+    gtk_label_set_text(GTK_LABEL(self->status_label), text);
+  }
+}
+
+const char *em_train_page_get_status(EmTrainPage *self) {
+  return gtk_label_get_text(GTK_LABEL(self->status_label));
 }
 
 static void format_duration(double s, char *out, size_t cap) {
@@ -268,16 +391,21 @@ static void apply_drain(EmTrainPage *self, em_train_drain *d) {
     em_line_chart_set_note(EM_LINE_CHART(self->loss_chart), buf);
 #endif
   }
-  for (guint i = 0; i < d->warnings->len; i++) set_status(self, d->warnings->pdata[i]);
+  if (d->warnings->len > 0) { /* the latest stays under the status (an auto-batch halving) */
+    g_free(self->last_warning);
+    self->last_warning = g_strdup(d->warnings->pdata[d->warnings->len - 1]);
+  }
   if (!d->finished) {
-    char buf[96];
+    char buf[160], dev[16];
+    em_device_str(self->run_device, dev, sizeof dev);
     if (d->paused) g_snprintf(buf, sizeof buf, "Paused at step %lld: the learning rate and "
                               "clipping can be changed before resuming", (long long)d->last_step);
     else if (self->pause_requested) g_strlcpy(buf, "Pausing after this step…", sizeof buf);
-    else if (d->run_id) g_snprintf(buf, sizeof buf, "Training, recorded as run %lld",
+    else if (d->run_id) g_snprintf(buf, sizeof buf, "Training on %s, recorded as run %lld",
+                                   em_device_is_cpu(self->run_device) ? "the CPU" : dev,
                                    (long long)d->run_id);
     else g_strlcpy(buf, "Preparing the data…", sizeof buf);
-    if (d->warnings->len == 0) set_status(self, buf);
+    set_status(self, buf);
   }
   for (guint i = 0; i < d->profiles->len; i++)
     em_app_state_profile_ready(self->state, d->profiles->pdata[i]);
@@ -306,7 +434,13 @@ static void finish_session(EmTrainPage *self, const em_train_drain *d) {
   else
     g_snprintf(buf, sizeof buf, "Training %s%s%s", what, d->message ? ": " : "",
                d->message ? d->message : "");
-  set_status(self, buf);
+  if (self->last_warning && (!d->message || !strstr(d->message, self->last_warning))) {
+    char *both = g_strdup_printf("%s\n%s", buf, self->last_warning);
+    set_status(self, both);
+    g_free(both);
+  } else {
+    set_status(self, buf);
+  }
   if (d->last_step > 0) {
     char el[32], line[96];
     format_duration(d->elapsed_s, el, sizeof el);
@@ -354,6 +488,12 @@ static gboolean build_config(EmTrainPage *self, const char *spec_json, em_train_
   const char *dir = em_app_state_get_dataset_dir(self->state);
   g_strlcpy(cfg->dataset, ds ? ds : "fashion-mnist", sizeof cfg->dataset);
   g_strlcpy(cfg->data_dir, dir ? dir : "", sizeof cfg->data_dir);
+  cfg->device = selected_device(self);
+  cfg->auto_batch = gtk_check_button_get_active(GTK_CHECK_BUTTON(self->auto_batch_check));
+  if (em_device_check(cfg->device, &err) != EM_OK) {
+    *error = g_strdup_printf("Choose another device: %s", err.msg);
+    return FALSE;
+  }
   em_train_config check = *cfg;
   g_strlcpy(check.checkpoint_dir, "<the run's folder>", sizeof check.checkpoint_dir);
   if (em_train_config_validate(&check, &err) != EM_OK) {
@@ -361,6 +501,20 @@ static gboolean build_config(EmTrainPage *self, const char *spec_json, em_train_
     return FALSE;
   }
   return TRUE;
+}
+
+gboolean em_train_page_get_config(EmTrainPage *self, em_train_config *cfg, char **error) {
+  g_autoptr(GError) gerr = NULL;
+  char *model = NULL;
+  char *json = current_spec(self, &model, &gerr);
+  g_free(model);
+  if (!json) {
+    *error = g_strdup(gerr->message);
+    return FALSE;
+  }
+  gboolean ok = build_config(self, json, cfg, error);
+  g_free(json);
+  return ok;
 }
 
 static void start_action(GtkWidget *w, const char *name, GVariant *param) {
@@ -391,6 +545,8 @@ static void start_action(GtkWidget *w, const char *name, GVariant *param) {
   o.trace_path = trace;
   self->run_lr = o.cfg.optim.lr;
   self->run_clip = o.cfg.clip_grad_norm;
+  self->run_device = o.cfg.device;
+  g_clear_pointer(&self->last_warning, g_free);
   self->started_emitted = self->pause_requested = self->worker_paused = FALSE;
 #if EM_HAVE_LINE_CHART
   EmLineChart *lc = EM_LINE_CHART(self->loss_chart), *ac = EM_LINE_CHART(self->acc_chart);
@@ -473,6 +629,8 @@ static void em_train_page_dispose(GObject *obj) {
   }
   gtk_widget_dispose_template(GTK_WIDGET(obj), EM_TYPE_TRAIN_PAGE);
   g_clear_object(&self->state);
+  g_clear_pointer(&self->devices, g_array_unref);
+  g_clear_pointer(&self->last_warning, g_free);
   G_OBJECT_CLASS(em_train_page_parent_class)->dispose(obj);
 }
 
@@ -493,13 +651,14 @@ static void em_train_page_class_init(EmTrainPageClass *klass) {
   CHILD(epochs);
   CHILD(seed);
   CHILD(device);
-  CHILD(device_cpu);
-  CHILD(device_gpu);
+  CHILD(device_choice);
+  CHILD(device_note);
   CHILD(threads);
   CHILD(clip);
   CHILD(ckpt_every);
   CHILD(limit);
   CHILD(profile_check);
+  CHILD(auto_batch_check);
   CHILD(start_button);
   CHILD(pause_button);
   CHILD(resume_button);
@@ -547,6 +706,11 @@ GtkWidget *em_train_page_new(EmAppState *state) {
   self->state = g_object_ref(state);
   g_signal_connect_object(state, "spec-changed", G_CALLBACK(on_spec_changed), self, 0);
   g_signal_connect_object(state, "dataset-changed", G_CALLBACK(on_dataset_changed), self, 0);
+  fill_devices(self, em_app_state_get_device(state).kind == EM_DEVICE_REF);
+  g_signal_connect_object(self->device_choice, "notify::selected",
+                          G_CALLBACK(on_device_selected), self, 0);
+  g_signal_connect_object(state, "device-changed", G_CALLBACK(on_state_device_changed), self, 0);
+  em_app_state_set_device(state, selected_device(self)); /* one that is there */
   load_spec(self, TRUE);
   update_sensitivity(self);
   return GTK_WIDGET(self);

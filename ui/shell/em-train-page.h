@@ -8,6 +8,7 @@
 #include <gtk/gtk.h>
 
 #include "em-app-state.h"
+#include "em-train.h"
 
 G_BEGIN_DECLS
 
@@ -28,6 +29,25 @@ GtkWidget *em_train_page_get_loss_chart(EmTrainPage *self);
 /* TRUE while a session runs (paused included). */
 gboolean em_train_page_is_running(EmTrainPage *self);
 gboolean em_train_page_is_paused(EmTrainPage *self);
+/* The device selector: the CPU, each CUDA device the engine counts, and
+ * the reference device when offered (em-devices.h). The chosen device is
+ * EmAppState's (em_app_state_set_device) and goes into the run's config.
+ * set_device parses "cpu", "cuda", "cuda:N", "ref" and selects it when
+ * em_device_check accepts it; otherwise the selection stays, the status
+ * line says why and FALSE is returned with that message. */
+gboolean em_train_page_set_device(EmTrainPage *self, const char *device, GError **error);
+char *em_train_page_get_device(EmTrainPage *self); /* "cpu", "cuda:0"; g_free */
+guint em_train_page_get_n_devices(EmTrainPage *self);
+const char *em_train_page_get_device_label(EmTrainPage *self, guint i); /* NULL past the end */
+gboolean em_train_page_select_device_index(EmTrainPage *self, guint i);
+/* "No CUDA device found: <em_device_check's message>", or NULL. */
+const char *em_train_page_get_device_note(EmTrainPage *self);
+/* The status line: what the run does or how it ended, and under it the
+ * run's latest warning (a pre-flight or out-of-memory batch change). */
+const char *em_train_page_get_status(EmTrainPage *self);
+/* The config Start would run with (the spec's training section under
+ * the form); FALSE and *error (g_free) when it cannot run as set. */
+gboolean em_train_page_get_config(EmTrainPage *self, em_train_config *cfg, char **error);
 /* The folder of the model zoo (data/models), installed or in the source
  * tree; g_free. NULL when neither exists. */
 char *em_train_page_models_dir(void);

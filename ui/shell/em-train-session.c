@@ -10,6 +10,7 @@
 #include <unistd.h>
 #endif
 
+#include "em-device.h"
 #include "em-store.h"
 
 struct em_train_session {
@@ -178,12 +179,14 @@ static int64_t create_run(em_train_session *s, em_train_config *cfg, const em_sp
     idp = &ident;
   }
   char *config_json = em_train_config_to_json(cfg);
+  char device[16];
+  em_device_str(cfg->device, device, sizeof device);
   em_run_new rn = {
       .model = s->model ? s->model : em_spec_name(spec),
       .spec_json = s->spec_json,
       .config_json = config_json ? config_json : "{}",
       .seed = cfg->seed,
-      .device = "cpu",
+      .device = device,
       .threads = cfg->threads,
       .engine_version = "workbench",
       .dataset = idp,
@@ -242,6 +245,19 @@ static gpointer worker_main(gpointer data) {
 
   if (!(spec = em_spec_parse(s->spec_json, "the workbench's model", &err))) goto out;
   if (em_train_config_validate(&cfg, &err) != EM_OK) goto out;
+  /* On a device, as `ember train`: the pre-flight memory estimate refuses a
+   * batch that will not fit before anything is recorded; with auto_batch
+   * the run starts at a batch that fits, and the status line says so. */
+  int batch = cfg.batch_size;
+  char note[512] = "";
+  if (em_train_preflight(spec, &cfg, &batch, note, sizeof note, &err) != EM_OK) goto out;
+  cfg.batch_size = batch;
+  if (note[0]) {
+    g_mutex_lock(&s->lock);
+    g_ptr_array_add(s->buf.warnings, g_strdup(note));
+    s->dirty = TRUE;
+    g_mutex_unlock(&s->lock);
+  }
   if (!(train = open_data(spec, &cfg, true, &err)) || !(test = open_data(spec, &cfg, false, &err)))
     goto out;
   if (!(model = em_model_new(spec, cfg.seed, &err))) goto out;

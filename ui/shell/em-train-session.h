@@ -1,6 +1,9 @@
 /* em-train-session.h: one training run on a worker thread (house style
- * 11). The worker parses the spec, opens the data, records the run in the
- * registry through its own em_store_writer and runs the trainer; its event
+ * 11). The worker parses the spec, checks that a batch fits the training
+ * device (em_train_preflight: refused before anything is recorded, or a
+ * smaller starting batch with auto_batch, reported as a warning), opens
+ * the data, records the run (with its device) in the registry through
+ * its own em_store_writer and runs the trainer; its event
  * callback only appends to a mutex-protected buffer, which the main thread
  * drains (em_train_session_drain) from one timer at display rate. The main
  * loop never waits on the worker: every call here takes the mutex for a
