@@ -74,8 +74,8 @@ em_status em_device_check(em_device d, em_error *err) {
   if (n == 0) {
     em_error e = {0};
     if (b->why_none) b->why_none(&e);
-    return em_error_set(err, EM_ERR_UNSUPPORTED, "no %s device is present%s%s", b->name,
-                        e.msg[0] ? ": " : "", e.msg);
+    if (e.msg[0]) return em_error_set(err, EM_ERR_UNSUPPORTED, "%s", e.msg);
+    return em_error_set(err, EM_ERR_UNSUPPORTED, "no %s device is present", b->name);
   }
   if (d.index >= n) {
     char list[256] = "";

@@ -18,7 +18,7 @@ precision (per pair and median) and a JSON line last. Without a CUDA
 device (as `ember devices --json` says) it prints why and exits 0;
 without PyTorch (or PyTorch without CUDA) it prints Ember's figures only.
 
-usage: python3 tests/bench/bench_gpu.py [--build build] [--repeat 3]
+usage: python3 tests/bench/bench_gpu.py [--build build | --ember EXE] [--repeat 3]
          [--limit 60000] [--amp off,bf16]
 (the PyTorch side needs a python3 with torch: run the script with it)
 """
@@ -121,6 +121,7 @@ def have_torch_cuda():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--ember", default=None, help="the ember program (default BUILD/app/ember)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--limit", type=int, default=60000)
     ap.add_argument("--amp", default="off,bf16")
@@ -129,7 +130,7 @@ def main():
     if a.torch_worker:
         torch_worker(a.torch_worker, a.limit)
         return 0
-    ember = os.path.join(a.build, "app", "ember")
+    ember = a.ember or os.path.join(a.build, "app", "ember")
     devs = run_json([ember, "devices", "--json"])
     cuda = [d for d in devs["devices"] if d["kind"] == "cuda"]
     if not cuda:
