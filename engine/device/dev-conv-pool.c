@@ -16,31 +16,11 @@
 
 /* ---- conv2d ------------------------------------------------------------------------ */
 
-static void conv_params_save(em_node *nd, const em_conv2d_params *p) {
-  nd->i[0] = p->stride[0];
-  nd->i[1] = p->stride[1];
-  nd->i[2] = p->padding[0];
-  nd->i[3] = p->padding[1];
-  nd->i[4] = p->dilation[0];
-  nd->i[5] = p->dilation[1];
-  nd->i[6] = p->groups;
-}
-
-static em_conv2d_params conv_params_load(const em_node *nd) {
-  em_conv2d_params p = {
-      .stride = {(int)nd->i[0], (int)nd->i[1]},
-      .padding = {(int)nd->i[2], (int)nd->i[3]},
-      .dilation = {(int)nd->i[4], (int)nd->i[5]},
-      .groups = (int)nd->i[6],
-  };
-  return p;
-}
-
 /* in: x, w, b; saved: x, w as the kernel read them; i[7]: amp. */
 static void conv2d_backward(em_node *n) {
   em_tensor *xs = n->saved[0], *ws = n->saved[1];
   const char *prev = dev_backward_begin(n);
-  em_conv2d_params p = conv_params_load(n);
+  em_conv2d_params p = em_conv2d_params_load(n);
   dev_grad gx, gw, gb;
   em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
   em_tensor *bw = em_dev_grad_begin(n->in[1], &gw);
@@ -75,7 +55,7 @@ em_tensor *em_dev_conv2d(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv
       em_node *nd = em_record("conv2d", conv2d_backward, y, 3, ins);
       nd->saved[0] = xc;
       nd->saved[1] = wc;
-      conv_params_save(nd, p);
+      em_conv2d_params_save(nd, p);
       nd->i[7] = amp;
     }
   }
@@ -84,31 +64,11 @@ em_tensor *em_dev_conv2d(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv
 
 /* ---- pooling ------------------------------------------------------------------------------ */
 
-static void pool_params_save(em_node *nd, const em_pool2d_params *p) {
-  nd->i[0] = p->kernel[0];
-  nd->i[1] = p->kernel[1];
-  nd->i[2] = p->stride[0];
-  nd->i[3] = p->stride[1];
-  nd->i[4] = p->padding[0];
-  nd->i[5] = p->padding[1];
-  nd->i[6] = p->count_include_pad;
-}
-
-static em_pool2d_params pool_params_load(const em_node *nd) {
-  em_pool2d_params p = {
-      .kernel = {(int)nd->i[0], (int)nd->i[1]},
-      .stride = {(int)nd->i[2], (int)nd->i[3]},
-      .padding = {(int)nd->i[4], (int)nd->i[5]},
-      .count_include_pad = nd->i[6] != 0,
-  };
-  return p;
-}
-
 /* in: x; saved[0]: x as the kernel read it; i[7]: max. */
 static void pool_backward(em_node *n) {
   em_tensor *xs = n->saved[0], *y = n->out;
   const char *prev = dev_backward_begin(n);
-  em_pool2d_params p = pool_params_load(n);
+  em_pool2d_params p = em_pool2d_params_load(n);
   dev_grad gx;
   em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
   em_tensor *g = em_dev_contiguous_nograd(n->out->grad);
@@ -133,7 +93,7 @@ static em_tensor *pool_run(em_tensor *x /* (N, C, H, W) */, const em_pool2d_para
     if (em_needs_grad(1, &x)) {
       em_node *nd = em_record(name, pool_backward, y, 1, &x);
       nd->saved[0] = xc;
-      pool_params_save(nd, p);
+      em_pool2d_params_save(nd, p);
       nd->i[7] = max;
     }
   }

@@ -14,21 +14,11 @@
 
 #include "../ops/ops-private.h"
 
-/* The result shape of reducing dim d (keepdim or not). */
-static int reduced_shape(const em_tensor *x, int d, bool keepdim, int64_t *shape) {
-  int nd = 0;
-  for (int k = 0; k < x->ndim; k++) {
-    if (k != d) shape[nd++] = x->shape[k];
-    else if (keepdim) shape[nd++] = 1;
-  }
-  return nd;
-}
-
 /* y (x's shape, size 1 at d) seen as the op's result. */
 static em_tensor *result_view(em_tensor *y, const em_tensor *x, int d, bool keepdim) {
   if (keepdim) return y;
   int64_t shape[EM_MAX_DIMS];
-  int nd = reduced_shape(x, d, false, shape);
+  int nd = em_reduced_shape(x, d, false, shape);
   return em_dev_view_as(y, nd, shape);
 }
 
@@ -55,7 +45,7 @@ static em_tensor *sum_dim(em_tensor *x, int dim, bool keepdim, bool mean) {
   EM_ASSERT(x->dtype == EM_DTYPE_F32 && x->ndim > 0);
   int d = em_dim_norm(dim, x->ndim);
   int64_t keep[EM_MAX_DIMS];
-  reduced_shape(x, d, true, keep);
+  em_reduced_shape(x, d, true, keep);
   double scale = mean ? 1.0 / (double)x->shape[d] : 1.0;
   em_tensor *y = dev_empty(x, EM_DTYPE_F32, x->ndim, keep);
   em_tensor *s = mean ? dev_empty(x, EM_DTYPE_F32, x->ndim, keep) : y; /* the sum */
@@ -145,7 +135,7 @@ static void max_backward(em_node *n) {
  * positions along d. */
 static void max_run(em_tensor *x, int d, em_tensor **values, em_tensor **pos, bool *live) {
   int64_t keep[EM_MAX_DIMS];
-  reduced_shape(x, d, true, keep);
+  em_reduced_shape(x, d, true, keep);
   EM_ASSERT(x->shape[d] > 0 && "max over an empty dim");
   em_tensor *xf = x;
   if (x->dtype != EM_DTYPE_F32) {

@@ -15,26 +15,6 @@ static double conv_flops(const em_conv_geom *g) {
          (double)g->kh * (double)g->kw;
 }
 
-static void params_save(em_node *nd, const em_conv2d_params *p) {
-  nd->i[0] = p->stride[0];
-  nd->i[1] = p->stride[1];
-  nd->i[2] = p->padding[0];
-  nd->i[3] = p->padding[1];
-  nd->i[4] = p->dilation[0];
-  nd->i[5] = p->dilation[1];
-  nd->i[6] = p->groups;
-}
-
-static em_conv2d_params params_load(const em_node *nd) {
-  em_conv2d_params p = {
-      .stride = {(int)nd->i[0], (int)nd->i[1]},
-      .padding = {(int)nd->i[2], (int)nd->i[3]},
-      .dilation = {(int)nd->i[4], (int)nd->i[5]},
-      .groups = (int)nd->i[6],
-  };
-  return p;
-}
-
 /* in: x, w, b (or NULL); saved[0]: x as the forward read it. */
 static void conv2d_backward_with(em_node *n, bool ref) {
   em_tensor *xs = n->saved[0], *w = n->in[1], *b = n->in[2];
@@ -43,7 +23,7 @@ static void conv2d_backward_with(em_node *n, bool ref) {
   gr.gw = em_grad_acquire(w, &gr.gw_fresh);
   gr.gb = b ? em_grad_acquire(b, &gr.gb_fresh) : NULL;
   if (!gr.gx && !gr.gw && !gr.gb) return;
-  em_conv2d_params p = params_load(n);
+  em_conv2d_params p = em_conv2d_params_load(n);
   em_conv_geom g;
   em_conv_geom_init(&g, xs, w, &p);
   em_op_add_flops(((gr.gx != NULL) + (gr.gw != NULL)) * conv_flops(&g)); /* dX and dW GEMMs */
@@ -80,7 +60,7 @@ static em_tensor *conv2d_run(em_tensor *x /* (N, C, H, W) */,
   if (em_needs_grad(3, ins)) {
     em_node *nd = em_record("conv2d", ref ? conv2d_backward_ref : conv2d_backward_fast, y, 3, ins);
     nd->saved[0] = xs;
-    params_save(nd, p);
+    em_conv2d_params_save(nd, p);
   }
   return EM_OP_END(y);
 }

@@ -35,6 +35,17 @@ void em_gemm_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int
                         double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                         double beta, void *c, int64_t ldc);
 
+/* The result shape of reducing x's dim d (size 1 there with keepdim, else
+ * dropped) into shape; returns its ndim. */
+int em_reduced_shape(const em_tensor *x, int d, bool keepdim, int64_t *shape);
+
+/* The parameters of a convolution / pooling kept in a tape node's i[0..6]
+ * (the CPU and device ops' backward read them back). */
+void em_conv2d_params_save(em_node *nd, const em_conv2d_params *p);
+em_conv2d_params em_conv2d_params_load(const em_node *nd);
+void em_pool2d_params_save(em_node *nd, const em_pool2d_params *p);
+em_pool2d_params em_pool2d_params_load(const em_node *nd);
+
 /* ---- shared by the basic ops (views.c, elementwise.c, unary.c, reduce.c) ---- */
 
 #include <math.h>

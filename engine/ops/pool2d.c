@@ -238,23 +238,8 @@ static void avg_bwd_planes(void *vctx, int64_t p0, int64_t p1) {
 
 /* ---- ops and autograd ---------------------------------------------------------- */
 
-static void params_save(em_node *nd, const em_pool2d_params *p) {
-  nd->i[0] = p->kernel[0];
-  nd->i[1] = p->kernel[1];
-  nd->i[2] = p->stride[0];
-  nd->i[3] = p->stride[1];
-  nd->i[4] = p->padding[0];
-  nd->i[5] = p->padding[1];
-  nd->i[6] = p->count_include_pad;
-}
-
 static void node_geom(const em_node *nd, em_pool_geom *g) {
-  em_pool2d_params p = {
-      .kernel = {(int)nd->i[0], (int)nd->i[1]},
-      .stride = {(int)nd->i[2], (int)nd->i[3]},
-      .padding = {(int)nd->i[4], (int)nd->i[5]},
-      .count_include_pad = nd->i[6] != 0,
-  };
+  em_pool2d_params p = em_pool2d_params_load(nd);
   em_pool_geom_init(g, nd->in[0], &p);
 }
 
@@ -310,7 +295,7 @@ static em_tensor *pool_run(em_tensor *x /* (N, C, H, W) */, const em_pool2d_para
   if (em_needs_grad(1, ins)) {
     em_node *nd = em_record(max ? "max_pool2d" : "avg_pool2d",
                             ref ? pool_backward_ref : pool_backward_fast, y, 1, ins);
-    params_save(nd, p);
+    em_pool2d_params_save(nd, p);
     nd->i[7] = max;
     nd->ctx = idx;
     if (ref) nd->saved[0] = x;

@@ -19,16 +19,6 @@
 
 #define I_BLOCK 2048 /* inner positions per work item when I > 1 */
 
-/* The result shape of reducing dim d. */
-static int reduced_shape(const em_tensor *x, int d, bool keepdim, int64_t *shape) {
-  int nd = 0;
-  for (int k = 0; k < x->ndim; k++) {
-    if (k != d) shape[nd++] = x->shape[k];
-    else if (keepdim) shape[nd++] = 1;
-  }
-  return nd;
-}
-
 /* (O, R, I) of x around dim d. */
 static void split_dims(const em_tensor *x, int d, int64_t *O, int64_t *R, int64_t *I) {
   *O = 1;
@@ -133,7 +123,7 @@ static em_tensor *sum_dim(em_tensor *x, int dim, bool keepdim, bool mean) {
   EM_OP_BEGIN(mean ? "mean" : "sum", 1, x);
   int d = em_dim_norm(dim, x->ndim);
   int64_t shape[EM_MAX_DIMS], O, R, I;
-  int nd = reduced_shape(x, d, keepdim, shape);
+  int nd = em_reduced_shape(x, d, keepdim, shape);
   split_dims(x, d, &O, &R, &I);
   em_tensor *y = em_empty(x->dtype, nd, shape);
   double scale = mean ? 1.0 / (double)R : 1.0;
@@ -336,7 +326,7 @@ static void max_backward(em_node *n) {
 static void max_impl(em_tensor *x, int d, bool keepdim, bool want_values, em_tensor **values,
                      em_tensor **pos) {
   int64_t shape[EM_MAX_DIMS], O, R, I;
-  int nd = reduced_shape(x, d, keepdim, shape);
+  int nd = em_reduced_shape(x, d, keepdim, shape);
   split_dims(x, d, &O, &R, &I);
   EM_ASSERT(R > 0 && "max over an empty dim");
   em_tensor *y = want_values ? em_empty(x->dtype, nd, shape) : NULL;

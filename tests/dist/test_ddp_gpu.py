@@ -30,6 +30,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rank_procs  # noqa: E402
+
 EMBER = SOURCE = MPIRUN = NCCL_COMM = None
 FMNIST = "/usr/share/datasets/fashion-mnist"
 
@@ -157,21 +160,8 @@ class NcclDDP(unittest.TestCase):
                     pass
 
     def rank_pids(self):
-        out = {}
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open("/proc/%s/cmdline" % d, "rb") as f:
-                    if not f.read().startswith(EMBER.encode()):
-                        continue
-                with open("/proc/%s/environ" % d, "rb") as f:
-                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-                if b"OMPI_COMM_WORLD_RANK" in env and env.get(b"EMBER_HOME") == self.tmp.encode():
-                    out[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(d)
-            except (OSError, ValueError):
-                continue
-        return out
+        """{rank: pid} of this test's ember ranks (OMPI_COMM_WORLD_RANK, EMBER_HOME)."""
+        return rank_procs.rank_pids(EMBER, self.tmp)
 
     def rank_pid(self, rank):
         pids = self.rank_pids()
