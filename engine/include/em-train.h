@@ -279,6 +279,7 @@ typedef struct {
   int64_t act_bytes;       /* activations and their gradients, x batch */
   int64_t workspace_bytes; /* what ops keep, x batch */
   int64_t fixed_bytes, per_sample_bytes, total_bytes;
+  int optim_states; /* tensors of state per parameter: Adam 2, SGD+momentum 1 */
 } em_train_memory_estimate;
 void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int64_t batch,
                               em_train_memory_estimate *out);

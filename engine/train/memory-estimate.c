@@ -2,8 +2,7 @@
  * memory, from the spec alone (shape inference, no tensors), and the
  * check against a device's free memory before a run starts there.
  *
- * The same model as the builder's estimate (ui/builder/em-spec-costs.c):
- * weights and buffers, one gradient per parameter and the optimiser's
+ * The builder's estimate (ui/builder/em-spec-costs.c) is this one. Weights and buffers, one gradient per parameter and the optimiser's
  * state are fixed; every node's output and its gradient (everything an
  * op makes lives until the step's scope ends), plus what some ops keep
  * (Conv2d's unfolded input, MaxPool2d's indices), grow with the batch.
@@ -32,6 +31,7 @@ void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int
   out->weights_bytes = 4 * (params + buffers);
   out->grads_bytes = 4 * params;
   out->optim_bytes = 4 * params * states;
+  out->optim_states = states;
   int64_t in_shape[EM_MAX_DIMS];
   int nd = em_spec_input_shape(spec, in_shape);
   int64_t act = em_spec_input_dtype(spec) == EM_DTYPE_I64 ? 8 : 4, ws = 0;

@@ -51,47 +51,22 @@ int64_t em_memory_available(void) {
 void em_memory_estimate_compute(const em_spec *spec, int64_t batch, int64_t available_bytes,
                                 em_memory_estimate *out) {
   memset(out, 0, sizeof *out);
-  out->batch = batch;
   em_train_config cfg;
   em_train_config_defaults(&cfg);
   em_error err = {0};
   if (em_train_config_from_spec(&cfg, spec, &err) != EM_OK) em_train_config_defaults(&cfg);
-  out->optim_states = cfg.optim.kind == EM_OPTIM_SGD ? (cfg.optim.momentum > 0 ? 1 : 0) : 2;
-  if (cfg.optim.kind != EM_OPTIM_SGD && cfg.optim.amsgrad) out->optim_states = 3;
-  int64_t params = em_spec_param_count(spec), buffers = em_spec_buffer_count(spec);
-  out->weights_bytes = 4 * (params + buffers);
-  out->grads_bytes = 4 * params;
-  out->optim_bytes = 4 * params * out->optim_states;
-  int64_t in_shape[EM_MAX_DIMS];
-  int nd = em_spec_input_shape(spec, in_shape);
-  int64_t in_numel = 1;
-  for (int d = 0; d < nd; d++) in_numel *= in_shape[d];
-  /* Ops run in the step's scope and everything they make lives until the
-   * step ends: each node's output and, in backward, its gradient (2x),
-   * plus what some ops keep: Conv2d's unfolded input (C*kh*kw per output
-   * position) and MaxPool2d's argmax indices (i64). Checked against
-   * `ember profile`'s peak for the zoo's CNN (within 10%). */
-  int64_t act = in_numel * (em_spec_input_dtype(spec) == EM_DTYPE_I64 ? 8 : 4), ws = 0;
-  int n = em_spec_node_count(spec);
-  em_node_cost *c = calloc((size_t)(n > 0 ? n : 1), sizeof *c);
-  if (c) {
-    em_spec_costs_compute(spec, c);
-    for (int i = 0; i < n; i++) {
-      const char *type = em_spec_node_type(spec, i)->name;
-      const em_shape *o = em_spec_node_output(spec, i);
-      act += c[i].act_bytes;
-      if (!strcmp(type, "Conv2d") && o->ndim == 4 && o->shape[1] > 0)
-        ws += em_spec_node_param_count(spec, i) / o->shape[1] * o->shape[2] * o->shape[3] * 4;
-      else if (!strcmp(type, "MaxPool2d"))
-        ws += c[i].act_bytes * 2;
-    }
-    free(c);
-  }
-  out->fixed_bytes = out->weights_bytes + out->grads_bytes + out->optim_bytes;
-  out->per_sample_bytes = 2 * act + ws;
-  out->act_bytes = 2 * act * batch;
-  out->workspace_bytes = ws * batch;
-  out->total_bytes = out->fixed_bytes + out->per_sample_bytes * batch;
+  em_train_memory_estimate e; /* the engine's pre-flight estimate */
+  em_train_estimate_memory(spec, &cfg, batch, &e);
+  out->batch = batch;
+  out->optim_states = e.optim_states;
+  out->weights_bytes = e.weights_bytes;
+  out->grads_bytes = e.grads_bytes;
+  out->optim_bytes = e.optim_bytes;
+  out->fixed_bytes = e.fixed_bytes;
+  out->per_sample_bytes = e.per_sample_bytes;
+  out->act_bytes = e.act_bytes;
+  out->workspace_bytes = e.workspace_bytes;
+  out->total_bytes = e.total_bytes;
   out->available_bytes = available_bytes < 0 ? em_memory_available() : available_bytes;
   out->fits = out->available_bytes == 0 || out->total_bytes <= out->available_bytes;
   if (out->available_bytes > out->fixed_bytes && out->per_sample_bytes > 0)
