@@ -106,6 +106,14 @@ void em_device_copy(em_tensor *dst, const em_tensor *src) {
   }
   if (em_on_device(dst) && !dst->data) return;
   if (em_on_device(src) && !src->data) return;
+  if (dst->dtype == src->dtype && em_tensor_is_contiguous(dst) && em_tensor_is_contiguous(src) &&
+      (!em_on_device(dst) || !em_on_device(src))) {
+    /* host <-> device straight (a batch from the loader's pinned memory
+     * goes up asynchronously) */
+    if (em_on_device(dst)) em_tensor_upload(dst, em_tensor_ptr(src));
+    else em_tensor_download(src, em_tensor_ptr(dst));
+    return;
+  }
   /* Across devices, through a contiguous host buffer of src's dtype. */
   size_t nbytes = em_tensor_nbytes(src);
   void *host = malloc(nbytes ? nbytes : 1);

@@ -16,6 +16,7 @@
  * the order and the slots. */
 #include "data-private.h"
 
+#include "em-device.h"
 #include "em-rng.h"
 
 #include <pthread.h>
@@ -232,8 +233,13 @@ void em_loader_free(em_loader *l) {
   pthread_cond_destroy(&l->ready_cv);
   if (l->slots)
     for (int i = 0; i < l->n_slots; i++) {
-      free(l->slots[i].x);
-      free(l->slots[i].y);
+      if (l->c.pinned) {
+        em_host_pinned_free(l->slots[i].x);
+        em_host_pinned_free(l->slots[i].y);
+      } else {
+        free(l->slots[i].x);
+        free(l->slots[i].y);
+      }
     }
   free(l->slots);
   if (l->order != l->perm) free(l->order);
@@ -301,8 +307,13 @@ em_loader *em_loader_new(const em_dataset *ds, const em_loader_config *c, em_err
   for (int i = 0; ok && i < l->n_slots; i++) {
     loader_slot *s = &l->slots[i];
     s->batch = -1;
-    if (posix_memalign((void **)&s->x, 64, xbytes) != 0) s->x = NULL;
-    s->y = malloc(sizeof(int64_t) * (size_t)c->batch_size);
+    if (c->pinned) {
+      s->x = em_host_pinned_alloc(xbytes);
+      s->y = em_host_pinned_alloc(sizeof(int64_t) * (size_t)c->batch_size);
+    } else {
+      if (posix_memalign((void **)&s->x, 64, xbytes) != 0) s->x = NULL;
+      s->y = malloc(sizeof(int64_t) * (size_t)c->batch_size);
+    }
     ok = s->x && s->y;
   }
   if (!ok) {

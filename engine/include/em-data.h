@@ -148,6 +148,8 @@ typedef struct {
   uint64_t seed;   /* shuffle seed; default 0 */
   int64_t limit;   /* use only the first `limit` samples; 0 (default): all */
   int rank, world; /* distributed sampler; default 0, 1 */
+  bool pinned;     /* batches in page-locked memory (em_host_pinned_alloc), which a
+                      GPU copies from asynchronously; default false */
 } em_loader_config;
 
 typedef struct {

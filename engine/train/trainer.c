@@ -67,6 +67,7 @@ em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_datas
   lc.workers = c->workers;
   lc.seed = c->seed;
   lc.limit = c->limit;
+  lc.pinned = c->device.kind == EM_DEVICE_CUDA; /* asynchronous copies to the GPU */
   t->loader = em_loader_new(train, &lc, err);
   if (!t->loader) goto fail;
   t->n_params = em_model_param_count(m);
@@ -361,6 +362,7 @@ static em_status out_of_memory(run_ctx *r, const char *where, const em_error *oo
   lc.workers = t->cfg.workers;
   lc.seed = t->cfg.seed;
   lc.limit = t->cfg.limit;
+  lc.pinned = t->cfg.device.kind == EM_DEVICE_CUDA;
   em_loader *ld = em_loader_new(t->train, &lc, err);
   if (!ld) return err && err->status != EM_OK ? err->status : EM_ERR_NOMEM;
   em_loader_free(t->loader);
