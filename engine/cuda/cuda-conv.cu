@@ -7,14 +7,18 @@
  * cudnnGetConvolution*Algorithm_v7 and cached: the first the heuristics
  * rank that succeeds and is deterministic (so that two runs give the same
  * gradients), in f32 one that uses plain FMA arithmetic (no TF32, as the
- * GEMM). Its workspace comes from the caching allocator for the call.
+ * GEMM); the descriptors are made once per shape too. Its workspace
+ * comes from the caching allocator for the call.
  *
  * amp (EM_AMP_BF16 / F16): cuDNN's legacy API has no mixed-type
  * convolution, so the operands are copied to bf16 / f16 scratch tensors,
  * the convolution runs with f32 accumulation (PSEUDO_HALF / BF16 config)
  * into a bf16 / f16 result that is widened into the f32 output; the
  * result is thus rounded once to the amp type, as PyTorch's autocast
- * convolution returns it. The bias stays f32. */
+ * convolution returns it. The bias stays f32. Where cuDNN has no half
+ * algorithm for a shape (NO_HALF), that direction runs in f32 (FMA) on
+ * operands rounded to the amp type, unrounded f32 output: the reference
+ * device's arithmetic. */
 #include "cuda-libs.h"
 
 #include <array>
@@ -29,9 +33,15 @@ enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_FILTER };
 typedef std::array<int, 18> ConvKey;
 
 struct ConvAlgo {
-  int algo;
+  int algo; /* NO_HALF: amp, and cuDNN has no half algorithm for the shape */
   cudnnMathType_t math;
 };
+
+/* amp where every result of the heuristics failed (a configuration this
+ * cuDNN lacks): the convolution runs in f32 on operands rounded to the
+ * amp type (em_kround_amp), the reference device's arithmetic, instead of
+ * failing. */
+#define NO_HALF (-1)
 
 std::mutex cache_lock;
 std::map<ConvKey, ConvAlgo> cache;
@@ -79,8 +89,16 @@ struct ConvDescs {
         p->dilation[1], CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     EM_CUDNN_ASSERT(cudnnSetConvolutionGroupCount(conv, p->groups));
     EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(conv, amp ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-    key = ConvKey{{index, amp, dir, N, C, H, W, K, KH, KW, p->padding[0], p->padding[1],
-                   p->stride[0], p->stride[1], p->dilation[0], p->dilation[1], p->groups, CG}};
+    key = key_of(index, amp, dir, xt, wt, p);
+  }
+
+  static ConvKey key_of(int index, int amp, int dir, const em_tensor *xt, const em_tensor *wt,
+                        const em_conv2d_params *p) {
+    return ConvKey{{index, amp, dir, as_int(xt->shape[0]), as_int(xt->shape[1]),
+                    as_int(xt->shape[2]), as_int(xt->shape[3]), as_int(wt->shape[0]),
+                    as_int(wt->shape[2]), as_int(wt->shape[3]), p->padding[0], p->padding[1],
+                    p->stride[0], p->stride[1], p->dilation[0], p->dilation[1], p->groups,
+                    as_int(wt->shape[1])}};
   }
 
   ~ConvDescs() {
@@ -106,17 +124,63 @@ void remember(const ConvKey &k, ConvAlgo a) {
   cache[k] = a;
 }
 
+/* The descriptors of a key, made once and kept for the process (making
+ * six descriptors per call costs more than many of the small kernels).
+ * The key names the device, and a device's descriptors are used (their
+ * math type set) only under its cuDNN lock. */
+std::map<ConvKey, ConvDescs *> descs_cache;
+
+ConvDescs *descs_of(int index, int amp, int dir, const em_tensor *x, const em_tensor *w,
+                    const em_tensor *y, const em_conv2d_params *p) {
+  ConvKey k = ConvDescs::key_of(index, amp, dir, x, w, p);
+  {
+    std::lock_guard<std::mutex> g(cache_lock);
+    auto it = descs_cache.find(k);
+    if (it != descs_cache.end()) return it->second;
+  }
+  ConvDescs *d = new ConvDescs(index, amp, dir, x, w, y, p);
+  std::lock_guard<std::mutex> g(cache_lock);
+  auto ins = descs_cache.insert(std::make_pair(k, d));
+  if (!ins.second) { /* another thread made them meanwhile */
+    delete d;
+    return ins.first->second;
+  }
+  return d;
+}
+
+/* A workspace bigger than this (FFT algorithms on large inputs can ask
+ * for gigabytes) is not worth an out-of-memory error: the next ranked
+ * algorithm is taken instead. */
+const size_t kMaxWorkspace = (size_t)512 << 20;
+
 /* The first acceptable of the ranked results: succeeded, deterministic,
- * and (f32) plain FMA arithmetic; -1 when none. */
+ * a workspace of at most kMaxWorkspace, and (f32) not a tensor-core one;
+ * -1 when none. The heuristics may
+ * report an FMA algorithm as CUDNN_DEFAULT_MATH even though the
+ * descriptor asked for CUDNN_FMA_MATH, so f32 rejects only the tensor-op
+ * results and always runs with CUDNN_FMA_MATH (math_of), as PyTorch does
+ * with TF32 off; requiring CUDNN_FMA_MATH here would fall back to the
+ * slow default algorithm for every shape. */
 template <typename Perf>
 int pick(const Perf *perf, int n, int amp) {
   for (int i = 0; i < n; i++) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
     if (perf[i].determinism != CUDNN_DETERMINISTIC) continue;
-    if (!amp && perf[i].mathType != CUDNN_FMA_MATH) continue;
+    if (perf[i].memory > kMaxWorkspace) continue;
+    if (!amp && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                 perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+      continue;
     return i;
   }
   return -1;
+}
+
+/* The math type to run a picked result with: f32 always plain FMA (no
+ * TF32), amp the result's own (tensor cores allowed). */
+template <typename Perf>
+cudnnMathType_t math_of(const Perf *perf, int i, int amp) {
+  if (!amp) return CUDNN_FMA_MATH;
+  return i >= 0 ? perf[i].mathType : CUDNN_TENSOR_OP_MATH;
 }
 
 ConvAlgo algo_fwd(cudnnHandle_t h, ConvDescs &d, int amp) {
@@ -127,8 +191,8 @@ ConvAlgo algo_fwd(cudnnHandle_t h, ConvDescs &d, int amp) {
   EM_CUDNN_ASSERT(cudnnGetConvolutionForwardAlgorithm_v7(
       h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
   int i = pick(perf, n, amp);
-  a.algo = i >= 0 ? (int)perf[i].algo : (int)CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-  a.math = i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH;
+  a.algo = i >= 0 ? (int)perf[i].algo : amp ? NO_HALF : (int)CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  a.math = math_of(perf, i, amp);
   remember(d.key, a);
   return a;
 }
@@ -141,8 +205,8 @@ ConvAlgo algo_bwd_data(cudnnHandle_t h, ConvDescs &d, int amp) {
   EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardDataAlgorithm_v7(
       h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
   int i = pick(perf, n, amp);
-  a.algo = i >= 0 ? (int)perf[i].algo : (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-  a.math = i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH;
+  a.algo = i >= 0 ? (int)perf[i].algo : amp ? NO_HALF : (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  a.math = math_of(perf, i, amp);
   remember(d.key, a);
   return a;
 }
@@ -155,8 +219,8 @@ ConvAlgo algo_bwd_filter(cudnnHandle_t h, ConvDescs &d, int amp) {
   EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
       h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
   int i = pick(perf, n, amp);
-  a.algo = i >= 0 ? (int)perf[i].algo : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-  a.math = i >= 0 ? perf[i].mathType : CUDNN_FMA_MATH;
+  a.algo = i >= 0 ? (int)perf[i].algo : amp ? NO_HALF : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  a.math = math_of(perf, i, amp);
   remember(d.key, a);
   return a;
 }
@@ -217,6 +281,43 @@ void *half_copy(em_cuda_ctx *c, Scratch &s, int amp, const em_tensor *t) {
   return h;
 }
 
+__global__ void round_amp_kernel(float *dst, const float *src, int64_t n, int amp) {
+  EM_CUDA_GRID_STRIDE(i, n) dst[i] = em_kround_amp(amp, src[i]);
+}
+
+/* Operand t as the convolution reads it: t itself (amp off), its half
+ * copy (half), or an f32 copy rounded to the amp type (NO_HALF). */
+const void *operand(em_cuda_ctx *c, Scratch &s, int amp, bool half, const em_tensor *t) {
+  if (!amp) return em_tensor_ptr(t);
+  if (half) return half_copy(c, s, amp, t);
+  int64_t n = em_tensor_numel(t);
+  float *r = (float *)s.get((size_t)n * sizeof(float), "conv2d (amp operands)");
+  if (r && n) {
+    round_amp_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(r, em_f32(t),
+                                                                                  n, amp);
+    EM_CUDA_LAUNCHED();
+  }
+  return r;
+}
+
+typedef ConvAlgo (*algo_fn)(cudnnHandle_t, ConvDescs &, int);
+
+/* The descriptors (cached: descs_of) and algorithm of one direction: the
+ * amp mode's (*half true under amp), or the f32 ones when amp has no half
+ * algorithm. */
+ConvDescs *choose(cudnnHandle_t h, algo_fn f, int index, int amp, int dir, const em_tensor *x,
+                  const em_tensor *w, const em_tensor *y, const em_conv2d_params *p,
+                  ConvAlgo *a, bool *half) {
+  ConvDescs *d = descs_of(index, amp, dir, x, w, y, p);
+  *a = f(h, *d, amp);
+  *half = amp && a->algo != NO_HALF;
+  if (amp && !*half) {
+    d = descs_of(index, 0, dir, x, w, y, p);
+    *a = f(h, *d, 0);
+  }
+  return d;
+}
+
 /* Holds the device's cuDNN lock for a scope. */
 struct DnnLock {
   em_cuda_ctx *c;
@@ -233,28 +334,25 @@ void em_cuda_conv2d_forward(int amp, em_tensor *y, const em_tensor *x, const em_
   if (!em_tensor_numel(y)) return;
   int index = em_cuda_index(c);
   cudnnHandle_t h = em_cuda_cudnn(c);
+  if (!h) return; /* out of device memory: the pending error says so */
   DnnLock held(c);
-  ConvDescs d(index, amp, DIR_FWD, x, w, y, p);
-  ConvAlgo a = algo_fwd(h, d, amp);
+  ConvAlgo a;
+  bool half;
+  ConvDescs &d = *choose(h, algo_fwd, index, amp, DIR_FWD, x, w, y, p, &a, &half);
   EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(d.conv, a.math));
   size_t ws = 0;
   EM_CUDNN_ASSERT(cudnnGetConvolutionForwardWorkspaceSize(
       h, d.x, d.w, d.conv, d.y, (cudnnConvolutionFwdAlgo_t)a.algo, &ws));
   Scratch s(index);
-  const void *xp = em_tensor_ptr(x), *wp = em_tensor_ptr(w);
-  void *yp = em_tensor_ptr(y);
-  if (amp) {
-    xp = half_copy(c, s, amp, x);
-    wp = half_copy(c, s, amp, w);
-    yp = s.get((size_t)em_tensor_numel(y) * 2, "conv2d (amp result)");
-  }
+  const void *xp = operand(c, s, amp, half, x), *wp = operand(c, s, amp, half, w);
+  void *yp = half ? s.get((size_t)em_tensor_numel(y) * 2, "conv2d (amp result)") : em_tensor_ptr(y);
   void *work = s.get(ws, "conv2d (cuDNN workspace)");
   if (!s.ok) return;
   float one = 1.f, zero = 0.f;
   EM_CUDNN_ASSERT(cudnnConvolutionForward(h, &one, d.x, xp, d.w, wp, d.conv,
                                           (cudnnConvolutionFwdAlgo_t)a.algo, work, ws, &zero,
                                           d.y, yp));
-  if (amp) widen(c, amp, em_f32(y), yp, em_tensor_numel(y));
+  if (half) widen(c, amp, em_f32(y), yp, em_tensor_numel(y));
   if (b) EM_CUDNN_ASSERT(cudnnAddTensor(h, &one, d.b, em_tensor_ptr(b), &one, d.y32, em_f32(y)));
 }
 
@@ -265,12 +363,13 @@ void em_cuda_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *g
   em_cuda_ctx *c = em_cuda_enter_t(g);
   int index = em_cuda_index(c);
   cudnnHandle_t h = em_cuda_cudnn(c);
+  if (!h) return; /* out of device memory: the pending error says so */
   DnnLock held(c);
   float one = 1.f, zero = 0.f;
   if (gb) {
     if (!em_tensor_numel(g)) em_cuda_fill(gb, 0.0);
     else {
-      ConvDescs d(index, 0, DIR_FWD, x, w, g, p);
+      ConvDescs &d = *descs_of(index, 0, DIR_FWD, x, w, g, p);
       EM_CUDNN_ASSERT(cudnnConvolutionBackwardBias(h, &one, d.y32, em_tensor_ptr(g), &zero, d.b,
                                                    em_f32(gb)));
     }
@@ -281,43 +380,54 @@ void em_cuda_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *g
     return;
   }
   Scratch s(index);
-  const void *gp = em_tensor_ptr(g);
-  if (amp && (gx || gw)) gp = half_copy(c, s, amp, g);
+  /* g as each direction reads it (its half or rounded copy made once) */
+  const void *g_half = NULL, *g_round = NULL;
+  auto g_as = [&](bool half) -> const void * {
+    if (!amp) return em_tensor_ptr(g);
+    const void *&slot = half ? g_half : g_round;
+    if (!slot) slot = operand(c, s, amp, half, g);
+    return slot;
+  };
 
   if (gx) {
-    ConvDescs d(index, amp, DIR_BWD_DATA, x, w, g, p);
-    ConvAlgo a = algo_bwd_data(h, d, amp);
+    ConvAlgo a;
+    bool half;
+    ConvDescs &d = *choose(h, algo_bwd_data, index, amp, DIR_BWD_DATA, x, w, g, p, &a, &half);
     EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(d.conv, a.math));
     size_t ws = 0;
     EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardDataWorkspaceSize(
         h, d.w, d.y, d.conv, d.x, (cudnnConvolutionBwdDataAlgo_t)a.algo, &ws));
     Scratch s2(index);
-    const void *wp = amp ? half_copy(c, s2, amp, w) : em_tensor_ptr(w);
-    void *gxp = amp ? s2.get((size_t)em_tensor_numel(gx) * 2, "conv2d backward (amp result)")
-                    : em_tensor_ptr(gx);
+    const void *gp = g_as(half);
+    const void *wp = operand(c, s2, amp, half, w);
+    void *gxp = half ? s2.get((size_t)em_tensor_numel(gx) * 2, "conv2d backward (amp result)")
+                     : em_tensor_ptr(gx);
     void *work = s2.get(ws, "conv2d backward (cuDNN workspace)");
     if (!s.ok || !s2.ok) return;
     EM_CUDNN_ASSERT(cudnnConvolutionBackwardData(h, &one, d.w, wp, d.y, gp, d.conv,
                                                  (cudnnConvolutionBwdDataAlgo_t)a.algo, work, ws,
                                                  &zero, d.x, gxp));
-    if (amp) widen(c, amp, em_f32(gx), gxp, em_tensor_numel(gx));
+    if (half) widen(c, amp, em_f32(gx), gxp, em_tensor_numel(gx));
   }
   if (gw) {
-    ConvDescs d(index, amp, DIR_BWD_FILTER, x, w, g, p);
-    ConvAlgo a = algo_bwd_filter(h, d, amp);
+    ConvAlgo a;
+    bool half;
+    ConvDescs &d =
+        *choose(h, algo_bwd_filter, index, amp, DIR_BWD_FILTER, x, w, g, p, &a, &half);
     EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(d.conv, a.math));
     size_t ws = 0;
     EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardFilterWorkspaceSize(
         h, d.x, d.y, d.conv, d.w, (cudnnConvolutionBwdFilterAlgo_t)a.algo, &ws));
     Scratch s2(index);
-    const void *xp = amp ? half_copy(c, s2, amp, x) : em_tensor_ptr(x);
-    void *gwp = amp ? s2.get((size_t)em_tensor_numel(gw) * 2, "conv2d backward (amp result)")
-                    : em_tensor_ptr(gw);
+    const void *gp = g_as(half);
+    const void *xp = operand(c, s2, amp, half, x);
+    void *gwp = half ? s2.get((size_t)em_tensor_numel(gw) * 2, "conv2d backward (amp result)")
+                     : em_tensor_ptr(gw);
     void *work = s2.get(ws, "conv2d backward (cuDNN workspace)");
     if (!s.ok || !s2.ok) return;
     EM_CUDNN_ASSERT(cudnnConvolutionBackwardFilter(h, &one, d.x, xp, d.y, gp, d.conv,
                                                    (cudnnConvolutionBwdFilterAlgo_t)a.algo, work,
                                                    ws, &zero, d.w, gwp));
-    if (amp) widen(c, amp, em_f32(gw), gwp, em_tensor_numel(gw));
+    if (half) widen(c, amp, em_f32(gw), gwp, em_tensor_numel(gw));
   }
 }

@@ -1,6 +1,7 @@
 /* cuda-device.cu: the CUDA backend table (em_cuda_backend): device count
  * and info, the per-device context (one non-default stream, cuBLAS and
- * cuDNN handles made on first use), copies, page-locked host memory, the
+ * cuDNN handles made on first use), copies (uploads from pageable memory
+ * through page-locked staging buffers), page-locked host memory, the
  * check macros' record of the last failed call, and the kernel table that
  * points into the op family files (cuda-*.cu). */
 #include "cuda-libs.h"
@@ -108,6 +109,9 @@ static em_status info(int index, em_device_info *out, em_error *err) {
 
 /* ---- contexts ------------------------------------------------------------ */
 
+#define STAGE_SLOTS 4                   /* staging buffers of uploads (memcpy_h2d) */
+#define STAGE_BYTES ((size_t)4 << 20)   /* each */
+
 struct em_cuda_ctx {
   int index;
   int cc_major;
@@ -117,6 +121,13 @@ struct em_cuda_ctx {
   std::mutex lock; /* guards making the handles */
   std::mutex dnn;  /* one thread at a time on the cuDNN handle */
   bool ready;
+  /* Uploads from pageable memory (memcpy_h2d): a ring of page-locked
+   * staging buffers, each with the event of its last copy. */
+  std::mutex stage_lock;
+  bool stage_made, stage_failed;
+  int stage_next;
+  void *stage_buf[STAGE_SLOTS];
+  cudaEvent_t stage_done[STAGE_SLOTS];
 };
 
 #define EM_CUDA_MAX_DEVICES 256 /* em_device.index is a uint8_t */
@@ -194,13 +205,37 @@ const em_cublas_api *em_cuda_cublas_api(void) {
   return &cublas_api;
 }
 
+/* A library handle could not be made for want of device memory (most of
+ * it may sit in the caching allocator's cache): the device's pending
+ * out-of-memory error, as an allocation failure raises it. */
+static void handle_oom(em_cuda_ctx *c, const char *lib) {
+  em_memory_stats st;
+  em_cuda_stats(c->index, &st);
+  em_error e;
+  memset(&e, 0, sizeof e);
+  em_error_set(&e, EM_ERR_NOMEM,
+               "out of memory on cuda:%d: %s could not make its handle (%lld bytes allocated, "
+               "%lld reserved by the caching allocator); try a smaller --batch or --auto-batch",
+               c->index, lib, (long long)st.allocated_bytes, (long long)st.reserved_bytes);
+  em_device_error_raise(&e);
+}
+
 cublasHandle_t em_cuda_cublas(em_cuda_ctx *c) {
   std::lock_guard<std::mutex> g(c->lock);
   if (!c->cublas) {
     const em_cublas_api *api = em_cuda_cublas_api();
     if (!api) em_cuda_fail_fatal(__FILE__, __LINE__, __func__);
     cublasHandle_t h;
-    EM_CUBLAS_ASSERT(api->create(&h));
+    cublasStatus_t made = api->create(&h); /* allocates its workspace */
+    if (made == CUBLAS_STATUS_ALLOC_FAILED) { /* the cached blocks back, then once more */
+      em_cuda_release_cached(c->index);
+      made = api->create(&h);
+      if (made == CUBLAS_STATUS_ALLOC_FAILED) {
+        handle_oom(c, "cuBLAS");
+        return NULL;
+      }
+    }
+    EM_CUBLAS_ASSERT(made);
     EM_CUBLAS_ASSERT(api->set_stream(h, c->stream));
     /* f32 GEMMs in full f32 (PyTorch's default: no TF32). */
     EM_CUBLAS_ASSERT(api->set_math_mode(h, CUBLAS_DEFAULT_MATH));
@@ -213,7 +248,16 @@ cudnnHandle_t em_cuda_cudnn(em_cuda_ctx *c) {
   std::lock_guard<std::mutex> g(c->lock);
   if (!c->cudnn) {
     cudnnHandle_t h;
-    EM_CUDNN_ASSERT(cudnnCreate(&h));
+    cudnnStatus_t made = cudnnCreate(&h);
+    if (made == CUDNN_STATUS_ALLOC_FAILED) { /* as for cuBLAS */
+      em_cuda_release_cached(c->index);
+      made = cudnnCreate(&h);
+      if (made == CUDNN_STATUS_ALLOC_FAILED) {
+        handle_oom(c, "cuDNN");
+        return NULL;
+      }
+    }
+    EM_CUDNN_ASSERT(made);
     EM_CUDNN_ASSERT(cudnnSetStream(h, c->stream));
     c->cudnn = h;
   }
@@ -262,12 +306,58 @@ static bool is_pinned(const void *p) {
   return a.type == cudaMemoryTypeHost;
 }
 
+/* Staged uploads: a copy from pageable memory of at most STAGE_BYTES goes
+ * through one of STAGE_SLOTS page-locked buffers (a host memcpy, then an
+ * asynchronous copy and an event), so that the caller may reuse its
+ * memory at once without waiting for the work queued before the copy
+ * (a per-step stall of training: each batch is uploaded from the data
+ * loader's pageable memory). A slot is reused once its previous copy has
+ * finished (its event). */
+/* Makes the staging buffers (caller holds stage_lock); false when page-
+ * locked memory cannot be had (the uploads then synchronize instead). */
+static bool stage_make(em_cuda_ctx *c) {
+  if (c->stage_made) return true;
+  if (c->stage_failed) return false;
+  for (int i = 0; i < STAGE_SLOTS; i++) {
+    if (EM_CUDA_CHECK(cudaHostAlloc(&c->stage_buf[i], STAGE_BYTES, cudaHostAllocPortable)) !=
+            EM_OK ||
+        EM_CUDA_CHECK(cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming)) !=
+            EM_OK) {
+      (void)cudaGetLastError();
+      c->stage_failed = true;
+      return false;
+    }
+  }
+  c->stage_made = true;
+  return true;
+}
+
+/* dst = n bytes of pageable src through a staging slot; false when there
+ * is none (too large, or no page-locked memory). */
+static bool stage_upload(em_cuda_ctx *c, void *dst, const void *src, size_t n) {
+  if (n > STAGE_BYTES) return false;
+  std::lock_guard<std::mutex> g(c->stage_lock);
+  if (!stage_make(c)) return false;
+  int i = c->stage_next;
+  c->stage_next = (i + 1) % STAGE_SLOTS;
+  EM_CUDA_ASSERT(cudaEventSynchronize(c->stage_done[i])); /* the slot's last copy is done */
+  memcpy(c->stage_buf[i], src, n);
+  EM_CUDA_ASSERT(cudaMemcpyAsync(dst, c->stage_buf[i], n, cudaMemcpyHostToDevice, c->stream));
+  EM_CUDA_ASSERT(cudaEventRecord(c->stage_done[i], c->stream));
+  return true;
+}
+
 static void memcpy_h2d(int index, void *dst, const void *src, size_t n) {
   if (!n) return;
   em_cuda_ctx *c = em_cuda_enter(index);
-  EM_CUDA_ASSERT(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
+  if (is_pinned(src)) { /* the caller keeps it until the copy is done */
+    EM_CUDA_ASSERT(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
+    return;
+  }
+  if (stage_upload(c, dst, src, n)) return;
   /* Pageable memory may be reused by the caller as soon as we return. */
-  if (!is_pinned(src)) EM_CUDA_ASSERT(cudaStreamSynchronize(c->stream));
+  EM_CUDA_ASSERT(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
+  EM_CUDA_ASSERT(cudaStreamSynchronize(c->stream));
 }
 
 static void memcpy_d2h(int index, void *dst, const void *src, size_t n) {
@@ -290,9 +380,11 @@ static void synchronize(int index) {
 
 static void *stream_of(int index) { return (void *)em_cuda_stream(em_cuda_enter(index)); }
 
+/* Portable: page-locked (fast, asynchronous copies) for every device's
+ * context, not only the one current when it was allocated. */
 static void *host_alloc(size_t nbytes) {
   void *p = NULL;
-  if (EM_CUDA_CHECK(cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocDefault)) != EM_OK) {
+  if (EM_CUDA_CHECK(cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocPortable)) != EM_OK) {
     (void)cudaGetLastError();
     return NULL;
   }

@@ -14,13 +14,29 @@ __global__ void fill_kernel(T *y, em_cuda_arg ya, int64_t n, T v) {
   EM_CUDA_GRID_STRIDE(i, n) y[em_cuda_at(ya, i)] = v;
 }
 
+/* v as dtype T, the reference device's rule (ref-kernels.c store_f): a
+ * float to an integer dtype goes through int64 (truncation), so that
+ * -1 fills u8 with 255 as on the host, not with the device's saturated 0. */
+template <typename T>
+static __host__ __device__ __forceinline__ T from_double(double v) {
+  return (T)(int64_t)v;
+}
+template <>
+__host__ __device__ __forceinline__ float from_double<float>(double v) {
+  return (float)v;
+}
+template <>
+__host__ __device__ __forceinline__ double from_double<double>(double v) {
+  return v;
+}
+
 template <typename T>
 static void fill_as(em_cuda_ctx *c, em_tensor *y, double v) {
   int64_t n = em_tensor_numel(y);
   if (!n) return;
   em_cuda_arg ya = em_cuda_arg_of(y, y);
-  fill_kernel<T><<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>((T *)y->data, ya,
-                                                                                 n, (T)v);
+  fill_kernel<T><<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
+      (T *)y->data, ya, n, from_double<T>(v));
   EM_CUDA_LAUNCHED();
 }
 
@@ -37,8 +53,8 @@ void em_cuda_fill(em_tensor *y, double v) {
 }
 
 /* A value in transit between dtypes: integers as int64, floats as double,
- * so that every conversion is C's direct one (float -> integer truncates)
- * and integers stay exact. */
+ * so that integers stay exact and every conversion is the reference
+ * device's (float -> integer truncates through int64: from_double). */
 typedef struct {
   int64_t i;
   double d;
@@ -62,7 +78,7 @@ __device__ __forceinline__ any_value load_any(const void *base, int dt, int64_t 
 
 template <typename T>
 __device__ __forceinline__ T convert_any(any_value v) {
-  return v.is_int ? (T)v.i : (T)v.d;
+  return v.is_int ? (T)v.i : from_double<T>(v.d);
 }
 
 __device__ __forceinline__ void store_any(void *base, int dt, int64_t at, any_value v) {

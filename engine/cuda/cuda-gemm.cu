@@ -99,6 +99,7 @@ void em_cuda_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
             "cuda gemm: a dimension beyond cuBLAS's 32-bit sizes");
   em_cuda_ctx *ctx = ctx_of(c);
   cublasHandle_t h = em_cuda_cublas(ctx);
+  if (!h) return; /* out of device memory: the pending error says so */
   const em_cublas_api *api = em_cuda_cublas_api(); /* loaded: the handle exists */
   cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;

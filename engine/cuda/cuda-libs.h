@@ -44,7 +44,9 @@ typedef struct em_cublas_api {
  * loaded. */
 const em_cublas_api *em_cuda_cublas_api(void);
 
-/* The device's handles, made on first use and bound to its stream. */
+/* The device's handles, made on first use and bound to its stream; NULL
+ * when there is no device memory left to make one (the device's pending
+ * out-of-memory error is raised: the caller returns without computing). */
 cublasHandle_t em_cuda_cublas(em_cuda_ctx *c);
 cudnnHandle_t em_cuda_cudnn(em_cuda_ctx *c);
 /* cuDNN handles must not be used by two threads at once: kernel entries

@@ -6,8 +6,9 @@
  * A reduction is described by three views: the output over its own shape,
  * the input's base over the output's shape (index 0 on reduced dims) and
  * the reduced walk (the reduced dims, input strides, offset 0). Long
- * reductions run one block per output element with a block reduction;
- * short ones one thread per output element. Sums accumulate in double; a
+ * reductions run one block per output element with a block reduction
+ * (unless they run over outer dims into many outputs: red_inner); short
+ * ones one thread per output element. Sums accumulate in double; a
  * max keeps the first index of the maximum, the first NaN winning (the
  * rule of kern-rows.h's em_krow_max). */
 #include "cuda-private.h"
@@ -60,7 +61,7 @@ __global__ void reduce_thread_kernel(bool acc, float *y, int64_t *idx, const flo
     if (OP == EM_KR_SUM) {
       double s = 0;
       for (int64_t j = 0; j < g.n_red; j++) s += (double)xb[em_kview_at(&g.red, j)];
-      y[yo] = acc ? (float)((double)y[yo] + s) : (float)s;
+      y[yo] = acc ? y[yo] + (float)s : (float)s; /* ref-kernels.c's order */
     } else {
       float m = 0.f;
       int64_t at = -1;
@@ -84,7 +85,7 @@ __global__ void reduce_block_kernel(bool acc, float *y, int64_t *idx, const floa
       for (int64_t j = threadIdx.x; j < g.n_red; j += blockDim.x)
         s += (double)xb[em_kview_at(&g.red, j)];
       s = em_cuda_block_sum_d(s);
-      if (threadIdx.x == 0) y[yo] = acc ? (float)((double)y[yo] + s) : (float)s;
+      if (threadIdx.x == 0) y[yo] = acc ? y[yo] + (float)s : (float)s; /* ref-kernels.c's order */
     } else {
       float m = 0.f;
       int64_t at = -1;
@@ -112,11 +113,23 @@ __global__ void reduce_block_kernel(bool acc, float *y, int64_t *idx, const floa
   }
 }
 
+/* Whether one output's reduced elements are adjacent in memory (the
+ * reduced dims innermost): a block per output then reads them coalesced.
+ * Otherwise (a reduction over outer dims, such as a bias gradient over
+ * the batch) neighbouring outputs are adjacent, and with enough of them
+ * one thread per output reads coalesced across each warp instead. */
+static bool red_inner(const reduce_geom *g) {
+  for (int d = g->red.ndim - 1; d >= 0; d--)
+    if (g->red.shape[d] > 1) return g->red.stride[d] == 1;
+  return true;
+}
+#define MANY_OUTPUTS 32768 /* 128 blocks of threads: enough to fill a GPU */
+
 static void run_reduce(em_cuda_ctx *c, int op, bool acc, float *y, int64_t *idx, const float *x,
                        const reduce_geom *g) {
   if (!g->n_out) return;
   cudaStream_t s = em_cuda_stream(c);
-  if (g->n_red >= LONG_REDUCTION) {
+  if (g->n_red >= LONG_REDUCTION && (red_inner(g) || g->n_out < MANY_OUTPUTS)) {
     unsigned blocks = (unsigned)(g->n_out < 65535 * 8 ? g->n_out : 65535 * 8);
     if (op == EM_KR_SUM) reduce_block_kernel<EM_KR_SUM><<<blocks, EM_CUDA_THREADS, 0, s>>>(acc, y, idx, x, *g);
     else reduce_block_kernel<EM_KR_MAX><<<blocks, EM_CUDA_THREADS, 0, s>>>(acc, y, idx, x, *g);
@@ -191,7 +204,7 @@ __global__ void sumsq_final_kernel(const double *part, int np, bool acc, float *
   double s = 0;
   for (int i = threadIdx.x; i < np; i += blockDim.x) s += part[i];
   s = em_cuda_block_sum_d(s);
-  if (threadIdx.x == 0) *out = acc ? (float)((double)*out + s) : (float)s;
+  if (threadIdx.x == 0) *out = acc ? *out + (float)s : (float)s; /* as ref-misc.c */
 }
 
 void em_cuda_sumsq(bool acc, em_tensor *out, const em_tensor *x) {

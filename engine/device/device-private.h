@@ -162,8 +162,11 @@ typedef struct em_backend {
   void (*stats)(int index, em_memory_stats *out);
   void (*reset_peak)(int index);
   void (*release_cached)(int index);
-  /* Copies of n bytes; h2d may return before the copy is done only when
-   * src is pinned memory (em_host_pinned_alloc); d2h waits. */
+  /* Copies of n bytes, queued in order with the kernels. h2d: on return
+   * the caller may reuse src, except pinned memory (em_host_pinned_alloc),
+   * whose copy may still be in flight until the stream passes it (CUDA
+   * stages pageable memory through pinned buffers instead of waiting).
+   * d2h waits for the copy (and so for everything queued before it). */
   void (*memcpy_h2d)(int index, void *dst, const void *src, size_t n);
   void (*memcpy_d2h)(int index, void *dst, const void *src, size_t n);
   void (*memcpy_d2d)(int index, void *dst, const void *src, size_t n);

@@ -392,7 +392,10 @@ em_comm *em_comm_nccl_new(em_comm *boot, em_device dev, em_error *err) {
       mine = settle(x, em_comm_timeout(boot), "ncclCommInitRankConfig", err);
     else if (r != ncclSuccess)
       mine = nccl_fail(r, x->comm, "ncclCommInitRankConfig", __func__, __LINE__, err);
-    if (mine == EM_OK) cudaSetDevice(x->index);
+    if (mine == EM_OK) {
+      cudaError_t e = cudaSetDevice(x->index);
+      if (e != cudaSuccess) mine = cudart_fail(e, "cudaSetDevice", __func__, __LINE__, err);
+    }
     st = agree(boot, mine, "join the NCCL communicator", err);
   }
   if (st != EM_OK) {
