@@ -62,6 +62,7 @@ const char *const cli_usage_text =
     "                        (AMX or AVX512-BF16 CPUs; else f32; on a GPU: tensor\n"
     "                        cores) | f16 (GPU only; with --amp-scaler)\n"
     "  --amp-scaler          dynamic loss scaling (GradScaler's rules; off for bf16)\n"
+    "  --amp-init-scale S    the scaler's first scale (default 65536)\n"
     "  --device D            cpu (default) | cuda | cuda:N | ref (the device code path on\n"
     "                        the host, for tests); the model, optimiser state and batches\n"
     "                        live there. A pre-flight estimate refuses a batch that will\n"

@@ -15,7 +15,7 @@ enum {
   OPT_EPOCHS = 256, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD,
   OPT_SCHEDULE, OPT_WARMUP, OPT_CLIP, OPT_ACCUM, OPT_SMOOTH, OPT_SEED, OPT_THREADS, OPT_WORKERS,
   OPT_LIMIT, OPT_NO_SHUFFLE, OPT_DATASET, OPT_DATA_DIR, OPT_CKPT_EVERY, OPT_ON_DIVERGENCE,
-  OPT_DIV_LR_FACTOR, OPT_AMP, OPT_AMP_SCALER, OPT_DEVICE, OPT_AUTO_BATCH,
+  OPT_DIV_LR_FACTOR, OPT_AMP, OPT_AMP_SCALER, OPT_AMP_INIT_SCALE, OPT_DEVICE, OPT_AUTO_BATCH,
   OPT_LAST_SETTING,
   /* everything else */
   OPT_INIT, OPT_SAVE, OPT_QUIET, OPT_WEIGHTS, OPT_HELP, OPT_REGISTRY, OPT_NO_RECORD, OPT_NAME,
@@ -48,6 +48,7 @@ static const struct option long_opts[] = {
     {"divergence-lr-factor", required_argument, 0, OPT_DIV_LR_FACTOR},
     {"amp", required_argument, 0, OPT_AMP},
     {"amp-scaler", no_argument, 0, OPT_AMP_SCALER},
+    {"amp-init-scale", required_argument, 0, OPT_AMP_INIT_SCALE},
     {"device", required_argument, 0, OPT_DEVICE},
     {"auto-batch", no_argument, 0, OPT_AUTO_BATCH},
     {"init", required_argument, 0, OPT_INIT},
@@ -147,6 +148,9 @@ static void apply_one(int code, const char *arg, em_train_config *cfg) {
     break;
   }
   case OPT_AMP_SCALER: cfg->amp_scaler = true; break;
+  case OPT_AMP_INIT_SCALE:
+    cfg->amp_init_scale = cli_parse_num("--amp-init-scale", arg, 1, 3.4e38);
+    break;
   case OPT_DEVICE: {
     em_error err = {0};
     if (em_device_parse(arg, &cfg->device, &err) != EM_OK) cli_die_usage("--device: %s", err.msg);

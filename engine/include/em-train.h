@@ -62,6 +62,8 @@ typedef struct {
   /* dynamic loss scaling with GradScaler's rules: off by default for bf16,
    * as in PyTorch; its state goes into checkpoints */
   bool amp_scaler;
+  /* the scaler's first scale (GradScaler's init_scale); default 65536 */
+  double amp_init_scale;
   /* where the model trains (em-device.h): the CPU (zero, the default), a
    * CUDA GPU or the reference device; the trainer moves the model there */
   em_device device;

@@ -111,6 +111,8 @@ char *em_train_config_to_json(const em_train_config *c) {
             /* written only when on, so that a run without amp is stored as before */
             (c->amp == EM_AMP_OFF || put_str(j, "amp", em_amp_mode_name(c->amp))) &&
             (!c->amp_scaler || put_bool(j, "amp_scaler", true)) &&
+            (!c->amp_scaler || c->amp_init_scale == 65536.0 ||
+             put_real(j, "amp_init_scale", c->amp_init_scale)) &&
             /* the same for the device and auto_batch */
             (em_device_is_cpu(c->device) ||
              put_str(j, "device", em_device_str(c->device, dev, sizeof dev))) &&
@@ -301,6 +303,8 @@ static em_status config_field(em_train_config *c, const char *key, const json_t 
     return em_json_want_num(sec, key, v, &c->divergence_spike_factor, err);
   if (strcmp(key, "max_rollbacks") == 0) return want_c_int(sec, key, v, &c->max_rollbacks, err);
   if (strcmp(key, "amp_scaler") == 0) return em_json_want_bool(sec, key, v, &c->amp_scaler, err);
+  if (strcmp(key, "amp_init_scale") == 0)
+    return em_json_want_num(sec, key, v, &c->amp_init_scale, err);
   if (strcmp(key, "amp") == 0) {
     char name[16];
     EM_TRY(em_json_want_str(sec, key, v, name, sizeof name, err));
@@ -316,7 +320,8 @@ static em_status config_field(em_train_config *c, const char *key, const json_t 
                      "drop_last, workers, optim, schedule, clip_grad_norm, accumulate, loss, "
                      "label_smoothing, seed, threads, eval_every, checkpoint_every, "
                      "checkpoint_dir, on_divergence, divergence_lr_factor, "
-                     "divergence_spike_factor, max_rollbacks, amp, amp_scaler, device, auto_batch",
+                     "divergence_spike_factor, max_rollbacks, amp, amp_scaler, amp_init_scale, device, "
+                     "auto_batch",
                      err);
 }
 

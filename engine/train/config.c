@@ -30,6 +30,7 @@ void em_train_config_defaults(em_train_config *c) {
   c->checkpoint_dir[0] = '\0';
   c->on_divergence = EM_DIVERGENCE_AUTO;
   c->divergence_lr_factor = 0.5;
+  c->amp_init_scale = 65536.0;
   c->divergence_spike_factor = 10;
   c->max_rollbacks = 5;
 }
@@ -159,6 +160,7 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
       TRY(want_int(sec, key, v, 0, 1000000, &i, err));
       c->eval_every = (int)i;
     } else if (strcmp(key, "amp_scaler") == 0) TRY(want_bool(sec, key, v, &c->amp_scaler, err));
+    else if (strcmp(key, "amp_init_scale") == 0) TRY(want_num(sec, key, v, &c->amp_init_scale, err));
     else if (strcmp(key, "amp") == 0) {
       char name[16];
       TRY(want_str(sec, key, v, name, sizeof name, err));
@@ -174,7 +176,7 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
                           "lr, momentum, dampening, nesterov, weight_decay, betas, eps, amsgrad, "
                           "batch_size, epochs, schedule, clip_grad_norm, accumulate, seed, "
                           "shuffle, drop_last, workers, limit, eval_every, metrics, amp, "
-                          "amp_scaler, device, auto_batch",
+                          "amp_scaler, amp_init_scale, device, auto_batch",
                           key);
   }
   em_schedule_init(&c->schedule, EM_SCHED_CONSTANT, c->optim.lr);
@@ -231,6 +233,10 @@ em_status em_train_config_validate(const em_train_config *c, em_error *err) {
     return em_error_set(err, EM_ERR_INVALID,
                         "the loss scaler (amp_scaler) works with mixed precision: give --amp "
                         "bf16 as well, or leave the scaler off");
+  if (!(c->amp_init_scale >= 1 && c->amp_init_scale <= 3.4e38))
+    return em_error_set(err, EM_ERR_INVALID,
+                        "amp_init_scale must be from 1 to 3.4e38 (a float's range; 65536 by "
+                        "default), got %g", c->amp_init_scale);
   if ((unsigned)c->amp > EM_AMP_F16)
     return em_error_set(err, EM_ERR_INVALID, "unknown amp mode %d (off, bf16 or f16)",
                         (int)c->amp);

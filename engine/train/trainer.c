@@ -97,6 +97,7 @@ em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_datas
   em_train_diagnostics_defaults(&t->diag);
   em_watchdog_init(&t->watch, c->divergence_spike_factor);
   em_grad_scaler_init(&t->scaler, c->amp_scaler);
+  if (c->amp_scaler) t->scaler.scale = (float)c->amp_init_scale;
   return t;
 fail:
   em_trainer_free(t);

@@ -221,6 +221,30 @@ class Check:
         assert 1 <= scale <= 65536 and scale == 2.0 ** round(math.log2(scale)), meta
         print("ok: f16 loss scale %g after 20 steps (%s skipped)" % (scale, meta["amp_skipped"]))
 
+    def scaler_skips(self):
+        """The trainer's skip path: from a scale of 1e10, f16's backward
+        overflows (the scaled gradients pass 65504), so each step is skipped
+        and the scale halves until it fits (after 11 halvings here). Eleven
+        skipped steps leave the weights as they started; on 16 batches the
+        last 5 train."""
+        em = self.em
+        init = self.path("scaler-init.safetensors")
+        em.train(em.spec(), "--epochs", "0", "--save", init, "--quiet", "--no-record")
+        args = ["--device", self.device, "--amp", "f16", "--amp-scaler", "--amp-init-scale",
+                "1e10", "--batch", "128", "--epochs", "1", "--no-shuffle", "--quiet"]
+        for batches, steps in ((11, 0), (16, 5)):
+            w = self.path("scaler-%d.safetensors" % batches)
+            s = em.train(em.spec(), *args, "--limit", str(128 * batches), "--save", w)
+            final = [c for c in em.checkpoints(s["run_id"]) if c["kind"] == "final"]
+            _, meta = load_safetensors(final[-1]["path"])
+            assert s["steps"] == steps and int(meta["amp_skipped"]) == 11, (s, meta)
+            assert float(meta["amp_scale"]) == 1e10 / 2 ** 11, meta
+            if steps == 0:
+                d = max_diff(init, w)
+                assert d == 0, "skipped steps changed the weights by %g" % d
+        print("ok: the scaler skipped 11 overflowing f16 steps (scale 1e10 -> %g), weights "
+              "untouched, then trained" % (1e10 / 2 ** 11))
+
     def resume(self):
         args = ["--optimizer", "adam", "--lr", "0.001"]
         full = self.train("cpu", *STEPS, *args)
@@ -341,6 +365,7 @@ def main():
     c.devices()
     c.optimisers()
     c.amp()
+    c.scaler_skips()
     c.resume()
     c.evaluate()
     if device == "ref":
