@@ -73,25 +73,40 @@ static void cross_entropy_backward(em_node *n) {
   em_device_set_op(prev);
 }
 
+/* Every target in [0, K) (t: host memory, N values). */
+static void check_targets(const int64_t *t, int64_t N, int64_t K) {
+  for (int64_t i = 0; i < N; i++)
+    if (t[i] < 0 || t[i] >= K)
+      dev_fail("em_cross_entropy: target %lld of row %lld is out of range [0, %lld)",
+               (long long)t[i], (long long)i, (long long)K);
+}
+
 em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing) {
-  DEV_OP_BEGIN("cross_entropy", 2, logits, target);
+  /* Targets may come from the host (the trainer's labels): checked there
+   * and copied up, so that no step waits for the device to read them. */
+  bool host_targets = !em_on_device(target) && em_on_device(logits);
+  DEV_OP_BEGIN("cross_entropy", host_targets ? 1 : 2, logits, target);
   EM_ASSERT(logits->dtype == EM_DTYPE_F32 && logits->ndim == 2);
   em_dev_check_dtype("cross_entropy", target, EM_DTYPE_I64, "the targets");
   EM_ASSERT(target->ndim == 1 && target->shape[0] == logits->shape[0]);
   EM_ASSERT(label_smoothing >= 0 && label_smoothing <= 1);
   int64_t N = logits->shape[0], K = logits->shape[1];
   EM_ASSERT(N > 0 && K > 0);
+  if (host_targets) {
+    em_tensor *th = em_contiguous(target);
+    check_targets(em_i64(th), N, K);
+    target = em_to_device(th, logits->device);
+  }
   em_tensor *x = em_dev_contiguous_nograd(logits), *tc = em_dev_contiguous_nograd(target);
   em_tensor *out = dev_empty(logits, EM_DTYPE_F32, 0, NULL);
   em_tensor *lse = dev_empty(logits, EM_DTYPE_F32, 1, &N); /* (N) */
   bool live = dev_live(x, tc, out, lse);
   if (live) {
-    int64_t *t = em_scratch(sizeof(int64_t) * (size_t)N);
-    em_tensor_download(tc, t);
-    for (int64_t i = 0; i < N; i++)
-      if (t[i] < 0 || t[i] >= K)
-        dev_fail("em_cross_entropy: target %lld of row %lld is out of range [0, %lld)",
-                 (long long)t[i], (long long)i, (long long)K);
+    if (!host_targets) { /* targets on the device: one wait to read them */
+      int64_t *t = em_scratch(sizeof(int64_t) * (size_t)N);
+      em_tensor_download(tc, t);
+      check_targets(t, N, K);
+    }
     dev_k(x)->cross_entropy_forward(out, lse, x, tc, label_smoothing);
   }
   if (live && em_needs_grad(1, &logits)) {

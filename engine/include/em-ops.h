@@ -91,7 +91,9 @@ em_tensor *em_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bia
 em_tensor *em_dropout(em_tensor *x, double p, bool training, em_rng *rng);
 em_tensor *em_softmax(em_tensor *x, int dim);
 em_tensor *em_log_softmax(em_tensor *x, int dim);
-/* logits (N, K), target i64 (N) class indices -> mean loss, shape []. */
+/* logits (N, K), target i64 (N) class indices -> mean loss, shape []. With
+ * logits on a device the targets may stay on the host (checked there and
+ * copied up, so the step never waits to read them back). */
 em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
 em_tensor *em_mse_loss(em_tensor *a, em_tensor *b); /* mean */
 /* weight (V, D), idx i64 (any shape S) -> (S..., D). An index outside

@@ -134,7 +134,7 @@ int em_trainer_batch_size(const em_trainer *t) { return t->cfg.batch_size; }
 em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double label_smoothing) {
   bool dev = em_on_device(out) && !em_on_device(y); /* host labels, device outputs */
   if (kind == EM_LOSS_CROSS_ENTROPY)
-    return em_cross_entropy(out, dev ? em_to_device(y, out->device) : y, label_smoothing);
+    return em_cross_entropy(out, y, label_smoothing); /* host labels: checked there */
   /* MSE against one-hot targets of the labels (made on the host). */
   em_tensor *target = em_zeros(out->dtype, out->ndim, out->shape);
   int64_t n = out->shape[0], k = out->shape[1];

@@ -552,6 +552,47 @@ static void test_losses(void) {
   free_all(2, m);
 }
 
+/* Host targets with device logits (the trainer's labels): the same loss
+ * and gradient as device targets; an out-of-range one is refused on the
+ * host with the row it is in. */
+static void test_ce_host_targets(void) {
+  int64_t sl[2] = {6, 5}, st[1] = {6}, tv[6] = {0, 4, 2, 2, 1, 3};
+  em_tensor *x = rand_t(2, sl, -3, 3, 133, true), *t = index_t(1, st, tv);
+  em_tensor *xd = clone_on(x, dev), *td = clone_on(t, dev);
+  em_tensor_set_requires_grad(xd, true);
+  double loss[2];
+  float grad[2][30]; /* (6, 5) each */
+  for (int host = 0; host < 2; host++) {
+    em_scope *s = em_scope_begin();
+    em_tensor *l = em_cross_entropy(xd, host ? t : td, 0.1);
+    g_assert_true(em_device_eq(l->device, dev));
+    loss[host] = em_tensor_item(l);
+    em_backward(l);
+    em_tensor_download(xd->grad, grad[host]);
+    em_tensor_zero_grad(xd);
+    em_scope_end(s);
+  }
+  g_assert_cmpfloat(loss[0], ==, loss[1]);
+  for (int k = 0; k < 30; k++) g_assert_cmpfloat(grad[0][k], ==, grad[1][k]);
+  em_tensor *all[4] = {x, t, xd, td};
+  free_all(4, all);
+}
+
+static void test_ce_host_target_out_of_range(void) {
+  if (g_test_subprocess()) {
+    int64_t sl[2] = {3, 5}, st[1] = {3}, tv[3] = {0, 5, 2};
+    em_tensor *x = rand_t(2, sl, -3, 3, 134, false), *t = index_t(1, st, tv);
+    em_tensor *xd = clone_on(x, dev);
+    em_scope *s = em_scope_begin();
+    em_cross_entropy(xd, t, 0);
+    em_scope_end(s);
+    return;
+  }
+  g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_failed();
+  g_test_trap_assert_stderr("*target 5 of row 1 is out of range [0, 5)*");
+}
+
 /* ---- embedding ------------------------------------------------------------------------------------ */
 
 static em_tensor *f_emb(em_tensor **in, void *ctx) {
@@ -836,6 +877,8 @@ int main(int argc, char **argv) {
   g_test_add_func("/device/ops/layer-norm", test_layer_norm);
   g_test_add_func("/device/ops/softmax", test_softmax);
   g_test_add_func("/device/ops/losses", test_losses);
+  g_test_add_func("/device/ops/ce-host-targets", test_ce_host_targets);
+  g_test_add_func("/device/ops/ce-host-target-out-of-range", test_ce_host_target_out_of_range);
   g_test_add_func("/device/ops/embedding", test_embedding);
   g_test_add_func("/device/ops/accumulate", test_accumulate);
   g_test_add_func("/device/ops/dropout", test_dropout);
