@@ -27,7 +27,6 @@ em_tensor *em_dev_permute(em_tensor *x, const int *perm);
 em_tensor *em_dev_slice(em_tensor *x, int dim, int64_t start, int64_t end, int64_t step);
 em_tensor *em_dev_expand(em_tensor *x, int ndim, const int64_t *shape);
 em_tensor *em_dev_contiguous(em_tensor *x);
-em_tensor *em_dev_concat(int n, em_tensor *const *xs, int dim);
 em_tensor *em_dev_cast(em_tensor *x, em_dtype dt);
 em_tensor *em_dev_add(em_tensor *a, em_tensor *b);
 em_tensor *em_dev_sub(em_tensor *a, em_tensor *b);
@@ -79,6 +78,14 @@ static inline bool em_dev_any_(int n, em_tensor *const *ts) {
 #define EM_ON_DEVICE(...)                                                         \
   em_dev_any_((int)(sizeof((em_tensor *const[]){__VA_ARGS__}) / sizeof(em_tensor *)), \
               (em_tensor *const[]){__VA_ARGS__})
+
+/* The device half of the layer's input check, for ops of any dtype
+ * (copies, casts, concat): all on the device of the first, or a broken
+ * invariant naming the op and both devices. */
+void em_dev_check_device(const char *name, int n, em_tensor *const *ts);
+/* False when kernels must be skipped: the device error is pending, or one
+ * of the tensors (NULL entries skipped) has no data. */
+bool em_dev_live(int n, em_tensor *const *ts);
 
 /* em_copy_into, em_add_into, em_sum_into_broadcast, em_reduce_to_shape
  * (its no-grad path) and em_contiguous_nograd (ops-private.h) for tensors

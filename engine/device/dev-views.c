@@ -51,63 +51,6 @@ em_tensor *em_dev_contiguous(em_tensor *x) {
   return EM_OP_END(y);
 }
 
-/* ---- concat ----------------------------------------------------------------------- */
-
-/* Input k's region of a tensor of the output's shape. */
-static em_tensor *concat_region(em_tensor *t, int d, int64_t at, const em_tensor *xk) {
-  return em_view_raw(t, t->ndim, xk->shape, t->stride, t->offset + at * t->stride[d]);
-}
-
-static void concat_backward(em_node *n) {
-  em_tensor *const *xs = n->ctx;
-  int d = (int)n->i[0];
-  int64_t count = n->i[1], at = 0;
-  em_tensor *g = n->out->grad;
-  const char *prev = dev_backward_begin(n);
-  for (int64_t k = 0; k < count; k++) {
-    if (em_tensor_requires_grad(xs[k])) em_grad_add(xs[k], concat_region(g, d, at, xs[k]));
-    at += xs[k]->shape[d];
-  }
-  em_device_set_op(prev);
-}
-
-em_tensor *em_dev_concat(int n, em_tensor *const *xs, int dim) {
-  EM_ASSERT(n >= 1);
-  em_dev_check_device("concat", n, xs);
-  const int em_op_token_ = em_profile_hooks_on() ? em_op_begin_("concat", n < 4 ? n : 4, xs) : -1;
-  const char *prev = em_device_set_op("concat");
-  const em_tensor *x0 = xs[0];
-  int d = em_dim_norm(dim, x0->ndim);
-  int64_t shape[EM_MAX_DIMS];
-  for (int k = 0; k < x0->ndim; k++) shape[k] = x0->shape[k];
-  shape[d] = 0;
-  for (int i = 0; i < n; i++) {
-    EM_ASSERT(xs[i]->dtype == x0->dtype && xs[i]->ndim == x0->ndim);
-    for (int k = 0; k < x0->ndim; k++) EM_ASSERT(k == d || xs[i]->shape[k] == x0->shape[k]);
-    shape[d] += xs[i]->shape[d];
-  }
-  em_tensor *y = dev_empty(x0, x0->dtype, x0->ndim, shape);
-  bool live = em_dev_live(n, xs) && dev_live(y);
-  if (live) {
-    int64_t at = 0;
-    for (int i = 0; i < n; i++) {
-      if (em_tensor_numel(xs[i]) > 0) dev_k(y)->copy(concat_region(y, d, at, xs[i]), xs[i]);
-      at += xs[i]->shape[d];
-    }
-  }
-  if (live && em_needs_grad(n, xs)) {
-    em_node *nd = em_record("concat", concat_backward, y,
-                            n < EM_NODE_MAX_INPUTS ? n : EM_NODE_MAX_INPUTS, xs);
-    em_tensor **all = em_scratch(sizeof *all * (size_t)n);
-    memcpy(all, xs, sizeof *all * (size_t)n);
-    nd->ctx = all;
-    nd->i[0] = d;
-    nd->i[1] = n;
-  }
-  em_device_set_op(prev);
-  return EM_OP_END(y);
-}
-
 /* ---- cast ----------------------------------------------------------------------------- */
 
 static void cast_backward(em_node *n) {

@@ -13,6 +13,7 @@
  *   concat: each input takes its region of g;
  *   cast: g cast back to the input's float type. */
 #include "ops-private.h"
+#include "../device/device-private.h"
 
 /* ---- reshape / flatten --------------------------------------------------------------- */
 
@@ -262,10 +263,13 @@ static void concat_backward(em_node *n) {
   }
 }
 
+/* Any device: the inputs' (one for all), through em_copy_into. */
 em_tensor *em_concat(int n, em_tensor *const *xs, int dim) {
   EM_ASSERT(n >= 1);
-  if (em_dev_any_(n, xs)) return em_dev_concat(n, xs, dim);
+  const bool dev = em_dev_any_(n, xs);
+  if (dev) em_dev_check_device("concat", n, xs);
   const int em_op_token_ = em_profile_hooks_on() ? em_op_begin_("concat", n < 4 ? n : 4, xs) : -1;
+  const char *prev = dev ? em_device_set_op("concat") : NULL;
   const em_tensor *x0 = xs[0];
   int d = em_dim_norm(dim, x0->ndim);
   int64_t shape[EM_MAX_DIMS];
@@ -277,13 +281,15 @@ em_tensor *em_concat(int n, em_tensor *const *xs, int dim) {
       EM_ASSERT(k == d || xs[i]->shape[k] == x0->shape[k]);
     shape[d] += xs[i]->shape[d];
   }
-  em_tensor *y = em_empty(x0->dtype, x0->ndim, shape);
+  em_tensor *y = em_empty_on(x0->device, x0->dtype, x0->ndim, shape);
+  /* on a device after an out-of-memory error: the shape only */
+  const bool live = !dev || (em_dev_live(n, xs) && em_dev_live(1, &y));
   int64_t at = 0;
-  for (int i = 0; i < n; i++) {
-    em_copy_into(concat_region(y, d, at, xs[i]), xs[i]);
+  for (int i = 0; live && i < n; i++) {
+    if (em_tensor_numel(xs[i]) > 0) em_copy_into(concat_region(y, d, at, xs[i]), xs[i]);
     at += xs[i]->shape[d];
   }
-  if (em_needs_grad(n, xs)) {
+  if (live && em_needs_grad(n, xs)) {
     /* The node holds at most EM_NODE_MAX_INPUTS inputs; the full list
      * lives in scope memory. */
     em_node *nd = em_record("concat", concat_backward, y,
@@ -294,6 +300,7 @@ em_tensor *em_concat(int n, em_tensor *const *xs, int dim) {
     nd->i[0] = d;
     nd->i[1] = n;
   }
+  if (dev) em_device_set_op(prev);
   return EM_OP_END(y);
 }
 
