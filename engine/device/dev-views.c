@@ -5,14 +5,13 @@
  * backward passes touch data only through em_grad_add, em_add_into and
  * em_reduce_to_shape, which hand off to the kernels: the implementations
  * of engine/ops/views.c serve every device, and em_dev_reshape & co. are
- * those. contiguous, concat and cast make new data, so they are here:
- * outputs on the input's device, copies through the copy kernel (which
- * converts dtypes for cast). */
+ * those, and so is em_concat (its copies go through em_copy_into).
+ * contiguous and cast make new data, so they are here: outputs on the
+ * input's device, copies through the copy kernel (which converts dtypes
+ * for cast). */
 #include "dev-private.h"
 
 #include "../ops/ops-private.h"
-
-#include <string.h>
 
 em_tensor *em_dev_reshape(em_tensor *x, int ndim, const int64_t *shape) {
   return em_reshape(x, ndim, shape);
