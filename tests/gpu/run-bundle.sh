@@ -27,8 +27,13 @@ result() { # name status seconds
   [ "$2" = ok ] || FAILED=1
 }
 
-rm -rf "$B" && mkdir -p "$B" && tar -C "$B" -xJf "$ROOT/.gpu-bundle/bundle.tar.xz" || {
-  echo "no bundle: run tests/gpu/pack.sh where it was built"; exit 1; }
+BUNDLE=$ROOT/.gpu-bundle/bundle.tar.xz
+[ -f "$BUNDLE" ] || { echo "no bundle: run tests/gpu/pack.sh where it was built"; exit 1; }
+rm -rf "$B" && mkdir -p "$B"
+# tar needs xz for -J; python3's tarfile reads it without
+tar -C "$B" -xJf "$BUNDLE" 2>/dev/null ||
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+    "$BUNDLE" "$B" || { echo "cannot unpack $BUNDLE"; exit 1; }
 say "bundle of commit $(cat "$B/COMMIT" 2>/dev/null); machine $(uname -srm), $(nproc) cores"
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader \
   2>&1 | tee -a "$LOG"
