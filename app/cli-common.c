@@ -1,14 +1,17 @@
 /* cli-common.c: usage errors, error reports, argument parsing, the
- * registry folder and human-readable times for every `ember` command. */
+ * registry folder, human-readable times, clocks and the usable cores for
+ * every `ember` command. */
 #include "cli-common.h"
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 void cli_die_usage(const char *fmt, ...) {
   va_list ap;
@@ -203,14 +206,32 @@ void cli_format_duration(double s, char *buf, size_t cap) {
 
 void cli_format_bytes(int64_t n, char *buf, size_t cap) {
   if (n < 0) snprintf(buf, cap, "-");
-  else if (n < 1024) snprintf(buf, cap, "%lld B", (long long)n);
-  else if (n < 1024 * 1024) snprintf(buf, cap, "%.1f KiB", (double)n / 1024);
-  else if (n < 1024LL * 1024 * 1024) snprintf(buf, cap, "%.1f MiB", (double)n / 1048576);
-  else snprintf(buf, cap, "%.2f GiB", (double)n / 1073741824.0);
+  else em_format_bytes(n, buf, cap);
 }
 
 double cli_wall_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double cli_mono_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int cli_usable_cores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+em_quant_mode cli_parse_quantize(const char *text) {
+  em_quant_mode mode = EM_QUANT_NONE;
+  em_error err = {0};
+  if (text && em_quant_mode_parse(text, &mode, &err) != EM_OK)
+    cli_die_usage("--quantize: %s", err.msg);
+  return mode;
 }

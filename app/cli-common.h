@@ -1,6 +1,7 @@
 /* cli-common.h: what every `ember` command shares: usage errors (exit 2),
  * reporting an em_error (exit 1), number and argument parsing, opening
- * the registry, and human times ("2026-11-29 21:04", "1m 23s").
+ * the registry, human times ("2026-11-29 21:04", "1m 23s"), clocks and
+ * the usable cores.
  *
  * The program may exit on bad usage; the libraries it calls never do. */
 #pragma once
@@ -11,6 +12,7 @@
 #include <stdio.h>
 
 #include "em-error.h"
+#include "em-quant.h"
 #include "em-store.h"
 
 #define CLI_EXIT_USAGE 2
@@ -67,7 +69,13 @@ em_status cli_run_id(em_store *s, const char *text, int64_t *id, em_error *err);
 void cli_format_time(double unix_s, char *buf, size_t cap);
 /* "0.4s", "23s", "1m 23s", "2h 05m", "3d 4h". */
 void cli_format_duration(double seconds, char *buf, size_t cap);
-/* "812 B", "1.4 MiB". */
+/* "812 B", "1.4 MiB" (em_format_bytes), "-" for a negative (unknown) size. */
 void cli_format_bytes(int64_t n, char *buf, size_t cap);
 /* Seconds since the epoch, now (wall clock). */
 double cli_wall_now(void);
+/* Seconds on the monotonic clock (for durations and deadlines). */
+double cli_mono_now(void);
+/* The cores this process may run on (its CPU affinity), at least 1. */
+int cli_usable_cores(void);
+/* --quantize's value (NULL: EM_QUANT_NONE); a bad one exits with 2. */
+em_quant_mode cli_parse_quantize(const char *text);

@@ -1,17 +1,11 @@
 /* cli-progress.c: progress bar (step, loss, samples/s, ETA) on stderr,
  * redrawn at most ten times a second. */
 #include "cli-progress.h"
+#include "cli-common.h"
 #include "plugin-load.h"
 
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void cli_progress_init(cli_progress *p, bool quiet, const char *name) {
   p->quiet = quiet;
@@ -37,7 +31,7 @@ bool cli_progress_event(const em_train_event *ev, void *user) {
     break;
   case EM_EVENT_STEP: {
     if (!p->tty) break;
-    double t = now_s();
+    double t = cli_mono_now();
     if (t - p->last_draw < 0.1 && ev->batch != ev->batches_per_epoch) break;
     p->last_draw = t;
     int width = 24, filled = (int)(width * ev->batch / (ev->batches_per_epoch ? ev->batches_per_epoch : 1));

@@ -7,20 +7,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli-commands.h"
 #include "cli-common.h"
 #include "em-device.h"
 
-static const char *const kind_names[EM_DEVICE_KIND_COUNT] = {"cpu", "cuda", "ref"};
 
 /* One device as a JSON object. */
 static json_t *device_json(em_device d, const em_device_info *info) {
   char name[32];
   json_t *o = json_object();
   json_object_set_new(o, "device", json_string(em_device_str(d, name, sizeof name)));
-  json_object_set_new(o, "kind", json_string(kind_names[d.kind]));
+  json_object_set_new(o, "kind", json_string(em_device_kind_name((em_device_kind)d.kind)));
   json_object_set_new(o, "name", json_string(info->name));
   json_object_set_new(o, "total_bytes", json_integer((json_int_t)info->total_bytes));
   json_object_set_new(o, "free_bytes", json_integer((json_int_t)info->free_bytes));
@@ -39,16 +37,8 @@ static double gib(int64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 int cli_cmd_devices(int argc, char **argv) {
   bool as_json = false;
-  for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) as_json = true;
-    else if (!strcmp(argv[i], "--help")) {
-      puts("usage: ember devices [--json]\n"
-           "Lists the devices this build can train on (cpu, ref, cuda:N) with their memory.");
-      return 0;
-    } else {
-      cli_die_usage("devices: unknown argument '%s' (ember devices [--json])", argv[i]);
-    }
-  }
+  const cli_opt opts[] = {{"json", NULL, &as_json}, {0}};
+  cli_parse_args(argc, argv, 2, opts, NULL, 0, 0, "devices");
   json_t *list = json_array(), *unavailable = json_array();
   for (int k = 0; k < EM_DEVICE_KIND_COUNT; k++) {
     int n = em_device_count((em_device_kind)k);
@@ -56,7 +46,7 @@ int cli_cmd_devices(int argc, char **argv) {
     if (n == 0) { /* why: not built, or none present */
       em_error err = {0};
       em_device_check((em_device){(uint8_t)k, 0}, &err);
-      json_array_append_new(unavailable, json_pack("{s:s, s:s}", "kind", kind_names[k],
+      json_array_append_new(unavailable, json_pack("{s:s, s:s}", "kind", em_device_kind_name((em_device_kind)k),
                                                    "reason", err.msg));
       continue;
     }
@@ -64,15 +54,7 @@ int cli_cmd_devices(int argc, char **argv) {
       em_device d = {(uint8_t)k, (uint8_t)i};
       em_device_info info;
       em_error err = {0};
-      if (k == EM_DEVICE_CPU) { /* the host: its memory, as the pre-flight reads it */
-        memset(&info, 0, sizeof info);
-        snprintf(info.name, sizeof info.name, "host CPU (%ld cores)",
-                 sysconf(_SC_NPROCESSORS_ONLN));
-        long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES),
-             page = sysconf(_SC_PAGE_SIZE);
-        info.total_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
-        info.free_bytes = avail > 0 && page > 0 ? (int64_t)avail * page : 0;
-      } else if (em_device_info_get(d, &info, &err) != EM_OK) {
+      if (em_device_info_get(d, &info, &err) != EM_OK) {
         char dn[32];
         json_array_append_new(unavailable,
                               json_pack("{s:s, s:s}", "kind",

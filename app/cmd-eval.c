@@ -26,33 +26,10 @@ int cli_cmd_info(int argc, char **argv) {
   return rc;
 }
 
-/* Takes --quantize MODE (or --quantize=MODE) out of argv, which the
- * shared train/eval flags do not know; returns the mode text or NULL. */
-static const char *take_quantize(int *argc, char **argv) {
-  const char *mode = NULL;
-  int j = 0;
-  for (int i = 0; i < *argc; i++) {
-    if (i >= 2 && !strcmp(argv[i], "--quantize")) {
-      if (i + 1 >= *argc) cli_die_usage("--quantize needs a value: int8 or none");
-      mode = argv[++i];
-    } else if (i >= 2 && !strncmp(argv[i], "--quantize=", 11)) {
-      mode = argv[i] + 11;
-    } else {
-      argv[j++] = argv[i];
-    }
-  }
-  *argc = j;
-  return mode;
-}
-
 int cli_cmd_eval(int argc, char **argv) {
-  const char *qtext = take_quantize(&argc, argv);
-  em_quant_mode qmode = EM_QUANT_NONE;
-  em_error qerr = {0};
-  if (qtext && em_quant_mode_parse(qtext, &qmode, &qerr) != EM_OK)
-    cli_die_usage("--quantize: %s", qerr.msg);
   cli_train_opts o;
   cli_train_opts_parse(argc, argv, "eval", &o);
+  em_quant_mode qmode = cli_parse_quantize(o.quantize);
   if (!o.spec_path) cli_die_usage("eval expects a SPEC file");
   if (!o.weights) cli_die_usage("eval needs --weights FILE");
   em_error err = {0};

@@ -99,10 +99,7 @@ int cli_cmd_export(int argc, char **argv) {
                           {"quantize", &quantize, NULL},
                           {0}};
   cli_parse_args(argc, argv, 2, opts, pos, 1, 1, "export");
-  em_quant_mode qmode = EM_QUANT_NONE;
-  em_error qerr = {0};
-  if (quantize && em_quant_mode_parse(quantize, &qmode, &qerr) != EM_OK)
-    cli_die_usage("--quantize: %s", qerr.msg);
+  em_quant_mode qmode = cli_parse_quantize(quantize);
   if (em_version_ref_looks_like(pos[0]) && !weights)
     return export_registry(pos[0], out, registry, qmode);
   if (!weights) cli_die_usage("export SPEC needs --weights FILE (or use NAME@ALIAS)");

@@ -19,8 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cli-commands.h"
 #include "cli-common.h"
@@ -122,12 +120,6 @@ static void print_sample(const char *source, const scored *s, int top_k, int64_t
   putchar('\n');
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 typedef struct {
   int top_k, batch, threads;
   int64_t limit;
@@ -155,7 +147,7 @@ static int predict_all(cli_model *m, predict_inputs *in, const predict_opts *o) 
   int rc = 0;
   char source[4200];
   bool prev = em_no_grad_begin();
-  double t0 = now_s();
+  double t0 = cli_mono_now();
   for (int64_t first = 0; first < count && rc == 0; first += o->batch) {
     int64_t n = count - first < o->batch ? count - first : o->batch;
     if (predict_inputs_read(in, first, n, x, y, &err) != EM_OK) {
@@ -188,7 +180,7 @@ static int predict_all(cli_model *m, predict_inputs *in, const predict_opts *o) 
     }
     em_scope_end(sc);
   }
-  double secs = now_s() - t0;
+  double secs = cli_mono_now() - t0;
   em_grad_mode_restore(prev);
   free(x);
   free(y);
@@ -256,8 +248,7 @@ int cli_cmd_predict(int argc, char **argv) {
   predict_opts o = {.json = json, .quantize = quant};
   o.top_k = top_k ? (int)cli_parse_int("--top-k", top_k, 1, INT_MAX) : 5;
   o.batch = batch ? (int)cli_parse_int("--batch", batch, 1, 1 << 20) : 256;
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  o.threads = threads ? (int)cli_parse_int("--threads", threads, 1, 1024) : ncpu > 0 ? (int)ncpu : 1;
+  o.threads = threads ? (int)cli_parse_int("--threads", threads, 1, 1024) : cli_usable_cores();
   o.limit = limit ? cli_parse_int("--limit", limit, 1, LLONG_MAX) : 0;
   o.in.labels_path = labels;
   o.in.label_column = -1;
@@ -265,10 +256,8 @@ int cli_cmd_predict(int argc, char **argv) {
     o.in.label_column = !strcmp(label_column, "last")
                             ? -2
                             : (int)cli_parse_int("--label-column", label_column, 0, INT_MAX);
-  em_quant_mode qmode = EM_QUANT_NONE;
+  em_quant_mode qmode = cli_parse_quantize(quant);
   em_error err = {0};
-  if (quant && em_quant_mode_parse(quant, &qmode, &err) != EM_OK)
-    cli_die_usage("--quantize: %s", err.msg);
   em_device dev = em_device_cpu();
   if (device && (em_device_parse(device, &dev, &err) != EM_OK ||
                  em_device_check(dev, &err) != EM_OK))

@@ -20,7 +20,6 @@
  * SIGINT / SIGTERM: readiness goes false (new inference requests get
  * 503), requests in flight finish and are answered, then the server
  * stops and the command exits 0. */
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,14 +39,6 @@
  * only at 16 clients (6821 vs 6193); a heavier model may want a wait. */
 #define DEFAULT_MAX_WAIT_MS 0.0
 #define DEFAULT_MAX_BODY (8u << 20)
-
-/* The cores this process may run on. */
-static int usable_cores(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
 
 /* NAME@ALIAS rather than NAME@VERSION (a number names one version for
  * good: only an alias can move). */
@@ -82,7 +73,7 @@ int cli_cmd_serve(int argc, char **argv) {
   size_t max_body = body_s ? (size_t)cli_parse_int("--max-body-bytes", body_s, 64, 1LL << 32)
                            : DEFAULT_MAX_BODY;
   int poll_ms = poll_s ? (int)cli_parse_int("--poll-ms", poll_s, 10, 3600 * 1000) : 1000;
-  int cores = usable_cores();
+  int cores = cli_usable_cores();
   /* Reading a request's JSON numbers costs more than a small model's
    * forward: one HTTP thread per core (at most 4) doubled fmnist-mlp's
    * throughput on 2 cores at 16-64 clients. They wait on sockets when the
@@ -121,9 +112,7 @@ int cli_cmd_serve(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   em_error err = {0};
-  em_quant_mode quant = EM_QUANT_NONE;
-  if (quant_s && em_quant_mode_parse(quant_s, &quant, &err) != EM_OK)
-    cli_die_usage("--quantize: %s", err.msg);
+  em_quant_mode quant = cli_parse_quantize(quant_s);
   cli_model cm;
   int rc = cli_model_open(pos[0], weights, registry, &cm);
   if (rc) return rc;
@@ -142,7 +131,6 @@ int cli_cmd_serve(int argc, char **argv) {
   serve_metrics_model(&srv.metrics, model, false);
   serve_slot_init(&srv.slot, model);
   srv.http = (serve_http_config){host, port, max_body, http_threads};
-  atomic_init(&srv.inflight, 0);
   atomic_init(&srv.ready, false);
 
   serve_watcher watcher = {
@@ -181,16 +169,16 @@ int cli_cmd_serve(int argc, char **argv) {
   int sig = 0;
   sigwait(&stop, &sig);
   atomic_store(&srv.ready, false);
-  int left = atomic_load(&srv.inflight);
+  int left = atomic_load(&srv.metrics.inflight);
   fprintf(stderr, "ember serve: %s: finishing %d request%s in flight, then stopping\n",
           sig == SIGINT ? "interrupted" : "terminated", left, left == 1 ? "" : "s");
   /* the workers keep running: wait for the requests in flight (30 s at most) */
-  for (int i = 0; i < 3000 && atomic_load(&srv.inflight) > 0; i++) usleep(10000);
+  for (int i = 0; i < 3000 && atomic_load(&srv.metrics.inflight) > 0; i++) usleep(10000);
 
 out:
   serve_watcher_stop(&watcher);
   serve_batcher_stop(&srv.batcher); /* runs anything still queued */
-  for (int i = 0; i < 500 && atomic_load(&srv.inflight) > 0; i++) usleep(10000);
+  for (int i = 0; i < 500 && atomic_load(&srv.metrics.inflight) > 0; i++) usleep(10000);
   serve_http_stop(&srv);
   serve_slot_clear(&srv.slot);
   serve_metrics_destroy(&srv.metrics);

@@ -445,20 +445,19 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
   em_ddp_stats ds;
   if (tr && em_trainer_ddp_stats(tr, &ds) && ds.steps > 0) {
     double n = (double)ds.steps;
+    char bdev[32]; /* comm, bucket_device, staged: who reduced the buckets, where they live,
+                    * through host copies or not */
     json_object_set_new(o, "ddp",
-                        json_pack("{s:i, s:i, s:I, s:f, s:f, s:f, s:f}", "world",
+                        json_pack("{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:s, s:s, s:b}", "world",
                                   em_trainer_world(tr), "buckets", ds.n_buckets,
                                   "bytes_per_step", (json_int_t)ds.bytes_per_step,
                                   "backward_ms_per_step", 1e3 * ds.backward_s / n,
                                   "allreduce_ms_per_step", 1e3 * ds.comm_s / n,
                                   "exposed_ms_per_step", 1e3 * ds.exposed_s / n,
-                                  "finish_ms_per_step", 1e3 * ds.finish_s / n));
-    char bdev[32]; /* who reduced the buckets, where they live, through host copies or not */
-    json_t *jd = json_object_get(o, "ddp");
-    json_object_set_new(jd, "comm", json_string(ds.comm ? ds.comm : "?"));
-    json_object_set_new(jd, "bucket_device", json_string(em_device_str(ds.device, bdev,
-                                                                       sizeof bdev)));
-    json_object_set_new(jd, "staged", json_boolean(ds.staged));
+                                  "finish_ms_per_step", 1e3 * ds.finish_s / n, "comm",
+                                  ds.comm ? ds.comm : "?", "bucket_device",
+                                  em_device_str(ds.device, bdev, sizeof bdev), "staged",
+                                  (int)ds.staged));
   }
   json_object_set_new(o, "model", json_string(spec_name));
   json_object_set_new(o, "epochs", json_integer(s->epochs));
@@ -515,6 +514,9 @@ static void check_usage(const cli_train_opts *o) {
   if (o->weights)
     cli_die_usage("train: --weights is an 'ember eval' option; --init FILE starts training "
                   "from saved weights");
+  if (o->quantize)
+    cli_die_usage("train: --quantize is an 'ember eval' option (export, predict and serve take "
+                  "it too)");
   if (o->resume) {
     if (o->spec_path)
       cli_die_usage("--resume rebuilds the run from the registry: leave out SPEC ('%s')",

@@ -27,6 +27,7 @@ typedef struct {
   bool device_given;        /* --device or --auto-batch (both allowed with --resume) */
   const char *device;       /* --device's text, for messages; NULL when absent */
   bool no_preflight;        /* --no-preflight: skip the device memory estimate */
+  const char *quantize;     /* --quantize MODE (eval only); NULL when absent */
   int keep_checkpoints;     /* --keep-checkpoints; default 3 */
   int64_t stop_after_steps; /* --stop-after-steps (for tests); 0: off */
   const char *profile;      /* --profile FILE: a Chrome trace of a window of batches */

@@ -106,7 +106,7 @@ static void *worker_main(void *arg) {
     /* Let the batch fill: until max_batch rows wait or the oldest request
      * has waited max_wait (stopping: go at once). */
     double deadline = b->head->enqueued + b->max_wait_s;
-    if (!b->stopping && b->queued_rows < b->max_batch && serve_now() < deadline) {
+    if (!b->stopping && b->queued_rows < b->max_batch && cli_mono_now() < deadline) {
       struct timespec ts;
       deadline_ts(deadline, &ts);
       int rc = pthread_cond_timedwait(&b->cv, &b->mu, &ts);
@@ -161,7 +161,7 @@ em_status serve_batcher_start(serve_batcher *b, int n_workers, int max_batch,
 
 void serve_batcher_submit(serve_batcher *b, serve_job *job) {
   job->next = NULL;
-  job->enqueued = serve_now();
+  job->enqueued = cli_mono_now();
   pthread_mutex_lock(&b->mu);
   if (b->tail) b->tail->next = job;
   else b->head = job;

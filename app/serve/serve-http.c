@@ -64,7 +64,7 @@ static enum MHD_Result respond(req_ctx *c, int code, char *body, size_t len,
   MHD_destroy_response(r);
   c->state = ST_ANSWERED;
   serve_metrics_response(&c->srv->metrics, code);
-  if (c->is_infer) serve_metrics_infer_latency(&c->srv->metrics, serve_now() - c->started);
+  if (c->is_infer) serve_metrics_infer_latency(&c->srv->metrics, cli_mono_now() - c->started);
   return ok;
 }
 
@@ -201,7 +201,6 @@ static enum MHD_Result start_infer(req_ctx *c, const route *r) {
                        .done = job_done, .user = c};
   atomic_store(&c->done, false);
   c->state = ST_WAITING;
-  atomic_fetch_add(&srv->inflight, 1);
   atomic_fetch_add(&srv->metrics.inflight, 1);
   /* suspend before the job can finish: its worker resumes us */
   MHD_suspend_connection(c->conn);
@@ -216,7 +215,6 @@ static void release_infer(req_ctx *c) {
   serve_infer_req_clear(&c->req);
   serve_model_unref(c->model);
   c->model = NULL;
-  atomic_fetch_sub(&c->srv->inflight, 1);
   atomic_fetch_sub(&c->srv->metrics.inflight, 1);
 }
 
@@ -297,7 +295,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!(c = calloc(1, sizeof *c))) return MHD_NO;
     c->srv = srv;
     c->conn = conn;
-    c->started = serve_now();
+    c->started = cli_mono_now();
     *con_cls = c;
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);

@@ -20,7 +20,7 @@ static const double batch_le[SERVE_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128
 void serve_metrics_init(serve_metrics *m) {
   memset(m, 0, sizeof *m);
   pthread_mutex_init(&m->mu, NULL);
-  m->started = serve_now();
+  m->started = cli_mono_now();
 }
 
 void serve_metrics_destroy(serve_metrics *m) { pthread_mutex_destroy(&m->mu); }
@@ -182,7 +182,7 @@ char *serve_metrics_format(serve_metrics *m, size_t *len) {
        "Times loading a new model version failed (the old one kept serving).");
   put(&t, "ember_serve_reload_failures_total %llu\n", (unsigned long long)s.reload_failures);
   head(&t, "ember_serve_uptime_seconds", "gauge", "Seconds since the server started.");
-  put(&t, "ember_serve_uptime_seconds %.3f\n", serve_now() - m->started);
+  put(&t, "ember_serve_uptime_seconds %.3f\n", cli_mono_now() - m->started);
   if (t.oom) {
     free(t.p);
     return NULL;

@@ -10,12 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-double serve_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void serve_mutex_cond_init(pthread_mutex_t *mu, pthread_cond_t *cv) {
   pthread_mutex_init(mu, NULL);
   pthread_condattr_t ca;

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cli-common.h"
 #include "cli-model.h"
 #include "em-error.h"
 #include "em-nn.h"
@@ -84,7 +85,8 @@ typedef struct {
 typedef struct {
   pthread_mutex_t mu;
   serve_counters c;           /* under mu */
-  atomic_int queue_jobs, queue_rows, inflight;
+  atomic_int queue_jobs, queue_rows;
+  atomic_int inflight;        /* infer requests between parse and response (the drain waits) */
   double started; /* monotonic seconds */
 } serve_metrics;
 
@@ -174,7 +176,6 @@ typedef struct serve_server {
   serve_metrics metrics;
   serve_http_config http;
   atomic_bool ready;      /* false while starting or draining */
-  atomic_int inflight;    /* infer requests between parse and response */
   struct MHD_Daemon *daemon;
   int bound_port;
 } serve_server;
@@ -182,10 +183,8 @@ typedef struct serve_server {
 em_status serve_http_start(serve_server *srv, em_error *err);
 void serve_http_stop(serve_server *srv);
 
-/* Monotonic seconds. */
-double serve_now(void);
 /* Initialises mu and cv, cv's timed waits running on CLOCK_MONOTONIC
- * (serve_now's clock). */
+ * (cli_mono_now's clock). */
 void serve_mutex_cond_init(pthread_mutex_t *mu, pthread_cond_t *cv);
 
 /* ---- reload ------------------------------------------------------------------- */

@@ -25,7 +25,7 @@ static void check_once(serve_watcher *w, int *failed_version) {
   if (version == w->served_version || version == *failed_version) return;
 
   cli_model cm;
-  double t0 = serve_now();
+  double t0 = cli_mono_now();
   serve_model *m = NULL;
   char vtext[32];
   snprintf(vtext, sizeof vtext, "%d", version);
@@ -48,7 +48,7 @@ static void check_once(serve_watcher *w, int *failed_version) {
   w->served_version = version;
   *failed_version = 0;
   fprintf(stderr, "ember serve: %s moved: now serving version %d (was %d; loaded in %.0f ms)\n",
-          w->ref, version, old, 1000 * (serve_now() - t0));
+          w->ref, version, old, 1000 * (cli_mono_now() - t0));
 }
 
 static void *watch_main(void *arg) {

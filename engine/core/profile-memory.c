@@ -100,20 +100,6 @@ void em_leak_reset(void) {
 }
 
 /* "1.50 MiB" */
-static const char *fmt_bytes(double b, char *buf, size_t n) {
-  const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  double a = b < 0 ? -b : b;
-  while (a >= 1024 && u < 4) {
-    a /= 1024;
-    b /= 1024;
-    u++;
-  }
-  if (u == 0) snprintf(buf, n, "%.0f %s", b, unit[u]);
-  else snprintf(buf, n, "%.2f %s", b, unit[u]);
-  return buf;
-}
-
 typedef struct {
   char name[160];
   int64_t growth;
@@ -181,16 +167,16 @@ bool em_leak_check(int window, em_leak_report *out) {
   if (!out->suspected) {
     snprintf(out->message, sizeof out->message,
              "no leak: allocated memory went from %s to %s over the last %d steps",
-             fmt_bytes((double)out->first_bytes, a, sizeof a),
-             fmt_bytes((double)out->last_bytes, b, sizeof b), w);
+             em_format_bytes(out->first_bytes, a, sizeof a),
+             em_format_bytes(out->last_bytes, b, sizeof b), w);
     pthread_mutex_unlock(&leak_lock);
     return false;
   }
   size_t len = (size_t)snprintf(
       out->message, sizeof out->message,
       "probable leak: allocated memory grew in %d of the last %d steps, by %s (%s per step)", rises,
-      w - 1, fmt_bytes((double)(out->last_bytes - out->first_bytes), a, sizeof a),
-      fmt_bytes(out->bytes_per_step, b, sizeof b));
+      w - 1, em_format_bytes(out->last_bytes - out->first_bytes, a, sizeof a),
+      em_format_bytes((int64_t)out->bytes_per_step, b, sizeof b));
   if (leak_nsites[slot[w - 1]] > 0 && leak_nsites[slot[0]] > 0) {
     static site_growth g[EM_PROF_MAX_SITES]; /* under leak_lock */
     int m = site_growths(slot[0], slot[w - 1], g);
@@ -201,7 +187,7 @@ bool em_leak_check(int window, em_leak_report *out) {
       if (len < sizeof out->message)
         len += (size_t)snprintf(out->message + len, sizeof out->message - len, "%s%s +%s",
                                 out->n_sites == 1 ? "; growing: " : ", ", g[k].name,
-                                fmt_bytes((double)g[k].growth, a, sizeof a));
+                                em_format_bytes(g[k].growth, a, sizeof a));
     }
     if (out->n_sites == 0 && len < sizeof out->message)
       snprintf(out->message + len, sizeof out->message - len,
@@ -227,21 +213,21 @@ char *em_memory_summary(const em_memory_stats *s, const char *device) {
   size_t n = 0, cap = 2048;
   n += (size_t)snprintf(buf + n, cap - n, "Memory summary (%s)\n", device ? device : "cpu");
   n += (size_t)snprintf(buf + n, cap - n, "  %-22s %12s  (%lld bytes)\n", "allocated",
-                        fmt_bytes((double)s->allocated_bytes, a, sizeof a),
+                        em_format_bytes(s->allocated_bytes, a, sizeof a),
                         (long long)s->allocated_bytes);
   n += (size_t)snprintf(buf + n, cap - n, "  %-22s %12s  (%lld bytes)\n", "peak allocated",
-                        fmt_bytes((double)s->peak_allocated_bytes, a, sizeof a),
+                        em_format_bytes(s->peak_allocated_bytes, a, sizeof a),
                         (long long)s->peak_allocated_bytes);
   n += (size_t)snprintf(buf + n, cap - n, "  %-22s %12s  (%lld bytes)\n", "reserved (cached)",
-                        fmt_bytes((double)s->reserved_bytes, a, sizeof a),
+                        em_format_bytes(s->reserved_bytes, a, sizeof a),
                         (long long)s->reserved_bytes);
   n += (size_t)snprintf(buf + n, cap - n, "  %-22s %12s  (%lld bytes)\n", "peak reserved",
-                        fmt_bytes((double)s->peak_reserved_bytes, a, sizeof a),
+                        em_format_bytes(s->peak_reserved_bytes, a, sizeof a),
                         (long long)s->peak_reserved_bytes);
   n += (size_t)snprintf(buf + n, cap - n, "  %-22s %12s  in %lld blocks, largest %s\n",
-                        "cached, free", fmt_bytes((double)cached, b, sizeof b),
+                        "cached, free", em_format_bytes(cached, b, sizeof b),
                         (long long)s->cached_blocks,
-                        fmt_bytes((double)s->largest_free_block, c, sizeof c));
+                        em_format_bytes(s->largest_free_block, c, sizeof c));
   n += (size_t)snprintf(buf + n, cap - n, "  %-22s %11.1f%%  (1 - largest free block / cached)\n",
                         "fragmentation", 100.0 * frag);
   n += (size_t)snprintf(buf + n, cap - n, "  %-22s %12lld  (%lld from the system)\n",

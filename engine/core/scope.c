@@ -82,11 +82,8 @@ em_scope *em_scope_current(void) { return depth ? stack[depth - 1] : NULL; }
 void em_scope_end(em_scope *s) {
   EM_ASSERT(depth > 0 && stack[depth - 1] == s);
   depth--;
-  for (int64_t i = s->n_allocs - 1; i >= 0; i--) {
-    allocation *a = &s->allocs[i];
-    if (a->device.kind == EM_DEVICE_CPU) em_free(a->ptr, a->nbytes);
-    else em_device_free(a->device, a->ptr, a->nbytes);
-  }
+  for (int64_t i = s->n_allocs - 1; i >= 0; i--)
+    em_device_free(s->allocs[i].device, s->allocs[i].ptr, s->allocs[i].nbytes);
   s->n_allocs = 0;
   s->n_tape = 0;
   for (chunk *c = s->first; c; c = c->next) c->used = 0;

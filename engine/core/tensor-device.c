@@ -168,17 +168,13 @@ em_status em_tensor_move_(em_tensor *t, em_device d, em_error *err) {
   if (t->grad) {
     st = em_tensor_move_(t->grad, d, err);
     if (st) {
-      if (d.kind == EM_DEVICE_CPU) em_free(data, nbytes);
-      else em_device_free(d, data, nbytes);
+      em_device_free(d, data, nbytes);
       return st;
     }
   }
   em_tensor fresh = contiguous_over(t, d, data);
   em_device_copy(&fresh, t);
-  if (t->flags & EM_TENSOR_OWNS_DATA) {
-    if (em_on_device(t)) em_device_free(t->device, t->data, nbytes);
-    else em_free(t->data, nbytes);
-  }
+  if (t->flags & EM_TENSOR_OWNS_DATA) em_device_free(t->device, t->data, nbytes);
   t->data = data;
   t->device = d;
   t->offset = 0;

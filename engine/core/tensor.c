@@ -51,6 +51,19 @@ const char *em_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
   return buf;
 }
 
+const char *em_format_bytes(int64_t bytes, char *buf, size_t n) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while ((v >= 1024 || v <= -1024) && u < 4) {
+    v /= 1024;
+    u++;
+  }
+  if (u == 0) snprintf(buf, n, "%lld B", (long long)bytes);
+  else snprintf(buf, n, "%.1f %s", v, units[u]);
+  return buf;
+}
+
 void em_set_contiguous_strides(em_tensor *t) {
   int64_t s = 1;
   for (int i = t->ndim - 1; i >= 0; i--) {
@@ -113,10 +126,7 @@ void em_tensor_free(em_tensor *t) {
   if (!t) return;
   EM_ASSERT(t->flags & EM_TENSOR_PERSISTENT);
   if (t->grad) em_tensor_free(t->grad);
-  if (t->flags & EM_TENSOR_OWNS_DATA) {
-    if (em_on_device(t)) em_device_free(t->device, t->data, em_tensor_nbytes(t));
-    else em_free(t->data, em_tensor_nbytes(t));
-  }
+  if (t->flags & EM_TENSOR_OWNS_DATA) em_device_free(t->device, t->data, em_tensor_nbytes(t));
   free(t);
 }
 

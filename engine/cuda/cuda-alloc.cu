@@ -20,6 +20,7 @@
  * the allocator's host test. */
 #include "cuda-private.h"
 
+#include <atomic>
 #include <mutex>
 #include <set>
 #include <stdint.h>
@@ -61,19 +62,24 @@ struct Allocator {
   em_memory_stats s;
 };
 
+/* Made on a device's first use and kept for the process; every alloc and
+ * free looks its device's up without taking allocators_lock. */
 std::mutex allocators_lock;
-Allocator *allocators[256];
+std::atomic<Allocator *> allocators[256];
 
 Allocator *allocator_of(int index) {
   EM_ASSERT(index >= 0 && index < 256);
+  Allocator *a = allocators[index].load(std::memory_order_acquire);
+  if (a) return a;
   std::lock_guard<std::mutex> g(allocators_lock);
-  if (!allocators[index]) {
-    Allocator *a = new Allocator();
+  a = allocators[index].load(std::memory_order_relaxed);
+  if (!a) {
+    a = new Allocator();
     a->index = index;
     memset(&a->s, 0, sizeof a->s);
-    allocators[index] = a;
+    allocators[index].store(a, std::memory_order_release);
   }
-  return allocators[index];
+  return a;
 }
 
 size_t round_size(size_t n) {

@@ -183,6 +183,18 @@ cudnnMathType_t math_of(const Perf *perf, int i, int amp) {
   return i >= 0 ? perf[i].mathType : CUDNN_TENSOR_OP_MATH;
 }
 
+/* The algorithm of a key from cuDNN's ranked results (pick), or the
+ * fallback (f32) / NO_HALF (amp) when none is acceptable; remembered. */
+template <typename Perf>
+ConvAlgo decide(const ConvKey &key, const Perf *perf, int n, int amp, int fallback) {
+  ConvAlgo a;
+  int i = pick(perf, n, amp);
+  a.algo = i >= 0 ? (int)perf[i].algo : amp ? NO_HALF : fallback;
+  a.math = math_of(perf, i, amp);
+  remember(key, a);
+  return a;
+}
+
 ConvAlgo algo_fwd(cudnnHandle_t h, ConvDescs &d, int amp) {
   ConvAlgo a;
   if (cached(d.key, &a)) return a;
@@ -190,11 +202,7 @@ ConvAlgo algo_fwd(cudnnHandle_t h, ConvDescs &d, int amp) {
   int n = 0;
   EM_CUDNN_ASSERT(cudnnGetConvolutionForwardAlgorithm_v7(
       h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
-  int i = pick(perf, n, amp);
-  a.algo = i >= 0 ? (int)perf[i].algo : amp ? NO_HALF : (int)CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-  a.math = math_of(perf, i, amp);
-  remember(d.key, a);
-  return a;
+  return decide(d.key, perf, n, amp, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
 }
 
 ConvAlgo algo_bwd_data(cudnnHandle_t h, ConvDescs &d, int amp) {
@@ -204,11 +212,7 @@ ConvAlgo algo_bwd_data(cudnnHandle_t h, ConvDescs &d, int amp) {
   int n = 0;
   EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardDataAlgorithm_v7(
       h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
-  int i = pick(perf, n, amp);
-  a.algo = i >= 0 ? (int)perf[i].algo : amp ? NO_HALF : (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-  a.math = math_of(perf, i, amp);
-  remember(d.key, a);
-  return a;
+  return decide(d.key, perf, n, amp, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
 }
 
 ConvAlgo algo_bwd_filter(cudnnHandle_t h, ConvDescs &d, int amp) {
@@ -218,11 +222,7 @@ ConvAlgo algo_bwd_filter(cudnnHandle_t h, ConvDescs &d, int amp) {
   int n = 0;
   EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
       h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
-  int i = pick(perf, n, amp);
-  a.algo = i >= 0 ? (int)perf[i].algo : amp ? NO_HALF : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-  a.math = math_of(perf, i, amp);
-  remember(d.key, a);
-  return a;
+  return decide(d.key, perf, n, amp, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
 }
 
 /* ---- half copies ------------------------------------------------------------ */

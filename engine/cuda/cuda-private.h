@@ -123,29 +123,8 @@ __device__ __forceinline__ int64_t em_cuda_at(const em_cuda_arg &a, int64_t i) {
 }
 
 /* Block-wide sum of v over blockDim.x threads (a multiple of 32, at most
- * 1024); every thread gets the result. Uses 32 floats of shared memory. */
-__device__ __forceinline__ float em_cuda_warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float em_cuda_block_sum(float v) {
-  __shared__ float part[32];
-  __shared__ float total;
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = em_cuda_warp_sum(v);
-  __syncthreads(); /* part may still be read by a previous call */
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    int nw = (int)(blockDim.x + 31) >> 5;
-    float s = lane < nw ? part[lane] : 0.f;
-    s = em_cuda_warp_sum(s);
-    if (lane == 0) total = s;
-  }
-  __syncthreads();
-  return total;
-}
-/* The same over doubles (statistics that want the extra precision). */
+ * 1024), in double (the statistics want the extra precision); every
+ * thread gets the result. Uses 32 doubles of shared memory. */
 __device__ __forceinline__ double em_cuda_warp_sum_d(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -155,7 +134,7 @@ __device__ __forceinline__ double em_cuda_block_sum_d(double v) {
   __shared__ double total_d;
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   v = em_cuda_warp_sum_d(v);
-  __syncthreads();
+  __syncthreads(); /* part_d may still be read by a previous call */
   if (lane == 0) part_d[warp] = v;
   __syncthreads();
   if (warp == 0) {

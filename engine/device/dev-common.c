@@ -111,23 +111,6 @@ void em_dev_grad_end(dev_grad *g) {
   em_dev_add_into(g->grad, g->buf);
 }
 
-/* ---- small compositions ------------------------------------------------------- */
-
-em_tensor *em_dev_scale(em_tensor *x, double s) {
-  em_tensor *y = em_empty_on(x->device, x->dtype, x->ndim, x->shape);
-  if (dev_live(x, y)) dev_k(x)->unary(EM_KU_MULS, y, x, s, 0);
-  return y;
-}
-
-em_tensor *em_dev_binary(em_kbin op, em_tensor *a, em_tensor *b) {
-  int64_t shape[EM_MAX_DIMS];
-  int nd = em_broadcast_shape(a, b, shape);
-  EM_ASSERT(nd >= 0 && "operands do not broadcast");
-  em_tensor *y = em_empty_on(a->device, a->dtype, nd, shape);
-  if (dev_live(a, b, y)) dev_k(a)->binary(op, false, y, a, b);
-  return y;
-}
-
 /* ---- the helpers of ops-common.c ------------------------------------------------ */
 
 void em_dev_copy_into(em_tensor *dst, const em_tensor *src) {
@@ -184,11 +167,4 @@ em_tensor *em_dev_reduce_to_shape(em_tensor *g, int ndim, const int64_t *shape) 
   em_tensor *r = em_empty_on(g->device, g->dtype, ndim, shape);
   if (dev_live(g, r) && em_tensor_numel(r) > 0) dev_k(g)->sum_to(false, with_ndim(r, g->ndim), g);
   return r;
-}
-
-em_tensor *em_dev_contiguous_nograd(em_tensor *t) {
-  if (em_tensor_is_contiguous(t)) return t;
-  em_tensor *c = dev_empty_like(t);
-  em_dev_copy_into(c, t);
-  return c;
 }

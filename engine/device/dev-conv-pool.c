@@ -25,7 +25,7 @@ static void conv2d_backward(em_node *n) {
   em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
   em_tensor *bw = em_dev_grad_begin(n->in[1], &gw);
   em_tensor *bb = em_dev_grad_begin(n->in[2], &gb);
-  em_tensor *g = em_dev_contiguous_nograd(n->out->grad);
+  em_tensor *g = em_contiguous_nograd(n->out->grad);
   if ((bx || bw || bb) && dev_live(g, xs, ws, bx, bw, bb)) {
     dev_k(g)->conv2d_backward((int)n->i[7], bx, bw, bb, g, xs, ws, &p);
     em_dev_grad_end(&gx);
@@ -43,8 +43,8 @@ em_tensor *em_dev_conv2d(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv
   em_conv_geom_init(&g, x, w, p);
   em_op_add_flops(2.0 * (double)g.N * (double)g.K * (double)g.OH * (double)g.OW * (double)g.Cg *
                   (double)g.kh * (double)g.kw);
-  em_tensor *xc = em_dev_contiguous_nograd(x), *wc = em_dev_contiguous_nograd(w);
-  em_tensor *bc = b ? em_dev_contiguous_nograd(b) : NULL;
+  em_tensor *xc = em_contiguous_nograd(x), *wc = em_contiguous_nograd(w);
+  em_tensor *bc = b ? em_contiguous_nograd(b) : NULL;
   int64_t shape[4] = {g.N, g.K, g.OH, g.OW};
   em_tensor *y = dev_empty(x, EM_DTYPE_F32, 4, shape); /* (N, K, OH, OW) */
   int amp = (int)em_autocast_mode();
@@ -71,7 +71,7 @@ static void pool_backward(em_node *n) {
   em_pool2d_params p = em_pool2d_params_load(n);
   dev_grad gx;
   em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
-  em_tensor *g = em_dev_contiguous_nograd(n->out->grad);
+  em_tensor *g = em_contiguous_nograd(n->out->grad);
   if (bx && dev_live(bx, g, xs, y) && em_tensor_numel(bx) > 0) {
     dev_k(g)->pool2d_backward(n->i[7] != 0, bx, g, xs, y, &p);
     em_dev_grad_end(&gx);
@@ -85,7 +85,7 @@ static em_tensor *pool_run(em_tensor *x /* (N, C, H, W) */, const em_pool2d_para
   EM_ASSERT(p && x->ndim == 4 && x->dtype == EM_DTYPE_F32);
   em_pool_geom g;
   em_pool_geom_init(&g, x, p);
-  em_tensor *xc = em_dev_contiguous_nograd(x);
+  em_tensor *xc = em_contiguous_nograd(x);
   int64_t shape[4] = {g.N, g.C, g.OH, g.OW};
   em_tensor *y = dev_empty(x, EM_DTYPE_F32, 4, shape); /* (N, C, OH, OW) */
   if (dev_live(xc, y)) {

@@ -95,7 +95,7 @@ static void matmul_backward(em_node *n) {
   int64_t nbatch = 1;
   for (int d = 0; d < nb; d++) nbatch *= gy->shape[d];
   operand ao = ready_operand(a, nb, gy->shape), bo = ready_operand(b, nb, gy->shape);
-  em_tensor *gyc = em_dev_contiguous_nograd(gy);
+  em_tensor *gyc = em_contiguous_nograd(gy);
   for (int which = 0; which < 2; which++) {
     em_tensor *orig = n->in[which];
     if (!em_tensor_requires_grad(orig)) continue;
@@ -168,7 +168,7 @@ static void linear_backward(em_node *n) {
   const char *prev = dev_backward_begin(n);
   int amp = (int)n->i[0];
   int64_t N = gy->shape[0], K = gy->shape[1], D = ws->shape[1];
-  em_tensor *gyc = em_dev_contiguous_nograd(gy); /* (N, K) */
+  em_tensor *gyc = em_contiguous_nograd(gy); /* (N, K) */
   operand xo = ready_operand(xs, 0, NULL), wo = ready_operand(ws, 0, NULL);
   const em_kernels *k = dev_k(gy);
   bool fresh;

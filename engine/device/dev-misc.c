@@ -60,7 +60,7 @@ static void embedding_backward(em_node *n) {
   const char *prev = dev_backward_begin(n);
   bool fresh;
   em_tensor *gw = em_grad_acquire(w, &fresh); /* (V, D) contiguous */
-  em_tensor *gc = em_dev_contiguous_nograd(g);
+  em_tensor *gc = em_contiguous_nograd(g);
   if (gw && dev_live(gw, gc, idx) && em_tensor_numel(gw) > 0) {
     const em_kernels *k = dev_k(g);
     if (fresh) k->fill(gw, 0.0);
@@ -75,7 +75,7 @@ em_tensor *em_dev_embedding(em_tensor *weight, em_tensor *idx) {
   em_dev_check_dtype("embedding", idx, EM_DTYPE_I64, "the indices");
   EM_ASSERT(idx->ndim < EM_MAX_DIMS);
   int64_t V = weight->shape[0], D = weight->shape[1], L = em_tensor_numel(idx);
-  em_tensor *ic = em_dev_contiguous_nograd(idx), *wc = em_dev_contiguous_nograd(weight);
+  em_tensor *ic = em_contiguous_nograd(idx), *wc = em_contiguous_nograd(weight);
   int64_t shape[EM_MAX_DIMS];
   for (int d = 0; d < idx->ndim; d++) shape[d] = idx->shape[d];
   shape[idx->ndim] = D;

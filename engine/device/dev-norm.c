@@ -28,7 +28,7 @@ static em_tensor *channel_view(em_tensor *t, int ndim) {
 static void batch_norm_backward(em_node *n) {
   em_tensor *x = n->saved[0], *w = n->saved[1], *s0 = n->saved[2], *s1 = n->saved[3];
   const char *prev = dev_backward_begin(n);
-  em_tensor *g = em_dev_contiguous_nograd(n->out->grad);
+  em_tensor *g = em_contiguous_nograd(n->out->grad);
   const em_kernels *k = dev_k(g);
   if (n->i[0]) {
     dev_grad gx, gw, gb;
@@ -82,9 +82,9 @@ em_tensor *em_dev_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
     if (ts[k]) EM_ASSERT(em_tensor_is_contiguous(ts[k]) && "running stats are updated in place");
   if (training) EM_ASSERT(N * S > 1 && "batch norm needs more than one value per channel");
   else EM_ASSERT(running_mean && running_var);
-  em_tensor *xc = em_dev_contiguous_nograd(x);
-  em_tensor *wc = weight ? em_dev_contiguous_nograd(weight) : NULL;
-  em_tensor *bc = bias ? em_dev_contiguous_nograd(bias) : NULL;
+  em_tensor *xc = em_contiguous_nograd(x);
+  em_tensor *wc = weight ? em_contiguous_nograd(weight) : NULL;
+  em_tensor *bc = bias ? em_contiguous_nograd(bias) : NULL;
   em_tensor *y = dev_empty_like(xc);
   em_tensor *s0 = dev_empty(x, EM_DTYPE_F32, 1, &C), *s1 = dev_empty(x, EM_DTYPE_F32, 1, &C);
   const em_kernels *k = dev_k(x);
@@ -120,7 +120,7 @@ em_tensor *em_dev_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
 static void layer_norm_backward(em_node *n) {
   em_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
   const char *prev = dev_backward_begin(n);
-  em_tensor *g = em_dev_contiguous_nograd(n->out->grad);
+  em_tensor *g = em_contiguous_nograd(n->out->grad);
   dev_grad gx, gw, gb;
   em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
   em_tensor *bw = em_dev_grad_begin(n->in[1], &gw);
@@ -148,9 +148,9 @@ em_tensor *em_dev_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor 
     EM_ASSERT(t->ndim == nd);
     for (int d = 0; d < nd; d++) EM_ASSERT(t->shape[d] == x->shape[x->ndim - nd + d]);
   }
-  em_tensor *xc = em_dev_contiguous_nograd(x);
-  em_tensor *wc = weight ? em_dev_contiguous_nograd(weight) : NULL;
-  em_tensor *bc = bias ? em_dev_contiguous_nograd(bias) : NULL;
+  em_tensor *xc = em_contiguous_nograd(x);
+  em_tensor *wc = weight ? em_contiguous_nograd(weight) : NULL;
+  em_tensor *bc = bias ? em_contiguous_nograd(bias) : NULL;
   em_tensor *y = dev_empty_like(xc);
   em_tensor *mean = dev_empty(x, EM_DTYPE_F32, 1, &R), *rstd = dev_empty(x, EM_DTYPE_F32, 1, &R);
   bool live = dev_live(xc, wc, bc, y, mean, rstd);

@@ -5,9 +5,9 @@
  * with `if (EM_ON_DEVICE(x, w, b)) return em_dev_X(...);` (every tensor
  * input tested, before the op's profiler span: the device op opens its
  * own), so callers never name these. The pure views (reshape, flatten,
- * transpose, permute, slice, expand) have no hand-off: engine/ops/views.c
- * only changes metadata and reaches data through the helpers below, so it
- * serves every device, and em_dev_reshape & co. are those functions.
+ * transpose, permute, slice, expand) and concat have no em_dev_X:
+ * engine/ops/views.c only changes metadata and reaches data through the
+ * helpers below, so it serves every device.
  *
  * The device ops check that every input lives on the same device (a
  * mismatch is a broken invariant whose message names the op and both
@@ -20,12 +20,6 @@
 
 #include "em-ops.h"
 
-em_tensor *em_dev_reshape(em_tensor *x, int ndim, const int64_t *shape);
-em_tensor *em_dev_flatten(em_tensor *x, int start_dim);
-em_tensor *em_dev_transpose(em_tensor *x, int d0, int d1);
-em_tensor *em_dev_permute(em_tensor *x, const int *perm);
-em_tensor *em_dev_slice(em_tensor *x, int dim, int64_t start, int64_t end, int64_t step);
-em_tensor *em_dev_expand(em_tensor *x, int ndim, const int64_t *shape);
 em_tensor *em_dev_contiguous(em_tensor *x);
 em_tensor *em_dev_cast(em_tensor *x, em_dtype dt);
 em_tensor *em_dev_add(em_tensor *a, em_tensor *b);
@@ -87,11 +81,11 @@ void em_dev_check_device(const char *name, int n, em_tensor *const *ts);
  * of the tensors (NULL entries skipped) has no data. */
 bool em_dev_live(int n, em_tensor *const *ts);
 
-/* em_copy_into, em_add_into, em_sum_into_broadcast, em_reduce_to_shape
- * (its no-grad path) and em_contiguous_nograd (ops-private.h) for tensors
- * on a device: the same contracts, through the kernels. */
+/* em_copy_into, em_add_into, em_sum_into_broadcast and em_reduce_to_shape
+ * (its no-grad path) (ops-private.h) for tensors on a device: the same
+ * contracts, through the kernels (em_contiguous_nograd serves every
+ * device through em_copy_into). */
 void em_dev_copy_into(em_tensor *dst, const em_tensor *src);
 void em_dev_add_into(em_tensor *dst, const em_tensor *src);
 void em_dev_sum_into_broadcast(em_tensor *out, const em_tensor *g);
 em_tensor *em_dev_reduce_to_shape(em_tensor *g, int ndim, const int64_t *shape);
-em_tensor *em_dev_contiguous_nograd(em_tensor *t);

@@ -81,8 +81,3 @@ void em_dev_grad_end(dev_grad *g);
 /* Names the op of a backward function for the out-of-memory message;
  * returns the previous name for em_device_set_op. */
 static inline const char *dev_backward_begin(const em_node *n) { return em_device_set_op(n->op); }
-
-/* y (contiguous, x's shape) = x * s with one kernel. */
-em_tensor *em_dev_scale(em_tensor *x, double s);
-/* y (contiguous) = a OP b, broadcast. */
-em_tensor *em_dev_binary(em_kbin op, em_tensor *a, em_tensor *b);

@@ -78,7 +78,7 @@ static em_tensor *sum_all(em_tensor *x, bool mean) {
   int64_t numel = em_tensor_numel(x), one = 1;
   double scale = mean ? 1.0 / (double)numel : 1.0;
   em_tensor *y = dev_empty(x, EM_DTYPE_F32, 1, &one); /* (1) */
-  em_tensor *xc = em_dev_contiguous_nograd(x);
+  em_tensor *xc = em_contiguous_nograd(x);
   em_tensor *s = mean ? dev_empty(x, EM_DTYPE_F32, 1, &one) : y; /* the sum */
   if (dev_live(xc, y, s)) {
     const em_kernels *k = dev_k(x);
@@ -123,7 +123,7 @@ static void max_backward(em_node *n) {
     for (int64_t o = 0; o < O; o++)
       for (int64_t i = 0; i < I; i++) pos[o * I + i] = (o * R + pos[o * I + i]) * I + i;
     em_tensor_upload(flat, pos);
-    em_tensor *gc = em_dev_contiguous_nograd(g);
+    em_tensor *gc = em_contiguous_nograd(g);
     if (dev_live(gc))
       dev_k(g)->embedding_backward(em_dev_view_as(gx, 2, rows), em_dev_view_as(gc, 2, gshape),
                                    flat);

@@ -17,7 +17,7 @@
 static void softmax_backward(em_node *n) {
   em_tensor *y = n->saved[0];
   const char *prev = dev_backward_begin(n);
-  em_tensor *g = em_dev_contiguous_nograd(n->out->grad);
+  em_tensor *g = em_contiguous_nograd(n->out->grad);
   dev_grad gx;
   em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
   if (bx && dev_live(bx, g, y) && em_tensor_numel(bx) > 0) {
@@ -35,7 +35,7 @@ static em_tensor *softmax_any(em_tensor *x, int dim, bool log_out) {
   EM_ASSERT(x->dtype == EM_DTYPE_F32);
   if (dim < 0) dim += x->ndim;
   EM_ASSERT(x->ndim == 0 ? dim == 0 || dim == -1 : dim >= 0 && dim < x->ndim);
-  em_tensor *xc = em_dev_contiguous_nograd(x);
+  em_tensor *xc = em_contiguous_nograd(x);
   if (x->ndim == 0) { /* one value: a (1) row */
     int64_t one = 1;
     xc = em_dev_view_as(xc, 1, &one);
@@ -97,7 +97,7 @@ em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double lab
     check_targets(em_i64(th), N, K);
     target = em_to_device(th, logits->device);
   }
-  em_tensor *x = em_dev_contiguous_nograd(logits), *tc = em_dev_contiguous_nograd(target);
+  em_tensor *x = em_contiguous_nograd(logits), *tc = em_contiguous_nograd(target);
   em_tensor *out = dev_empty(logits, EM_DTYPE_F32, 0, NULL);
   em_tensor *lse = dev_empty(logits, EM_DTYPE_F32, 1, &N); /* (N) */
   bool live = dev_live(x, tc, out, lse);

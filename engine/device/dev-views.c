@@ -4,27 +4,14 @@
  * shape, strides and offset (em_view_raw keeps the device), and their
  * backward passes touch data only through em_grad_add, em_add_into and
  * em_reduce_to_shape, which hand off to the kernels: the implementations
- * of engine/ops/views.c serve every device, and em_dev_reshape & co. are
- * those, and so is em_concat (its copies go through em_copy_into).
+ * of engine/ops/views.c serve every device (no em_dev_reshape & co.), and
+ * so does em_concat (its copies go through em_copy_into).
  * contiguous and cast make new data, so they are here: outputs on the
  * input's device, copies through the copy kernel (which converts dtypes
  * for cast). */
 #include "dev-private.h"
 
 #include "../ops/ops-private.h"
-
-em_tensor *em_dev_reshape(em_tensor *x, int ndim, const int64_t *shape) {
-  return em_reshape(x, ndim, shape);
-}
-em_tensor *em_dev_flatten(em_tensor *x, int start_dim) { return em_flatten(x, start_dim); }
-em_tensor *em_dev_transpose(em_tensor *x, int d0, int d1) { return em_transpose(x, d0, d1); }
-em_tensor *em_dev_permute(em_tensor *x, const int *perm) { return em_permute(x, perm); }
-em_tensor *em_dev_slice(em_tensor *x, int dim, int64_t start, int64_t end, int64_t step) {
-  return em_slice(x, dim, start, end, step);
-}
-em_tensor *em_dev_expand(em_tensor *x, int ndim, const int64_t *shape) {
-  return em_expand(x, ndim, shape);
-}
 
 /* ---- contiguous ------------------------------------------------------------- */
 

@@ -193,7 +193,9 @@ static inline const em_backend *em_backend_of(const em_tensor *t) {
 static inline const em_kernels *em_kernels_of(const em_tensor *t) { return em_backend_of(t)->k; }
 
 /* Device memory through the backend, recording the device error (with
- * `what`, the op's name, and the allocator's state) when it fails. */
+ * `what`, the op's name, and the allocator's state) when it fails.
+ * em_device_free also takes CPU memory (em_alloc's, given to em_free), so
+ * that callers free a tensor's data wherever it lives with one call. */
 void *em_device_alloc(em_device d, size_t nbytes, const char *what);
 void em_device_free(em_device d, void *p, size_t nbytes);
 /* Makes e the thread's pending device error (unless one is pending). */

@@ -2,9 +2,11 @@
  * sticky out-of-memory error, and the device queries of em-device.h. */
 #include "device-private.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const kind_names[EM_DEVICE_KIND_COUNT] = {"cpu", "cuda", "ref"};
 
@@ -48,6 +50,10 @@ const char *em_device_str(em_device d, char *buf, size_t n) {
   return buf;
 }
 
+const char *em_device_kind_name(em_device_kind k) {
+  return (unsigned)k < EM_DEVICE_KIND_COUNT ? kind_names[k] : "unknown";
+}
+
 bool em_device_kind_built(em_device_kind k) {
   return k == EM_DEVICE_CPU || (k < EM_DEVICE_KIND_COUNT && em_backend_of_kind(k) != NULL);
 }
@@ -89,10 +95,52 @@ em_status em_device_check(em_device d, em_error *err) {
   return EM_OK;
 }
 
+/* The processor's model name from /proc/cpuinfo, read once. */
+static char cpu_model[128];
+static void read_cpu_model(void) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[512];
+  while (f && fgets(line, sizeof line, f)) {
+    char *colon = strchr(line, ':');
+    if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+    const char *v = colon + 1;
+    while (*v == ' ' || *v == '\t') v++;
+    snprintf(cpu_model, sizeof cpu_model, "%s", v);
+    cpu_model[strcspn(cpu_model, "\n")] = '\0';
+    break;
+  }
+  if (f) fclose(f);
+}
+
+/* The host: its processor, cores and memory (MemTotal and MemAvailable of
+ * /proc/meminfo, what free(1) calls "available"; sysconf's pages where
+ * there is none). */
+static void host_info(em_device_info *out) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, read_cpu_model);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  out->multiprocessors = cores > 0 ? (int)cores : 1;
+  if (cpu_model[0]) snprintf(out->name, sizeof out->name, "%s", cpu_model);
+  else snprintf(out->name, sizeof out->name, "host CPU (%d cores)", out->multiprocessors);
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[256];
+  while (f && fgets(line, sizeof line, f)) {
+    long long kib;
+    if (sscanf(line, "MemTotal: %lld kB", &kib) == 1) out->total_bytes = (int64_t)kib * 1024;
+    else if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1)
+      out->free_bytes = (int64_t)kib * 1024;
+  }
+  if (f) fclose(f);
+  long page = sysconf(_SC_PAGE_SIZE), pages = sysconf(_SC_PHYS_PAGES);
+  long avail = sysconf(_SC_AVPHYS_PAGES);
+  if (!out->total_bytes && pages > 0 && page > 0) out->total_bytes = (int64_t)pages * page;
+  if (!out->free_bytes && avail > 0 && page > 0) out->free_bytes = (int64_t)avail * page;
+}
+
 em_status em_device_info_get(em_device d, em_device_info *out, em_error *err) {
   memset(out, 0, sizeof *out);
   if (d.kind == EM_DEVICE_CPU) {
-    snprintf(out->name, sizeof out->name, "CPU");
+    host_info(out);
     return EM_OK;
   }
   em_status st = em_device_check(d, err);
@@ -151,16 +199,6 @@ const char *em_device_set_op(const char *op) {
   return prev;
 }
 
-static void human(double bytes, char *buf, size_t n) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    u++;
-  }
-  snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
-}
-
 static void raise_oom(em_device d, const em_backend *b, size_t nbytes, const char *what) {
   if (error_pending) return; /* keep the first: later failures follow from it */
   em_memory_stats s;
@@ -170,16 +208,16 @@ static void raise_oom(em_device d, const em_backend *b, size_t nbytes, const cha
   bool have_info = b->info(d.index, &info, &e) == EM_OK;
   char dev[32], ask[32], al[32], re[32], ca[32], lg[32], pk[32], tot[32], fr[32];
   em_device_str(d, dev, sizeof dev);
-  human((double)nbytes, ask, sizeof ask);
-  human((double)s.allocated_bytes, al, sizeof al);
-  human((double)s.reserved_bytes, re, sizeof re);
-  human((double)(s.reserved_bytes - s.allocated_bytes), ca, sizeof ca);
-  human((double)s.largest_free_block, lg, sizeof lg);
-  human((double)s.peak_allocated_bytes, pk, sizeof pk);
+  em_format_bytes(nbytes, ask, sizeof ask);
+  em_format_bytes(s.allocated_bytes, al, sizeof al);
+  em_format_bytes(s.reserved_bytes, re, sizeof re);
+  em_format_bytes(s.reserved_bytes - s.allocated_bytes, ca, sizeof ca);
+  em_format_bytes(s.largest_free_block, lg, sizeof lg);
+  em_format_bytes(s.peak_allocated_bytes, pk, sizeof pk);
   char tail[128] = "";
   if (have_info) {
-    human((double)info.total_bytes, tot, sizeof tot);
-    human((double)info.free_bytes, fr, sizeof fr);
+    em_format_bytes(info.total_bytes, tot, sizeof tot);
+    em_format_bytes(info.free_bytes, fr, sizeof fr);
     snprintf(tail, sizeof tail, "; device total %s, free %s", tot, fr);
   }
   em_error_set(&pending, EM_ERR_NOMEM,
@@ -200,6 +238,10 @@ void *em_device_alloc(em_device d, size_t nbytes, const char *what) {
 
 void em_device_free(em_device d, void *p, size_t nbytes) {
   if (!p) return;
+  if (d.kind == EM_DEVICE_CPU) {
+    em_free(p, nbytes);
+    return;
+  }
   em_backend_of_kind((em_device_kind)d.kind)->free(d.index, p, nbytes ? nbytes : 1);
 }
 

@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define REF_MAX_DEVICES 16
 #define REF_ALIGN 256   /* alignment of every block handed out */
@@ -81,10 +80,6 @@ static void ref_why_none(em_error *err) {
                "set it to 1 or more)");
 }
 
-static int64_t physical_bytes(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? (int64_t)pages * (int64_t)page : 0;
-}
 
 static ref_device *device_at(int index) {
   pthread_once(&env_once, read_env);
@@ -200,11 +195,12 @@ static em_status ref_info(int index, em_device_info *out, em_error *err) {
   snprintf(out->name, sizeof out->name, "reference device (host memory)");
   em_memory_stats st;
   ref_stats(index, &st);
-  out->total_bytes = cap_bytes ? cap_bytes : physical_bytes();
+  em_device_info host; /* its memory is the host's */
+  em_device_info_get(em_device_cpu(), &host, NULL);
+  out->total_bytes = cap_bytes ? cap_bytes : host.total_bytes;
   out->free_bytes = out->total_bytes - st.reserved_bytes;
   if (out->free_bytes < 0) out->free_bytes = 0;
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  out->multiprocessors = cpus > 0 ? (int)cpus : 1;
+  out->multiprocessors = host.multiprocessors;
   return EM_OK;
 }
 

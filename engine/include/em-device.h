@@ -43,6 +43,8 @@
 em_status em_device_parse(const char *s, em_device *out, em_error *err);
 /* "cpu", "cuda:0", "ref:0" into buf; returns buf. */
 const char *em_device_str(em_device d, char *buf, size_t n);
+/* "cpu", "cuda", "ref" ("unknown" past the last kind). */
+const char *em_device_kind_name(em_device_kind k);
 static inline em_device em_device_cpu(void) { return (em_device){EM_DEVICE_CPU, 0}; }
 static inline bool em_device_eq(em_device a, em_device b) {
   return a.kind == b.kind && (a.kind == EM_DEVICE_CPU || a.index == b.index);

@@ -97,6 +97,9 @@ static inline bool em_tensor_requires_grad(const em_tensor *t) {
 }
 /* "[128, 784]" into buf; returns buf. */
 const char *em_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
+/* "512 B", "808.2 KiB", "1.5 GiB" (binary units, one decimal) into buf;
+ * returns buf. */
+const char *em_format_bytes(int64_t bytes, char *buf, size_t n);
 
 /* ---- persistent tensors (caller frees) --------------------------------- */
 /* Zero-filled. Returns NULL (and fills err) when the size is absurd or

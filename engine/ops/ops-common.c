@@ -206,10 +206,10 @@ void em_grad_add(em_tensor *x, const em_tensor *g) {
   else em_add_into(gx, g);
 }
 
+/* Any device: c is on t's, and em_copy_into hands off to the kernels. */
 em_tensor *em_contiguous_nograd(em_tensor *t) {
-  if (em_on_device(t)) return em_dev_contiguous_nograd(t);
   if (em_tensor_is_contiguous(t)) return t;
-  em_tensor *c = em_empty(t->dtype, t->ndim, t->shape);
+  em_tensor *c = em_empty_like(t);
   em_copy_into(c, t);
   return c;
 }

@@ -85,9 +85,7 @@ static em_tensor *state_new(em_device d, em_dtype dt, int ndim, const int64_t *s
                             const char *prefix, const char *suffix, em_error *err) {
   size_t len = strlen(prefix) + strlen(suffix) + 2;
   char *name = malloc(len);
-  em_tensor *t = !name ? NULL
-                 : em_device_is_cpu(d) ? em_tensor_new(dt, ndim, shape, err)
-                                       : em_tensor_new_on(d, dt, ndim, shape, err);
+  em_tensor *t = name ? em_tensor_new_on(d, dt, ndim, shape, err) : NULL;
   if (!t) {
     free(name);
     if (!name) em_error_set(err, EM_ERR_NOMEM, "out of memory for optimizer state");

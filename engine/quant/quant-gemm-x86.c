@@ -48,19 +48,26 @@ static size_t vnni_packed_size(int64_t K, int64_t Dp) {
   return (size_t)((K + V_NB - 1) / V_NB) * V_NB * (size_t)Dp;
 }
 
+/* wq (K, D) in panels of nb rows, each as groups of gs columns: element
+ * [((p * Dp/gs + g) * nb + j) * gs + t] = wq[nb p + j][gs g + t], zero past
+ * K or D; int16 elements when wide (AVX2), else int8 (VNNI). */
+static void pack_panels(const int8_t *wq, int64_t K, int64_t D, int64_t Dp, int nb, int gs,
+                        bool wide, void *packed) {
+  int64_t np = (K + nb - 1) / nb, ng = Dp / gs, at = 0;
+  for (int64_t p = 0; p < np; p++)
+    for (int64_t g = 0; g < ng; g++)
+      for (int j = 0; j < nb; j++)
+        for (int t = 0; t < gs; t++, at++) {
+          int64_t n = p * nb + j, d = gs * g + t;
+          int8_t v = n < K && d < D ? wq[n * D + d] : 0;
+          if (wide) ((int16_t *)packed)[at] = v;
+          else ((int8_t *)packed)[at] = v;
+        }
+}
+
 /* panel p, group g: bytes [(p * Dp/4 + g) * 64 + 4 j + t] = wq[16 p + j][4 g + t] */
 static void vnni_pack(const int8_t *wq, int64_t K, int64_t D, int64_t Dp, void *packed) {
-  int8_t *out = packed;
-  int64_t np = (K + V_NB - 1) / V_NB, ng = Dp / 4;
-  for (int64_t p = 0; p < np; p++)
-    for (int64_t g = 0; g < ng; g++) {
-      int8_t *blk = out + (p * ng + g) * 64;
-      for (int j = 0; j < V_NB; j++)
-        for (int t = 0; t < 4; t++) {
-          int64_t n = p * V_NB + j, d = 4 * g + t;
-          blk[4 * j + t] = n < K && d < D ? wq[n * D + d] : 0;
-        }
-    }
+  pack_panels(wq, K, D, Dp, V_NB, 4, false, packed);
 }
 
 /* One tile: rows [0, mr) of a, panels [0, np) from b (panel stride bs),
@@ -259,17 +266,7 @@ static size_t avx2_packed_size(int64_t K, int64_t Dp) {
 
 /* panel p, pair g: int16 [(p * Dp/2 + g) * 16 + 2 j + t] = wq[8 p + j][2 g + t] */
 static void avx2_pack(const int8_t *wq, int64_t K, int64_t D, int64_t Dp, void *packed) {
-  int16_t *out = packed;
-  int64_t np = (K + A_NB - 1) / A_NB, ng = Dp / 2;
-  for (int64_t p = 0; p < np; p++)
-    for (int64_t g = 0; g < ng; g++) {
-      int16_t *blk = out + (p * ng + g) * 16;
-      for (int j = 0; j < A_NB; j++)
-        for (int t = 0; t < 2; t++) {
-          int64_t n = p * A_NB + j, d = 2 * g + t;
-          blk[2 * j + t] = n < K && d < D ? wq[n * D + d] : 0;
-        }
-    }
+  pack_panels(wq, K, D, Dp, A_NB, 2, true, packed);
 }
 
 INLINE TARGET_AVX2 void avx2_tile(const int16_t *a, int64_t lda, const int16_t *b, int64_t bs,

@@ -323,9 +323,9 @@ static em_status restore(em_trainer *t, const char *path, bool keep_scale, em_er
   }
   if (st == EM_OK) {
     /* Everything checked: apply. */
-    for (int i = 0; i < n_model; i++) em_train_copy_in(em_model_tensor(t->model, i, NULL), src[i]);
+    for (int i = 0; i < n_model; i++) em_tensor_copy_(em_model_tensor(t->model, i, NULL), src[i]);
     for (int i = 0; i < n_opt; i++) /* onto the training device where they live there */
-      em_train_copy_in(em_optimizer_state(t->opt, i, NULL), src[n_model + i]);
+      em_tensor_copy_(em_optimizer_state(t->opt, i, NULL), src[n_model + i]);
     em_optimizer_set_steps(t->opt, s.pos.step);
     em_model_zero_grad(t->model);
     t->pos = s.pos;

@@ -46,19 +46,15 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
   em_named_tensor *ts = calloc((size_t)n, sizeof *ts);
   em_ckpt_tensor *ck = calloc((size_t)n, sizeof *ck);
   char **opt_names = calloc((size_t)(n_opt ? n_opt : 1), sizeof *opt_names);
+  bool *owned = calloc((size_t)n, sizeof *owned); /* ts[i].t is a host copy to free */
   char *vals[M_COUNT] = {0};
-  bool *owned = NULL; /* ts[i].t is a host copy to free */
   em_error e = {0};
   em_status st = EM_OK;
-  if (!ts || !ck || !opt_names) {
+  if (!ts || !ck || !opt_names || !owned) {
     st = em_error_set(&e, EM_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
     goto out;
   }
   /* tensors on the training device are written from host copies */
-  if (!(owned = calloc((size_t)n, sizeof *owned))) {
-    st = em_error_set(&e, EM_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
-    goto out;
-  }
   for (int i = 0; i < n; i++) {
     const em_tensor *live = i < n_model ? em_model_tensor(t->model, i, &ts[i].name)
                                         : em_optimizer_state(t->opt, i - n_model, NULL);

@@ -52,9 +52,8 @@ em_status em_diag_batch_end(em_trainer *t, em_diag_state *d, em_train_event *ev,
                             char *warning, size_t cap, em_error *err) {
   em_profile_step_end();
   d->batches++;
-  em_memory_stats ms; /* the training device's allocator */
-  if (em_device_is_cpu(t->cfg.device)) em_memory_stats_get(&ms);
-  else em_device_memory_stats(t->cfg.device, &ms);
+  em_memory_stats ms; /* the training device's allocator (the host's on the CPU) */
+  em_device_memory_stats(t->cfg.device, &ms);
   ev->mem_allocated = ms.allocated_bytes;
   ev->mem_reserved = ms.reserved_bytes;
   ev->mem_peak = ms.peak_allocated_bytes;

@@ -52,11 +52,11 @@ em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size
     shape[0] = b.n;
     em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, nd + 1, shape, (void *)b.x);
     em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b.n, (void *)b.y); /* on the host */
-    if (!em_device_is_cpu(dev)) x = em_to_device(x, dev);
+    x = em_to_device(x, dev); /* x itself on the CPU */
     em_tensor *out = em_model_forward(m, x, false, NULL, err);
     em_tensor *l = out ? em_train_loss(loss, out, y, label_smoothing) : NULL;
     em_tensor *pred = out ? em_argmax(out, 1, false) : NULL;
-    if (pred && em_on_device(pred)) pred = em_to_device(pred, em_device_cpu());
+    if (pred) pred = em_to_device(pred, em_device_cpu());
     if (em_device_error_pending()) {
       em_scope_end(s);
       st = em_device_error_take(err);
@@ -69,7 +69,7 @@ em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size
     }
     total_loss += em_tensor_item(l) * (double)b.n;
     for (int64_t i = 0; i < b.n; i++) correct += em_i64(pred)[i] == b.y[i];
-    if (metrics && em_on_device(out)) out = em_to_device(out, em_device_cpu());
+    if (metrics) out = em_to_device(out, em_device_cpu());
     if (metrics && (st = em_eval_metrics_add(metrics, out, b.y, err)) != EM_OK) {
       em_scope_end(s);
       break;

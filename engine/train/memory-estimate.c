@@ -54,19 +54,6 @@ void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int
   out->total_bytes = out->fixed_bytes + out->per_sample_bytes * batch;
 }
 
-static const char *fmt_bytes(int64_t bytes, char *buf, size_t n) {
-  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    u++;
-  }
-  if (u == 0) snprintf(buf, n, "%lld B", (long long)bytes);
-  else snprintf(buf, n, "%.1f %s", v, units[u]);
-  return buf;
-}
-
 em_status em_train_preflight(const em_spec *spec, const em_train_config *c, int *batch,
                              char *note, size_t cap, em_error *err) {
   *batch = c->batch_size;
@@ -83,8 +70,8 @@ em_status em_train_preflight(const em_spec *spec, const em_train_config *c, int 
   int64_t fits = avail > e.fixed_bytes && e.per_sample_bytes > 0
                      ? (avail - e.fixed_bytes) / e.per_sample_bytes : 0;
   char need[32], freeb[32], w[32], g[32], o[32], a[32];
-  fmt_bytes(e.total_bytes, need, sizeof need);
-  fmt_bytes(avail, freeb, sizeof freeb);
+  em_format_bytes(e.total_bytes, need, sizeof need);
+  em_format_bytes(avail, freeb, sizeof freeb);
   if (c->auto_batch && fits >= 1) {
     int b = c->batch_size;
     while (b > 1 && b > fits) b /= 2; /* the batches --auto-batch would try */
@@ -104,7 +91,7 @@ em_status em_train_preflight(const em_spec *spec, const em_train_config *c, int 
                       "pre-flight: training '%s' at batch %d on %s needs about %s (weights %s, "
                       "gradients %s, optimizer state %s, activations %s) but %s has %s free; %s",
                       em_spec_name(spec), c->batch_size, dn, need,
-                      fmt_bytes(e.weights_bytes, w, sizeof w),
-                      fmt_bytes(e.grads_bytes, g, sizeof g), fmt_bytes(e.optim_bytes, o, sizeof o),
-                      fmt_bytes(e.act_bytes + e.workspace_bytes, a, sizeof a), dn, freeb, hint);
+                      em_format_bytes(e.weights_bytes, w, sizeof w),
+                      em_format_bytes(e.grads_bytes, g, sizeof g), em_format_bytes(e.optim_bytes, o, sizeof o),
+                      em_format_bytes(e.act_bytes + e.workspace_bytes, a, sizeof a), dn, freeb, hint);
 }

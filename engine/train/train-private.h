@@ -85,6 +85,11 @@ struct em_trainer {
   em_ddp *ddp;      /* its gradient bucketer */
 };
 
+/* A loader over t->train as t->cfg asks, at batch_size; with comm (NULL:
+ * none), comm's rank's share of every epoch (trainer.c). */
+em_loader *em_trainer_loader_new(const em_trainer *t, const em_comm *comm, int batch_size,
+                                 em_error *err);
+
 /* ---- data-parallel (trainer-ddp.c); each is EM_OK without a communicator */
 /* At the start of a run: rank 0's weights and buffers everywhere, and
  * the same position on every rank. */
@@ -104,13 +109,10 @@ em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size
                                double *accuracy, em_error *err);
 
 /* ---- tensors between the training device and the host (device-copy.c) --- */
-/* A persistent CPU copy of a (contiguous) device tensor, *owned set: free
- * it with em_tensor_free; t itself when it is on the CPU. NULL when host
- * memory runs out. */
+/* A persistent CPU copy of a device tensor, *owned set: free it with
+ * em_tensor_free; t itself when it is on the CPU. NULL when host memory
+ * runs out. (The other way, em_tensor_copy_ uploads.) */
 em_tensor *em_train_host_copy(const em_tensor *t, bool *owned, em_error *err);
-/* live = src, src a host tensor of live's dtype and size; live on any
- * device (contiguous when not on the CPU). */
-void em_train_copy_in(em_tensor *live, const em_tensor *src);
 
 /* ---- checkpoints (checkpoint-*.c) ------------------------------------------ */
 #define EM_CKPT_FORMAT "ember-checkpoint"

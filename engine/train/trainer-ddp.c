@@ -42,17 +42,7 @@ em_status em_trainer_set_comm(em_trainer *t, em_comm *c, em_error *err) {
   t->ddp = NULL;
   t->comm = NULL;
   if (!c || em_comm_world(c) == 1) return EM_OK;
-  em_loader_config lc;
-  em_loader_config_defaults(&lc);
-  lc.batch_size = t->cfg.batch_size;
-  lc.shuffle = t->cfg.shuffle;
-  lc.drop_last = t->cfg.drop_last;
-  lc.workers = t->cfg.workers;
-  lc.seed = t->cfg.seed;
-  lc.limit = t->cfg.limit;
-  lc.rank = em_comm_rank(c);
-  lc.world = em_comm_world(c);
-  em_loader *ld = em_loader_new(t->train, &lc, err);
+  em_loader *ld = em_trainer_loader_new(t, c, t->cfg.batch_size, err); /* this rank's share */
   if (!ld) return err ? err->status : EM_ERR_INVALID;
   em_ddp_options o;
   em_ddp_options_defaults(&o);

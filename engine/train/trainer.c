@@ -39,6 +39,25 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+em_loader *em_trainer_loader_new(const em_trainer *t, const em_comm *comm, int batch_size,
+                                 em_error *err) {
+  const em_train_config *c = &t->cfg;
+  em_loader_config lc;
+  em_loader_config_defaults(&lc);
+  lc.batch_size = batch_size;
+  lc.shuffle = c->shuffle;
+  lc.drop_last = c->drop_last;
+  lc.workers = c->workers;
+  lc.seed = c->seed;
+  lc.limit = c->limit;
+  lc.pinned = c->device.kind == EM_DEVICE_CUDA; /* asynchronous copies to the GPU */
+  if (comm) {
+    lc.rank = em_comm_rank(comm);
+    lc.world = em_comm_world(comm);
+  }
+  return em_loader_new(t->train, &lc, err);
+}
+
 em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_dataset *train,
                            const em_dataset *test, em_error *err) {
   if (em_train_config_validate(c, err) != EM_OK) return NULL;
@@ -59,16 +78,7 @@ em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_datas
   t->train = train;
   t->test = test;
   t->sample_ndim = em_dataset_sample_shape(train, t->sample_shape);
-  em_loader_config lc;
-  em_loader_config_defaults(&lc);
-  lc.batch_size = c->batch_size;
-  lc.shuffle = c->shuffle;
-  lc.drop_last = c->drop_last;
-  lc.workers = c->workers;
-  lc.seed = c->seed;
-  lc.limit = c->limit;
-  lc.pinned = c->device.kind == EM_DEVICE_CUDA; /* asynchronous copies to the GPU */
-  t->loader = em_loader_new(train, &lc, err);
+  t->loader = em_trainer_loader_new(t, NULL, c->batch_size, err);
   if (!t->loader) goto fail;
   t->n_params = em_model_param_count(m);
   t->params = calloc((size_t)(t->n_params ? t->n_params : 1), sizeof *t->params);
@@ -132,10 +142,10 @@ void em_trainer_summary(const em_trainer *t, em_train_summary *out) { *out = t->
 int em_trainer_batch_size(const em_trainer *t) { return t->cfg.batch_size; }
 
 em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double label_smoothing) {
-  bool dev = em_on_device(out) && !em_on_device(y); /* host labels, device outputs */
   if (kind == EM_LOSS_CROSS_ENTROPY)
     return em_cross_entropy(out, y, label_smoothing); /* host labels: checked there */
-  /* MSE against one-hot targets of the labels (made on the host). */
+  /* MSE against one-hot targets of the (host) labels, made on the host
+   * and copied to out's device. */
   em_tensor *target = em_zeros(out->dtype, out->ndim, out->shape);
   int64_t n = out->shape[0], k = out->shape[1];
   for (int64_t i = 0; i < n; i++) {
@@ -145,7 +155,7 @@ em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double
       else em_f64(target)[i * k + c] = 1.0;
     }
   }
-  return em_mse_loss(out, dev ? em_to_device(target, out->device) : target);
+  return em_mse_loss(out, em_to_device(target, out->device));
 }
 
 /* ---- one run ------------------------------------------------------------- */
@@ -233,7 +243,7 @@ static em_status micro_batch(run_ctx *r, const em_batch *b, double *loss, em_err
   memcpy(xshape + 1, t->sample_shape, sizeof(int64_t) * (size_t)t->sample_ndim);
   em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, t->sample_ndim + 1, xshape, (void *)b->x);
   em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b->n, (void *)b->y); /* stays on the host */
-  if (!em_device_is_cpu(t->cfg.device)) x = em_to_device(x, t->cfg.device);
+  x = em_to_device(x, t->cfg.device); /* x itself on the CPU */
   /* autocast covers forward and loss; backward accumulates f32 grads */
   em_amp_mode amp_prev = em_autocast_begin(t->cfg.amp);
   em_tensor *out = em_model_forward(t->model, x, true, &t->rng, err);
@@ -355,16 +365,7 @@ static em_status out_of_memory(run_ctx *r, const char *where, const em_error *oo
                                             : "lower --batch, or pass --auto-batch to halve it "
                                               "and go on");
   int nb = b / 2;
-  em_loader_config lc;
-  em_loader_config_defaults(&lc);
-  lc.batch_size = nb;
-  lc.shuffle = t->cfg.shuffle;
-  lc.drop_last = t->cfg.drop_last;
-  lc.workers = t->cfg.workers;
-  lc.seed = t->cfg.seed;
-  lc.limit = t->cfg.limit;
-  lc.pinned = t->cfg.device.kind == EM_DEVICE_CUDA;
-  em_loader *ld = em_loader_new(t->train, &lc, err);
+  em_loader *ld = em_trainer_loader_new(t, NULL, nb, err);
   if (!ld) return err && err->status != EM_OK ? err->status : EM_ERR_NOMEM;
   em_loader_free(t->loader);
   t->loader = ld;
@@ -384,6 +385,25 @@ static em_status out_of_memory(run_ctx *r, const char *where, const em_error *oo
   emit(r, EM_EVENT_WARNING);
   t->jumped = true;
   return EM_OK;
+}
+
+/* Out of device memory (oom) in the step being made (what: "step", "the
+ * optimizer step"), its accumulation n_micro micro-batches in: the
+ * accumulation is undone (its batches are redone) and out_of_memory
+ * decides. */
+static em_status step_out_of_memory(run_ctx *r, const char *what, int n_micro,
+                                    const em_error *oom, em_error *err) {
+  em_trainer *t = r->t;
+  t->pos.batch -= n_micro;
+  t->pos.loss_sum -= r->acc_loss;
+  r->samples -= r->acc_samples;
+  t->micro = 0;
+  r->acc_loss = 0;
+  r->acc_samples = 0;
+  em_optimizer_zero_grad(t->opt);
+  char where[64];
+  snprintf(where, sizeof where, "%s %lld", what, (long long)t->pos.step + 1);
+  return out_of_memory(r, where, oom, err);
 }
 
 /* The epoch's batches from t->pos on, until its end, a stop request
@@ -419,17 +439,7 @@ static em_status run_batches(run_ctx *r, em_error *err) {
     em_error oom = {0};
     if ((st = micro_batch(r, &b, &lv, &oom, err)) != EM_OK) {
       if (oom.status == EM_OK) break;
-      /* out of device memory: undo the accumulation in progress */
-      t->pos.batch -= t->micro;
-      t->pos.loss_sum -= r->acc_loss;
-      r->samples -= r->acc_samples;
-      t->micro = 0;
-      r->acc_loss = 0;
-      r->acc_samples = 0;
-      em_optimizer_zero_grad(t->opt);
-      char where[64];
-      snprintf(where, sizeof where, "step %lld", (long long)t->pos.step + 1);
-      if ((st = out_of_memory(r, where, &oom, err)) != EM_OK) break;
+      if ((st = step_out_of_memory(r, "step", t->micro, &oom, err)) != EM_OK) break;
       continue; /* jumped */
     }
     em_watch_verdict v = em_watchdog_check_loss(&t->watch, lv);
@@ -450,19 +460,17 @@ static em_status run_batches(run_ctx *r, em_error *err) {
       if (t->ddp && (st = em_ddp_finish(t->ddp, err)) != EM_OK) break;
       span = em_profile_range_begin("optimizer.step");
       bool skipped;
+      int n_micro = t->micro; /* optimizer_step may reset t->micro */
       optimizer_step(r, &v, &norm, &skipped);
       em_profile_range_end(span);
-      r->acc_loss = 0;
-      r->acc_samples = 0;
       if (em_device_error_pending()) { /* clipping's partial sums: no step was made */
         em_device_error_take(&oom);
-        em_optimizer_zero_grad(t->opt);
-        t->micro = 0;
-        char where[64];
-        snprintf(where, sizeof where, "the optimizer step %lld", (long long)t->pos.step + 1);
-        if ((st = out_of_memory(r, where, &oom, err)) != EM_OK) break;
-        continue;
+        if ((st = step_out_of_memory(r, "the optimizer step", n_micro, &oom, err)) != EM_OK)
+          break;
+        continue; /* jumped */
       }
+      r->acc_loss = 0;
+      r->acc_samples = 0;
       if (v != EM_WATCH_OK) {
         if ((st = diverged(r, v, norm, err)) != EM_OK) break;
         continue;

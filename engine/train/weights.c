@@ -43,7 +43,7 @@ em_status em_model_load(em_model *m, const char *path, em_error *err) {
     }
     em_tensor *h = em_tensor_new(t->dtype, t->ndim, t->shape, err); /* through the host */
     st = h ? em_safetensors_read(f, name, h, err) : (err ? err->status : EM_ERR_NOMEM);
-    if (st == EM_OK) em_train_copy_in(t, h);
+    if (st == EM_OK) em_tensor_copy_(t, h);
     em_tensor_free(h);
   }
   /* ...and the file must hold nothing the model does not know. */

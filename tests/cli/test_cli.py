@@ -145,6 +145,15 @@ class BadFlags(Base):
         self.fails(["train", spec_path("fmnist-mlp.json"), "--lr"], "--lr", code=2)
         self.fails(["frobnicate"], "unknown command", code=2)
 
+    def test_quantize_flag(self):
+        # --quantize goes through the shared train/eval flags: eval takes it,
+        # train refuses it by name, a bad mode is a usage error either way
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--quantize", "int8"],
+                   "'ember eval' option", code=2)
+        self.fails(["eval", spec_path("fmnist-mlp.json"), "--weights", "w.safetensors",
+                    "--quantize", "int4"], "--quantize", code=2)
+        self.fails(["eval", spec_path("fmnist-mlp.json"), "--quantize"], "--quantize", code=2)
+
 
 class BadData(Base):
     def test_missing_dataset(self):

@@ -755,6 +755,16 @@ static void test_profiler(void) {
 
 /* ---- broken invariants and out of memory ------------------------------------------------------- */
 
+/* Runs this test's subprocess half and asserts that it failed with a
+ * message matching pattern, whose one %s is the device's name. */
+static void assert_child_failed_with(const char *pattern) {
+  g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_failed();
+  char msg[128], name[32];
+  snprintf(msg, sizeof msg, pattern, em_device_str(dev, name, sizeof name));
+  g_test_trap_assert_stderr(msg);
+}
+
 static void test_mixed_devices(void) {
   if (g_test_subprocess()) {
     em_tensor *a = rand_t(1, (int64_t[]){4}, -1, 1, 160, false);
@@ -764,12 +774,7 @@ static void test_mixed_devices(void) {
     em_scope_end(s);
     return;
   }
-  g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
-  g_test_trap_assert_failed();
-  char msg[128], name[32];
-  snprintf(msg, sizeof msg, "*em_add: inputs on cpu and %s: move one with em_to_device*",
-           em_device_str(dev, name, sizeof name));
-  g_test_trap_assert_stderr(msg);
+  assert_child_failed_with("*em_add: inputs on cpu and %s: move one with em_to_device*");
 }
 
 static void test_mixed_devices_matmul(void) {
@@ -781,12 +786,7 @@ static void test_mixed_devices_matmul(void) {
     em_scope_end(s);
     return;
   }
-  g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
-  g_test_trap_assert_failed();
-  char msg[128], name[32];
-  snprintf(msg, sizeof msg, "*em_matmul: inputs on %s and cpu*",
-           em_device_str(dev, name, sizeof name));
-  g_test_trap_assert_stderr(msg);
+  assert_child_failed_with("*em_matmul: inputs on %s and cpu*");
 }
 
 static void test_f64_refused(void) {
@@ -799,12 +799,7 @@ static void test_f64_refused(void) {
     em_scope_end(s);
     return;
   }
-  g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
-  g_test_trap_assert_failed();
-  char msg[128], name[32];
-  snprintf(msg, sizeof msg, "*em_relu on %s supports f32, got f64*",
-           em_device_str(dev, name, sizeof name));
-  g_test_trap_assert_stderr(msg);
+  assert_child_failed_with("*em_relu on %s supports f32, got f64*");
 }
 
 /* With the ref device capped at 1 MiB (main sets the cap in subprocesses),

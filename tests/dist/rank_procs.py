@@ -1,6 +1,7 @@
-"""rank_procs.py: the ember ranks of one mpirun job, found through /proc
-(shared by the data-parallel tests: test_ddp.py, test_ddp_gpu.py)."""
+"""rank_procs.py: the ember ranks of one mpirun job, found through /proc,
+and signalling them (shared by the data-parallel tests: test_ddp.py, test_ddp_gpu.py)."""
 import os
+import signal
 
 
 def rank_pids(ember, home):
@@ -22,3 +23,26 @@ def rank_pids(ember, home):
         except (OSError, ValueError):
             continue
     return out
+
+
+def rank_pid(ember, home, rank):
+    """The pid of `rank` of that job; an AssertionError (a test failure)
+    when it is not running."""
+    pids = rank_pids(ember, home)
+    if rank not in pids:
+        raise AssertionError("no rank %d found (ranks running: %s)" % (rank, sorted(pids)))
+    return pids[rank]
+
+
+def send(pid, sig):
+    """os.kill that ignores a process already gone."""
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def kill_ranks(ember, home):
+    """SIGKILLs what is left of that job's ranks (never other processes)."""
+    for pid in rank_pids(ember, home).values():
+        send(pid, signal.SIGKILL)

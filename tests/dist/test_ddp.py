@@ -215,20 +215,11 @@ class DDP(unittest.TestCase):
 
     def kill_ranks(self):
         """SIGKILLs what is left of this test's job (never other processes)."""
-        for pid in self.rank_pids().values():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        rank_procs.kill_ranks(EMBER, self.tmp)
 
     def rank_pids(self):
         """{rank: pid} of this test's ember ranks (OMPI_COMM_WORLD_RANK, EMBER_HOME)."""
         return rank_procs.rank_pids(EMBER, self.tmp)
-
-    def rank_pid(self, rank):
-        pids = self.rank_pids()
-        self.assertIn(rank, pids, "no rank %d found" % rank)
-        return pids[rank]
 
     def end_within(self, p, bound):
         t0 = time.time()
@@ -248,7 +239,7 @@ class DDP(unittest.TestCase):
 
     def test_killed_rank_ends_the_job(self):
         p = self.start_long_run()
-        os.kill(self.rank_pid(1), signal.SIGKILL)
+        os.kill(rank_procs.rank_pid(EMBER, self.tmp, 1), signal.SIGKILL)
         t0 = time.time()
         took, rc, err = self.end_within(p, KILL_BOUND_S)
         rank0 = self.sql("SELECT pid FROM runs")[0][0]  # rank 0 records
@@ -267,15 +258,12 @@ class DDP(unittest.TestCase):
 
     def test_frozen_rank_times_out(self):
         p = self.start_long_run({"EMBER_DDP_TIMEOUT": "4"})
-        frozen = self.rank_pid(1)
+        frozen = rank_procs.rank_pid(EMBER, self.tmp, 1)
         os.kill(frozen, signal.SIGSTOP)
         try:
             took, rc, err = self.end_within(p, KILL_BOUND_S)
         finally:
-            try:
-                os.kill(frozen, signal.SIGKILL)
-            except OSError:
-                pass
+            rank_procs.send(frozen, signal.SIGKILL)
         print("rank 1 frozen: mpirun ended in %.1f s with %d" % (took, rc))
         self.assertNotEqual(rc, 0)
         self.assertIn("did not complete within 4 s", err)

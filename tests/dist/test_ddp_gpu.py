@@ -137,7 +137,7 @@ class NcclDDP(unittest.TestCase):
             time.sleep(20)  # CUDA and NCCL set up, training under way
             if p.poll() is not None:
                 self.fail("the run ended early:\n%s" % p.communicate()[1][-3000:])
-            frozen = self.rank_pid(1)
+            frozen = rank_procs.rank_pid(EMBER, self.tmp, 1)
             os.kill(frozen, signal.SIGSTOP)
             t0 = time.time()
             try:
@@ -153,20 +153,7 @@ class NcclDDP(unittest.TestCase):
                 os.killpg(p.pid, signal.SIGKILL)
             except OSError:
                 pass
-            for pid in self.rank_pids().values():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-
-    def rank_pids(self):
-        """{rank: pid} of this test's ember ranks (OMPI_COMM_WORLD_RANK, EMBER_HOME)."""
-        return rank_procs.rank_pids(EMBER, self.tmp)
-
-    def rank_pid(self, rank):
-        pids = self.rank_pids()
-        self.assertIn(rank, pids, "no rank %d found" % rank)
-        return pids[rank]
+            rank_procs.kill_ranks(EMBER, self.tmp)
 
 
 if __name__ == "__main__":

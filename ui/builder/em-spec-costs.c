@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "em-device.h"
 #include "em-optim.h"
 #include "em-train.h"
 
@@ -35,17 +35,9 @@ void em_spec_costs_compute(const em_spec *spec, em_node_cost *costs) {
 }
 
 int64_t em_memory_available(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (f) {
-    char line[256];
-    long long kb = -1;
-    while (fgets(line, sizeof line, f))
-      if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-    fclose(f);
-    if (kb >= 0) return (int64_t)kb * 1024;
-  }
-  long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-  return pages > 0 && size > 0 ? (int64_t)pages * size : 0;
+  em_device_info host; /* the engine reads /proc/meminfo's MemAvailable */
+  em_device_info_get(em_device_cpu(), &host, NULL);
+  return host.free_bytes;
 }
 
 void em_memory_estimate_compute(const em_spec *spec, int64_t batch, int64_t available_bytes,
@@ -71,19 +63,6 @@ void em_memory_estimate_compute(const em_spec *spec, int64_t batch, int64_t avai
   out->fits = out->available_bytes == 0 || out->total_bytes <= out->available_bytes;
   if (out->available_bytes > out->fixed_bytes && out->per_sample_bytes > 0)
     out->max_batch = (out->available_bytes - out->fixed_bytes) / out->per_sample_bytes;
-}
-
-const char *em_format_bytes(int64_t bytes, char *buf, size_t n) {
-  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while ((v >= 1024 || v <= -1024) && u < 4) {
-    v /= 1024;
-    u++;
-  }
-  if (u == 0) snprintf(buf, n, "%lld B", (long long)bytes);
-  else snprintf(buf, n, "%.1f %s", v, units[u]);
-  return buf;
 }
 
 const char *em_format_flops(double flops, char *buf, size_t n) {

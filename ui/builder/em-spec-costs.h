@@ -38,10 +38,9 @@ typedef struct {
 /* available_bytes < 0: read /proc/meminfo (MemAvailable). */
 void em_memory_estimate_compute(const em_spec *spec, int64_t batch, int64_t available_bytes,
                                 em_memory_estimate *out);
-/* Bytes free for a new process: /proc/meminfo MemAvailable, else
- * sysconf(_SC_AVPHYS_PAGES) x page size. */
+/* Bytes free for a new process: the host's free memory as the engine
+ * reports it (em_device_info_get of the CPU: MemAvailable). */
 int64_t em_memory_available(void);
-/* "1.2 MiB", "512 B" into buf; returns buf. */
-const char *em_format_bytes(int64_t bytes, char *buf, size_t n);
+/* Bytes are formatted by the engine's em_format_bytes (em-tensor.h). */
 /* "3.4 MFLOP" into buf; returns buf. */
 const char *em_format_flops(double flops, char *buf, size_t n);

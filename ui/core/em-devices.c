@@ -3,7 +3,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 gboolean em_devices_show_ref(void) {
   const char *v = g_getenv("EMBER_WORKBENCH_REF_DEVICE");
@@ -28,68 +27,11 @@ static void make_label(EmDeviceEntry *e) {
   }
 }
 
-/* The host's memory: MemTotal and MemAvailable of /proc/meminfo (what
- * free(1) calls "available"), or sysconf's pages where there is none. */
-static void host_memory(int64_t *total, int64_t *avail) {
-  *total = *avail = 0;
-  char *text = NULL;
-  if (g_file_get_contents("/proc/meminfo", &text, NULL, NULL)) {
-    for (char *line = text; line && *line;) {
-      char *next = strchr(line, '\n');
-      if (next) *next++ = '\0';
-      long long kib;
-      if (sscanf(line, "MemTotal: %lld kB", &kib) == 1) *total = (int64_t)kib * 1024;
-      else if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) *avail = (int64_t)kib * 1024;
-      line = next;
-    }
-    g_free(text);
-  }
-#ifdef _SC_PHYS_PAGES
-  if (*total == 0) {
-    long pages = sysconf(_SC_PHYS_PAGES), avail_pages = sysconf(_SC_AVPHYS_PAGES),
-         size = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && size > 0) *total = (int64_t)pages * size;
-    if (avail_pages > 0 && size > 0) *avail = (int64_t)avail_pages * size;
-  }
-#endif
-}
-
-/* The processor's model name from /proc/cpuinfo; name is kept without one. */
-static void host_cpu_name(char *name, size_t cap) {
-  char *text = NULL;
-  if (!g_file_get_contents("/proc/cpuinfo", &text, NULL, NULL)) return;
-  for (char *line = text; line && *line;) {
-    char *next = strchr(line, '\n');
-    if (next) *next++ = '\0';
-    if (g_str_has_prefix(line, "model name")) {
-      char *colon = strchr(line, ':');
-      if (colon && colon[1]) {
-        char *v = g_strstrip(g_strdup(colon + 1));
-        if (v[0]) g_strlcpy(name, v, cap);
-        g_free(v);
-      }
-      break;
-    }
-    line = next;
-  }
-  g_free(text);
-}
-
 void em_devices_refresh(EmDeviceEntry *e) {
   em_error err = {0};
-  char cpu_name[sizeof e->info.name]; /* read once: /proc/cpuinfo is long on big machines */
-  g_strlcpy(cpu_name, e->info.name, sizeof cpu_name);
-  memset(&e->info, 0, sizeof e->info);
   e->info_error[0] = '\0';
   e->info_ok = em_device_info_get(e->device, &e->info, &err) == EM_OK;
   if (!e->info_ok) g_strlcpy(e->info_error, err.msg, sizeof e->info_error);
-  if (e->info_ok && e->device.kind == EM_DEVICE_CPU) { /* the engine names the CPU only */
-    if (e->info.total_bytes == 0) host_memory(&e->info.total_bytes, &e->info.free_bytes);
-    if (cpu_name[0] && strcmp(cpu_name, "CPU") != 0)
-      g_strlcpy(e->info.name, cpu_name, sizeof e->info.name);
-    else if (strcmp(e->info.name, "CPU") == 0)
-      host_cpu_name(e->info.name, sizeof e->info.name);
-  }
 }
 
 static void add(GArray *out, em_device d) {
@@ -119,12 +61,6 @@ char *em_devices_cuda_note(void) {
   em_error err = {0};
   if (em_device_check((em_device){EM_DEVICE_CUDA, 0}, &err) == EM_OK) return NULL;
   return g_strdup(err.msg[0] ? err.msg : "no CUDA device is present");
-}
-
-void em_devices_memory_stats(em_device d, em_memory_stats *out) {
-  memset(out, 0, sizeof *out);
-  if (em_device_is_cpu(d)) em_memory_stats_get(out);
-  else em_device_memory_stats(d, out);
 }
 
 char *em_devices_display_name(em_device d) {

@@ -43,9 +43,6 @@ void em_devices_refresh(EmDeviceEntry *e);
 char *em_devices_cuda_note(void);
 /* "1.5 GiB": g_format_size with IEC units (g_free). */
 char *em_devices_format_bytes(gint64 bytes);
-/* The allocator statistics of d: the CPU's caching allocator for the
- * CPU, the device's for the others. */
-void em_devices_memory_stats(em_device d, em_memory_stats *out);
 /* "cuda:0 · NVIDIA H200", "ref:0 · reference device (host memory)",
  * "CPU": what a chart or a line names a device by (g_free). */
 char *em_devices_display_name(em_device d);

@@ -118,7 +118,7 @@ static void fill_row(EmDevicesPanel *self, guint i, gboolean have_run, em_device
 
   if (in_use) {
     em_memory_stats ms;
-    em_devices_memory_stats(e->device, &ms);
+    em_device_memory_stats(e->device, &ms);
     char *a = em_devices_format_bytes(ms.allocated_bytes);
     char *rv = em_devices_format_bytes(ms.reserved_bytes);
     char *p = em_devices_format_bytes(ms.peak_allocated_bytes);
@@ -143,6 +143,12 @@ void em_devices_panel_refresh(EmDevicesPanel *self) {
     self->with_ref = with_ref;
     self->devices = em_devices_list(with_ref);
     rebuild_rows(self);
+    g_free(self->note); /* the CUDA devices do not come and go: asked with the list */
+    char *why = em_devices_cuda_note();
+    self->note = why ? g_strdup_printf("No CUDA device found: %s.", why) : NULL;
+    g_free(why);
+    gtk_label_set_text(self->note_label, self->note ? self->note : "");
+    gtk_widget_set_visible(GTK_WIDGET(self->note_label), self->note != NULL);
   } else {
     for (guint i = 0; i < self->devices->len; i++)
       em_devices_refresh(&g_array_index(self->devices, EmDeviceEntry, i));
@@ -151,13 +157,6 @@ void em_devices_panel_refresh(EmDevicesPanel *self) {
   gboolean running = FALSE;
   gboolean have_run = run_device(self, &rd, &running);
   for (guint i = 0; i < self->devices->len; i++) fill_row(self, i, have_run, rd, running);
-
-  g_free(self->note);
-  char *why = em_devices_cuda_note();
-  self->note = why ? g_strdup_printf("No CUDA device found: %s.", why) : NULL;
-  g_free(why);
-  gtk_label_set_text(self->note_label, self->note ? self->note : "");
-  gtk_widget_set_visible(GTK_WIDGET(self->note_label), self->note != NULL);
   self->refreshed_us = g_get_monotonic_time();
 }
 
@@ -203,7 +202,10 @@ static void on_run_finished(EmAppState *state, gint64 run_id, int status, const 
 static void on_progress(EmAppState *state, gpointer update, EmDevicesPanel *self) {
   (void)state;
   (void)update;
-  if (g_get_monotonic_time() - self->refreshed_us > G_USEC_PER_SEC) /* at most once a second */
+  /* at most once a second, and only on screen: a refresh asks every device
+   * for its free memory (for CUDA, a context on each) */
+  if (gtk_widget_get_mapped(GTK_WIDGET(self)) &&
+      g_get_monotonic_time() - self->refreshed_us > G_USEC_PER_SEC)
     em_devices_panel_refresh(self);
 }
 

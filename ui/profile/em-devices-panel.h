@@ -7,7 +7,8 @@
  * backend (meson -Dcuda=enabled)", "no CUDA device is present").
  *
  * Refreshed when a run starts or ends, when the chosen device changes,
- * at most once a second while a run reports progress, and on Refresh. */
+ * at most once a second while a run reports progress and the panel is on
+ * screen, and on Refresh. */
 #pragma once
 
 #include <gtk/gtk.h>

@@ -52,7 +52,7 @@ static void set_device(EmMemoryPage *self, em_device d) {
 
 void em_memory_page_refresh(EmMemoryPage *self) {
   em_memory_stats ms;
-  em_devices_memory_stats(self->device, &ms);
+  em_device_memory_stats(self->device, &ms);
   char id[16];
   em_device_str(self->device, id, sizeof id);
   char *txt = em_memory_summary(&ms, id);
@@ -202,8 +202,11 @@ GtkWidget *em_memory_page_new(EmAppState *state) {
     g_signal_connect_object(state, "run-started", G_CALLBACK(on_started), self, 0);
     g_signal_connect_object(state, "run-finished", G_CALLBACK(on_finished), self, 0);
     g_signal_connect_object(state, "device-changed", G_CALLBACK(on_device_changed), self, 0);
-    set_device(self, em_app_state_get_device(state));
-    em_memory_page_refresh(self);
+    em_device d = em_app_state_get_device(state);
+    if (!em_device_eq(d, self->device)) { /* init showed the CPU */
+      set_device(self, d);
+      em_memory_page_refresh(self);
+    }
   }
   self->devices = em_devices_panel_new(state);
   gtk_widget_set_vexpand(self->devices, TRUE);

@@ -378,8 +378,8 @@ static void action_export(GtkWidget *w, const char *name, GVariant *p) {
   em_error err = {0};
   char path[4096];
   int64_t art = 0;
-  char *m = em_store_export_version(s, self->model, v, EM_QUANT_NONE, EMBER_VERSION, path, sizeof path, &art,
-                                    &err) == EM_OK
+  char *m = em_store_export_version(s, self->model, v, EM_QUANT_NONE, EMBER_VERSION, path,
+                                    sizeof path, &art, &err) == EM_OK
                 ? g_strdup_printf("Exported %s v%d to %s (artifact %" G_GINT64_FORMAT ").",
                                   self->model, v, path, art)
                 : NULL;

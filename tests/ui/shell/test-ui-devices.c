@@ -291,18 +291,42 @@ static void on_finished(EmAppState *s, gint64 run_id, int status, const char *ms
 
 static gboolean is_finished(gpointer p) { return ((run_watch *)p)->finished; }
 
+/* A Train page and a Memory page side by side on one state that
+ * records in tmp_dir/name, with the tiny MLP on the synthetic data. */
+typedef struct {
+  char *registry;
+  EmAppState *state;
+  GtkWidget *box, *tw, *mw;
+  GtkWindow *win;
+} train_pages;
+
+static void train_pages_show(train_pages *p, const char *name) {
+  p->registry = g_build_filename(tmp_dir, name, NULL);
+  p->state = em_app_state_new(p->registry);
+  em_app_state_set_spec(p->state, mlp_spec, NULL);
+  em_app_state_set_dataset(p->state, "synthetic", NULL);
+  p->box = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 0);
+  p->tw = em_train_page_new(p->state);
+  p->mw = em_memory_page_new(p->state);
+  gtk_widget_set_hexpand(p->tw, TRUE);
+  gtk_widget_set_hexpand(p->mw, TRUE);
+  gtk_box_append(GTK_BOX(p->box), p->tw);
+  gtk_box_append(GTK_BOX(p->box), p->mw);
+  p->win = ui_test_show(p->box, 1600, 800);
+}
+
+static void train_pages_close(train_pages *p, const char *screenshot) {
+  g_free(ui_test_screenshot(p->box, screenshot));
+  gtk_window_destroy(p->win);
+  g_object_unref(p->state);
+  g_free(p->registry);
+}
+
 static void test_train_on_ref(void) {
-  char *registry = g_build_filename(tmp_dir, "registry", NULL);
-  EmAppState *state = em_app_state_new(registry);
-  em_app_state_set_spec(state, mlp_spec, NULL);
-  em_app_state_set_dataset(state, "synthetic", NULL);
-  GtkWidget *box = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 0);
-  GtkWidget *tw = em_train_page_new(state), *mw = em_memory_page_new(state);
-  gtk_widget_set_hexpand(tw, TRUE);
-  gtk_widget_set_hexpand(mw, TRUE);
-  gtk_box_append(GTK_BOX(box), tw);
-  gtk_box_append(GTK_BOX(box), mw);
-  GtkWindow *win = ui_test_show(box, 1600, 800);
+  train_pages p;
+  train_pages_show(&p, "registry");
+  EmAppState *state = p.state;
+  GtkWidget *tw = p.tw, *mw = p.mw;
   EmTrainPage *page = EM_TRAIN_PAGE(tw);
   EmMemoryPage *mp = EM_MEMORY_PAGE(mw);
   g_assert_true(em_train_page_set_device(page, "ref:0", NULL));
@@ -323,7 +347,7 @@ static void test_train_on_ref(void) {
   g_assert_true(g_str_has_prefix(em_memory_page_get_now_text(mp), "ref:0 · "));
   /* the registry recorded the device */
   em_error err = {0};
-  em_store *st = em_store_open(registry, true, &err);
+  em_store *st = em_store_open(p.registry, true, &err);
   g_assert_nonnull(st);
   em_run r;
   memset(&r, 0, sizeof r);
@@ -331,11 +355,8 @@ static void test_train_on_ref(void) {
   g_assert_cmpstr(r.device, ==, "ref:0");
   em_run_clear(&r);
   em_store_close(st);
-  g_free(ui_test_screenshot(box, "train-on-ref"));
-  gtk_window_destroy(win);
-  g_object_unref(state);
+  train_pages_close(&p, "train-on-ref");
   g_free(w.message);
-  g_free(registry);
 }
 
 /* With EMBER_REF_DEVICE_MEMORY=700000 (the ui-devices-preflight run): the
@@ -347,17 +368,10 @@ static void test_preflight(void) {
     g_test_skip("needs EMBER_REF_DEVICE_MEMORY (the ui-devices-preflight run)");
     return;
   }
-  char *registry = g_build_filename(tmp_dir, "registry-preflight", NULL);
-  EmAppState *state = em_app_state_new(registry);
-  em_app_state_set_spec(state, mlp_spec, NULL);
-  em_app_state_set_dataset(state, "synthetic", NULL);
-  GtkWidget *box = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 0);
-  GtkWidget *tw = em_train_page_new(state), *mw = em_memory_page_new(state);
-  gtk_widget_set_hexpand(tw, TRUE);
-  gtk_widget_set_hexpand(mw, TRUE);
-  gtk_box_append(GTK_BOX(box), tw);
-  gtk_box_append(GTK_BOX(box), mw);
-  GtkWindow *win = ui_test_show(box, 1600, 800);
+  train_pages p;
+  train_pages_show(&p, "registry-preflight");
+  EmAppState *state = p.state;
+  GtkWidget *tw = p.tw, *mw = p.mw;
   EmTrainPage *page = EM_TRAIN_PAGE(tw);
   g_assert_true(em_train_page_set_device(page, "ref", NULL));
   g_assert_true(em_train_page_set_value(page, "limit", 96));
@@ -386,11 +400,8 @@ static void test_preflight(void) {
   g_assert_cmpint(w.run_id, >, 0);
   g_assert_nonnull(strstr(em_train_page_get_status(page), "starting at batch 16"));
   g_assert_cmpint(em_memory_page_get_n_points(EM_MEMORY_PAGE(mw)), ==, 6); /* 96 / 16 */
-  g_free(ui_test_screenshot(box, "train-preflight"));
-  gtk_window_destroy(win);
-  g_object_unref(state);
+  train_pages_close(&p, "train-preflight");
   g_free(w.message);
-  g_free(registry);
 }
 
 int main(int argc, char **argv) {
