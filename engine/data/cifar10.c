@@ -30,9 +30,14 @@ static em_status cifar_get(const void *impl, int64_t i, float *x /* (3, 32, 32) 
                            em_error *err) {
   const cifar_set *s = impl;
   const uint8_t *p = s->pixels + i * CIFAR_PIXELS;
-  for (int k = 0; k < CIFAR_PIXELS; k++) x[k] = (float)p[k] / 255.0f;
+  em_pixels_to_unit(p, x, CIFAR_PIXELS);
   *y = s->labels[i];
   return EM_OK;
+}
+
+static void cifar_prefetch(const void *impl, int64_t i) {
+  const cifar_set *s = impl;
+  em_prefetch_bytes(s->pixels + i * CIFAR_PIXELS, CIFAR_PIXELS);
 }
 
 static void cifar_free(void *impl) {
@@ -50,6 +55,7 @@ static const em_dataset_vtable cifar_vtable = {
   .num_classes = cifar_num_classes,
   .get = cifar_get,
   .free = cifar_free,
+  .prefetch = cifar_prefetch,
 };
 
 /* Appends one file's records to s. */

@@ -8,6 +8,11 @@
 
 #include "em-data.h"
 
+/* x[k] = p[k] / 255 for k < n (the two must not overlap). */
+void em_pixels_to_unit(const uint8_t *restrict p, float *restrict x, int64_t n);
+/* Asks for the n bytes at p to be brought into the cache. */
+void em_prefetch_bytes(const void *p, int64_t n);
+
 /* Opens path for reading through zlib, which reads gzip and plain files
  * alike. Fails (naming the file) when it is missing, unreadable or a
  * folder. */

@@ -85,6 +85,10 @@ const char *em_dataset_kind(const em_dataset *ds) {
   return ds->vt->kind ? ds->vt->kind : "dataset";
 }
 
+void em_dataset_prefetch(const em_dataset *ds, int64_t i) {
+  if (ds->vt->prefetch && i >= 0 && i < ds->len) ds->vt->prefetch(ds->impl, i);
+}
+
 em_status em_dataset_get(const em_dataset *ds, int64_t i, float *x /* (...sample) */,
                          int64_t *y, em_error *err) {
   if (i < 0 || i >= ds->len)

@@ -80,9 +80,14 @@ static em_status idx_get(const void *impl, int64_t i, float *x /* (...sample) */
                          em_error *err) {
   const idx_set *s = impl;
   const uint8_t *p = s->pixels + i * s->numel;
-  for (int64_t k = 0; k < s->numel; k++) x[k] = (float)p[k] / 255.0f;
+  em_pixels_to_unit(p, x, s->numel);
   *y = s->labels[i];
   return EM_OK;
+}
+
+static void idx_prefetch(const void *impl, int64_t i) {
+  const idx_set *s = impl;
+  em_prefetch_bytes(s->pixels + i * s->numel, s->numel);
 }
 
 static void idx_free(void *impl) {
@@ -100,6 +105,7 @@ static const em_dataset_vtable idx_vtable = {
   .num_classes = idx_num_classes,
   .get = idx_get,
   .free = idx_free,
+  .prefetch = idx_prefetch,
 };
 
 static em_status idx_load_images(idx_set *s, const char *path, em_error *err) {

@@ -82,8 +82,10 @@ int64_t em_loader_samples_per_epoch(const em_loader *l) { return l->n_samples; }
 static em_status loader_fill(em_loader *l, int64_t b, loader_slot *s, uint64_t gen) {
   int64_t first = b * l->c.batch_size;
   int64_t n = l->n_samples - first < l->c.batch_size ? l->n_samples - first : l->c.batch_size;
+  for (int64_t j = 0; j < n && j < 2; j++) em_dataset_prefetch(l->ds, l->order[first + j]);
   for (int64_t j = 0; j < n; j++) {
     if (atomic_load_explicit(&l->gen, memory_order_relaxed) != gen) return EM_ERR_CANCELLED;
+    if (j + 2 < n) em_dataset_prefetch(l->ds, l->order[first + j + 2]);
     em_status st = em_dataset_get(l->ds, l->order[first + j], s->x + j * l->numel, &s->y[j],
                                   &s->err);
     if (st != EM_OK) {

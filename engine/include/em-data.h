@@ -43,6 +43,10 @@ typedef struct em_dataset_vtable {
   em_status (*get)(const void *impl, int64_t i, float *x /* (...sample) */, int64_t *y,
                    em_error *err);
   void (*free)(void *impl); /* may be NULL */
+  /* May be NULL: a hint that sample i is wanted next but one. The loader
+   * gives it two samples ahead, so that a sample's memory is on its way
+   * while the ones before are converted (0 <= i < len). */
+  void (*prefetch)(const void *impl, int64_t i);
 } em_dataset_vtable;
 
 /* Wraps a kind's state into a dataset. Takes ownership of impl in every
@@ -59,6 +63,9 @@ int em_dataset_num_classes(const em_dataset *ds);
 const char *em_dataset_kind(const em_dataset *ds);
 /* Sample i into x (em_dataset_sample_numel floats) and its label into y,
  * normalised if em_dataset_set_normalize was called. Thread-safe. */
+/* Passes the hint on to the kind's prefetch, if any (i out of range:
+ * nothing). */
+void em_dataset_prefetch(const em_dataset *ds, int64_t i);
 em_status em_dataset_get(const em_dataset *ds, int64_t i, float *x /* (...sample) */,
                          int64_t *y, em_error *err);
 

@@ -14,12 +14,20 @@
  *  - A is read through eight row pointers when plain; a transposed A
  *    (dW's gy^T) is packed once into (k, MR) panels.
  * C is split in a fixed way into items (column panels, times row groups
- * when there are too few panels to share) that the pool's threads take
- * from a shared counter: a thread the scheduler wakes late (tens to
- * hundreds of microseconds on this machine) simply takes fewer. Every
- * element of C is summed in the same order whoever computes it, so the
- * numbers do not depend on timing or on the thread count. Packing buffers
- * come from em_scratch (the caller's scope), one slot per thread.
+ * when there are too few panels to share, or when A is transposed), and
+ * the items into one contiguous range per thread of the pool. Thread t
+ * (em_parallel_each: always the same core's thread) takes the items of
+ * its own range first, then those left in the others': a thread the
+ * scheduler wakes late simply takes fewer. Which thread owns what follows
+ * a Linear layer's weight through a step: the forward's columns of C are
+ * the weight's rows (items ordered by column panel), dW's rows of C are
+ * its rows (A transposed: items ordered by row group), and the optimiser
+ * splits each parameter by rows the same way (engine/optim/pieces.c), so
+ * each core mostly reads the half of the weight its own cache holds.
+ * Every element of C is summed in the same order whoever computes it, so
+ * the numbers do not depend on timing or on the thread count. Packing
+ * buffers come from em_scratch (the caller's scope), one slot per
+ * thread.
  *
  * The plain reference is the triple loop of tests/engine/ops-basic/
  * test-gemm-fast.c, and OpenBLAS (em_gemm's other path). Builds without
@@ -44,6 +52,7 @@
  * on 2 threads), while the layers' shapes (at most 128 x 128 x 3136 in
  * the zoo) stay here. */
 #define MAX_MACS (1 << 26)
+#define MAX_SLOTS 64 /* the pool's thread limit */
 
 typedef struct {
   bool ta, tb, pack_b;
@@ -53,10 +62,15 @@ typedef struct {
   float *c;
   int64_t kc, nkb;    /* reduction block and block count */
   int64_t n_mt, n_np; /* MR-row tiles, NR-column panels */
-  /* The fixed split: item i is row group i / n_np (rg_tiles row tiles)
-   * by column panel i % n_np. Threads take items from next_item. */
-  int64_t rg_tiles, n_items;
-  _Atomic int64_t next_item;
+  /* The fixed split: item i is row group i / n_np by column panel
+   * i % n_np when rows_first, else column panel i / n_rg by row group
+   * i % n_rg (a row group is rg_tiles row tiles). Thread slot s owns
+   * items [s * n_items / slots, (s + 1) * n_items / slots); cursor[s] is
+   * the next of them not yet taken. */
+  int64_t rg_tiles, n_rg, n_items;
+  bool rows_first;
+  int slots;
+  _Atomic int64_t cursor[MAX_SLOTS];
   int64_t slot_floats; /* scratch per thread slot */
   float *scratch;
 } gemm_job;
@@ -254,25 +268,31 @@ static void run_item(const gemm_job *g, int64_t t0, int64_t t1, int64_t p, float
   }
 }
 
-/* One thread slot: takes items until none are left (a thread the
- * scheduler delays simply takes fewer; each item's numbers do not depend
- * on who computes it). */
-static void run_slots(void *ctx, int64_t begin, int64_t end) {
+static int64_t range_start(const gemm_job *g, int s) { return g->n_items * s / g->slots; }
+
+/* Thread slot t: its own items, then whatever is left in the others'
+ * ranges (each item's numbers do not depend on who computes it). */
+static void run_slots(void *ctx, int64_t t, int64_t end) {
   gemm_job *g = ctx;
-  float *bpan = g->scratch + begin * g->slot_floats; /* (KC, NR) */
-  float *apan = bpan + KC * NR;                      /* (rg_tiles, k, MR) when A is packed */
+  float *bpan = g->scratch + t * g->slot_floats; /* (KC, NR) */
+  float *apan = bpan + KC * NR;                  /* (rg_tiles, k, MR) when A is packed */
   int64_t packed_rg = -1;
   (void)end;
-  for (;;) {
-    int64_t it = atomic_fetch_add_explicit(&g->next_item, 1, memory_order_relaxed);
-    if (it >= g->n_items) break;
-    int64_t rg = it / g->n_np, p = it % g->n_np;
-    int64_t t0 = rg * g->rg_tiles, t1 = t0 + g->rg_tiles < g->n_mt ? t0 + g->rg_tiles : g->n_mt;
-    if (g->ta && rg != packed_rg) {
-      pack_a(g, t0, t1 - t0, apan);
-      packed_rg = rg;
+  for (int d = 0; d < g->slots; d++) {
+    int s = (int)((t + d) % g->slots);
+    int64_t stop = range_start(g, s + 1);
+    for (;;) {
+      int64_t it = atomic_fetch_add_explicit(&g->cursor[s], 1, memory_order_relaxed);
+      if (it >= stop) break;
+      int64_t rg = g->rows_first ? it / g->n_np : it % g->n_rg;
+      int64_t p = g->rows_first ? it % g->n_np : it / g->n_rg;
+      int64_t t0 = rg * g->rg_tiles, t1 = t0 + g->rg_tiles < g->n_mt ? t0 + g->rg_tiles : g->n_mt;
+      if (g->ta && rg != packed_rg) {
+        pack_a(g, t0, t1 - t0, apan);
+        packed_rg = rg;
+      }
+      run_item(g, t0, t1, p, bpan, apan);
     }
-    run_item(g, t0, t1, p, bpan, apan);
   }
 }
 
@@ -291,20 +311,24 @@ bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
   /* A plain B whose rows are a multiple of 512 bytes apart would fall
    * into a few L1 sets: copy it into panels as well. */
   g.pack_b = tb || (ldb % 128 == 0 && k > 16);
-  int slots = 2.0 * (double)m * (double)n * (double)k >= PAR_FLOPS ? em_get_num_threads() : 1;
-  /* Row groups only when there are too few column panels to share. */
-  int64_t n_rg = (4 * slots + g.n_np - 1) / g.n_np;
+  int slots = 2.0 * (double)m * (double)n * (double)k >= PAR_FLOPS ? em_parallel_threads() : 1;
+  if (slots > MAX_SLOTS) slots = MAX_SLOTS;
+  /* Row groups when there are too few column panels to share, and one
+   * per thread when A is transposed (dW: C's rows are the weight's). */
+  g.rows_first = ta;
+  int64_t n_rg = ta ? slots : (4 * slots + g.n_np - 1) / g.n_np;
   if (slots == 1 || n_rg < 1) n_rg = 1;
   if (n_rg > g.n_mt) n_rg = g.n_mt;
   g.rg_tiles = (g.n_mt + n_rg - 1) / n_rg;
-  n_rg = (g.n_mt + g.rg_tiles - 1) / g.rg_tiles;
-  g.n_items = n_rg * g.n_np;
-  atomic_init(&g.next_item, 0);
+  g.n_rg = (g.n_mt + g.rg_tiles - 1) / g.rg_tiles;
+  g.n_items = g.n_rg * g.n_np;
+  g.slots = slots;
+  for (int s = 0; s < slots; s++) atomic_init(&g.cursor[s], range_start(&g, s));
   g.slot_floats = KC * NR + (ta ? g.rg_tiles * k * MR : 0);
   g.slot_floats = (g.slot_floats + 15) & ~(int64_t)15; /* 64-byte aligned slots */
   g.scratch = em_scratch(sizeof(float) * (size_t)(g.slot_floats * slots));
   if (slots == 1) run_slots(&g, 0, 1);
-  else em_parallel_for(slots, 1, run_slots, &g);
+  else em_parallel_each(run_slots, &g);
   return true;
 }
 

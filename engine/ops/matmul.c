@@ -7,6 +7,7 @@
 #include "ops-private.h"
 
 #include "em-amp.h"
+#include "em-pool.h"
 
 #include <cblas.h>
 #include <string.h>
@@ -78,6 +79,7 @@ static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_
                                                (float)beta, c, ldc))
     return;
   enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  em_pool_park(); /* the pool's workers leave the cores to OpenBLAS's threads */
   if (dt == EM_DTYPE_F32)
     cblas_sgemm(CblasRowMajor, TA, TB, (blasint)m, (blasint)n, (blasint)k, (float)alpha, a,
                 (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)ldc);

@@ -10,8 +10,9 @@
  *   p = p - (lr / (1 - beta1^t)) * m / denom
  *
  * The per-step scalars are computed in double like PyTorch's Python code
- * and the f32 loop computes in float like its kernels. Big tensors are
- * split over the thread pool; every element is independent. A parameter
+ * and the f32 loop computes in float like its kernels. The optimizer runs
+ * the pieces of all parameters over the thread pool together; every
+ * element is independent. A parameter
  * on a device runs its backend's adam_step kernel (the same formulas;
  * AMSGrad is refused there by em_optimizer_new). */
 #include "optim-private.h"
@@ -20,21 +21,11 @@
 
 #include "../device/device-private.h"
 
-typedef struct {
-  void *p, *m, *v, *vmax; /* (D); vmax NULL without amsgrad */
-  const void *g;          /* (D) */
-  double l2;              /* Adam's weight decay (0 for AdamW) */
-  double shrink;          /* AdamW's 1 - lr * wd (1 for Adam) */
-  double beta1, beta2, eps;
-  double step_size;       /* lr / (1 - beta1^t) */
-  double bc2_sqrt;        /* sqrt(1 - beta2^t) */
-} adam_args;
-
 /* One kernel for both dtypes; T is float or double (SQRT to match), and
  * the f32 one computes in float as PyTorch does. */
 #define ADAM_KERNEL(NAME, T, SQRT)                                            \
   static void NAME(void *ctx, int64_t begin, int64_t end) {                  \
-    const adam_args *a = ctx;                                                 \
+    const em_adam_args *a = ctx;                                                   \
     T *restrict p = (T *)a->p + begin;                             /* (D) */  \
     T *restrict m = (T *)a->m + begin;                             /* (D) */  \
     T *restrict v = (T *)a->v + begin;                             /* (D) */  \
@@ -65,16 +56,17 @@ typedef struct {
 ADAM_KERNEL(adam_f32, float, sqrtf)
 ADAM_KERNEL(adam_f64, double, sqrt)
 
-void em_adam_update(const em_optim_config *c, em_optim_slot *s, const em_tensor *g) {
+bool em_adam_prepare(const em_optim_config *c, em_optim_slot *s, const em_tensor *g,
+                     em_optim_piece *piece) {
   int64_t t = *em_i64(s->step) + 1;
   *em_i64(s->step) = t;
   bool decoupled = c->kind == EM_OPTIM_ADAMW;
   if (em_on_device(s->param)) {
     em_kernels_of(s->param)->adam_step(s->param, g, s->buf[0], s->buf[1], t, c->lr, c->beta1,
                                        c->beta2, c->eps, c->weight_decay, decoupled);
-    return;
+    return false;
   }
-  adam_args a = {
+  s->args.adam = (em_adam_args){
     .p = em_tensor_ptr(s->param),
     .m = em_tensor_ptr(s->buf[0]),
     .v = em_tensor_ptr(s->buf[1]),
@@ -88,6 +80,7 @@ void em_adam_update(const em_optim_config *c, em_optim_slot *s, const em_tensor 
     .step_size = c->lr / (1.0 - pow(c->beta1, (double)t)),
     .bc2_sqrt = sqrt(1.0 - pow(c->beta2, (double)t)),
   };
-  em_parallel_for(em_tensor_numel(s->param), EM_OPTIM_GRAIN,
-                  s->param->dtype == EM_DTYPE_F32 ? adam_f32 : adam_f64, &a);
+  *piece = (em_optim_piece){s->param->dtype == EM_DTYPE_F32 ? adam_f32 : adam_f64,
+                            &s->args.adam, em_tensor_numel(s->param)};
+  return true;
 }

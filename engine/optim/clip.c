@@ -6,39 +6,127 @@
 #include "optim-private.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "../device/device-private.h"
 
-/* Sum of squares of a contiguous gradient. f32: blocks of 512 values are
+/* Sums of squares of contiguous gradients. f32: blocks of 512 values are
  * summed in 16 f32 lanes (one AVX-512 register's worth, which the
- * compiler keeps in vector registers), and the blocks' sums in double: as
- * fast as the f32 sum PyTorch does, and more accurate. A square that
- * overflows f32 (a gradient above ~1e19) makes the norm infinite, as in
- * PyTorch, which the divergence watchdog treats as divergence. */
-static double sum_squares(const em_tensor *g) {
-  int64_t n = em_tensor_numel(g), k = 0;
-  double total = 0;
-  if (g->dtype == EM_DTYPE_F32) {
-    const float *x = em_f32(g); /* (D) */
-    enum { LANES = 16, BLOCK = 512 };
-    for (; k + BLOCK <= n; k += BLOCK) {
-      float acc[LANES] = {0};
-      for (int b = 0; b < BLOCK; b += LANES)
-        for (int j = 0; j < LANES; j++) acc[j] += x[k + b + j] * x[k + b + j];
-      float s = 0;
-      for (int j = 0; j < LANES; j++) s += acc[j];
-      total += s;
-    }
-    for (; k < n; k++) total += (double)x[k] * (double)x[k];
-    return total;
-  }
-  const double *x = em_f64(g); /* (D) */
+ * compiler keeps in vector registers), the blocks' sums and the values
+ * after the last whole block in double: as fast as the f32 sum PyTorch
+ * does, and more accurate. A square that overflows f32 (a gradient above
+ * ~1e19) makes the norm infinite, as in PyTorch, which the divergence
+ * watchdog treats as divergence. The blocks of all gradients are summed
+ * over the thread pool, each into its own slot, and the slots are added
+ * in order afterwards: the same total whatever the thread count. */
+enum { LANES = 16, BLOCK = 512 };
+
+/* The current gradient of p, or NULL when it has none (NULL or stale). */
+static em_tensor *current_grad(const em_tensor *p) {
+  if (!p || !p->grad || (p->flags & EM_TENSOR_GRAD_STALE)) return NULL;
+  EM_ASSERT(em_tensor_is_contiguous(p->grad));
+  EM_ASSERT(p->grad->dtype == EM_DTYPE_F32 || p->grad->dtype == EM_DTYPE_F64);
+  return p->grad;
+}
+
+static float block_sum_squares(const float *x /* (BLOCK) */) {
+  float acc[LANES] = {0};
+  for (int b = 0; b < BLOCK; b += LANES)
+    for (int j = 0; j < LANES; j++) acc[j] += x[b + j] * x[b + j];
+  float s = 0;
+  for (int j = 0; j < LANES; j++) s += acc[j];
+  return s;
+}
+
+static double f64_sum_squares(const double *x, int64_t n) {
   double acc[8] = {0};
+  int64_t k = 0;
   for (; k + 8 <= n; k += 8)
     for (int j = 0; j < 8; j++) acc[j] += x[k + j] * x[k + j];
   for (; k < n; k++) acc[0] += x[k] * x[k];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+#define MAX_SHARES 64 /* the pool's thread limit */
+
+typedef struct {
+  const float *const *x; /* (n_grads): f32 gradients */
+  const int64_t *first;  /* (n_grads + 1): block index each one starts at */
+  int n_grads, parts;
+  float *sums; /* (first[n_grads]) */
+  atomic_bool taken[MAX_SHARES];
+} blocks_job;
+
+/* Share s of every gradient's blocks: its s-th block of rows, as in the
+ * optimiser's step (engine/optim/pieces.c), so each core reads the part
+ * of the gradients its own cache holds. */
+static void sum_share(blocks_job *j, int s) {
+  for (int i = 0; i < j->n_grads; i++) {
+    int64_t nb = j->first[i + 1] - j->first[i];
+    for (int64_t b = nb * s / j->parts; b < nb * (s + 1) / j->parts; b++)
+      j->sums[j->first[i] + b] = block_sum_squares(j->x[i] + b * BLOCK);
+  }
+}
+
+static void sum_shares(void *ctx, int64_t t, int64_t end) {
+  blocks_job *j = ctx;
+  (void)end;
+  for (int d = 0; d < j->parts; d++) {
+    int s = (int)((t + d) % j->parts);
+    if (!atomic_exchange(&j->taken[s], true)) sum_share(j, s);
+  }
+}
+
+/* Sum of squares of the current CPU gradients among params[0..n). */
+static double host_sum_squares(int n, em_tensor *const *params) {
+  int n_grads = 0;
+  for (int i = 0; i < n; i++) {
+    const em_tensor *g = current_grad(params[i]);
+    if (g && !em_on_device(g) && g->dtype == EM_DTYPE_F32) n_grads++;
+  }
+  /* from the caching allocator: no malloc in a steady training step */
+  size_t x_bytes = sizeof(float *) * (size_t)(n_grads + 1);
+  size_t first_bytes = sizeof(int64_t) * (size_t)(n_grads + 1);
+  const float **x = em_alloc(x_bytes);
+  int64_t *first = em_alloc(first_bytes);
+  EM_ASSERT(x && first && "out of memory for the gradient norm");
+  int k = 0;
+  first[0] = 0;
+  for (int i = 0; i < n; i++) {
+    const em_tensor *g = current_grad(params[i]);
+    if (!g || em_on_device(g) || g->dtype != EM_DTYPE_F32) continue;
+    x[k] = em_f32(g);
+    first[k + 1] = first[k] + em_tensor_numel(g) / BLOCK;
+    k++;
+  }
+  size_t sums_bytes = sizeof(float) * (size_t)(first[n_grads] + 1);
+  float *sums = em_alloc(sums_bytes);
+  EM_ASSERT(sums && "out of memory for the gradient norm");
+  blocks_job j = {.x = x, .first = first, .n_grads = n_grads, .sums = sums, .parts = 1};
+  if (first[n_grads] >= 64) j.parts = em_parallel_threads();
+  if (j.parts > MAX_SHARES) j.parts = MAX_SHARES;
+  for (int p = 0; p < j.parts; p++) atomic_init(&j.taken[p], false);
+  if (j.parts == 1) sum_share(&j, 0);
+  else em_parallel_each(sum_shares, &j);
+  double total = 0;
+  k = 0;
+  for (int i = 0; i < n; i++) {
+    const em_tensor *g = current_grad(params[i]);
+    if (!g || em_on_device(g)) continue;
+    if (g->dtype != EM_DTYPE_F32) {
+      total += f64_sum_squares(em_f64(g), em_tensor_numel(g));
+      continue;
+    }
+    for (int64_t b = first[k]; b < first[k + 1]; b++) total += sums[b];
+    for (int64_t e = (first[k + 1] - first[k]) * BLOCK; e < em_tensor_numel(g); e++)
+      total += (double)x[k][e] * (double)x[k][e];
+    k++;
+  }
+  em_free(sums, sums_bytes);
+  em_free(first, first_bytes);
+  em_free((void *)x, x_bytes);
+  return total;
 }
 
 static void scale(em_tensor *g, double coef) {
@@ -53,13 +141,6 @@ static void scale(em_tensor *g, double coef) {
   }
 }
 
-/* The current gradient of p, or NULL when it has none (NULL or stale). */
-static em_tensor *current_grad(const em_tensor *p) {
-  if (!p || !p->grad || (p->flags & EM_TENSOR_GRAD_STALE)) return NULL;
-  EM_ASSERT(em_tensor_is_contiguous(p->grad));
-  EM_ASSERT(p->grad->dtype == EM_DTYPE_F32 || p->grad->dtype == EM_DTYPE_F64);
-  return p->grad;
-}
 
 /* Sum of squares of the n_dev current gradients among params that live
  * on device d (all of them: a model lives on one device). NaN when the
@@ -93,19 +174,16 @@ static double device_sum_squares(int n, em_tensor *const *params, em_device d, i
 }
 
 double em_clip_grad_norm(int n, em_tensor *const *params, double max_norm) {
-  double total = 0;
   int n_dev = 0;
   em_device dev = em_device_cpu();
   for (int i = 0; i < n; i++) {
     const em_tensor *g = current_grad(params[i]);
-    if (!g) continue;
-    if (em_on_device(g)) {
+    if (g && em_on_device(g)) {
       dev = g->device;
       n_dev++;
-    } else {
-      total += sum_squares(g);
     }
   }
+  double total = host_sum_squares(n, params);
   if (n_dev) total += device_sum_squares(n, params, dev, n_dev);
   total = sqrt(total);
   if (!isfinite(total)) return total;

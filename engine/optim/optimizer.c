@@ -210,15 +210,18 @@ em_optimizer *em_optimizer_new(const em_optim_config *c, int n, em_tensor *const
   }
   em_optimizer *o = calloc(1, sizeof *o);
   em_optim_slot *slots = calloc((size_t)n, sizeof *slots);
-  if (!o || !slots) {
+  em_optim_piece *pieces = calloc((size_t)n, sizeof *pieces);
+  if (!o || !slots || !pieces) {
     free(o);
     free(slots);
+    free(pieces);
     em_error_set(err, EM_ERR_NOMEM, "out of memory for an optimizer");
     return NULL;
   }
   o->cfg = *c;
   o->n = n;
   o->slots = slots;
+  o->pieces = pieces;
   o->step = state_new(em_device_cpu(), EM_DTYPE_I64, 0, no_dims, "optimizer", "step", err);
   if (!o->step) goto fail;
   for (int i = 0; i < n; i++) {
@@ -255,20 +258,25 @@ void em_optimizer_free(em_optimizer *o) {
   }
   state_free(o->step);
   free(o->slots);
+  free(o->pieces);
   free(o->state);
   free(o);
 }
 
 void em_optimizer_step(em_optimizer *o) {
+  int n_pieces = 0;
   for (int i = 0; i < o->n; i++) {
     em_optim_slot *s = &o->slots[i];
     const em_tensor *p = s->param, *g = p->grad;
     if (!g || (p->flags & EM_TENSOR_GRAD_STALE)) continue;
     EM_ASSERT(g->dtype == p->dtype && em_tensor_numel(g) == em_tensor_numel(p));
     EM_ASSERT(em_tensor_is_contiguous(g));
-    if (o->cfg.kind == EM_OPTIM_SGD) em_sgd_update(&o->cfg, s, g);
-    else em_adam_update(&o->cfg, s, g);
+    em_optim_piece *piece = &o->pieces[n_pieces];
+    if (o->cfg.kind == EM_OPTIM_SGD ? em_sgd_prepare(&o->cfg, s, g, piece)
+                                    : em_adam_prepare(&o->cfg, s, g, piece))
+      n_pieces++;
   }
+  em_optim_pieces_run(o->pieces, n_pieces);
   *em_i64(o->step) += 1;
 }
 

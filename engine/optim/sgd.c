@@ -8,26 +8,20 @@
  *   p = p - lr * d
  *
  * Element-wise loops over contiguous arrays that the compiler vectorises;
- * the f32 loop computes in float as PyTorch does. Big tensors are split
- * over the thread pool (each element is independent, so the result does
- * not depend on the thread count). A parameter on a device runs its
+ * the f32 loop computes in float as PyTorch does. The optimizer runs the
+ * pieces of all parameters over the thread pool together (each element is
+ * independent, so the result does not depend on the thread count). A
+ * parameter on a device runs its
  * backend's sgd_step kernel (the same formulas, engine/device/kernels). */
 #include "optim-private.h"
 
 #include "../device/device-private.h"
 
-typedef struct {
-  void *p, *buf;          /* (D) */
-  const void *g;          /* (D) */
-  double lr, wd, mom, damp;
-  bool first, nesterov;
-} sgd_args;
-
 /* One kernel for both dtypes; T is float or double, and the f32 one
  * computes in float as PyTorch does. */
 #define SGD_KERNEL(NAME, T)                                                   \
   static void NAME(void *ctx, int64_t begin, int64_t end) {                  \
-    const sgd_args *a = ctx;                                                  \
+    const em_sgd_args *a = ctx;                                                    \
     T *restrict p = (T *)a->p + begin;                          /* (D) */     \
     const T *restrict g = (const T *)a->g + begin;              /* (D) */     \
     T *restrict buf = a->buf ? (T *)a->buf + begin : NULL;      /* (D) */     \
@@ -66,16 +60,18 @@ typedef struct {
 SGD_KERNEL(sgd_f32, float)
 SGD_KERNEL(sgd_f64, double)
 
-void em_sgd_update(const em_optim_config *c, em_optim_slot *s, const em_tensor *g) {
+bool em_sgd_prepare(const em_optim_config *c, em_optim_slot *s, const em_tensor *g,
+                    em_optim_piece *piece) {
   bool use_buf = c->momentum != 0 && s->buf[0];
+  bool first = use_buf && *em_i64(s->step) == 0;
+  if (use_buf) *em_i64(s->step) += 1;
   if (em_on_device(s->param)) { /* the step count stays on the host */
     em_kernels_of(s->param)->sgd_step(s->param, g, use_buf ? s->buf[0] : NULL, c->lr,
                                       c->weight_decay, c->momentum, c->dampening, c->nesterov,
-                                      use_buf && *em_i64(s->step) == 0);
-    if (use_buf) *em_i64(s->step) += 1;
-    return;
+                                      first);
+    return false;
   }
-  sgd_args a = {
+  s->args.sgd = (em_sgd_args){
     .p = em_tensor_ptr(s->param),
     .g = em_tensor_ptr(g),
     .buf = use_buf ? em_tensor_ptr(s->buf[0]) : NULL,
@@ -83,10 +79,10 @@ void em_sgd_update(const em_optim_config *c, em_optim_slot *s, const em_tensor *
     .wd = c->weight_decay,
     .mom = c->momentum,
     .damp = c->dampening,
-    .first = use_buf && *em_i64(s->step) == 0,
+    .first = first,
     .nesterov = c->nesterov,
   };
-  em_parallel_for(em_tensor_numel(s->param), EM_OPTIM_GRAIN,
-                  s->param->dtype == EM_DTYPE_F32 ? sgd_f32 : sgd_f64, &a);
-  if (use_buf) *em_i64(s->step) += 1;
+  *piece = (em_optim_piece){s->param->dtype == EM_DTYPE_F32 ? sgd_f32 : sgd_f64, &s->args.sgd,
+                            em_tensor_numel(s->param)};
+  return true;
 }

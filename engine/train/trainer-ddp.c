@@ -127,9 +127,13 @@ static em_status shard_get(const void *impl, int64_t i, float *x, int64_t *y, em
   const shard *s = impl;
   return em_dataset_get(s->base, s->rank + i * s->world, x, y, err);
 }
+static void shard_prefetch(const void *impl, int64_t i) {
+  const shard *s = impl;
+  em_dataset_prefetch(s->base, s->rank + i * s->world);
+}
 static const em_dataset_vtable shard_vtable = {
     .kind = "shard", .len = shard_len, .sample_shape = shard_shape,
-    .num_classes = shard_classes, .get = shard_get, .free = free};
+    .num_classes = shard_classes, .get = shard_get, .free = free, .prefetch = shard_prefetch};
 
 /* The shard's outputs into the whole test set's: row i of rank r is
  * sample r + i * world. Labels travel as floats (exact below 2^24). */

@@ -2,6 +2,7 @@
  * tensors, the rng and the thread pool. */
 #include <glib.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "em-pool.h"
@@ -103,6 +104,58 @@ static void test_pool(void) {
   em_set_num_threads(1);
 }
 
+/* em_parallel_each: each thread index once per call, always on the same
+ * thread; nested calls run inline as thread 0. */
+typedef struct {
+  pthread_t who[4];
+  int calls[4];
+  int nested_threads[4];
+  int nested_t[4];
+} each_log;
+
+static void nested_each(void *ctx, int64_t t, int64_t end) {
+  int *seen = ctx;
+  (void)end;
+  *seen = (int)t;
+}
+
+static void log_each(void *ctx, int64_t t, int64_t end) {
+  each_log *l = ctx;
+  g_assert_cmpint(end, ==, t + 1);
+  g_assert_cmpint(t, >=, 0);
+  g_assert_cmpint(t, <, 3);
+  l->calls[t]++;
+  l->who[t] = pthread_self();
+  l->nested_threads[t] = em_parallel_threads();
+  em_parallel_each(nested_each, &l->nested_t[t]);
+}
+
+static void test_pool_each(void) {
+  em_set_num_threads(3);
+  g_assert_cmpint(em_parallel_threads(), ==, 3);
+  each_log first = {0};
+  em_parallel_each(log_each, &first);
+  g_assert_true(pthread_equal(first.who[0], pthread_self()));
+  for (int rep = 0; rep < 200; rep++) {
+    each_log l = {0};
+    for (int t = 0; t < 3; t++) l.nested_t[t] = -1;
+    if (rep % 50 == 49) g_usleep(2000);   /* the workers go to sleep: they must wake */
+    if (rep % 50 == 25) em_pool_park();
+    em_parallel_each(log_each, &l);
+    for (int t = 0; t < 3; t++) {
+      g_assert_cmpint(l.calls[t], ==, 1);
+      g_assert_true(pthread_equal(l.who[t], first.who[t]));
+      g_assert_cmpint(l.nested_threads[t], ==, 1);
+      g_assert_cmpint(l.nested_t[t], ==, 0);
+    }
+  }
+  em_set_num_threads(1);
+  each_log one = {0};
+  em_parallel_each(log_each, &one);
+  g_assert_cmpint(one.calls[0], ==, 1);
+  g_assert_true(pthread_equal(one.who[0], pthread_self()));
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/core/scope-steady-state", test_scope_steady_state);
@@ -110,5 +163,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/core/persistent-and-absurd", test_persistent_and_absurd);
   g_test_add_func("/engine/core/rng", test_rng);
   g_test_add_func("/engine/core/pool", test_pool);
+  g_test_add_func("/engine/core/pool-each", test_pool_each);
   return g_test_run();
 }

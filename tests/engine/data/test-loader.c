@@ -35,7 +35,7 @@ static em_status id_get(const void *impl, int64_t i, float *x /* (3) */, int64_t
   return EM_OK;
 }
 static void id_free(void *impl) { g_free(impl); }
-static const em_dataset_vtable id_vt = {"id", id_len, id_shape, id_classes, id_get, id_free};
+static const em_dataset_vtable id_vt = {"id", id_len, id_shape, id_classes, id_get, id_free, NULL};
 
 static em_dataset *id_dataset(int64_t n, int64_t fail_at, int sleep_us) {
   id_set *s = g_new0(id_set, 1);

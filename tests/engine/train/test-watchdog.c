@@ -78,7 +78,7 @@ static void p_free(void *impl) {
   free(p);
 }
 static const em_dataset_vtable poisoned_vt = {"poisoned", p_len, p_shape, p_classes, p_get,
-                                              p_free};
+                                              p_free, NULL};
 
 static const char *mlp_json =
     "{\"name\": \"mlp\", \"input\": {\"shape\": [16]}, \"nodes\": ["
