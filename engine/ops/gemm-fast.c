@@ -2,7 +2,10 @@
  * Linear layers (batch 128 by a few hundred features), where OpenBLAS
  * spends much of its time packing and synchronising its threads.
  *
- * C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, row-major.
+ * C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, row-major, or
+ * + bias (a row added to every row of C: a Linear layer's, added where
+ * the first block of the reduction is stored, instead of a pass that
+ * copies it into C first).
  * C is cut into tiles of MR x NR (8 x 32: sixteen zmm accumulators) that
  * one micro-kernel computes with two loads of B and eight broadcasts of A
  * per step of the reduction, so it is bound by the FMA ports:
@@ -58,6 +61,7 @@ typedef struct {
   bool ta, tb, pack_b;
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
+  const float *bias; /* (n) or NULL */
   const float *a, *b;
   float *c;
   int64_t kc, nkb;    /* reduction block and block count */
@@ -79,19 +83,28 @@ static inline __mmask16 mask_of(int64_t w) {
   return w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? (__mmask16)0 : (__mmask16)((1u << w) - 1);
 }
 
-/* C tile rows [0, mr), columns under m0 | m1 = alpha * acc + beta * C
- * (beta 0 overwrites whatever C held, NaN included). */
+/* C tile rows [0, mr), columns under m0 | m1 = alpha * acc + bias when
+ * there is a bias (its tile columns), else alpha * acc + beta * C (beta 0
+ * overwrites whatever C held, NaN included). */
 static inline __attribute__((always_inline)) void tile_store(__m512 *c0, __m512 *c1, float *c,
                                                              int64_t ldc, int mr, __mmask16 m0,
                                                              __mmask16 m1, float alpha,
-                                                             float beta) {
+                                                             float beta, const float *bias) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+  if (bias) {
+    b0 = _mm512_maskz_loadu_ps(m0, bias);
+    b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  }
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++) {
     if (r >= mr) break;
     float *cr = c + r * ldc;
     __m512 v0 = _mm512_mul_ps(va, c0[r]), v1 = _mm512_mul_ps(va, c1[r]);
-    if (beta != 0.f) {
+    if (bias) { /* what beta 1 over a C filled with the bias gives, bit for bit */
+      v0 = _mm512_add_ps(b0, v0);
+      v1 = _mm512_add_ps(b1, v1);
+    } else if (beta != 0.f) {
       v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), v0);
       v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), v1);
     }
@@ -109,7 +122,7 @@ static inline __attribute__((always_inline)) void tile_store(__m512 *c0, __m512 
 static inline __attribute__((always_inline)) void kernel_body(
     int64_t k, const float *a, int64_t lda, bool packed, const float *b, int64_t b_ks,
     __mmask16 m0, __mmask16 m1, float *c /* (mr, NR, ldc) */, int64_t ldc, __mmask16 s0,
-    __mmask16 s1, float alpha, float beta, const int mr) {
+    __mmask16 s1, float alpha, float beta, const float *bias, const int mr) {
   __m512 c0[MR], c1[MR];
   const float *ap[MR];
 #pragma GCC unroll 8
@@ -129,26 +142,28 @@ static inline __attribute__((always_inline)) void kernel_body(
       c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
     }
   }
-  tile_store(c0, c1, c, ldc, mr, s0, s1, alpha, beta);
+  tile_store(c0, c1, c, ldc, mr, s0, s1, alpha, beta, bias);
 }
 
 #define KERNEL_INSTANCES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
 #define KERNEL_DEF(R)                                                                            \
   static void kernel_arow_##R(int64_t k, const float *a, int64_t lda, const float *b,            \
                               int64_t b_ks, __mmask16 m0, __mmask16 m1, float *c, int64_t ldc,   \
-                              __mmask16 s0, __mmask16 s1, float alpha, float beta) {             \
-    kernel_body(k, a, lda, false, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, R);             \
+                              __mmask16 s0, __mmask16 s1, float alpha, float beta,               \
+                              const float *bias) {                                               \
+    kernel_body(k, a, lda, false, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, bias, R);       \
   }                                                                                              \
   static void kernel_apack_##R(int64_t k, const float *a, int64_t lda, const float *b,           \
                                int64_t b_ks, __mmask16 m0, __mmask16 m1, float *c, int64_t ldc,  \
-                               __mmask16 s0, __mmask16 s1, float alpha, float beta) {            \
-    kernel_body(k, a, lda, true, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, R);              \
+                               __mmask16 s0, __mmask16 s1, float alpha, float beta,              \
+                               const float *bias) {                                              \
+    kernel_body(k, a, lda, true, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, bias, R);        \
   }
 KERNEL_INSTANCES(KERNEL_DEF)
 
 typedef void (*kernel_fn)(int64_t k, const float *a, int64_t lda, const float *b, int64_t b_ks,
                           __mmask16 m0, __mmask16 m1, float *c, int64_t ldc, __mmask16 s0,
-                          __mmask16 s1, float alpha, float beta);
+                          __mmask16 s1, float alpha, float beta, const float *bias);
 #define KERNEL_AROW(R) kernel_arow_##R,
 #define KERNEL_APACK(R) kernel_apack_##R,
 static const kernel_fn kernels[2][MR] = {{KERNEL_INSTANCES(KERNEL_AROW)},
@@ -257,13 +272,14 @@ static void run_item(const gemm_job *g, int64_t t0, int64_t t1, int64_t p, float
       m1 = s1;
     }
     float beta = kb == 0 ? g->beta : 1.f;
+    const float *bias = kb == 0 && g->bias ? g->bias + j0 : NULL;
     for (int64_t t = t0; t < t1; t++) {
       int64_t i0 = t * MR;
       int mr = g->m - i0 < MR ? (int)(g->m - i0) : MR;
       float *ct = g->c + i0 * g->ldc + j0;
       const float *at = g->ta ? apan + (t - t0) * g->k * MR + k0 * MR : g->a + i0 * g->lda + k0;
       kernels[g->ta][mr - 1](kl, at, g->lda, bp, b_ks, m0, m1, ct, g->ldc, s0, s1, g->alpha,
-                             beta);
+                             beta, bias);
     }
   }
 }
@@ -298,12 +314,12 @@ static void run_slots(void *ctx, int64_t t, int64_t end) {
 
 bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      float *c, int64_t ldc) {
+                      const float *bias, float *c, int64_t ldc) {
   if (m < 1 || n < 1 || k < 1 || (double)m * (double)n * (double)k > MAX_MACS ||
       !em_scope_current())
     return false;
   gemm_job g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
-                .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
+                .alpha = alpha, .beta = beta, .bias = bias, .a = a, .b = b, .c = c};
   g.nkb = (k + KC - 1) / KC;
   g.kc = (k + g.nkb - 1) / g.nkb;
   g.n_mt = (m + MR - 1) / MR;
@@ -336,9 +352,9 @@ bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
 
 bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      float *c, int64_t ldc) {
+                      const float *bias, float *c, int64_t ldc) {
   (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b;
-  (void)ldb, (void)beta, (void)c, (void)ldc;
+  (void)ldb, (void)beta, (void)bias, (void)c, (void)ldc;
   return false;
 }
 

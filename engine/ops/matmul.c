@@ -14,21 +14,35 @@
 
 static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
-                     double beta, void *c, int64_t ldc);
+                     double beta, const void *bias, void *c, int64_t ldc);
 
-void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
-             const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
-             int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  /* a span of its own, so that linear's and matmul's self time excludes
-   * the products and their FLOPs are counted where they are done */
-  const int tok = em_profile_hooks_on() ? em_op_begin_("gemm", 0, NULL) : -1;
+/* The profiler's span of a product: linear's and matmul's self time
+ * exclude it, and its FLOPs are counted where they are done. */
+static int gemm_span_begin(const char *name, int64_t m, int64_t n, int64_t k) {
+  const int tok = em_profile_hooks_on() ? em_op_begin_(name, 0, NULL) : -1;
   if (tok >= 0) {
     em_op_note_shape_(tok, 2, (int64_t[]){m, k});
     em_op_note_shape_(tok, 2, (int64_t[]){k, n});
     em_op_add_flops_(2.0 * (double)m * (double)n * (double)k);
   }
-  gemm_run(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return tok;
+}
+
+void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+             const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+             int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const int tok = gemm_span_begin("gemm", m, n, k);
+  gemm_run(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, NULL, c, ldc);
+  if (tok >= 0) em_op_end_(tok, NULL);
+}
+
+void em_gemm_bias(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                  int64_t lda, const void *b, int64_t ldb, const void *bias, void *c,
+                  int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const int tok = gemm_span_begin("gemm", m, n, k);
+  gemm_run(dt, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, bias, c, ldc);
   if (tok >= 0) em_op_end_(tok, NULL);
 }
 
@@ -36,7 +50,7 @@ void em_gemm_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int
                         double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                         double beta, void *c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  gemm_run(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  gemm_run(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, NULL, c, ldc);
 }
 
 /* em_gemm, or the bf16 GEMM (alpha 1, f32) when kern is not NONE. */
@@ -48,19 +62,24 @@ static void gemm_amp(em_bf16_kernel kern, em_dtype dt, bool ta, bool tb, int64_t
     return;
   }
   if (m == 0 || n == 0) return;
-  const int tok = em_profile_hooks_on() ? em_op_begin_("gemm_bf16", 0, NULL) : -1;
-  if (tok >= 0) {
-    em_op_note_shape_(tok, 2, (int64_t[]){m, k});
-    em_op_note_shape_(tok, 2, (int64_t[]){k, n});
-    em_op_add_flops_(2.0 * (double)m * (double)n * (double)k);
-  }
+  const int tok = gemm_span_begin("gemm_bf16", m, n, k);
   em_gemm_bf16(kern, ta, tb, m, n, k, a, lda, b, ldb, (float)beta, c, ldc);
   if (tok >= 0) em_op_end_(tok, NULL);
 }
 
+/* C = alpha op(A) op(B) + (bias ? bias in every row : beta C). */
 static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
-                     double beta, void *c, int64_t ldc) {
+                     double beta, const void *bias, void *c, int64_t ldc) {
+  if (dt == EM_DTYPE_F32 && k > 0 &&
+      em_gemm_f32_fast(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, bias, c, ldc))
+    return;
+  if (bias) { /* the bias in every row of C, then C += the product */
+    size_t es = em_dtype_size(dt);
+    for (int64_t i = 0; i < m; i++)
+      memcpy((char *)c + (size_t)(i * ldc) * es, bias, (size_t)n * es);
+    beta = 1.0;
+  }
   if (k == 0) { /* BLAS may not scale C for k = 0 */
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) {
@@ -74,10 +93,7 @@ static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_
       }
     return;
   }
-  /* f32: gemm-fast.c where it takes the call (AVX-512 builds), else OpenBLAS */
-  if (dt == EM_DTYPE_F32 && em_gemm_f32_fast(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb,
-                                               (float)beta, c, ldc))
-    return;
+  /* f32 products gemm-fast.c did not take (no AVX-512, too big) and f64: OpenBLAS */
   enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
   em_pool_park(); /* the pool's workers leave the cores to OpenBLAS's threads */
   if (dt == EM_DTYPE_F32)
@@ -179,23 +195,19 @@ em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b) {
   EM_ASSERT(em_blas_operand_of(x, 0, 1, 0, &xo));
   int64_t shape[2] = {N, K};
   em_tensor *y = em_empty(x->dtype, 2, shape);
-  size_t es = em_dtype_size(x->dtype);
-  double beta = 0.0;
-  if (b) {
-    em_tensor *bc = blas_ready(b, 0, 0);
-    const char *bp = em_tensor_ptr(bc);
-    char *yp = em_tensor_ptr(y);
-    if (b->stride[0] == 1 || K == 1)
-      for (int64_t i = 0; i < N; i++) memcpy(yp + (size_t)(i * K) * es, bp, (size_t)K * es);
-    else
-      for (int64_t i = 0; i < N; i++)
-        for (int64_t k = 0; k < K; k++)
-          memcpy(yp + (size_t)(i * K + k) * es, bp + (size_t)(k * b->stride[0]) * es, es);
-    beta = 1.0;
-  }
   em_bf16_kernel kern = em_autocast_kernel();
-  gemm_amp(kern, x->dtype, xo.trans, true, N, K, D, xo.ptr, xo.ld, em_tensor_ptr(w),
-           w->shape[1] == 1 ? 1 : w->stride[0], beta, em_tensor_ptr(y), K);
+  const void *wp = em_tensor_ptr(w);
+  int64_t ldw = w->shape[1] == 1 ? 1 : w->stride[0];
+  const void *bp = b ? em_tensor_ptr(blas_ready(b, 0, 0)) : NULL; /* (K) contiguous */
+  if (kern == EM_BF16_KERNEL_NONE || x->dtype != EM_DTYPE_F32) {
+    em_gemm_bias(x->dtype, xo.trans, true, N, K, D, xo.ptr, xo.ld, wp, ldw, bp,
+                 em_tensor_ptr(y), K);
+  } else { /* bf16 products: the bias in every row first, then y += x w^T */
+    for (int64_t i = 0; bp && i < N; i++)
+      memcpy(em_f32(y) + i * K, bp, sizeof(float) * (size_t)K);
+    gemm_amp(kern, x->dtype, xo.trans, true, N, K, D, xo.ptr, xo.ld, wp, ldw, bp ? 1.0 : 0.0,
+             em_tensor_ptr(y), K);
+  }
   em_tensor *ins[3] = {x, w, b};
   if (em_needs_grad(3, ins)) {
     bool amp = kern != EM_BF16_KERNEL_NONE && x->dtype == EM_DTYPE_F32;

@@ -29,6 +29,11 @@ bool em_blas_operand_of(const em_tensor *t, int d0, int d1, int64_t offset_elems
 void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
              const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
              int64_t ldc);
+/* C (m, n, ldc) = op(A) (m, k) @ op(B) (k, n) + bias (n values, contiguous,
+ * added to every row), in dt: a Linear layer's forward. */
+void em_gemm_bias(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                  int64_t lda, const void *b, int64_t ldb, const void *bias, void *c,
+                  int64_t ldc);
 /* em_gemm without its profiler span (for a caller that records the op
  * and its FLOPs itself: the reference device's GEMM). */
 void em_gemm_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
@@ -196,13 +201,14 @@ static inline float em_logf(float x) {
 
 /* ---- gemm-fast.c: the f32 GEMM behind em_gemm on AVX-512 builds ---- */
 /* C (m, n, ldc) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, row-major,
- * split over the pool in a fixed way (same numbers for any thread count).
+ * or + bias (n values added to every row; beta is then ignored), split
+ * over the pool in a fixed way (same numbers for any thread count).
  * Needs an open scope (packing scratch). Returns false, touching nothing,
  * when it does not handle the call (no AVX-512, no scope, a size < 1, or
  * a product of over 2^26 multiply-adds); em_gemm then uses OpenBLAS. */
 bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      float *c, int64_t ldc);
+                      const float *bias, float *c, int64_t ldc);
 
 /* Max and sum of x[0, n) (n >= 1) in float, with 16 lanes so that they
  * vectorise once n >= 64 (the row kernels of softmax and cross-entropy). */
