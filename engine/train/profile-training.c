@@ -30,11 +30,17 @@ static bool on_event(const em_train_event *ev, void *user) {
   window *w = user;
   em_profile_training_options *o = w->o;
   if (o->cancel && atomic_load(o->cancel)) return false;
+  /* no warm-up: the window starts with the run (its first step's start) */
+  if (ev->kind == EM_EVENT_START && o->warmup == 0) {
+    em_memory_reset_peak();
+    em_leak_reset();
+    w->t_ms[0] = now_ms();
+  }
   if (ev->kind != EM_EVENT_STEP) return true;
   w->seen++;
   o->last_loss = ev->loss;
   int i = w->seen - o->warmup; /* 0: the end of warm-up, the window's start */
-  if (i == 0) {
+  if (i == 0) { /* (with warm-up: i starts at 0; without, at 1, START set t_ms[0]) */
     em_memory_reset_peak();
     em_leak_reset();
   }

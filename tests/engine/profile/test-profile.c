@@ -660,6 +660,21 @@ static void test_cli(void) {
   g_autofree char *chk = NULL;
   g_assert_cmpint(run_checker(trace, "--expect-name conv2d --expect-name gemm", &chk), ==, 0);
 
+  /* no warm-up: the window starts with the run, so the mean is a step's
+   * time (it once counted from the clock's zero) */
+  g_autofree char *cmd0 = g_strdup_printf(
+      "%s profile %s --steps 3 --warmup 0 --batch 16 --dataset synthetic --threads 2", exe, spec);
+  g_autofree char *out0 = NULL, *err0 = NULL;
+  g_assert_true(g_spawn_command_line_sync(cmd0, &out0, &err0, &status, NULL));
+  g_assert_cmpint(status, ==, 0);
+  const char *st = strstr(out0, "step time: median ");
+  g_assert_nonnull(st);
+  double median = 0, mean = 0;
+  g_assert_cmpint(sscanf(st, "step time: median %lf ms, mean %lf ms", &median, &mean), ==, 2);
+  g_assert_cmpfloat(median, >, 0);
+  g_assert_cmpfloat(mean, >, 0);
+  g_assert_cmpfloat(mean, <, 10000); /* a few small steps, not the machine's uptime */
+
   /* bad usage: exit 2 with a message that names the problem */
   g_autofree char *cmd2 = g_strdup_printf("%s profile %s --steps zero", exe, spec);
   g_autofree char *out2 = NULL, *err2 = NULL;
