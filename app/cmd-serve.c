@@ -40,13 +40,6 @@
 #define DEFAULT_MAX_WAIT_MS 0.0
 #define DEFAULT_MAX_BODY (8u << 20)
 
-/* NAME@ALIAS rather than NAME@VERSION (a number names one version for
- * good: only an alias can move). */
-static bool names_alias(const char *ref) {
-  const char *sel = strchr(ref, '@') + 1;
-  return sel[strspn(sel, "0123456789")] != '\0';
-}
-
 int cli_cmd_serve(int argc, char **argv) {
   const char *weights = NULL, *registry = NULL, *port_s = NULL, *host = "127.0.0.1",
              *max_batch_s = NULL, *max_wait_s = NULL, *workers_s = NULL, *threads_s = NULL,
@@ -95,7 +88,7 @@ int cli_cmd_serve(int argc, char **argv) {
   if (!workers) workers = cores / threads;
 
   bool registered = em_version_ref_looks_like(pos[0]) && !weights;
-  bool watch = registered && names_alias(pos[0]);
+  bool watch = registered && em_version_ref_names_alias(pos[0]); /* only an alias moves */
   if (registered && !watch && poll_s)
     cli_die_usage("--poll-ms goes with NAME@ALIAS; %s names a fixed version", pos[0]);
   if (!registered && poll_s) cli_die_usage("--poll-ms goes with NAME@ALIAS (a spec file is not "

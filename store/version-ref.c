@@ -25,6 +25,18 @@ bool em_version_ref_looks_like(const char *text) {
   return at && at != text && at[1] && !strchr(at + 1, '/');
 }
 
+bool em_store_selector_is_version(const char *sel, long *number) {
+  char *end;
+  long n = strtol(sel, &end, 10);
+  if (number) *number = n;
+  return *sel && *end == '\0' && n > 0;
+}
+
+bool em_version_ref_names_alias(const char *ref) {
+  const char *at = ref ? strchr(ref, '@') : NULL;
+  return at && !em_store_selector_is_version(at + 1, NULL);
+}
+
 em_status em_store_resolve_version(em_store *s, const char *ref, em_version_ref *out,
                                    em_error *err) {
   memset(out, 0, sizeof *out);
@@ -38,9 +50,8 @@ em_status em_store_resolve_version(em_store *s, const char *ref, em_version_ref 
   memcpy(out->name, ref, (size_t)(at - ref));
   out->name[at - ref] = '\0';
   strcpy(out->selector, at + 1);
-  char *end;
-  long want = strtol(out->selector, &end, 10);
-  bool by_number = *end == '\0' && want > 0;
+  long want;
+  bool by_number = em_store_selector_is_version(out->selector, &want);
 
   em_version_row *v = NULL;
   int nv = 0;

@@ -300,6 +300,9 @@ typedef struct {
 
 /* True when text has the form NAME@SOMETHING (not a path). */
 bool em_version_ref_looks_like(const char *text);
+/* True when ref's selector names an alias (which can move), false when it
+ * is a version number (a whole number above 0), as resolution reads it. */
+bool em_version_ref_names_alias(const char *ref);
 /* Resolves ref; an unknown model, alias or version is EM_ERR_INVALID with
  * a message that says how to list them. Clear out with
  * em_version_ref_clear. */

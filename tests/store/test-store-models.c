@@ -136,6 +136,10 @@ static void test_promote_rollback(fixture *f, gconstpointer data) {
   g_assert_nonnull(strstr(err.msg, "no version 4"));
   g_assert_cmpint(em_store_model_promote(f->s, "zzz", 1, "production", &err), ==, EM_ERR_INVALID);
   g_assert_cmpint(em_store_model_promote(f->s, "m", 1, "pro duction", &err), ==, EM_ERR_INVALID);
+  /* an alias that reads as a version number could never be named by m@3 */
+  g_assert_cmpint(em_store_model_promote(f->s, "m", 1, "3", &err), ==, EM_ERR_INVALID);
+  g_assert_nonnull(strstr(err.msg, "version number"));
+  g_assert_cmpint(em_store_model_promote(f->s, "m", 1, "007", &err), ==, EM_ERR_INVALID);
 
   g_assert_cmpint(em_store_model_promote(f->s, "m", 1, "production", &err), ==, EM_OK);
   g_assert_cmpint(em_store_model_promote(f->s, "m", 2, "production", &err), ==, EM_OK);
@@ -253,11 +257,25 @@ static void test_gc(fixture *f, gconstpointer data) {
   g_free(export);
 }
 
+/* what serve watches (an alias can move) and what resolution reads as a
+ * version number agree */
+static void test_ref_names_alias(void) {
+  g_assert_true(em_version_ref_names_alias("m@production"));
+  g_assert_true(em_version_ref_names_alias("m@v3"));
+  g_assert_true(em_version_ref_names_alias("m@0")); /* versions start at 1 */
+  g_assert_true(em_version_ref_names_alias("m@-1"));
+  g_assert_true(em_version_ref_names_alias("m@3a"));
+  g_assert_false(em_version_ref_names_alias("m@3"));
+  g_assert_false(em_version_ref_names_alias("m@007"));
+  g_assert_false(em_version_ref_names_alias("no-at-sign"));
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
 #define ADD(path, fn) g_test_add(path, fixture, NULL, fx_setup, fn, fx_teardown)
   ADD("/store/models/register", test_register);
   ADD("/store/models/promote-rollback", test_promote_rollback);
+  g_test_add_func("/store/models/ref-names-alias", test_ref_names_alias);
   ADD("/store/artifacts/gc", test_gc);
   return g_test_run();
 }
