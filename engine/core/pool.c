@@ -205,4 +205,31 @@ void em_parallel_each(em_range_fn fn, void *ctx) {
   pthread_mutex_unlock(&submit_mu);
 }
 
+typedef struct {
+  em_range_fn fn;
+  void *ctx;
+  int n;
+  atomic_bool taken[MAX_THREADS];
+} shares_job;
+
+static void run_shares(void *ctx, int64_t t, int64_t end) {
+  shares_job *j = ctx;
+  (void)end;
+  for (int d = 0; d < j->n; d++) {
+    int s = (int)((t + d) % j->n);
+    if (!atomic_exchange(&j->taken[s], true)) j->fn(j->ctx, s, s + 1);
+  }
+}
+
+int em_parallel_shares(em_range_fn fn, void *ctx) {
+  shares_job j = {.fn = fn, .ctx = ctx, .n = em_parallel_threads()};
+  if (j.n == 1) {
+    fn(ctx, 0, 1);
+    return 1;
+  }
+  for (int s = 0; s < j.n; s++) atomic_init(&j.taken[s], false);
+  em_parallel_each(run_shares, &j);
+  return j.n;
+}
+
 const char *em_blas_core(void) { return openblas_get_corename(); }

@@ -29,6 +29,12 @@ void em_parallel_for(int64_t n, int64_t grain, em_range_fn fn, void *ctx);
 void em_parallel_each(em_range_fn fn, void *ctx);
 /* How many threads em_parallel_each runs here: 1 inside a job. */
 int em_parallel_threads(void);
+/* fn(ctx, s, s + 1) once for each share s in [0, em_parallel_threads()),
+ * returning that count: thread t does share t first (so the work split by
+ * share stays with one core from call to call), then any share still
+ * untaken (a thread that starts late has its share done by another).
+ * With one thread, or inside a job, the caller does share 0 alone. */
+int em_parallel_shares(em_range_fn fn, void *ctx);
 void em_pool_shutdown(void);
 /* Idle workers stop watching for jobs and sleep until the next one. */
 void em_pool_park(void);

@@ -6,7 +6,6 @@
 #include "optim-private.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "../device/device-private.h"
@@ -48,33 +47,23 @@ static double f64_sum_squares(const double *x, int64_t n) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-#define MAX_SHARES 64 /* the pool's thread limit */
-
 typedef struct {
   const float *const *x; /* (n_grads): f32 gradients */
   const int64_t *first;  /* (n_grads + 1): block index each one starts at */
   int n_grads, parts;
   float *sums; /* (first[n_grads]) */
-  atomic_bool taken[MAX_SHARES];
 } blocks_job;
 
 /* Share s of every gradient's blocks: its s-th block of rows, as in the
  * optimiser's step (engine/optim/pieces.c), so each core reads the part
  * of the gradients its own cache holds. */
-static void sum_share(blocks_job *j, int s) {
+static void sum_share(void *ctx, int64_t s, int64_t end) {
+  const blocks_job *j = ctx;
+  (void)end;
   for (int i = 0; i < j->n_grads; i++) {
     int64_t nb = j->first[i + 1] - j->first[i];
     for (int64_t b = nb * s / j->parts; b < nb * (s + 1) / j->parts; b++)
       j->sums[j->first[i] + b] = block_sum_squares(j->x[i] + b * BLOCK);
-  }
-}
-
-static void sum_shares(void *ctx, int64_t t, int64_t end) {
-  blocks_job *j = ctx;
-  (void)end;
-  for (int d = 0; d < j->parts; d++) {
-    int s = (int)((t + d) % j->parts);
-    if (!atomic_exchange(&j->taken[s], true)) sum_share(j, s);
   }
 }
 
@@ -104,11 +93,12 @@ static double host_sum_squares(int n, em_tensor *const *params) {
   float *sums = em_alloc(sums_bytes);
   EM_ASSERT(sums && "out of memory for the gradient norm");
   blocks_job j = {.x = x, .first = first, .n_grads = n_grads, .sums = sums, .parts = 1};
-  if (first[n_grads] >= 64) j.parts = em_parallel_threads();
-  if (j.parts > MAX_SHARES) j.parts = MAX_SHARES;
-  for (int p = 0; p < j.parts; p++) atomic_init(&j.taken[p], false);
-  if (j.parts == 1) sum_share(&j, 0);
-  else em_parallel_each(sum_shares, &j);
+  if (first[n_grads] < 64) {
+    sum_share(&j, 0, 1);
+  } else {
+    j.parts = em_parallel_threads();
+    em_parallel_shares(sum_share, &j);
+  }
   double total = 0;
   k = 0;
   for (int i = 0; i < n; i++) {

@@ -130,6 +130,30 @@ static void log_each(void *ctx, int64_t t, int64_t end) {
   em_parallel_each(nested_each, &l->nested_t[t]);
 }
 
+static void count_share(void *ctx, int64_t s, int64_t end) {
+  int *calls = ctx;
+  g_assert_cmpint(end, ==, s + 1);
+  __atomic_add_fetch(&calls[s], 1, __ATOMIC_RELAXED);
+}
+
+/* em_parallel_shares: every share exactly once, whoever runs it. */
+static void test_pool_shares(void) {
+  em_set_num_threads(3);
+  for (int rep = 0; rep < 100; rep++) {
+    int calls[4] = {0};
+    if (rep % 25 == 24) g_usleep(2000); /* sleeping workers: the caller may take their shares */
+    g_assert_cmpint(em_parallel_shares(count_share, calls), ==, 3);
+    g_assert_cmpint(calls[0], ==, 1);
+    g_assert_cmpint(calls[1], ==, 1);
+    g_assert_cmpint(calls[2], ==, 1);
+    g_assert_cmpint(calls[3], ==, 0);
+  }
+  em_set_num_threads(1);
+  int one[2] = {0};
+  g_assert_cmpint(em_parallel_shares(count_share, one), ==, 1);
+  g_assert_cmpint(one[0], ==, 1);
+}
+
 static void test_pool_each(void) {
   em_set_num_threads(3);
   g_assert_cmpint(em_parallel_threads(), ==, 3);
@@ -164,5 +188,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/core/rng", test_rng);
   g_test_add_func("/engine/core/pool", test_pool);
   g_test_add_func("/engine/core/pool-each", test_pool_each);
+  g_test_add_func("/engine/core/pool-shares", test_pool_shares);
   return g_test_run();
 }
