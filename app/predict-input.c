@@ -2,14 +2,14 @@
  * images files, CSV feature rows) told apart, checked against the model's
  * sample shape and read into batches (predict-input.h).
  *
- * The IDX and CSV readers here differ from the engine's datasets in one
- * way that matters to prediction: labels are optional (em_dataset_idx and
- * em_dataset_csv both require them). Pixels are scaled exactly as
+ * The files are read by the engine's readers (em_idx_read,
+ * em_csv_table_read), the ones its datasets use; what is left here is
+ * what matters to prediction: labels are optional, and are checked
+ * against the model's classes. Pixels are scaled exactly as
  * em_dataset_idx scales them: (float)byte / 255.0f. */
 #include "predict-input.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +17,6 @@
 #include <zlib.h>
 
 #include "em-data.h"
-
-#define MAX_IDX_VALUES ((int64_t)1 << 36) /* 64 GiB of pixels: surely a corrupt header */
 
 typedef enum { IN_PNG, IN_IDX, IN_CSV } in_kind;
 
@@ -159,103 +157,6 @@ static em_status png_decode(const predict_inputs *in, const char *path, float *x
 }
 
 /* ---- IDX -------------------------------------------------------------------- */
-/* Reads an IDX file of unsigned bytes with min_nd..max_nd dimensions:
- * dims and all its values (malloc'd into *data). Data after the values,
- * a short file and corrupt gzip data are errors naming the file. */
-static em_status idx_read(const char *path, const char *what, int min_nd, int max_nd,
-                          int64_t *dims, int *nd, uint8_t **data, int64_t *count,
-                          em_error *err) {
-  *data = NULL;
-  gzFile g = gzopen(path, "rb");
-  if (!g) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-  em_status st = EM_OK;
-  uint8_t h[4 + 4 * 8];
-  if (gzread(g, h, 4) != 4 || !idx_magic(h)) {
-    st = em_error_set(err, EM_ERR_FORMAT, "'%s' is not an IDX %s file", path, what);
-    goto out;
-  }
-  if (h[2] != 0x08) {
-    st = em_error_set(err, EM_ERR_FORMAT, "'%s' holds IDX values of type 0x%02x; only unsigned "
-                      "bytes (0x08) are read", path, h[2]);
-    goto out;
-  }
-  *nd = h[3];
-  if (*nd < min_nd || *nd > max_nd) {
-    if (max_nd == 1)
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s' has %d dimensions: it is not an IDX labels file "
-                        "(those have 1)",
-                        path, *nd);
-    else if (*nd == 1)
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s' is an IDX labels file, not images: give it "
-                        "with --labels", path);
-    else
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s' has %d dimensions; IDX images have %d to %d",
-                        path, *nd, min_nd, max_nd);
-    goto out;
-  }
-  if (gzread(g, h + 4, (unsigned)(4 * *nd)) != 4 * *nd) {
-    st = em_error_set(err, EM_ERR_FORMAT, "'%s' is truncated inside its IDX header", path);
-    goto out;
-  }
-  int64_t total = 1;
-  for (int i = 0; i < *nd; i++) {
-    dims[i] = be32(h + 4 + 4 * i);
-    if (dims[i] == 0 && i > 0) {
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s': dimension %d of its IDX header is 0", path,
-                        i + 1);
-      goto out;
-    }
-    total *= dims[i];
-    if (total > MAX_IDX_VALUES) {
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s': its IDX header claims more than %lld values "
-                        "(corrupt?)", path, (long long)MAX_IDX_VALUES);
-      goto out;
-    }
-  }
-  /* Grows as data arrives, so a corrupt header cannot make us allocate
-   * what the file does not hold. */
-  int64_t have = 0, cap = 0;
-  while (have < total) {
-    if (have == cap) {
-      int64_t ncap = cap ? cap * 2 : ((int64_t)1 << 20);
-      if (ncap > total) ncap = total;
-      uint8_t *p = realloc(*data, (size_t)ncap);
-      if (!p) {
-        st = em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", path);
-        goto out;
-      }
-      *data = p;
-      cap = ncap;
-    }
-    int64_t want = cap - have;
-    if (want > (1 << 30)) want = 1 << 30;
-    int got = gzread(g, *data + have, (unsigned)want);
-    if (got <= 0) {
-      int zerr = Z_OK;
-      const char *msg = gzerror(g, &zerr);
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s' is truncated: its header promises %lld values, "
-                        "the file holds %lld%s%s", path, (long long)total, (long long)have,
-                        zerr != Z_OK ? "; " : "", zerr != Z_OK ? msg : "");
-      goto out;
-    }
-    have += got;
-  }
-  uint8_t extra;
-  if (gzread(g, &extra, 1) > 0) {
-    st = em_error_set(err, EM_ERR_FORMAT, "'%s' holds more data after its %lld values (not an "
-                      "IDX file, or a corrupt header)", path, (long long)total);
-    goto out;
-  }
-  *count = total;
-out:
-  gzclose(g);
-  if (st != EM_OK) {
-    free(*data);
-    *data = NULL;
-  }
-  return st;
-}
-
 /* The IDX images shape as a sample shape, the way em_dataset_idx reads it:
  * (N, H, W) -> (1, H, W), (N, D) -> (D), (N, C, H, W) -> (C, H, W). */
 static int idx_sample_shape(const int64_t *dims, int nd, int64_t *shape) {
@@ -271,10 +172,15 @@ static int idx_sample_shape(const int64_t *dims, int nd, int64_t *shape) {
 
 static em_status idx_open(const predict_inputs *in, in_item *it, const char *labels_path,
                           em_error *err) {
-  int64_t dims[8], count;
+  int64_t dims[EM_MAX_DIMS];
   int nd;
-  em_status st = idx_read(it->path, "images", 2, 4, dims, &nd, &it->pixels, &count, err);
+  /* From one dimension, so that a labels file given as images is named
+   * as such rather than as a file of too few dimensions. */
+  em_status st = em_idx_read(it->path, "images", 1, EM_MAX_DIMS - 1, &nd, dims, &it->pixels, err);
   if (st != EM_OK) return st;
+  if (nd == 1)
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is an IDX labels file, not images: give it "
+                        "with --labels", it->path);
   int64_t shape[EM_MAX_DIMS], numel = 1;
   int snd = idx_sample_shape(dims, nd, shape);
   for (int i = 0; i < snd; i++) numel *= shape[i];
@@ -290,191 +196,71 @@ static em_status idx_open(const predict_inputs *in, in_item *it, const char *lab
   }
   it->n = dims[0];
   if (!labels_path) return EM_OK;
-  int64_t ldims[8], lcount;
+  /* Any dimension count is read, so that an images file given as labels
+   * gets the message below. */
+  int64_t ldims[EM_MAX_DIMS];
   int lnd;
   uint8_t *lab = NULL;
-  st = idx_read(labels_path, "labels", 1, 1, ldims, &lnd, &lab, &lcount, err);
+  st = em_idx_read(labels_path, "labels", 1, EM_MAX_DIMS, &lnd, ldims, &lab, err);
   if (st != EM_OK) return st;
-  if (lcount != it->n) {
-    free(lab);
-    return em_error_set(err, EM_ERR_FORMAT, "labels file '%s' holds %lld labels but '%s' holds "
-                        "%lld images", labels_path, (long long)lcount, it->path,
-                        (long long)it->n);
-  }
-  it->labels = malloc(sizeof(int64_t) * (size_t)(lcount ? lcount : 1));
-  if (!it->labels) {
-    free(lab);
-    return em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", labels_path);
-  }
-  for (int64_t i = 0; i < lcount; i++) {
-    if (lab[i] >= in->classes) {
+  if (lnd != 1)
+    st = em_error_set(err, EM_ERR_FORMAT, "'%s' has %d dimensions: it is not an IDX labels file "
+                      "(those have 1)", labels_path, lnd);
+  else if (ldims[0] != it->n)
+    st = em_error_set(err, EM_ERR_FORMAT, "labels file '%s' holds %lld labels but '%s' holds "
+                      "%lld images", labels_path, (long long)ldims[0], it->path,
+                      (long long)it->n);
+  else if (!(it->labels = malloc(sizeof(int64_t) * (size_t)(it->n ? it->n : 1))))
+    st = em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", labels_path);
+  for (int64_t i = 0; st == EM_OK && i < it->n; i++) {
+    if (lab[i] >= in->classes)
       st = em_error_set(err, EM_ERR_FORMAT, "'%s': label %d of sample %lld is out of range for "
                         "the model's %d classes", labels_path, lab[i], (long long)i,
                         in->classes);
-      break;
-    }
-    it->labels[i] = lab[i];
+    else it->labels[i] = lab[i];
   }
   free(lab);
   return st;
 }
 
 /* ---- CSV -------------------------------------------------------------------- */
-static char *read_text(const char *path, em_error *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    return NULL;
-  }
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    len += fread(buf + len, 1, cap - len - 1, f);
-    if (len < cap - 1) break;
-    char *p = realloc(buf, cap * 2);
-    if (!p) {
-      free(buf);
-      buf = NULL;
-      break;
-    }
-    buf = p;
-    cap *= 2;
-  }
-  bool bad = ferror(f);
-  fclose(f);
-  if (!buf) {
-    em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", path);
-    return NULL;
-  }
-  if (bad) {
-    free(buf);
-    em_error_set(err, EM_ERR_IO, "cannot read '%s'", path);
-    return NULL;
-  }
-  buf[len] = '\0';
-  if (memchr(buf, '\0', len)) {
-    free(buf);
-    em_error_set(err, EM_ERR_FORMAT, "'%s' is not a text (CSV) file: it holds NUL bytes", path);
-    return NULL;
-  }
-  return buf;
-}
-
-/* Splits line (modified in place) at commas into at most cap fields;
- * returns the count (which may exceed cap: only cap are stored). */
-static int64_t csv_split(char *line, char **fields, int64_t cap) {
-  int64_t n = 0;
-  for (char *p = line;;) {
-    char *c = strchr(p, ',');
-    if (n < cap) fields[n] = p;
-    n++;
-    if (!c) break;
-    *c = '\0';
-    p = c + 1;
-  }
-  return n;
-}
-
-static bool parse_number(const char *s, double *v) {
-  while (*s == ' ' || *s == '\t') s++;
-  char *end;
-  errno = 0;
-  *v = strtod(s, &end);
-  if (end == s) return false;
-  while (*end == ' ' || *end == '\t') end++;
-  return *end == '\0' && isfinite(*v);
-}
-
+/* label_column: 0-based, -1 none, -2 the last (predict-input.h). A first
+ * line with a word in it is a header; every data line has the model's
+ * features, plus the label when there is one. */
 static em_status csv_open(const predict_inputs *in, in_item *it, int label_column,
                           em_error *err) {
-  char *text = read_text(it->path, err);
-  if (!text) return err ? err->status : EM_ERR_IO;
   bool labelled = label_column != -1;
   int64_t want = in->numel + (labelled ? 1 : 0);
-  int64_t lc = label_column == -2 ? want - 1 : label_column;
-  em_status st = EM_OK;
-  char **fields = malloc(sizeof(char *) * (size_t)want);
-  int64_t cap = 0;
-  if (!fields) {
-    st = em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", it->path);
-    goto out;
+  if (labelled && (label_column < -2 || label_column >= want))
+    return em_error_set(err, EM_ERR_INVALID, "--label-column %d: '%s' has %lld columns (the "
+                        "model's %lld features and the label)", label_column, it->path,
+                        (long long)want, (long long)in->numel);
+  char why[128];
+  snprintf(why, sizeof why, "the model takes %lld features%s", (long long)in->numel,
+           labelled ? ", plus the label column" : "");
+  em_csv_table_options o;
+  em_csv_table_options_defaults(&o);
+  o.label_column = !labelled ? EM_CSV_NO_LABEL : label_column == -2 ? EM_CSV_LAST_COLUMN
+                                                                     : label_column;
+  o.header = EM_CSV_HEADER_AUTO;
+  o.columns = want;
+  o.columns_why = why;
+  em_csv_table t;
+  em_status st = em_csv_table_read(it->path, &o, &t, err);
+  for (int64_t i = 0; st == EM_OK && labelled && i < t.rows; i++)
+    if (t.labels[i] >= in->classes)
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %d: label '%lld' is not a "
+                        "class index 0..%d", it->path, (long long)t.lines[i],
+                        t.label_column + 1, (long long)t.labels[i], in->classes - 1);
+  if (st != EM_OK) {
+    em_csv_table_clear(&t);
+    return st;
   }
-  if (labelled && (lc < 0 || lc >= want)) {
-    st = em_error_set(err, EM_ERR_INVALID, "--label-column %d: '%s' has %lld columns (the "
-                      "model's %lld features and the label)", label_column, it->path,
-                      (long long)want, (long long)in->numel);
-    goto out;
-  }
-  long line_no = 0;
-  bool first = true;
-  for (char *line = text; line && st == EM_OK;) {
-    char *nl = strchr(line, '\n');
-    if (nl) *nl = '\0';
-    char *next = nl ? nl + 1 : NULL;
-    line_no++;
-    size_t len = strlen(line);
-    while (len && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
-      line[--len] = '\0';
-    if (len == 0) {
-      line = next;
-      continue;
-    }
-    int64_t cols = csv_split(line, fields, want);
-    /* The first line is a header when a field of it is not a number. */
-    double v;
-    bool numbers = true;
-    for (int64_t c = 0; numbers && c < cols && c < want; c++) numbers = parse_number(fields[c], &v);
-    if (first && !numbers) {
-      first = false;
-      line = next;
-      continue;
-    }
-    first = false;
-    if (cols != want) {
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %ld has %lld columns; expected %lld "
-                        "(the model takes %lld features%s)", it->path, line_no, (long long)cols,
-                        (long long)want, (long long)in->numel,
-                        labelled ? ", plus the label column" : "");
-      break;
-    }
-    if (it->n == cap) {
-      int64_t ncap = cap ? cap * 2 : 256;
-      float *r = realloc(it->rows, sizeof(float) * (size_t)(ncap * in->numel));
-      if (r) it->rows = r;
-      int64_t *l = labelled ? realloc(it->labels, sizeof(int64_t) * (size_t)ncap) : NULL;
-      if (l) it->labels = l;
-      if (!r || (labelled && !l)) {
-        st = em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", it->path);
-        break;
-      }
-      cap = ncap;
-    }
-    float *row = it->rows + it->n * in->numel;
-    for (int64_t c = 0, j = 0; c < cols; c++) {
-      if (!parse_number(fields[c], &v)) {
-        st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %ld, column %lld: '%.40s' is not a "
-                          "finite number", it->path, line_no, (long long)c + 1, fields[c]);
-        break;
-      }
-      if (labelled && c == lc) {
-        if (v != floor(v) || v < 0 || v >= in->classes) {
-          st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %ld, column %lld: label '%.40s' is "
-                            "not a class index 0..%d", it->path, line_no, (long long)c + 1,
-                            fields[c], in->classes - 1);
-          break;
-        }
-        it->labels[it->n] = (int64_t)v;
-      } else {
-        row[j++] = (float)v;
-      }
-    }
-    it->n++;
-    line = next;
-  }
-out:
-  free(fields);
-  free(text);
-  return st;
+  it->n = t.rows;
+  it->rows = t.x;
+  it->labels = t.labels;
+  free(t.lines);
+  return EM_OK;
 }
 
 /* ---- the sequence ------------------------------------------------------------ */

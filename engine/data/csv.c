@@ -1,6 +1,7 @@
-/* csv.c: a CSV file of numeric feature columns and one integer label
- * column, loaded into memory as floats. Errors name the file, the line
- * and the column (both 1-based, as an editor shows them). */
+/* csv.c: CSV files of numbers: the table reader (feature columns and at
+ * most one integer label column, loaded into memory as floats) and the
+ * CSV dataset on top of it. Errors name the file, the line and the column
+ * (both 1-based, as an editor shows them). */
 #include "data-private.h"
 
 #include <errno.h>
@@ -9,6 +10,228 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- the table reader ---------------------------------------------------- */
+void em_csv_table_options_defaults(em_csv_table_options *o) {
+  o->label_column = EM_CSV_LAST_COLUMN;
+  o->header = EM_CSV_HEADER_NO;
+  o->delimiter = ',';
+  o->columns = 0;
+  o->columns_why = NULL;
+}
+
+void em_csv_table_clear(em_csv_table *t) {
+  if (!t) return;
+  free(t->x);
+  free(t->labels);
+  free(t->lines);
+  memset(t, 0, sizeof *t);
+  t->label_column = -1;
+}
+
+/* Strips spaces, tabs and a trailing '\r' in place. */
+static char *trim(char *b, char *e) {
+  while (b < e && (*b == ' ' || *b == '\t')) b++;
+  while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n')) e--;
+  *e = '\0';
+  return b;
+}
+
+static int64_t count_fields(const char *line, char delim) {
+  int64_t n = 1;
+  for (const char *p = line; *p; p++) n += *p == delim;
+  return n;
+}
+
+static bool blank(const char *line) {
+  for (const char *p = line; *p; p++)
+    if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') return false;
+  return true;
+}
+
+/* Whether some field of line is neither empty nor a number: a header line
+ * ("label,p0,p1"), where a data line has only numbers. An empty field does
+ * not count, so that "1,,0" is reported as an empty value, not skipped. */
+static bool has_word(const char *line, char delim) {
+  for (const char *b = line;;) {
+    const char *e = strchr(b, delim);
+    if (!e) e = b + strlen(b);
+    while (b < e && (*b == ' ' || *b == '\t')) b++;
+    const char *end = e;
+    while (end > b && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n'))
+      end--;
+    if (end > b) {
+      char *stop;
+      strtod(b, &stop);
+      if (stop != end) return true;
+    }
+    if (!*e) return false;
+    b = e + 1;
+  }
+}
+
+typedef struct {
+  const char *path;
+  int64_t cap;
+  int64_t ncols;
+  int label_col; /* -1: none */
+  char delim;
+  const char *why;
+} csv_parse;
+
+/* Parses one data line into row t->rows of t (growing it). */
+static em_status csv_row(em_csv_table *t, csv_parse *p, char *line, int64_t lineno,
+                         em_error *err) {
+  int64_t nf = count_fields(line, p->delim);
+  if (nf != p->ncols)
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld: %lld columns, expected %lld (%s)",
+                        p->path, (long long)lineno, (long long)nf, (long long)p->ncols,
+                        p->why ? p->why : "as on the first data line");
+  if (t->rows == p->cap) {
+    int64_t nc = p->cap ? p->cap * 2 : 256;
+    bool ok = true;
+    float *nx = realloc(t->x, sizeof(float) * (size_t)(nc * (t->features ? t->features : 1)));
+    if (nx) t->x = nx;
+    else ok = false;
+    int64_t *nl = ok ? realloc(t->lines, sizeof(int64_t) * (size_t)nc) : NULL;
+    if (nl) t->lines = nl;
+    else ok = false;
+    if (ok && p->label_col >= 0) {
+      int64_t *ny = realloc(t->labels, sizeof(int64_t) * (size_t)nc);
+      if (ny) t->labels = ny;
+      else ok = false;
+    }
+    if (!ok) return em_error_set(err, EM_ERR_NOMEM, "out of memory loading '%s'", p->path);
+    p->cap = nc;
+  }
+  float *x = t->x + t->rows * t->features;
+  char *b = line;
+  int64_t f = 0;
+  for (int64_t col = 0; col < p->ncols; col++) {
+    char *e = strchr(b, p->delim);
+    if (!e) e = b + strlen(b);
+    char *next = *e ? e + 1 : e;
+    char *v = trim(b, e);
+    if (*v == '\0')
+      return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %lld: empty value",
+                          p->path, (long long)lineno, (long long)col + 1);
+    char *end;
+    errno = 0;
+    if (col == p->label_col) {
+      long long lab = strtoll(v, &end, 10);
+      if (*end != '\0') { /* a whole number written as a decimal ("3.0", as pandas saves it) */
+        char *dend;
+        double d = strtod(v, &dend);
+        if (*dend == '\0' && isfinite(d) && d == floor(d) && fabs(d) <= (double)(1 << 30)) {
+          lab = (long long)d;
+          end = dend;
+          errno = 0;
+        }
+      }
+      if (*end != '\0' || errno == ERANGE)
+        return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %lld: label '%.40s' is "
+                            "not an integer", p->path, (long long)lineno, (long long)col + 1, v);
+      if (lab < 0 || lab > (1 << 30))
+        return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %lld: label %lld is out "
+                            "of range (labels are 0 to num_classes - 1)", p->path,
+                            (long long)lineno, (long long)col + 1, lab);
+      t->labels[t->rows] = lab;
+    } else {
+      double d = strtod(v, &end);
+      if (*end != '\0' || end == v)
+        return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %lld: '%.40s' is not a "
+                            "number", p->path, (long long)lineno, (long long)col + 1, v);
+      if (!isfinite(d) || fabs(d) > 3.4e38)
+        return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %lld: '%.40s' is not a "
+                            "finite float", p->path, (long long)lineno, (long long)col + 1, v);
+      x[f++] = (float)d;
+    }
+    b = next;
+  }
+  t->lines[t->rows] = lineno;
+  t->rows++;
+  return EM_OK;
+}
+
+/* Fixes the column count (and with it the label column and the features)
+ * from the first data line, or from the options before any line. */
+static em_status csv_columns(em_csv_table *t, csv_parse *p, int label_column, int64_t ncols,
+                             int64_t lineno, em_error *err) {
+  p->ncols = ncols;
+  bool labelled = label_column != EM_CSV_NO_LABEL;
+  if (labelled && ncols < 2)
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld: one column; a table with a label "
+                        "column needs feature columns beside it", p->path, (long long)lineno);
+  p->label_col = !labelled ? -1 : label_column < 0 ? (int)(ncols - 1) : label_column;
+  if (p->label_col >= ncols) {
+    if (lineno > 0)
+      return em_error_set(err, EM_ERR_INVALID, "'%s': label column %d does not exist (line %lld "
+                          "has %lld columns)", p->path, p->label_col + 1, (long long)lineno,
+                          (long long)ncols);
+    return em_error_set(err, EM_ERR_INVALID, "'%s': label column %d does not exist (rows have "
+                        "%lld columns)", p->path, p->label_col + 1, (long long)ncols);
+  }
+  t->label_column = p->label_col;
+  t->features = ncols - (labelled ? 1 : 0);
+  return EM_OK;
+}
+
+em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_csv_table *out,
+                            em_error *err) {
+  memset(out, 0, sizeof *out);
+  out->label_column = -1;
+  em_csv_table_options opts;
+  em_csv_table_options_defaults(&opts);
+  if (o) opts = *o;
+  if (!path) return em_error_set(err, EM_ERR_INVALID, "CSV: no file name given");
+  if (opts.delimiter == '\0' || opts.delimiter == '\n' || opts.delimiter == '\r' ||
+      opts.delimiter == '"' || opts.delimiter == '.' || opts.delimiter == '-')
+    return em_error_set(err, EM_ERR_INVALID, "CSV '%s': unusable delimiter", path);
+  if (opts.label_column < EM_CSV_NO_LABEL || opts.columns < 0)
+    return em_error_set(err, EM_ERR_INVALID, "CSV '%s': bad options (label column %d, %lld "
+                        "columns)", path, opts.label_column, (long long)opts.columns);
+  csv_parse p = {.path = path, .delim = opts.delimiter, .why = opts.columns_why};
+  em_status st = EM_OK;
+  if (opts.columns > 0 &&
+      (st = csv_columns(out, &p, opts.label_column, opts.columns, 0, err)) != EM_OK)
+    return st;
+  FILE *fp = fopen(path, "r");
+  if (!fp) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  char *line = NULL;
+  size_t linecap = 0;
+  int64_t lineno = 0;
+  bool first = true; /* no non-blank line yet */
+  while (st == EM_OK) {
+    errno = 0;
+    ssize_t len = getline(&line, &linecap, fp);
+    if (len < 0) {
+      if (ferror(fp))
+        st = em_error_set(err, EM_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+      break;
+    }
+    lineno++;
+    if (strlen(line) != (size_t)len) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld holds a NUL byte: it is not a text "
+                        "(CSV) file", path, (long long)lineno);
+      break;
+    }
+    if (blank(line)) continue;
+    bool was_first = first;
+    first = false;
+    if (was_first && (opts.header == EM_CSV_HEADER_YES ||
+                      (opts.header == EM_CSV_HEADER_AUTO && has_word(line, p.delim))))
+      continue;
+    if (p.ncols == 0 &&
+        (st = csv_columns(out, &p, opts.label_column, count_fields(line, p.delim), lineno,
+                          err)) != EM_OK)
+      break;
+    st = csv_row(out, &p, line, lineno, err);
+  }
+  free(line);
+  fclose(fp);
+  return st;
+}
+
+/* ---- the dataset ------------------------------------------------------------ */
 typedef struct {
   int64_t n, d;
   int num_classes;
@@ -57,158 +280,38 @@ void em_csv_options_defaults(em_csv_options *o) {
   o->num_classes = 0;
 }
 
-/* Strips spaces, tabs and a trailing '\r' in place. */
-static char *trim(char *b, char *e) {
-  while (b < e && (*b == ' ' || *b == '\t')) b++;
-  while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n')) e--;
-  *e = '\0';
-  return b;
-}
-
-static int count_fields(const char *line, char delim) {
-  int n = 1;
-  for (const char *p = line; *p; p++) n += *p == delim;
-  return n;
-}
-
-static bool blank(const char *line) {
-  for (const char *p = line; *p; p++)
-    if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') return false;
-  return true;
-}
-
-typedef struct {
-  const char *path;
-  int64_t cap;
-  int label_col, ncols;
-  char delim;
-} csv_parse;
-
-/* Parses one data line into row n of s (growing it). */
-static em_status csv_row(csv_set *s, csv_parse *p, char *line, int64_t lineno, em_error *err) {
-  int nf = count_fields(line, p->delim);
-  if (nf != p->ncols)
-    return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld: %d columns, expected %d (as on the "
-                        "first data line)", p->path, (long long)lineno, nf, p->ncols);
-  if (s->n == p->cap) {
-    int64_t nc = p->cap ? p->cap * 2 : 256;
-    float *nx = realloc(s->x, sizeof(float) * (size_t)(nc * s->d));
-    if (nx) s->x = nx;
-    int64_t *ny = nx ? realloc(s->y, sizeof(int64_t) * (size_t)nc) : NULL;
-    if (ny) s->y = ny;
-    if (!nx || !ny) return em_error_set(err, EM_ERR_NOMEM, "out of memory loading '%s'", p->path);
-    p->cap = nc;
-  }
-  float *x = s->x + s->n * s->d;
-  char *b = line;
-  int64_t f = 0;
-  for (int col = 0; col < p->ncols; col++) {
-    char *e = strchr(b, p->delim);
-    if (!e) e = b + strlen(b);
-    char *next = *e ? e + 1 : e;
-    char *v = trim(b, e);
-    if (*v == '\0')
-      return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %d: empty value", p->path,
-                          (long long)lineno, col + 1);
-    char *end;
-    errno = 0;
-    if (col == p->label_col) {
-      long long lab = strtoll(v, &end, 10);
-      if (*end != '\0' || errno == ERANGE)
-        return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %d: label '%.40s' is "
-                            "not an integer", p->path, (long long)lineno, col + 1, v);
-      if (lab < 0 || lab > (1 << 30))
-        return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %d: label %lld is out "
-                            "of range (labels are 0 to num_classes - 1)", p->path,
-                            (long long)lineno, col + 1, lab);
-      s->y[s->n] = lab;
-    } else {
-      double d = strtod(v, &end);
-      if (*end != '\0' || end == v)
-        return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %d: '%.40s' is not a "
-                            "number", p->path, (long long)lineno, col + 1, v);
-      if (!isfinite(d) || fabs(d) > 3.4e38)
-        return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %d: '%.40s' is not a "
-                            "finite float", p->path, (long long)lineno, col + 1, v);
-      x[f++] = (float)d;
-    }
-    b = next;
-  }
-  s->n++;
-  return EM_OK;
-}
-
 em_dataset *em_dataset_csv(const char *path, const em_csv_options *o, em_error *err) {
   em_csv_options opts;
   em_csv_options_defaults(&opts);
   if (o) opts = *o;
-  if (!path) {
-    em_error_set(err, EM_ERR_INVALID, "CSV: no file name given");
-    return NULL;
-  }
-  if (opts.delimiter == '\0' || opts.delimiter == '\n' || opts.delimiter == '\r' ||
-      opts.delimiter == '"' || opts.delimiter == '.' || opts.delimiter == '-') {
-    em_error_set(err, EM_ERR_INVALID, "CSV '%s': unusable delimiter", path);
-    return NULL;
-  }
-  FILE *fp = fopen(path, "r");
-  if (!fp) {
-    em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    return NULL;
-  }
-  csv_set *s = calloc(1, sizeof *s);
-  char *line = NULL;
-  size_t linecap = 0;
-  csv_parse p = {.path = path, .delim = opts.delimiter, .ncols = 0};
-  em_status st = s ? EM_OK : em_error_set(err, EM_ERR_NOMEM, "out of memory");
-  int64_t lineno = 0;
-  while (st == EM_OK) {
-    errno = 0;
-    ssize_t len = getline(&line, &linecap, fp);
-    if (len < 0) {
-      if (ferror(fp))
-        st = em_error_set(err, EM_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
-      break;
-    }
-    lineno++;
-    if (strlen(line) != (size_t)len) {
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld: a NUL byte (not a text file?)",
-                        path, (long long)lineno);
-      break;
-    }
-    if (lineno == 1 && opts.header) continue;
-    if (blank(line)) continue;
-    if (p.ncols == 0) {
-      p.ncols = count_fields(line, p.delim);
-      if (p.ncols < 2) {
-        st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld: one column; a CSV dataset needs "
-                          "feature columns and a label column", path, (long long)lineno);
-        break;
-      }
-      p.label_col = opts.label_column < 0 ? p.ncols - 1 : opts.label_column;
-      if (p.label_col >= p.ncols) {
-        st = em_error_set(err, EM_ERR_INVALID, "'%s': label column %d does not exist (line %lld "
-                          "has %d columns)", path, p.label_col + 1, (long long)lineno, p.ncols);
-        break;
-      }
-      s->d = p.ncols - 1;
-    }
-    int64_t before = s->n;
-    st = csv_row(s, &p, line, lineno, err);
-    if (st == EM_OK && opts.num_classes > 0 && s->y[before] >= opts.num_classes)
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %d: label %lld is out of "
-                        "range for %d classes", path, (long long)lineno, p.label_col + 1,
-                        (long long)s->y[before], opts.num_classes);
-    if (st == EM_OK && s->y[before] >= s->num_classes) s->num_classes = (int)s->y[before] + 1;
-  }
-  free(line);
-  fclose(fp);
-  if (st == EM_OK && s->n == 0)
+  em_csv_table_options to;
+  em_csv_table_options_defaults(&to);
+  to.label_column = opts.label_column < 0 ? EM_CSV_LAST_COLUMN : opts.label_column;
+  to.header = opts.header ? EM_CSV_HEADER_YES : EM_CSV_HEADER_NO;
+  to.delimiter = opts.delimiter;
+  em_csv_table t;
+  em_status st = em_csv_table_read(path, &to, &t, err);
+  if (st == EM_OK && t.rows == 0)
     st = em_error_set(err, EM_ERR_FORMAT, "'%s' has no data lines", path);
+  int num_classes = 0;
+  for (int64_t i = 0; st == EM_OK && i < t.rows; i++) {
+    if (opts.num_classes > 0 && t.labels[i] >= opts.num_classes)
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %d: label %lld is out of "
+                        "range for %d classes", path, (long long)t.lines[i], t.label_column + 1,
+                        (long long)t.labels[i], opts.num_classes);
+    else if (t.labels[i] >= num_classes) num_classes = (int)t.labels[i] + 1;
+  }
+  csv_set *s = st == EM_OK ? calloc(1, sizeof *s) : NULL;
+  if (st == EM_OK && !s) st = em_error_set(err, EM_ERR_NOMEM, "out of memory");
   if (st != EM_OK) {
-    csv_free(s);
+    em_csv_table_clear(&t);
     return NULL;
   }
-  if (opts.num_classes > 0) s->num_classes = opts.num_classes;
+  s->n = t.rows;
+  s->d = t.features;
+  s->num_classes = opts.num_classes > 0 ? opts.num_classes : num_classes;
+  s->x = t.x;
+  s->y = t.labels;
+  free(t.lines);
   return em_dataset_new(&csv_vtable, s, err);
 }

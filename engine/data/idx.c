@@ -108,19 +108,57 @@ static const em_dataset_vtable idx_vtable = {
   .prefetch = idx_prefetch,
 };
 
-static em_status idx_load_images(idx_set *s, const char *path, em_error *err) {
+/* Past this many values a header is surely corrupt (a terabyte of pixels).
+ * Values are read as they arrive, so a smaller false claim costs only a
+ * truncated-file message, never the allocation it claims. */
+#define IDX_MAX_VALUES ((int64_t)1 << 40)
+
+em_status em_idx_read(const char *path, const char *items, int min_dims, int max_dims,
+                      int *ndim, int64_t *dims, uint8_t **data, em_error *err) {
+  *data = NULL;
+  if (min_dims < 1 || max_dims > EM_MAX_DIMS || min_dims > max_dims)
+    return em_error_set(err, EM_ERR_INVALID, "IDX '%s': bad dimension bounds %d to %d", path,
+                        min_dims, max_dims);
   gzFile f;
   em_status st = em_gz_open(path, &f, err);
   if (st != EM_OK) return st;
+  st = idx_header(f, path, min_dims, max_dims, ndim, dims, err);
+  if (st != EM_OK) goto out;
+  int64_t total = 1;
+  for (int i = 0; i < *ndim; i++) {
+    if (dims[i] == 0 && i > 0) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' has a dimension of size 0 (dimension %d of "
+                        "its header)", path, i + 1);
+      goto out;
+    }
+    if (dims[i] > 0 && total > IDX_MAX_VALUES / dims[i]) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' claims an absurd amount of data (its header "
+                        "promises more than %lld values)", path, (long long)IDX_MAX_VALUES);
+      goto out;
+    }
+    total *= dims[i];
+  }
+  char what[96];
+  snprintf(what, sizeof what, "%lld %s", (long long)dims[0], items ? items : "items");
+  st = em_gz_read_alloc(f, path, (size_t)total, what, data, err);
+  if (st != EM_OK) goto out;
+  st = em_gz_expect_end(f, path, what, err);
+out:
+  gzclose(f);
+  if (st != EM_OK) {
+    free(*data);
+    *data = NULL;
+  }
+  return st;
+}
+
+static em_status idx_load_images(idx_set *s, const char *path, em_error *err) {
   int ndim;
   int64_t dims[EM_MAX_DIMS];
-  st = idx_header(f, path, 2, EM_MAX_DIMS - 1, &ndim, dims, err);
-  if (st != EM_OK) goto out;
+  em_status st = em_idx_read(path, "images", 2, EM_MAX_DIMS - 1, &ndim, dims, &s->pixels, err);
+  if (st != EM_OK) return st;
   s->n = dims[0];
-  if (s->n == 0) {
-    st = em_error_set(err, EM_ERR_FORMAT, "'%s' holds no images", path);
-    goto out;
-  }
+  if (s->n == 0) return em_error_set(err, EM_ERR_FORMAT, "'%s' holds no images", path);
   if (ndim == 3) { /* (N, H, W): one channel */
     s->ndim = 3;
     s->shape[0] = 1;
@@ -131,65 +169,29 @@ static em_status idx_load_images(idx_set *s, const char *path, em_error *err) {
     memcpy(s->shape, dims + 1, sizeof(int64_t) * (size_t)s->ndim);
   }
   s->numel = 1;
-  for (int i = 0; i < s->ndim; i++) {
-    if (s->shape[i] == 0) {
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s' has a dimension of size 0", path);
-      goto out;
-    }
-    if (s->shape[i] > ((int64_t)1 << 36) / s->numel) {
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s' claims images of absurd size", path);
-      goto out;
-    }
-    s->numel *= s->shape[i];
-  }
-  if (s->n > ((int64_t)1 << 40) / s->numel) {
-    st = em_error_set(err, EM_ERR_FORMAT, "'%s' claims an absurd amount of data", path);
-    goto out;
-  }
-  char what[96];
-  snprintf(what, sizeof what, "%lld images", (long long)s->n);
-  st = em_gz_read_alloc(f, path, (size_t)(s->n * s->numel), what, &s->pixels, err);
-  if (st != EM_OK) goto out;
-  st = em_gz_expect_end(f, path, what, err);
-out:
-  gzclose(f);
-  return st;
+  for (int i = 0; i < s->ndim; i++) s->numel *= s->shape[i];
+  return EM_OK;
 }
 
 static em_status idx_load_labels(idx_set *s, const char *path, const char *images_path,
                                  int num_classes, em_error *err) {
-  gzFile f;
-  em_status st = em_gz_open(path, &f, err);
-  if (st != EM_OK) return st;
   int ndim;
   int64_t n;
-  st = idx_header(f, path, 1, 1, &ndim, &n, err);
-  if (st != EM_OK) goto out;
-  if (n != s->n) {
-    st = em_error_set(err, EM_ERR_FORMAT, "labels file '%s' holds %lld labels but images file "
-                      "'%s' holds %lld images", path, (long long)n, images_path,
-                      (long long)s->n);
-    goto out;
-  }
-  char what[96];
-  snprintf(what, sizeof what, "%lld labels", (long long)n);
-  st = em_gz_read_alloc(f, path, (size_t)n, what, &s->labels, err);
-  if (st != EM_OK) goto out;
-  st = em_gz_expect_end(f, path, what, err);
-  if (st != EM_OK) goto out;
+  em_status st = em_idx_read(path, "labels", 1, 1, &ndim, &n, &s->labels, err);
+  if (st != EM_OK) return st;
+  if (n != s->n)
+    return em_error_set(err, EM_ERR_FORMAT, "labels file '%s' holds %lld labels but images file "
+                        "'%s' holds %lld images", path, (long long)n, images_path,
+                        (long long)s->n);
   int max_label = 0;
   for (int64_t i = 0; i < n; i++) {
-    if (num_classes > 0 && s->labels[i] >= num_classes) {
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s': label %d of sample %lld is out of range "
-                        "for %d classes", path, s->labels[i], (long long)i, num_classes);
-      goto out;
-    }
+    if (num_classes > 0 && s->labels[i] >= num_classes)
+      return em_error_set(err, EM_ERR_FORMAT, "'%s': label %d of sample %lld is out of range "
+                          "for %d classes", path, s->labels[i], (long long)i, num_classes);
     if (s->labels[i] > max_label) max_label = s->labels[i];
   }
   s->num_classes = num_classes > 0 ? num_classes : max_label + 1;
-out:
-  gzclose(f);
-  return st;
+  return EM_OK;
 }
 
 em_dataset *em_dataset_idx(const char *images_path, const char *labels_path, int num_classes,

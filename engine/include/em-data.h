@@ -99,6 +99,18 @@ int em_dataset_cifar10_dir_files(const char *dir, bool train, char (*paths)[4096
 /* MNIST: the same file names, under dir (required). */
 em_dataset *em_dataset_mnist(const char *dir, bool train, em_error *err);
 
+/* Reads a whole IDX file of unsigned bytes (gzip or plain) with
+ * min_dims..max_dims dimensions (1 <= min_dims <= max_dims <= EM_MAX_DIMS):
+ * *ndim and dims (room for max_dims values) get its sizes, *data its
+ * values, row-major, malloc'd (free it; NULL on failure). items names what
+ * the first dimension counts ("images", "labels") in messages. A missing
+ * file, a folder, a truncated file, corrupt gzip data, a bad magic number,
+ * another value type, a dimension count out of range, a size of 0 past the
+ * first dimension, an absurd total and bytes after the values are errors
+ * naming the file. A first dimension of 0 (no items) is not an error. */
+em_status em_idx_read(const char *path, const char *items, int min_dims, int max_dims,
+                      int *ndim, int64_t *dims, uint8_t **data, em_error *err);
+
 /* CIFAR-10 binary batches: records of 1 label byte + 3072 pixel bytes
  * (3, 32, 32), labels below 10. dir holds data_batch_1.bin ..
  * data_batch_5.bin (train) or test_batch.bin. */
@@ -106,10 +118,47 @@ em_dataset *em_dataset_cifar10(const char *dir, bool train, em_error *err);
 /* The same format from an explicit list of files (gzip or plain). */
 em_dataset *em_dataset_cifar10_files(int n_files, const char *const *paths, em_error *err);
 
+/* ---- CSV tables ------------------------------------------------------------ */
+/* A CSV file of numbers: feature columns and at most one integer label
+ * column (a whole number written as a decimal, "3.0", is taken as the
+ * integer). Blank lines are skipped; spaces, tabs and a '\r' around a value
+ * are ignored; a file holding NUL bytes is refused as not a text file.
+ * Errors name the file, the line and the column (1-based, as an editor
+ * shows them). */
+#define EM_CSV_LAST_COLUMN (-1) /* label_column: the last column */
+#define EM_CSV_NO_LABEL (-2)    /* label_column: every column is a feature */
+typedef enum {
+  EM_CSV_HEADER_NO,   /* every non-blank line is data */
+  EM_CSV_HEADER_YES,  /* the first non-blank line is a header: skipped */
+  EM_CSV_HEADER_AUTO, /* ... when a field of it is neither empty nor a number */
+} em_csv_header;
+typedef struct {
+  int label_column;     /* 0-based, EM_CSV_LAST_COLUMN (the default) or EM_CSV_NO_LABEL */
+  em_csv_header header; /* EM_CSV_HEADER_NO by default */
+  char delimiter;       /* ',' by default */
+  int64_t columns;      /* > 0: every data line has this many columns (label included);
+                           0 (the default): as many as the first data line */
+  const char *columns_why; /* NULL, or why `columns`, for the message when a line differs
+                              ("the model takes 784 features") */
+} em_csv_table_options;
+typedef struct {
+  int64_t rows, features; /* N, D */
+  float *x;               /* (N, D) */
+  int64_t *labels;        /* (N), each >= 0; NULL without a label column or rows */
+  int64_t *lines;         /* (N): the line each row came from, for messages */
+  int label_column;       /* 0-based, or -1: none */
+} em_csv_table;
+void em_csv_table_options_defaults(em_csv_table_options *o);
+/* Reads the whole file into *out (clear it with em_csv_table_clear, also
+ * after a failure). No data lines give a table of 0 rows, not an error. */
+em_status em_csv_table_read(const char *path, const em_csv_table_options *o /* NULL: defaults */,
+                            em_csv_table *out, em_error *err);
+void em_csv_table_clear(em_csv_table *t); /* NULL is fine */
+
 /* CSV: numeric feature columns and one integer label column. */
 typedef struct {
   int label_column; /* 0-based; -1 (the default) is the last column */
-  bool header;      /* skip the first line */
+  bool header;      /* skip the first non-blank line */
   char delimiter;   /* ',' by default */
   int num_classes;  /* <= 0: largest label + 1 */
 } em_csv_options;

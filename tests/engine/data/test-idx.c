@@ -291,6 +291,69 @@ static void test_idx_labels(idx_fixture *f, gconstpointer data) {
   g_free(ip);
 }
 
+/* em_idx_read, the reader under the dataset and `ember predict`: the
+ * dimension bounds, empty and zero-sized files, and its messages. */
+static void test_idx_read(idx_fixture *f, gconstpointer data) {
+  em_error err = {0};
+  int nd;
+  int64_t dims[EM_MAX_DIMS];
+  uint8_t *v;
+  char *ip = dt_write(f->dir, "img.gz", f->images->data, f->images->len, true);
+  g_assert_cmpint(em_idx_read(ip, "images", 1, 3, &nd, dims, &v, &err), ==, EM_OK);
+  g_assert_cmpint(nd, ==, 3);
+  g_assert_cmpint(dims[0], ==, 5);
+  g_assert_cmpint(dims[1], ==, 2);
+  g_assert_cmpint(dims[2], ==, 3);
+  g_assert_cmpint(v[29], ==, 29 * 8);
+  free(v);
+  /* Bounds: a count outside them names both. */
+  g_assert_cmpint(em_idx_read(ip, "images", 1, 2, &nd, dims, &v, &err), ==, EM_ERR_FORMAT);
+  g_assert_null(v);
+  dt_assert_msg(err.msg, ip, "3 dimensions; expected 1 to 2", NULL);
+  g_assert_cmpint(em_idx_read(ip, "labels", 1, 1, &nd, dims, &v, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "3 dimensions; expected 1", NULL);
+  g_assert_cmpint(em_idx_read(ip, "images", 4, EM_MAX_DIMS, &nd, dims, &v, &err), ==,
+                  EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "expected 4 to 8", NULL);
+  /* Unusable bounds are the caller's error. */
+  g_assert_cmpint(em_idx_read(ip, "images", 0, 3, &nd, dims, &v, &err), ==, EM_ERR_INVALID);
+  g_assert_cmpint(em_idx_read(ip, "images", 3, 2, &nd, dims, &v, &err), ==, EM_ERR_INVALID);
+  g_assert_cmpint(em_idx_read(ip, "images", 1, EM_MAX_DIMS + 1, &nd, dims, &v, &err), ==,
+                  EM_ERR_INVALID);
+  g_free(ip);
+  /* No items is a file (the dataset refuses it, predict takes it). */
+  GByteArray *empty = idx_bytes(0x08, 3, (uint32_t[]){0, 28, 28}, NULL, 0);
+  ip = dt_write(f->dir, "empty", empty->data, empty->len, false);
+  g_assert_cmpint(em_idx_read(ip, "images", 1, 3, &nd, dims, &v, &err), ==, EM_OK);
+  g_assert_cmpint(dims[0], ==, 0);
+  free(v);
+  char *lp = dt_write(f->dir, "lab.gz", f->labels->data, f->labels->len, true);
+  g_assert_null(em_dataset_idx(ip, lp, 10, &err));
+  dt_assert_msg(err.msg, ip, "holds no images", NULL);
+  g_free(lp);
+  g_free(ip);
+  g_byte_array_unref(empty);
+  /* A size of 0 past the first dimension is not. */
+  GByteArray *zero = idx_bytes(0x08, 3, (uint32_t[]){5, 0, 3}, NULL, 0);
+  ip = dt_write(f->dir, "zero", zero->data, zero->len, false);
+  g_assert_cmpint(em_idx_read(ip, "images", 1, 3, &nd, dims, &v, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, ip, "dimension of size 0", "dimension 2", NULL);
+  g_free(ip);
+  g_byte_array_unref(zero);
+  /* Truncated and extra-bytes messages count the items by their name. */
+  ip = dt_write(f->dir, "cut", f->labels->data, f->labels->len - 1, false);
+  g_assert_cmpint(em_idx_read(ip, "labels", 1, 1, &nd, dims, &v, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, ip, "truncated", "5 labels", NULL);
+  g_free(ip);
+  ip = dt_write(f->dir, "cut", f->labels->data, f->labels->len - 1, false);
+  g_assert_cmpint(em_idx_read(ip, NULL, 1, 1, &nd, dims, &v, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "5 items", NULL);
+  g_free(ip);
+  g_assert_cmpint(em_idx_read("/nonexistent-ember/x", "labels", 1, 1, &nd, dims, &v, &err), ==,
+                  EM_ERR_IO);
+  dt_assert_msg(err.msg, "/nonexistent-ember/x", NULL);
+}
+
 /* Random corruption of valid files: an error or a dataset, never a crash
  * (run under AddressSanitizer too). */
 static void test_idx_fuzz(idx_fixture *f, gconstpointer data) {
@@ -343,6 +406,7 @@ int main(int argc, char **argv) {
              idx_teardown);
   g_test_add("/engine/data/idx/labels", idx_fixture, NULL, idx_setup, test_idx_labels,
              idx_teardown);
+  g_test_add("/engine/data/idx/read", idx_fixture, NULL, idx_setup, test_idx_read, idx_teardown);
   g_test_add("/engine/data/idx/fuzz", idx_fixture, NULL, idx_setup, test_idx_fuzz, idx_teardown);
   return g_test_run();
 }
