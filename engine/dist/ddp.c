@@ -267,7 +267,7 @@ static void on_ready(void *user, int i) {
   int64_t n = em_tensor_numel(p);
   /* (a gradient without data: its allocation failed, the device error is
    * pending for the trainer; zeros keep the ranks' collectives matched) */
-  bool have = p->grad && p->grad->data && !(p->flags & EM_TENSOR_GRAD_STALE);
+  bool have = em_tensor_current_grad(p) && p->grad->data;
   if (have && (!em_device_eq(p->grad->device, d->dev) || !em_tensor_is_contiguous(p->grad))) {
     char a[32];
     keep_error(d, em_error_set(&d->err, EM_ERR_INVALID, "the gradient of parameter %d lives on "

@@ -95,6 +95,12 @@ static inline int64_t *em_i64(const em_tensor *t) { return (int64_t *)em_tensor_
 static inline bool em_tensor_requires_grad(const em_tensor *t) {
   return (t->flags & EM_TENSOR_REQUIRES_GRAD) != 0;
 }
+/* t's gradient from the last backward: NULL when it has none, or when
+ * zero_grad made it stale (its values are old; the next backward
+ * overwrites them). */
+static inline em_tensor *em_tensor_current_grad(const em_tensor *t) {
+  return t && t->grad && !(t->flags & EM_TENSOR_GRAD_STALE) ? t->grad : NULL;
+}
 /* "[128, 784]" into buf; returns buf. */
 const char *em_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
 /* "512 B", "808.2 KiB", "1.5 GiB" (binary units, one decimal) into buf;

@@ -21,12 +21,13 @@
  * in order afterwards: the same total whatever the thread count. */
 enum { LANES = 16, BLOCK = 512 };
 
-/* The current gradient of p, or NULL when it has none (NULL or stale). */
+/* The current gradient of p (contiguous f32 or f64), or NULL. */
 static em_tensor *current_grad(const em_tensor *p) {
-  if (!p || !p->grad || (p->flags & EM_TENSOR_GRAD_STALE)) return NULL;
-  EM_ASSERT(em_tensor_is_contiguous(p->grad));
-  EM_ASSERT(p->grad->dtype == EM_DTYPE_F32 || p->grad->dtype == EM_DTYPE_F64);
-  return p->grad;
+  em_tensor *g = em_tensor_current_grad(p);
+  if (!g) return NULL;
+  EM_ASSERT(em_tensor_is_contiguous(g));
+  EM_ASSERT(g->dtype == EM_DTYPE_F32 || g->dtype == EM_DTYPE_F64);
+  return g;
 }
 
 static float block_sum_squares(const float *x /* (BLOCK) */) {

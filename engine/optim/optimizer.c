@@ -267,8 +267,8 @@ void em_optimizer_step(em_optimizer *o) {
   int n_pieces = 0;
   for (int i = 0; i < o->n; i++) {
     em_optim_slot *s = &o->slots[i];
-    const em_tensor *p = s->param, *g = p->grad;
-    if (!g || (p->flags & EM_TENSOR_GRAD_STALE)) continue;
+    const em_tensor *p = s->param, *g = em_tensor_current_grad(p);
+    if (!g) continue;
     EM_ASSERT(g->dtype == p->dtype && em_tensor_numel(g) == em_tensor_numel(p));
     EM_ASSERT(em_tensor_is_contiguous(g));
     em_optim_piece *piece = &o->pieces[n_pieces];

@@ -281,10 +281,7 @@ static em_status micro_batch(run_ctx *r, const em_batch *b, double *loss, em_err
 /* The current gradients of t's parameters (NULL for a stale or absent
  * one), in a list the trainer keeps. */
 static em_tensor **current_grads(em_trainer *t) {
-  for (int i = 0; i < t->n_params; i++) {
-    em_tensor *p = t->params[i];
-    t->grads[i] = p->grad && !(p->flags & EM_TENSOR_GRAD_STALE) ? p->grad : NULL;
-  }
+  for (int i = 0; i < t->n_params; i++) t->grads[i] = em_tensor_current_grad(t->params[i]);
   return t->grads;
 }
 
