@@ -171,63 +171,39 @@ __device__ __forceinline__ float em_cuda_block_max(float v) {
 
 /* ---- kernel entries (one group per .cu) --------------------------------- */
 /* cuda-elementwise.cu */
-void em_cuda_fill(em_tensor *y, double v);
-void em_cuda_copy(em_tensor *y, const em_tensor *x);
-void em_cuda_binary(em_kbin op, bool acc, em_tensor *y, const em_tensor *a, const em_tensor *b);
-void em_cuda_unary(em_kun op, em_tensor *y, const em_tensor *x, double p0, double p1);
-void em_cuda_unary_backward(em_kun op, bool acc, em_tensor *gx, const em_tensor *g,
-                            const em_tensor *x, const em_tensor *y, double p0, double p1);
+em_k_fill em_cuda_fill;
+em_k_copy em_cuda_copy;
+em_k_binary em_cuda_binary;
+em_k_unary em_cuda_unary;
+em_k_unary_backward em_cuda_unary_backward;
 /* cuda-reduce.cu */
-void em_cuda_reduce(em_kred op, em_tensor *y, em_tensor *idx, const em_tensor *x, int dim);
-void em_cuda_sum_to(bool acc, em_tensor *y, const em_tensor *x);
-void em_cuda_sumsq(bool acc, em_tensor *out, const em_tensor *x);
-void em_cuda_unscale(em_tensor *x, float inv_scale, em_tensor *found);
+em_k_reduce em_cuda_reduce;
+em_k_sum_to em_cuda_sum_to;
+em_k_sumsq em_cuda_sumsq;
+em_k_unscale em_cuda_unscale;
 /* cuda-gemm.cu */
-void em_cuda_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
-                  int64_t stride_b, float beta, float *c, int64_t ldc, int64_t stride_c,
-                  int64_t batch);
+em_k_gemm em_cuda_gemm;
 /* cuda-conv.cu */
-void em_cuda_conv2d_forward(int amp, em_tensor *y, const em_tensor *x, const em_tensor *w,
-                            const em_tensor *b, const em_conv2d_params *p);
-void em_cuda_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *gb,
-                             const em_tensor *g, const em_tensor *x, const em_tensor *w,
-                             const em_conv2d_params *p);
+em_k_conv2d_forward em_cuda_conv2d_forward;
+em_k_conv2d_backward em_cuda_conv2d_backward;
 /* cuda-pool.cu */
-void em_cuda_pool2d_forward(bool max, em_tensor *y, const em_tensor *x, const em_pool2d_params *p);
-void em_cuda_pool2d_backward(bool max, em_tensor *gx, const em_tensor *g, const em_tensor *x,
-                             const em_tensor *y, const em_pool2d_params *p);
+em_k_pool2d_forward em_cuda_pool2d_forward;
+em_k_pool2d_backward em_cuda_pool2d_backward;
 /* cuda-norm.cu */
-void em_cuda_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mean,
-                                em_tensor *save_invstd, const em_tensor *x, const em_tensor *w,
-                                const em_tensor *b, em_tensor *running_mean,
-                                em_tensor *running_var, double momentum, double eps);
-void em_cuda_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *g,
-                                 const em_tensor *x, const em_tensor *w,
-                                 const em_tensor *save_mean, const em_tensor *save_invstd);
-void em_cuda_layer_norm_forward(em_tensor *y, em_tensor *mean, em_tensor *rstd,
-                                const em_tensor *x, const em_tensor *w, const em_tensor *b,
-                                int64_t rows, int64_t cols, double eps);
-void em_cuda_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *g,
-                                 const em_tensor *x, const em_tensor *w, const em_tensor *mean,
-                                 const em_tensor *rstd, int64_t rows, int64_t cols);
+em_k_batch_norm_forward em_cuda_batch_norm_forward;
+em_k_batch_norm_backward em_cuda_batch_norm_backward;
+em_k_layer_norm_forward em_cuda_layer_norm_forward;
+em_k_layer_norm_backward em_cuda_layer_norm_backward;
 /* cuda-softmax.cu */
-void em_cuda_softmax_forward(bool log, em_tensor *y, const em_tensor *x, int dim);
-void em_cuda_softmax_backward(bool log, em_tensor *gx, const em_tensor *g, const em_tensor *y,
-                              int dim);
-void em_cuda_cross_entropy_forward(em_tensor *loss, em_tensor *lse, const em_tensor *logits,
-                                   const em_tensor *target, double smoothing);
-void em_cuda_cross_entropy_backward(em_tensor *gx, const em_tensor *gscale,
-                                    const em_tensor *logits, const em_tensor *target,
-                                    const em_tensor *lse, double smoothing);
+em_k_softmax_forward em_cuda_softmax_forward;
+em_k_softmax_backward em_cuda_softmax_backward;
+em_k_cross_entropy_forward em_cuda_cross_entropy_forward;
+em_k_cross_entropy_backward em_cuda_cross_entropy_backward;
 /* cuda-embedding.cu */
-void em_cuda_embedding_forward(em_tensor *y, const em_tensor *w, const em_tensor *idx);
-void em_cuda_embedding_backward(em_tensor *gw, const em_tensor *g, const em_tensor *idx);
+em_k_embedding_forward em_cuda_embedding_forward;
+em_k_embedding_backward em_cuda_embedding_backward;
 /* cuda-random.cu */
-void em_cuda_dropout_mask(em_tensor *mask, double p, uint64_t seed, uint64_t counter);
+em_k_dropout_mask em_cuda_dropout_mask;
 /* cuda-optim.cu */
-void em_cuda_sgd_step(em_tensor *p, const em_tensor *g, em_tensor *buf, double lr, double wd,
-                      double momentum, double dampening, bool nesterov, bool first);
-void em_cuda_adam_step(em_tensor *p, const em_tensor *g, em_tensor *m, em_tensor *v,
-                       int64_t step, double lr, double beta1, double beta2, double eps,
-                       double wd, bool decoupled);
+em_k_sgd_step em_cuda_sgd_step;
+em_k_adam_step em_cuda_adam_step;
