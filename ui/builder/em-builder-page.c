@@ -176,11 +176,11 @@ static void fill_totals(EmBuilderPage *self) {
       "Peak training memory (CPU): <b>%s</b> — <span foreground=\"%s\"><b>%s</b></span> in %s "
       "free; largest batch that fits: <b>%'lld</b>\n"
       "<small>weights+grads %s · optimiser %s (%d per parameter) · activations %s</small>",
-      em_format_bytes(e.total_bytes, tot, sizeof tot), e.fits ? "#26a269" : "#c01c28",
+      em_format_bytes(e.mem.total_bytes, tot, sizeof tot), e.fits ? "#26a269" : "#c01c28",
       e.fits ? "fits" : "does not fit", em_format_bytes(e.available_bytes, av, sizeof av),
-      (long long)e.max_batch, em_format_bytes(e.weights_bytes + e.grads_bytes, w, sizeof w),
-      em_format_bytes(e.optim_bytes, o, sizeof o), e.optim_states,
-      em_format_bytes(e.act_bytes + e.workspace_bytes, a, sizeof a));
+      (long long)e.max_batch, em_format_bytes(e.mem.weights_bytes + e.mem.grads_bytes, w, sizeof w),
+      em_format_bytes(e.mem.optim_bytes, o, sizeof o), e.mem.optim_states,
+      em_format_bytes(e.mem.act_bytes + e.mem.workspace_bytes, a, sizeof a));
   gtk_label_set_markup(self->estimate_label, m);
   g_free(m);
 }

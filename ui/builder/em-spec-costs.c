@@ -47,22 +47,12 @@ void em_memory_estimate_compute(const em_spec *spec, int64_t batch, int64_t avai
   em_train_config_defaults(&cfg);
   em_error err = {0};
   if (em_train_config_from_spec(&cfg, spec, &err) != EM_OK) em_train_config_defaults(&cfg);
-  em_train_memory_estimate e; /* the engine's pre-flight estimate */
-  em_train_estimate_memory(spec, &cfg, batch, &e);
-  out->batch = batch;
-  out->optim_states = e.optim_states;
-  out->weights_bytes = e.weights_bytes;
-  out->grads_bytes = e.grads_bytes;
-  out->optim_bytes = e.optim_bytes;
-  out->fixed_bytes = e.fixed_bytes;
-  out->per_sample_bytes = e.per_sample_bytes;
-  out->act_bytes = e.act_bytes;
-  out->workspace_bytes = e.workspace_bytes;
-  out->total_bytes = e.total_bytes;
+  em_train_estimate_memory(spec, &cfg, batch, &out->mem);
   out->available_bytes = available_bytes < 0 ? em_memory_available() : available_bytes;
-  out->fits = out->available_bytes == 0 || out->total_bytes <= out->available_bytes;
-  if (out->available_bytes > out->fixed_bytes && out->per_sample_bytes > 0)
-    out->max_batch = (out->available_bytes - out->fixed_bytes) / out->per_sample_bytes;
+  const em_train_memory_estimate *m = &out->mem;
+  out->fits = out->available_bytes == 0 || m->total_bytes <= out->available_bytes;
+  if (out->available_bytes > m->fixed_bytes && m->per_sample_bytes > 0)
+    out->max_batch = (out->available_bytes - m->fixed_bytes) / m->per_sample_bytes;
 }
 
 const char *em_format_flops(double flops, char *buf, size_t n) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "em-nn.h"
+#include "em-train.h"
 
 typedef struct {
   double flops;          /* forward, one sample: 2 x MACs for Linear/Conv2d,
@@ -20,19 +21,10 @@ typedef struct {
 void em_spec_costs_compute(const em_spec *spec, em_node_cost *costs);
 
 typedef struct {
-  int64_t batch;
-  int optim_states;       /* tensors of state per parameter: Adam 2, SGD+momentum 1 */
-  int64_t weights_bytes;  /* parameters and buffers */
-  int64_t grads_bytes;
-  int64_t optim_bytes;
-  int64_t act_bytes;      /* input and every node's output, and their gradients, x batch */
-  int64_t workspace_bytes;/* what ops keep: Conv2d's unfolded input, MaxPool2d's indices, x batch */
-  int64_t total_bytes;
-  int64_t fixed_bytes;    /* what does not grow with the batch */
-  int64_t per_sample_bytes;
-  int64_t available_bytes;/* MemAvailable (0: unknown) */
+  em_train_memory_estimate mem; /* the engine's pre-flight estimate (em-train.h) */
+  int64_t available_bytes;      /* MemAvailable (0: unknown) */
   bool fits;
-  int64_t max_batch;      /* the largest batch that fits (0: none) */
+  int64_t max_batch;            /* the largest batch that fits (0: none) */
 } em_memory_estimate;
 
 /* available_bytes < 0: read /proc/meminfo (MemAvailable). */

@@ -229,9 +229,9 @@ static void check_estimate(const char *model, int batch) {
   g_assert_cmpint(em_profile_run(&o, &err), ==, EM_OK);
   em_memory_stats ms;
   em_memory_stats_get(&ms);
-  double ratio = (double)e.total_bytes / (double)ms.peak_allocated_bytes;
+  double ratio = (double)e.mem.total_bytes / (double)ms.peak_allocated_bytes;
   g_test_message("%s batch %d: estimate %.1f MiB, measured peak %.1f MiB (ratio %.2f)", model,
-                 batch, e.total_bytes / 1048576.0, ms.peak_allocated_bytes / 1048576.0, ratio);
+                 batch, e.mem.total_bytes / 1048576.0, ms.peak_allocated_bytes / 1048576.0, ratio);
   g_assert_cmpfloat(ratio, >, 0.75);
   g_assert_cmpfloat(ratio, <, 1.5);
   g_unlink(trace);
@@ -287,9 +287,9 @@ static void test_fmnist_cnn(void) {
   em_memory_estimate_compute(spec, 128, -1, &e);
   g_assert_true(e.fits);
   g_assert_cmpint(e.max_batch, >, 128);
-  g_assert_cmpint(e.optim_states, ==, 2); /* adam */
-  g_assert_cmpint(e.fixed_bytes, ==, 4 * em_spec_param_count(spec) * 4);
-  g_assert_cmpint(e.total_bytes, ==, e.fixed_bytes + 128 * e.per_sample_bytes);
+  g_assert_cmpint(e.mem.optim_states, ==, 2); /* adam */
+  g_assert_cmpint(e.mem.fixed_bytes, ==, 4 * em_spec_param_count(spec) * 4);
+  g_assert_cmpint(e.mem.total_bytes, ==, e.mem.fixed_bytes + 128 * e.mem.per_sample_bytes);
   em_memory_estimate small;
   em_memory_estimate_compute(spec, 128, 4 << 20, &small); /* 4 MiB free */
   g_assert_false(small.fits);
