@@ -8,6 +8,8 @@
 #include "../device/device-private.h"
 #include "profile-private.h"
 
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static _Thread_local bool no_grad;
@@ -112,31 +114,48 @@ static _Thread_local const em_backward_hooks *hooks;
 
 void em_backward_set_hooks(const em_backward_hooks *h) { hooks = h; }
 
-static int leaf_index(const em_backward_hooks *h, const em_tensor *t) {
+/* The hooks' leaves sorted by address, for a binary search per tape
+ * input: a walk costs (tape inputs) x log(leaves), not x leaves. */
+typedef struct {
+  const em_tensor *t;
+  int i;
+} leaf_ref;
+
+typedef struct {
+  const em_backward_hooks *h;
+  leaf_ref *sorted; /* (h->n) */
+} leaf_set;
+
+static int cmp_leaf_ref(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const leaf_ref *)a)->t, y = (uintptr_t)((const leaf_ref *)b)->t;
+  return x < y ? -1 : x > y;
+}
+
+static int leaf_index(const leaf_set *ls, const em_tensor *t) {
   if (!t || t->grad_fn) return -1;
-  for (int i = 0; i < h->n; i++)
-    if (h->leaves[i] == t) return i;
-  return -1;
+  leaf_ref key = {t, -1};
+  const leaf_ref *r = bsearch(&key, ls->sorted, (size_t)ls->h->n, sizeof key, cmp_leaf_ref);
+  return r ? r->i : -1;
 }
 
 /* last[i]: the lowest tape index with leaves[i] as an input (the walk's
  * last contribution to its gradient), or -1. */
-static void find_last_uses(const em_backward_hooks *h, em_node **tape, int64_t n, int64_t *last) {
-  for (int i = 0; i < h->n; i++) last[i] = -1;
+static void find_last_uses(const leaf_set *ls, em_node **tape, int64_t n, int64_t *last) {
+  for (int i = 0; i < ls->h->n; i++) last[i] = -1;
   for (int64_t k = 0; k < n; k++)
     for (int j = 0; j < tape[k]->n_in; j++) {
-      int i = leaf_index(h, tape[k]->in[j]);
+      int i = leaf_index(ls, tape[k]->in[j]);
       if (i >= 0 && last[i] < 0) last[i] = k;
     }
 }
 
 /* After node k: the leaves whose gradient it finalised. */
-static void fire_ready(const em_backward_hooks *h, const em_node *node, int64_t k, int64_t *last) {
+static void fire_ready(const leaf_set *ls, const em_node *node, int64_t k, int64_t *last) {
   for (int j = 0; j < node->n_in; j++) {
-    int i = leaf_index(h, node->in[j]);
+    int i = leaf_index(ls, node->in[j]);
     if (i >= 0 && last[i] == k) {
       last[i] = -2; /* fired */
-      h->ready(h->user, i);
+      ls->h->ready(ls->h->user, i);
     }
   }
 }
@@ -146,9 +165,14 @@ static void walk_tape(void) {
   em_node **tape = em_scope_tape(&n);
   const em_backward_hooks *h = hooks;
   int64_t *last = NULL;
+  leaf_set ls = {h, NULL};
   if (h) {
-    last = em_scope_arena_alloc(sizeof(int64_t) * (size_t)(h->n > 0 ? h->n : 1));
-    find_last_uses(h, tape, n, last);
+    size_t nl = (size_t)(h->n > 0 ? h->n : 1);
+    last = em_scope_arena_alloc(sizeof(int64_t) * nl);
+    ls.sorted = em_scope_arena_alloc(sizeof(leaf_ref) * nl);
+    for (int i = 0; i < h->n; i++) ls.sorted[i] = (leaf_ref){h->leaves[i], i};
+    qsort(ls.sorted, (size_t)h->n, sizeof(leaf_ref), cmp_leaf_ref);
+    find_last_uses(&ls, tape, n, last);
   }
   for (int64_t k = n - 1; k >= 0; k--) {
     em_node *node = tape[k];
@@ -162,7 +186,7 @@ static void walk_tape(void) {
       }
     }
     if (h) {
-      fire_ready(h, node, k, last);
+      fire_ready(&ls, node, k, last);
       if (h->node_done) h->node_done(h->user);
     }
   }
