@@ -16,6 +16,11 @@ static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_
                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                      double beta, const void *bias, void *c, int64_t ldc);
 
+/* Every row of C (m, n, ldc) = bias (n values of es bytes). */
+static void fill_rows(void *c, int64_t m, int64_t n, int64_t ldc, const void *bias, size_t es) {
+  for (int64_t i = 0; i < m; i++) memcpy((char *)c + (size_t)(i * ldc) * es, bias, (size_t)n * es);
+}
+
 /* The profiler's span of a product: linear's and matmul's self time
  * exclude it, and its FLOPs are counted where they are done. */
 static int gemm_span_begin(const char *name, int64_t m, int64_t n, int64_t k) {
@@ -75,9 +80,7 @@ static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_
       em_gemm_f32_fast(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, bias, c, ldc))
     return;
   if (bias) { /* the bias in every row of C, then C += the product */
-    size_t es = em_dtype_size(dt);
-    for (int64_t i = 0; i < m; i++)
-      memcpy((char *)c + (size_t)(i * ldc) * es, bias, (size_t)n * es);
+    fill_rows(c, m, n, ldc, bias, em_dtype_size(dt));
     beta = 1.0;
   }
   if (k == 0) { /* BLAS may not scale C for k = 0 */
@@ -203,8 +206,7 @@ em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b) {
     em_gemm_bias(x->dtype, xo.trans, true, N, K, D, xo.ptr, xo.ld, wp, ldw, bp,
                  em_tensor_ptr(y), K);
   } else { /* bf16 products: the bias in every row first, then y += x w^T */
-    for (int64_t i = 0; bp && i < N; i++)
-      memcpy(em_f32(y) + i * K, bp, sizeof(float) * (size_t)K);
+    if (bp) fill_rows(em_tensor_ptr(y), N, K, K, bp, sizeof(float));
     gemm_amp(kern, x->dtype, xo.trans, true, N, K, D, xo.ptr, xo.ld, wp, ldw, bp ? 1.0 : 0.0,
              em_tensor_ptr(y), K);
   }

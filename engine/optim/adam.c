@@ -11,10 +11,10 @@
  *
  * The per-step scalars are computed in double like PyTorch's Python code
  * and the f32 loop computes in float like its kernels. The optimizer runs
- * the pieces of all parameters over the thread pool together; every
- * element is independent. A parameter
- * on a device runs its backend's adam_step kernel (the same formulas;
- * AMSGrad is refused there by em_optimizer_new). */
+ * the pieces of all parameters over the thread pool together (pieces.c);
+ * every element is independent. A parameter on a device runs its
+ * backend's adam_step kernel (the same formulas; AMSGrad is refused there
+ * by em_optimizer_new). */
 #include "optim-private.h"
 
 #include <math.h>
@@ -25,7 +25,7 @@
  * the f32 one computes in float as PyTorch does. */
 #define ADAM_KERNEL(NAME, T, SQRT)                                            \
   static void NAME(void *ctx, int64_t begin, int64_t end) {                  \
-    const em_adam_args *a = ctx;                                                   \
+    const em_adam_args *a = ctx;                                              \
     T *restrict p = (T *)a->p + begin;                             /* (D) */  \
     T *restrict m = (T *)a->m + begin;                             /* (D) */  \
     T *restrict v = (T *)a->v + begin;                             /* (D) */  \

@@ -94,7 +94,7 @@ static double host_sum_squares(int n, em_tensor *const *params) {
   float *sums = em_alloc(sums_bytes);
   EM_ASSERT(sums && "out of memory for the gradient norm");
   blocks_job j = {.x = x, .first = first, .n_grads = n_grads, .sums = sums, .parts = 1};
-  if (first[n_grads] < 64) {
+  if (first[n_grads] * BLOCK < EM_OPTIM_PARALLEL_MIN) {
     sum_share(&j, 0, 1);
   } else {
     j.parts = em_parallel_threads();

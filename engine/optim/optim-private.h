@@ -5,11 +5,10 @@
 #include "em-pool.h"
 
 /* An update streams four or five arrays at a few flops per element, so
- * one step updates every parameter in one pass over the pool: the
- * parameters' elements, end to end, are cut into one contiguous share per
- * thread (the same shares each step, so each core keeps its share of the
- * weights and optimiser state in its own cache). Below this many elements
- * in all the step runs in the calling thread. */
+ * one step updates every parameter in one pass over the pool, each
+ * parameter cut into one share of rows per thread (pieces.c). Below this
+ * many elements in all, the step (and the gradient norm, clip.c) runs in
+ * the calling thread. */
 #define EM_OPTIM_PARALLEL_MIN ((int64_t)1 << 15)
 
 /* The update of one parameter, element-wise over [begin, end). */

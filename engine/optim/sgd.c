@@ -9,10 +9,10 @@
  *
  * Element-wise loops over contiguous arrays that the compiler vectorises;
  * the f32 loop computes in float as PyTorch does. The optimizer runs the
- * pieces of all parameters over the thread pool together (each element is
- * independent, so the result does not depend on the thread count). A
- * parameter on a device runs its
- * backend's sgd_step kernel (the same formulas, engine/device/kernels). */
+ * pieces of all parameters over the thread pool together (pieces.c; each
+ * element is independent, so the result does not depend on the thread
+ * count). A parameter on a device runs its backend's sgd_step kernel (the
+ * same formulas, engine/device/kernels). */
 #include "optim-private.h"
 
 #include "../device/device-private.h"
@@ -21,7 +21,7 @@
  * computes in float as PyTorch does. */
 #define SGD_KERNEL(NAME, T)                                                   \
   static void NAME(void *ctx, int64_t begin, int64_t end) {                  \
-    const em_sgd_args *a = ctx;                                                    \
+    const em_sgd_args *a = ctx;                                               \
     T *restrict p = (T *)a->p + begin;                          /* (D) */     \
     const T *restrict g = (const T *)a->g + begin;              /* (D) */     \
     T *restrict buf = a->buf ? (T *)a->buf + begin : NULL;      /* (D) */     \
