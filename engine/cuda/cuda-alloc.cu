@@ -147,6 +147,15 @@ void release_locked(Allocator *a) {
   }
 }
 
+/* Merges block r into l, its left neighbour in the segment, and deletes
+ * r. Neither may be in a pool (the pool's order is by size). */
+void absorb(Block *l, Block *r) {
+  l->size += r->size;
+  l->next = r->next;
+  if (r->next) r->next->prev = l;
+  delete r;
+}
+
 /* A new segment of `seg` bytes from the driver, or NULL. Caller holds a->m. */
 Block *new_segment(Allocator *a, size_t seg, bool small) {
   void *p = driver->malloc(a->index, seg);
@@ -227,23 +236,17 @@ void em_cuda_free(int index, void *p, size_t nbytes) {
   a->s.free_count++;
   b->allocated = false;
   Pool &pool = b->small ? a->small_free : a->large_free;
-  /* Merge with free neighbours of the same segment. */
+  /* Merge with free neighbours of the same segment (out of the pool
+   * first: its order is by size). */
   if (b->prev && !b->prev->allocated) {
     Block *q = b->prev;
     pool.erase(q);
-    q->size += b->size;
-    q->next = b->next;
-    if (b->next) b->next->prev = q;
-    delete b;
+    absorb(q, b);
     b = q;
   }
   if (b->next && !b->next->allocated) {
-    Block *q = b->next;
-    pool.erase(q);
-    b->size += q->size;
-    b->next = q->next;
-    if (q->next) q->next->prev = b;
-    delete q;
+    pool.erase(b->next);
+    absorb(b, b->next);
   }
   pool.insert(b);
 }

@@ -43,9 +43,6 @@ struct ConvAlgo {
  * failing. */
 #define NO_HALF (-1)
 
-std::mutex cache_lock;
-std::map<ConvKey, ConvAlgo> cache;
-
 int as_int(int64_t v) {
   EM_ASSERT(v >= 0 && v <= INT_MAX && "cuda conv2d: a size beyond cuDNN's 32-bit sizes");
   return (int)v;
@@ -57,15 +54,17 @@ cudnnDataType_t data_type(int amp) {
 }
 
 /* The descriptors of one convolution (x (N, C, H, W), w (K, C/groups, kh,
- * kw), y (N, K, OH, OW)) in the data type of the amp mode. */
+ * kw), y (N, K, OH, OW)) in the data type of the amp mode, and the
+ * algorithm of their direction once decided (algo_of). */
 struct ConvDescs {
   cudnnTensorDescriptor_t x, y, y32, b;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
-  ConvKey key;
+  bool decided = false;
+  ConvAlgo algo;
 
-  ConvDescs(int index, int amp, int dir, const em_tensor *xt, const em_tensor *wt,
-            const em_tensor *yt, const em_conv2d_params *p) {
+  ConvDescs(int amp, const em_tensor *xt, const em_tensor *wt, const em_tensor *yt,
+            const em_conv2d_params *p) {
     cudnnDataType_t dt = data_type(amp);
     int N = as_int(xt->shape[0]), C = as_int(xt->shape[1]), H = as_int(xt->shape[2]),
         W = as_int(xt->shape[3]);
@@ -89,7 +88,6 @@ struct ConvDescs {
         p->dilation[1], CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     EM_CUDNN_ASSERT(cudnnSetConvolutionGroupCount(conv, p->groups));
     EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(conv, amp ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-    key = key_of(index, amp, dir, xt, wt, p);
   }
 
   static ConvKey key_of(int index, int amp, int dir, const em_tensor *xt, const em_tensor *wt,
@@ -111,23 +109,11 @@ struct ConvDescs {
   }
 };
 
-bool cached(const ConvKey &k, ConvAlgo *out) {
-  std::lock_guard<std::mutex> g(cache_lock);
-  auto it = cache.find(k);
-  if (it == cache.end()) return false;
-  *out = it->second;
-  return true;
-}
-
-void remember(const ConvKey &k, ConvAlgo a) {
-  std::lock_guard<std::mutex> g(cache_lock);
-  cache[k] = a;
-}
-
 /* The descriptors of a key, made once and kept for the process (making
  * six descriptors per call costs more than many of the small kernels).
  * The key names the device, and a device's descriptors are used (their
- * math type set) only under its cuDNN lock. */
+ * math type set, their algorithm decided) only under its cuDNN lock. */
+std::mutex cache_lock;
 std::map<ConvKey, ConvDescs *> descs_cache;
 
 ConvDescs *descs_of(int index, int amp, int dir, const em_tensor *x, const em_tensor *w,
@@ -138,7 +124,7 @@ ConvDescs *descs_of(int index, int amp, int dir, const em_tensor *x, const em_te
     auto it = descs_cache.find(k);
     if (it != descs_cache.end()) return it->second;
   }
-  ConvDescs *d = new ConvDescs(index, amp, dir, x, w, y, p);
+  ConvDescs *d = new ConvDescs(amp, x, w, y, p);
   std::lock_guard<std::mutex> g(cache_lock);
   auto ins = descs_cache.insert(std::make_pair(k, d));
   if (!ins.second) { /* another thread made them meanwhile */
@@ -183,46 +169,39 @@ cudnnMathType_t math_of(const Perf *perf, int i, int amp) {
   return i >= 0 ? perf[i].mathType : CUDNN_TENSOR_OP_MATH;
 }
 
-/* The algorithm of a key from cuDNN's ranked results (pick), or the
- * fallback (f32) / NO_HALF (amp) when none is acceptable; remembered. */
+/* The algorithm from cuDNN's ranked results (pick), or the fallback
+ * (f32) / NO_HALF (amp) when none is acceptable. */
 template <typename Perf>
-ConvAlgo decide(const ConvKey &key, const Perf *perf, int n, int amp, int fallback) {
+ConvAlgo decide(const Perf *perf, int n, int amp, int fallback) {
   ConvAlgo a;
   int i = pick(perf, n, amp);
   a.algo = i >= 0 ? (int)perf[i].algo : amp ? NO_HALF : fallback;
   a.math = math_of(perf, i, amp);
-  remember(key, a);
   return a;
 }
 
 ConvAlgo algo_fwd(cudnnHandle_t h, ConvDescs &d, int amp) {
-  ConvAlgo a;
-  if (cached(d.key, &a)) return a;
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int n = 0;
   EM_CUDNN_ASSERT(cudnnGetConvolutionForwardAlgorithm_v7(
       h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
-  return decide(d.key, perf, n, amp, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
+  return decide(perf, n, amp, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
 }
 
 ConvAlgo algo_bwd_data(cudnnHandle_t h, ConvDescs &d, int amp) {
-  ConvAlgo a;
-  if (cached(d.key, &a)) return a;
   cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   int n = 0;
   EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardDataAlgorithm_v7(
       h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
-  return decide(d.key, perf, n, amp, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
+  return decide(perf, n, amp, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
 }
 
 ConvAlgo algo_bwd_filter(cudnnHandle_t h, ConvDescs &d, int amp) {
-  ConvAlgo a;
-  if (cached(d.key, &a)) return a;
   cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
   int n = 0;
   EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
       h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
-  return decide(d.key, perf, n, amp, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
+  return decide(perf, n, amp, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
 }
 
 /* ---- half copies ------------------------------------------------------------ */
@@ -302,6 +281,15 @@ const void *operand(em_cuda_ctx *c, Scratch &s, int amp, bool half, const em_ten
 
 typedef ConvAlgo (*algo_fn)(cudnnHandle_t, ConvDescs &, int);
 
+/* d's algorithm: asked of cuDNN (f) on the first call only. */
+ConvAlgo algo_of(cudnnHandle_t h, algo_fn f, ConvDescs &d, int amp) {
+  if (!d.decided) {
+    d.algo = f(h, d, amp);
+    d.decided = true;
+  }
+  return d.algo;
+}
+
 /* The descriptors (cached: descs_of) and algorithm of one direction: the
  * amp mode's (*half true under amp), or the f32 ones when amp has no half
  * algorithm. */
@@ -309,11 +297,11 @@ ConvDescs *choose(cudnnHandle_t h, algo_fn f, int index, int amp, int dir, const
                   const em_tensor *w, const em_tensor *y, const em_conv2d_params *p,
                   ConvAlgo *a, bool *half) {
   ConvDescs *d = descs_of(index, amp, dir, x, w, y, p);
-  *a = f(h, *d, amp);
+  *a = algo_of(h, f, *d, amp);
   *half = amp && a->algo != NO_HALF;
   if (amp && !*half) {
     d = descs_of(index, 0, dir, x, w, y, p);
-    *a = f(h, *d, 0);
+    *a = algo_of(h, f, *d, 0);
   }
   return d;
 }

@@ -281,17 +281,13 @@ void em_cuda_scratch_free(int index, void *p, size_t nbytes) {
 
 /* ---- views --------------------------------------------------------------- */
 
-em_kview em_cuda_view(const em_tensor *t) {
-  em_kview v;
-  em_kview_bcast(&v, t->ndim, t->shape, t->ndim, t->shape, t->stride, t->offset);
-  return v;
-}
-
 em_kview em_cuda_view_bcast(const em_tensor *y, const em_tensor *x) {
   em_kview v;
   em_kview_bcast(&v, y->ndim, y->shape, x->ndim, x->shape, x->stride, x->offset);
   return v;
 }
+
+em_kview em_cuda_view(const em_tensor *t) { return em_cuda_view_bcast(t, t); }
 
 /* ---- copies -------------------------------------------------------------- */
 

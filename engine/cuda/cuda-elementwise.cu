@@ -114,8 +114,8 @@ void em_cuda_copy(em_tensor *y, const em_tensor *x) {
   int64_t n = em_tensor_numel(y);
   if (!n) return;
   cudaStream_t s = em_cuda_stream(c);
-  if (y->dtype == x->dtype && em_tensor_numel(x) == n && em_tensor_is_contiguous(x) &&
-      em_tensor_is_contiguous(y) && x->ndim == y->ndim && em_tensor_same_shape(x, y)) {
+  if (y->dtype == x->dtype && em_tensor_same_shape(x, y) && em_tensor_is_contiguous(x) &&
+      em_tensor_is_contiguous(y)) {
     EM_CUDA_ASSERT(cudaMemcpyAsync(em_tensor_ptr(y), em_tensor_ptr(x), em_tensor_nbytes(y),
                                    cudaMemcpyDeviceToDevice, s));
     return;

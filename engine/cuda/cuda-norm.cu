@@ -14,11 +14,6 @@
 #include "kernels/kern-rows.h"
 
 #define NORM_THREADS 256
-#define MAX_ROW_BLOCKS (65535 * 8)
-
-static unsigned row_blocks(int64_t rows) {
-  return (unsigned)(rows < MAX_ROW_BLOCKS ? (rows > 0 ? rows : 1) : MAX_ROW_BLOCKS);
-}
 
 /* ---- batch norm ------------------------------------------------------------- */
 
@@ -98,7 +93,7 @@ void em_cuda_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mea
   size_t bytes = (size_t)(2 * C) * sizeof(double);
   double *stat = (double *)em_cuda_scratch(em_cuda_index(c), bytes, "batch_norm");
   if (!stat) return;
-  bn_stats_kernel<<<row_blocks(C), NORM_THREADS, 0, s>>>(
+  bn_stats_kernel<<<em_cuda_row_blocks(C), NORM_THREADS, 0, s>>>(
       stat, save_mean ? em_f32(save_mean) : NULL, save_invstd ? em_f32(save_invstd) : NULL,
       running_mean ? em_f32(running_mean) : NULL, running_var ? em_f32(running_var) : NULL,
       em_f32(x), N, C, S, momentum, eps);
@@ -159,7 +154,7 @@ void em_cuda_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, co
   size_t bytes = (size_t)(2 * C) * sizeof(double);
   double *sums = (double *)em_cuda_scratch(em_cuda_index(c), bytes, "batch_norm backward");
   if (!sums) return;
-  bn_grad_sums_kernel<<<row_blocks(C), NORM_THREADS, 0, s>>>(
+  bn_grad_sums_kernel<<<em_cuda_row_blocks(C), NORM_THREADS, 0, s>>>(
       sums, gw ? em_f32(gw) : NULL, gb ? em_f32(gb) : NULL, em_f32(g), em_f32(x),
       em_f32(save_mean), em_f32(save_invstd), N, C, S);
   EM_CUDA_LAUNCHED();
@@ -209,7 +204,7 @@ void em_cuda_layer_norm_forward(em_tensor *y, em_tensor *mean, em_tensor *rstd,
   EM_ASSERT(em_tensor_is_contiguous(x) && em_tensor_is_contiguous(y));
   em_cuda_ctx *c = em_cuda_enter_t(y);
   if (!rows || !cols) return;
-  ln_forward_kernel<<<row_blocks(rows), NORM_THREADS, 0, em_cuda_stream(c)>>>(
+  ln_forward_kernel<<<em_cuda_row_blocks(rows), NORM_THREADS, 0, em_cuda_stream(c)>>>(
       em_f32(y), mean ? em_f32(mean) : NULL, rstd ? em_f32(rstd) : NULL, em_f32(x),
       w ? em_f32(w) : NULL, b ? em_f32(b) : NULL, rows, cols, eps);
   EM_CUDA_LAUNCHED();
@@ -259,7 +254,7 @@ void em_cuda_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, co
   if (!cols) return;
   cudaStream_t s = em_cuda_stream(c);
   if (gx && rows) {
-    ln_backward_x_kernel<<<row_blocks(rows), NORM_THREADS, 0, s>>>(
+    ln_backward_x_kernel<<<em_cuda_row_blocks(rows), NORM_THREADS, 0, s>>>(
         em_f32(gx), em_f32(g), em_f32(x), w ? em_f32(w) : NULL, em_f32(mean), em_f32(rstd), rows,
         cols);
     EM_CUDA_LAUNCHED();

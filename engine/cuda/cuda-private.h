@@ -96,6 +96,12 @@ static inline unsigned em_cuda_blocks(int64_t n) {
   if (b > 65535 * 8) b = 65535 * 8;
   return (unsigned)b;
 }
+/* Blocks for a block-per-row loop over `rows` rows (at least 1, at most
+ * 65535 * 8; each block strides over the rest). */
+static inline unsigned em_cuda_row_blocks(int64_t rows) {
+  if (rows < 1) return 1;
+  return (unsigned)(rows < 65535 * 8 ? rows : 65535 * 8);
+}
 #define EM_CUDA_GRID_STRIDE(i, n)                                                   \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);          \
        i += (int64_t)gridDim.x * blockDim.x)

@@ -130,7 +130,7 @@ static void run_reduce(em_cuda_ctx *c, int op, bool acc, float *y, int64_t *idx,
   if (!g->n_out) return;
   cudaStream_t s = em_cuda_stream(c);
   if (g->n_red >= LONG_REDUCTION && (red_inner(g) || g->n_out < MANY_OUTPUTS)) {
-    unsigned blocks = (unsigned)(g->n_out < 65535 * 8 ? g->n_out : 65535 * 8);
+    unsigned blocks = em_cuda_row_blocks(g->n_out);
     if (op == EM_KR_SUM) reduce_block_kernel<EM_KR_SUM><<<blocks, EM_CUDA_THREADS, 0, s>>>(acc, y, idx, x, *g);
     else reduce_block_kernel<EM_KR_MAX><<<blocks, EM_CUDA_THREADS, 0, s>>>(acc, y, idx, x, *g);
   } else {
@@ -148,7 +148,7 @@ void em_cuda_reduce(em_kred op, em_tensor *y, em_tensor *idx, const em_tensor *x
   em_cuda_ctx *c = em_cuda_enter_t(y);
   reduce_geom g;
   g.out = em_cuda_view(y);
-  em_kview_bcast(&g.base, y->ndim, y->shape, x->ndim, x->shape, x->stride, x->offset);
+  g.base = em_cuda_view_bcast(y, x);
   int64_t L = x->shape[dim], ls = x->stride[dim];
   em_kview_bcast(&g.red, 1, &L, 1, &L, &ls, 0);
   g.n_out = em_tensor_numel(y);
@@ -166,7 +166,7 @@ void em_cuda_sum_to(bool acc, em_tensor *y, const em_tensor *x) {
   g.out = em_cuda_view(y);
   /* base: x's strides on the kept dims (the iteration is y's shape, so
    * a reduced dim's index is 0). */
-  em_kview_bcast(&g.base, y->ndim, y->shape, x->ndim, x->shape, x->stride, x->offset);
+  g.base = em_cuda_view_bcast(y, x);
   int64_t rshape[EM_MAX_DIMS], rstride[EM_MAX_DIMS];
   int64_t n_red = 1;
   for (int d = 0; d < x->ndim; d++) {

@@ -8,11 +8,6 @@
 #include "kernels/kern-rows.h"
 
 #define ROW_THREADS 256
-#define MAX_ROW_BLOCKS (65535 * 8)
-
-static unsigned row_blocks(int64_t rows) {
-  return (unsigned)(rows < MAX_ROW_BLOCKS ? (rows > 0 ? rows : 1) : MAX_ROW_BLOCKS);
-}
 
 /* Row r of x viewed as (outer, L, inner): its first element and stride. */
 __device__ __forceinline__ int64_t row_base(int64_t r, int64_t L, int64_t inner) {
@@ -77,8 +72,8 @@ void em_cuda_softmax_forward(bool log, em_tensor *y, const em_tensor *x, int dim
   int64_t rows, L, inner;
   split(x, dim, &rows, &L, &inner);
   if (!rows || !L) return;
-  softmax_kernel<<<row_blocks(rows), ROW_THREADS, 0, em_cuda_stream(c)>>>(log ? 1 : 0, em_f32(y),
-                                                                           em_f32(x), rows, L, inner);
+  softmax_kernel<<<em_cuda_row_blocks(rows), ROW_THREADS, 0, em_cuda_stream(c)>>>(
+      log ? 1 : 0, em_f32(y), em_f32(x), rows, L, inner);
   EM_CUDA_LAUNCHED();
 }
 
@@ -89,7 +84,7 @@ void em_cuda_softmax_backward(bool log, em_tensor *gx, const em_tensor *g, const
   int64_t rows, L, inner;
   split(y, dim, &rows, &L, &inner);
   if (!rows || !L) return;
-  softmax_backward_kernel<<<row_blocks(rows), ROW_THREADS, 0, em_cuda_stream(c)>>>(
+  softmax_backward_kernel<<<em_cuda_row_blocks(rows), ROW_THREADS, 0, em_cuda_stream(c)>>>(
       log ? 1 : 0, em_f32(gx), em_f32(g), em_f32(y), rows, L, inner);
   EM_CUDA_LAUNCHED();
 }
@@ -142,8 +137,8 @@ void em_cuda_cross_entropy_forward(em_tensor *loss, em_tensor *lse, const em_ten
   double *part = (double *)em_cuda_scratch(em_cuda_index(c), bytes, "cross_entropy");
   if (!part) return;
   cudaStream_t s = em_cuda_stream(c);
-  ce_rows_kernel<<<row_blocks(N), ROW_THREADS, 0, s>>>(part, em_f32(lse), em_f32(logits),
-                                                       em_i64(target), N, K, smoothing);
+  ce_rows_kernel<<<em_cuda_row_blocks(N), ROW_THREADS, 0, s>>>(part, em_f32(lse), em_f32(logits),
+                                                                em_i64(target), N, K, smoothing);
   EM_CUDA_LAUNCHED();
   ce_mean_kernel<<<1, ROW_THREADS, 0, s>>>(em_f32(loss), part, N);
   EM_CUDA_LAUNCHED();
