@@ -26,25 +26,26 @@ typedef struct {
   int64_t ld, bstride;   /* leading dimension; elements between batch elements */
 } operand;
 
+/* t's stride along batch dim d of the output's nb, 0 where t is
+ * broadcast (a size-1 or missing dim). */
+static int64_t batch_stride(const em_tensor *t, int nb, int d) {
+  int td = d - (nb - (t->ndim - 2));
+  return td >= 0 && t->shape[td] != 1 ? t->stride[td] : 0;
+}
+
 /* t (..., R, C) seen over the output's batch shape bshape (nb dims):
  * false when its batch dims do not collapse to one stride or its inner
  * dims are not BLAS-shaped. */
 static bool operand_of(em_tensor *t, int nb, const int64_t *bshape, operand *op) {
   em_blas_operand b;
   if (!em_blas_operand_of(t, t->ndim - 2, t->ndim - 1, 0, &b)) return false;
-  /* batch strides over the output's batch dims, 0 where broadcast */
-  int64_t st[EM_MAX_DIMS];
-  int tb = t->ndim - 2;
-  for (int d = 0; d < nb; d++) {
-    int td = d - (nb - tb);
-    st[d] = td >= 0 && t->shape[td] != 1 ? t->stride[td] : 0;
-  }
   /* collapse: every dim of size > 1 must step by stride[last] * inner count */
   int64_t step = -1, inner = 1;
   for (int d = nb - 1; d >= 0; d--) {
     if (bshape[d] == 1) continue;
-    if (step < 0) step = st[d];
-    else if (st[d] != step * inner) return false;
+    int64_t st = batch_stride(t, nb, d);
+    if (step < 0) step = st;
+    else if (st != step * inner) return false;
     inner *= bshape[d];
   }
   op->t = t;
@@ -63,9 +64,8 @@ static operand ready_operand(em_tensor *t, int nb, const int64_t *bshape) {
   int64_t shape[EM_MAX_DIMS], stride[EM_MAX_DIMS];
   int tb = t->ndim - 2;
   for (int d = 0; d < nb; d++) {
-    int td = d - (nb - tb);
     shape[d] = bshape[d];
-    stride[d] = td >= 0 && t->shape[td] != 1 ? t->stride[td] : 0;
+    stride[d] = batch_stride(t, nb, d);
   }
   for (int k = 0; k < 2; k++) {
     shape[nb + k] = t->shape[tb + k];

@@ -85,8 +85,15 @@ em_tensor *em_dev_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
   em_tensor *xc = em_contiguous_nograd(x);
   em_tensor *wc = weight ? em_contiguous_nograd(weight) : NULL;
   em_tensor *bc = bias ? em_contiguous_nograd(bias) : NULL;
+  em_tensor *ins[3] = {x, weight, bias};
+  bool grad = em_needs_grad(3, ins);
   em_tensor *y = dev_empty_like(xc);
-  em_tensor *s0 = dev_empty(x, EM_DTYPE_F32, 1, &C), *s1 = dev_empty(x, EM_DTYPE_F32, 1, &C);
+  /* The statistics backward reads; eval without grad (inference) needs none. */
+  em_tensor *s0 = NULL, *s1 = NULL;
+  if (training || grad) {
+    s0 = dev_empty(x, EM_DTYPE_F32, 1, &C);
+    s1 = dev_empty(x, EM_DTYPE_F32, 1, &C);
+  }
   const em_kernels *k = dev_k(x);
   bool live = dev_live(xc, wc, bc, y, s0, s1, running_mean, running_var);
   if (live && training) {
@@ -94,16 +101,16 @@ em_tensor *em_dev_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
   } else if (live) {
     k->batch_norm_forward(false, y, NULL, NULL, xc, wc, bc, running_mean, running_var, momentum,
                           eps);
-    /* what backward needs, as the running stats are now */
-    k->copy(s0, running_mean);
-    em_tensor *t = dev_empty(x, EM_DTYPE_F32, 1, &C);
-    if ((live = dev_live(t))) {
-      k->unary(EM_KU_ADDS, t, running_var, eps, 0);
-      k->unary(EM_KU_POWS, s1, t, -0.5, 0);
+    if (grad) { /* what backward needs, as the running stats are now */
+      k->copy(s0, running_mean);
+      em_tensor *t = dev_empty(x, EM_DTYPE_F32, 1, &C);
+      if ((live = dev_live(t))) {
+        k->unary(EM_KU_ADDS, t, running_var, eps, 0);
+        k->unary(EM_KU_POWS, s1, t, -0.5, 0);
+      }
     }
   }
-  em_tensor *ins[3] = {x, weight, bias};
-  if (live && em_needs_grad(3, ins)) {
+  if (live && grad) {
     em_node *nd = em_record("batch_norm", batch_norm_backward, y, 3, ins);
     nd->saved[0] = xc;
     nd->saved[1] = wc;

@@ -114,8 +114,8 @@ static void max_backward(em_node *n) {
   for (int k = 0; k < d; k++) O *= x->shape[k];
   for (int k = d + 1; k < x->ndim; k++) I *= x->shape[k];
   int64_t m = O * I, flat_shape[1] = {m}, rows[2] = {O * R * I, 1}, gshape[2] = {m, 1};
-  em_tensor *flat = dev_empty(x, EM_DTYPE_I64, 1, flat_shape); /* (O * I) */
-  if (gx && m > 0 && dev_live(gx, g, idx, flat)) {
+  em_tensor *flat = gx && m > 0 ? dev_empty(x, EM_DTYPE_I64, 1, flat_shape) : NULL; /* (O * I) */
+  if (flat && dev_live(gx, g, idx, flat)) {
     if (fresh) dev_k(g)->fill(gx, 0.0);
     /* position (o, idx, i) of x for each output (o, i) */
     int64_t *pos = em_scratch(sizeof(int64_t) * (size_t)m);

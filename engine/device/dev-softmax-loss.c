@@ -133,8 +133,9 @@ static void mse_backward(em_node *n) {
   for (int which = 0; which < 2; which++) {
     bool fresh;
     em_tensor *gx = em_grad_acquire(n->in[which], &fresh);
+    if (!gx) continue;
     em_tensor *t = dev_empty_like(d);
-    if (!gx || !dev_live(gx, t, d, g)) continue;
+    if (!dev_live(gx, t, d, g)) continue;
     k->unary(EM_KU_MULS, t, d, which == 0 ? scale : -scale, 0);
     k->binary(EM_KB_MUL, !fresh, gx, t, gb);
   }

@@ -206,9 +206,9 @@ typedef struct em_backend {
   const em_kernels *k;
 } em_backend;
 
-/* The backend of a device kind (NULL for the CPU, and for a kind this
- * build lacks). Each is defined by its folder: engine/device/ref-*.c,
- * engine/cuda/ (or cuda-none.c). */
+/* The backend of a device kind (NULL for the CPU, for a kind this
+ * build lacks, and for a value out of range). Each is defined by its
+ * folder: engine/device/ref-*.c, engine/cuda/ (or cuda-none.c). */
 const em_backend *em_backend_of_kind(em_device_kind k);
 const em_backend *em_ref_backend(void);
 const em_backend *em_cuda_backend(void); /* NULL when built without CUDA */

@@ -55,12 +55,12 @@ const char *em_device_kind_name(em_device_kind k) {
 }
 
 bool em_device_kind_built(em_device_kind k) {
-  return k == EM_DEVICE_CPU || (k < EM_DEVICE_KIND_COUNT && em_backend_of_kind(k) != NULL);
+  return k == EM_DEVICE_CPU || em_backend_of_kind(k) != NULL;
 }
 
 int em_device_count(em_device_kind k) {
   if (k == EM_DEVICE_CPU) return 1;
-  const em_backend *b = k < EM_DEVICE_KIND_COUNT ? em_backend_of_kind(k) : NULL;
+  const em_backend *b = em_backend_of_kind(k);
   return b ? b->count() : 0;
 }
 

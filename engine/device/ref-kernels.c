@@ -119,10 +119,10 @@ static void ref_unary(em_kun op, em_tensor *y, const em_tensor *x, double p0, do
  * (em_kun_uses_y). */
 static void ref_unary_backward(em_kun op, bool acc, em_tensor *gx, const em_tensor *g,
                                const em_tensor *x, const em_tensor *y, double p0, double p1) {
-  const em_tensor *v = em_kun_uses_y(op) ? y : x; /* the value the derivative reads */
+  bool use_y = em_kun_uses_y(op);
+  const em_tensor *v = use_y ? y : x; /* the value the derivative reads */
   EM_ASSERT(v && "unary_backward: the saved value its derivative needs is missing");
   EM_ASSERT(gx->dtype == EM_DTYPE_F32 && g->dtype == EM_DTYPE_F32 && v->dtype == EM_DTYPE_F32);
-  bool use_y = em_kun_uses_y(op);
   em_kview vgx = em_ref_view(gx), vg = em_ref_view_into(g, gx), vv = em_ref_view_into(v, gx);
   float *pgx = gx->data;
   const float *pg = g->data, *pv = v->data;
@@ -156,7 +156,7 @@ static void ref_reduce(em_kred op, em_tensor *y, em_tensor *idx, const em_tensor
       for (int64_t r = 0; r < R; r++) s += (double)line[r * step];
       py[em_kview_at(&vy, i)] = (float)s;
     } else {
-      float best = R > 0 ? line[0] : -em_kf32_from_bits(0x7f800000u);
+      float best = R > 0 ? line[0] : -em_kinf();
       int64_t bi = 0;
       for (int64_t r = 1; r < R; r++)
         if (em_kmax_takes(line[r * step], best)) {

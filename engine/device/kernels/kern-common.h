@@ -110,6 +110,8 @@ EM_HD float em_kf32_from_bits(uint32_t u) {
   return f;
 #endif
 }
+/* +infinity, from its bits (max reductions and pools start from -em_kinf()). */
+EM_HD float em_kinf(void) { return em_kf32_from_bits(0x7f800000u); }
 
 /* ---- amp operand rounding (f32 -> bf16 / f16 -> f32) ---------------------- */
 /* bf16 with round-to-nearest-even, NaN -> quiet NaN: em_bf16_from_f32 of

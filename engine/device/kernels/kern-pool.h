@@ -62,7 +62,7 @@ EM_HD int64_t em_kpool_argmax(const em_kpool_geom *g, const float *x, int64_t oy
                               float *val) {
   int64_t h0, h1, w0, w1;
   em_kpool_window(g, oy, ox, &h0, &h1, &w0, &w1);
-  float m = -em_kf32_from_bits(0x7f800000u);
+  float m = -em_kinf();
   int64_t at = h0 * g->W + w0;
   for (int64_t iy = h0; iy < h1; iy++)
     for (int64_t ix = w0; ix < w1; ix++) {

@@ -24,8 +24,6 @@
 
 #include "kern-common.h"
 
-EM_HD float em_kinf(void) { return em_kf32_from_bits(0x7f800000u); }
-
 /* The maximum of a row; NaN when the row has one (-inf when n == 0). */
 EM_HD float em_krow_max(const float *x, int64_t n, int64_t xs) {
   float m = -em_kinf();
