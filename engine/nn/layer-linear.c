@@ -98,9 +98,8 @@ static em_tensor *embedding_forward(const em_layer_node *node, int n_in, em_tens
 
 static em_status embedding_check(const em_layer_node *node, int n_in, em_tensor **in,
                                  em_tensor **params, const em_forward_ctx *ctx, em_error *err) {
-  const em_tensor *idx = in[0]; /* i64 (N, ...) */
-  /* indices on a device are checked from a host copy (scoped) */
-  idx = em_to_device(in[0], em_device_cpu());
+  /* i64 (N, ...); indices on a device are checked from a host copy (scoped) */
+  const em_tensor *idx = em_to_device(in[0], em_device_cpu());
   int64_t V = params[0]->shape[0], n = em_tensor_numel(idx);
   int64_t pos[EM_MAX_DIMS] = {0};
   for (int64_t k = 0; k < n; k++) {

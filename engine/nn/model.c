@@ -188,10 +188,10 @@ void em_model_zero_grad(em_model *m) {
 em_device em_model_device(const em_model *m) { return m->device; }
 
 em_status em_model_to_device(em_model *m, em_device d, em_error *err) {
+  if (em_device_eq(d, m->device)) return EM_OK;
   const em_spec *s = m->spec;
   char dn[32];
   em_device_str(d, dn, sizeof dn);
-  if (em_device_eq(d, m->device)) return EM_OK;
   if (!em_device_is_cpu(d)) {
     if (m->opts.dtype != EM_DTYPE_F32)
       return em_error_set(err, EM_ERR_UNSUPPORTED,

@@ -18,8 +18,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
-import safetensors_io  # noqa: E402  (needs torch: run these tests with /usr/bin/python3)
-import torch  # noqa: E402
+# safetensors_io and torch are imported by the helpers that read tensors
+# (run those tests with /usr/bin/python3): Ember alone needs no torch, so
+# tests/device/test_train_device.py uses it on machines without torch.
 
 FMNIST = "/usr/share/datasets/fashion-mnist"
 HAVE_DATA = os.path.exists(os.path.join(FMNIST, "train-images-idx3-ubyte.gz"))
@@ -104,6 +105,7 @@ class Ember:
             assert os.path.exists(c["path"]), "checkpoint file missing: %s" % c
             assert os.path.getsize(c["path"]) == c["size"], "size differs: %s" % c
             assert sha256_file(c["path"]) == c["sha256"], "SHA-256 differs: %s" % c
+            import safetensors_io
             safetensors_io.load(c["path"])  # raises on a torn file
         return rows
 
@@ -126,11 +128,13 @@ def sha256_file(path):
 
 def model_tensors(path):
     """The model's tensors of a weights file or a checkpoint (no optimiser state)."""
+    import safetensors_io
     t = safetensors_io.load(path)
     return {k: v for k, v in t.items() if not k.startswith("optim/")}
 
 
 def raw(t):
+    import torch
     return t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
 
 

@@ -36,65 +36,16 @@ import array
 import json
 import math
 import os
-import sqlite3
 import struct
-import subprocess
 import sys
 import tempfile
 
+# the registry CLI tests' Ember (it imports torch only in the helpers that
+# read tensors: the GPU machines' /usr/bin/python3 may not have it)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
+from cli_util import FMNIST, HAVE_DATA, Ember  # noqa: E402
+
 SKIP = 77
-FMNIST = "/usr/share/datasets/fashion-mnist"
-HAVE_DATA = os.path.exists(os.path.join(FMNIST, "train-images-idx3-ubyte.gz"))
-
-
-# ---- what the test needs of the registry CLI tests' helpers, without torch:
-# the GPU machines' /usr/bin/python3 may not have it --------------------------
-class Ember:
-    """Runs `ember` with EMBER_HOME set to the test's own folder."""
-
-    def __init__(self, exe, source, home):
-        self.exe, self.source, self.home = exe, source, home
-        self.env = dict(os.environ)
-        self.env["EMBER_HOME"] = home
-        self.env.pop("XDG_DATA_HOME", None)
-        self.db = os.path.join(home, "registry.db")
-
-    def spec(self, name="fmnist-mlp.json"):
-        return os.path.join(self.source, "data", "models", name)
-
-    def run(self, *args, timeout=600):
-        p = subprocess.run([self.exe] + [str(a) for a in args], capture_output=True, text=True,
-                           timeout=timeout, env=self.env)
-        assert p.returncode >= 0, "ember crashed (signal %d): %s" % (-p.returncode,
-                                                                     p.stderr[-2000:])
-        assert "internal error" not in p.stderr, p.stderr[-2000:]
-        return p
-
-    def ok(self, *args, **kw):
-        p = self.run(*args, **kw)
-        assert p.returncode == 0, "ember %s failed (%d):\n%s" % (
-            " ".join(map(str, args)), p.returncode, p.stderr[-3000:])
-        return p
-
-    def train(self, *args):
-        return json.loads(self.ok("train", *args).stdout.strip().splitlines()[-1])
-
-    def sql(self, query, *params):
-        con = sqlite3.connect(self.db, timeout=30)
-        try:
-            return con.execute(query, params).fetchall()
-        finally:
-            con.close()
-
-    def status(self, run):
-        rows = self.sql("SELECT status FROM runs WHERE id = ?", run)
-        return rows[0][0] if rows else None
-
-    def checkpoints(self, run):
-        rows = self.sql("SELECT c.kind, a.rel_path FROM checkpoints c JOIN artifacts a ON "
-                        "a.id = c.artifact WHERE c.run = ? ORDER BY c.step, c.id", run)
-        return [{"kind": k, "path": rel if os.path.isabs(rel) else
-                 os.path.join(self.home, "artifacts", rel)} for k, rel in rows]
 
 
 def load_safetensors(path):

@@ -32,6 +32,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rank_procs  # noqa: E402
+from test_ddp import max_diff, weights  # noqa: E402
 
 EMBER = SOURCE = MPIRUN = NCCL_COMM = None
 FMNIST = "/usr/share/datasets/fashion-mnist"
@@ -52,16 +53,6 @@ def mpi_env(home):
     env.update(EMBER_HOME=home, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.pop("XDG_DATA_HOME", None)
     return env
-
-
-def weights(path):
-    import safetensors_io
-    return {k: v.double() for k, v in safetensors_io.load(path).items()}
-
-
-def max_diff(a, b):
-    assert sorted(a) == sorted(b), (sorted(a), sorted(b))
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
 GPUS = gpu_count()
