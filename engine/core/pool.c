@@ -11,7 +11,17 @@
  * finish before it sleeps; back-to-back jobs of a training step then
  * pass from thread to thread in well under a microsecond. The spin is
  * bounded, and em_pool_park() ends it at once before an OpenBLAS call,
- * whose own threads need the cores. */
+ * whose own threads need the cores.
+ *
+ * A spinning thread yields its core every few microseconds (SPIN_CHECK
+ * pauses): when more threads want the cores than there are (another
+ * program, OpenBLAS's threads spinning after a call of their own, two
+ * pool threads on one core), the thread it is waiting for runs in that
+ * core instead of waiting for the spin to end. On a 2-core machine with
+ * a third busy thread, a 128 x 128 x 256 GEMM on 2 threads took 430 us
+ * without the yield and 73-105 us with it; with the cores free the
+ * yield is a system call that returns at once (training steps the same,
+ * 0.98-1.02 over alternating blocks of steps). */
 #include "em-pool.h"
 #include "em-error.h"
 
@@ -21,6 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <time.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -32,6 +43,7 @@
 
 #define MAX_THREADS 64
 #define SPIN_NS 200000 /* how long an idle worker watches for the next job */
+#define SPIN_CHECK 63  /* pauses (mask) between looks at the clock and yields */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
@@ -82,7 +94,10 @@ static bool spin_for_job(uint64_t seen) {
     if (atomic_load_explicit(&generation, memory_order_acquire) != seen) return true;
     if (atomic_load_explicit(&parked, memory_order_relaxed)) return false;
     cpu_relax();
-    if ((i & 63) == 0 && now_ns() > until) return false;
+    if ((i & SPIN_CHECK) == 0) {
+      if (now_ns() > until) return false;
+      sched_yield();
+    }
   }
 }
 
@@ -158,14 +173,17 @@ static void run_job(void) {
   int64_t until = now_ns() + SPIN_NS;
   for (int i = 1; atomic_load_explicit(&job.active, memory_order_acquire) > 0; i++) {
     cpu_relax();
-    if ((i & 63) == 0 && now_ns() > until) {
-      pthread_mutex_lock(&mu);
-      caller_asleep = true;
-      while (atomic_load(&job.active) > 0) pthread_cond_wait(&done_cv, &mu);
-      caller_asleep = false;
-      pthread_mutex_unlock(&mu);
-      break;
+    if ((i & SPIN_CHECK) != 0) continue;
+    if (now_ns() <= until) {
+      sched_yield();
+      continue;
     }
+    pthread_mutex_lock(&mu);
+    caller_asleep = true;
+    while (atomic_load(&job.active) > 0) pthread_cond_wait(&done_cv, &mu);
+    caller_asleep = false;
+    pthread_mutex_unlock(&mu);
+    break;
   }
 }
 
