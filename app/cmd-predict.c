@@ -251,10 +251,10 @@ int cli_cmd_predict(int argc, char **argv) {
   o.threads = threads ? (int)cli_parse_int("--threads", threads, 1, 1024) : cli_usable_cores();
   o.limit = limit ? cli_parse_int("--limit", limit, 1, LLONG_MAX) : 0;
   o.in.labels_path = labels;
-  o.in.label_column = -1;
+  o.in.label_column = EM_CSV_NO_LABEL;
   if (label_column)
     o.in.label_column = !strcmp(label_column, "last")
-                            ? -2
+                            ? EM_CSV_LAST_COLUMN
                             : (int)cli_parse_int("--label-column", label_column, 0, INT_MAX);
   em_quant_mode qmode = cli_parse_quantize(quant);
   em_error err = {0};

@@ -224,14 +224,14 @@ static em_status idx_open(const predict_inputs *in, in_item *it, const char *lab
 }
 
 /* ---- CSV -------------------------------------------------------------------- */
-/* label_column: 0-based, -1 none, -2 the last (predict-input.h). A first
+/* label_column: 0-based, EM_CSV_LAST_COLUMN or EM_CSV_NO_LABEL. A first
  * line with a word in it is a header; every data line has the model's
  * features, plus the label when there is one. */
 static em_status csv_open(const predict_inputs *in, in_item *it, int label_column,
                           em_error *err) {
-  bool labelled = label_column != -1;
+  bool labelled = label_column != EM_CSV_NO_LABEL;
   int64_t want = in->numel + (labelled ? 1 : 0);
-  if (labelled && (label_column < -2 || label_column >= want))
+  if (labelled && label_column != EM_CSV_LAST_COLUMN && (label_column < 0 || label_column >= want))
     return em_error_set(err, EM_ERR_INVALID, "--label-column %d: '%s' has %lld columns (the "
                         "model's %lld features and the label)", label_column, it->path,
                         (long long)want, (long long)in->numel);
@@ -240,8 +240,7 @@ static em_status csv_open(const predict_inputs *in, in_item *it, int label_colum
            labelled ? ", plus the label column" : "");
   em_csv_table_options o;
   em_csv_table_options_defaults(&o);
-  o.label_column = !labelled ? EM_CSV_NO_LABEL : label_column == -2 ? EM_CSV_LAST_COLUMN
-                                                                     : label_column;
+  o.label_column = label_column;
   o.header = EM_CSV_HEADER_AUTO;
   o.columns = want;
   o.columns_why = why;
@@ -315,7 +314,7 @@ predict_inputs *predict_inputs_open(int n, const char *const *paths,
   if (st == EM_OK && o->labels_path && idx_inputs != 1)
     st = em_error_set(err, EM_ERR_INVALID, "--labels '%s' goes with exactly one IDX images "
                       "input; %d were given", o->labels_path, idx_inputs);
-  if (st == EM_OK && o->label_column != -1 && csv_inputs == 0)
+  if (st == EM_OK && o->label_column != EM_CSV_NO_LABEL && csv_inputs == 0)
     st = em_error_set(err, EM_ERR_INVALID, "--label-column goes with CSV inputs; none was given");
   if (st != EM_OK) {
     predict_inputs_free(in);

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "em-data.h"
 #include "em-error.h"
 #include "em-tensor.h"
 
@@ -30,7 +31,8 @@ typedef struct {
   int ndim;
   int classes;             /* the model's outputs: labels must be below this */
   const char *labels_path; /* IDX labels for the one IDX images input, or NULL */
-  int label_column;        /* CSV: 0-based column holding the label; -1 none; -2 the last */
+  int label_column;        /* CSV: 0-based column holding the label, EM_CSV_LAST_COLUMN or
+                              EM_CSV_NO_LABEL, as the engine's CSV table reader takes it */
 } predict_input_options;
 
 typedef struct predict_inputs predict_inputs;
