@@ -24,6 +24,7 @@
  *   failure, so no rank is left waiting. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -55,6 +56,7 @@ typedef struct {
   em_train_config cfg;
   int64_t parent;           /* --resume: the run continued; 0 otherwise */
   em_checkpoint_row ckpt;   /* --resume: the checkpoint it continues from */
+  bool ran_here;            /* --resume on the device it trained on: no pre-flight */
 } train_job;
 
 /* ---- stop on Ctrl-C / SIGTERM ------------------------------------------ */
@@ -250,8 +252,27 @@ static int setup_from_spec(const cli_train_opts *o, train_job *j) {
   return 0;
 }
 
+/* The batch size the checkpoint at path was written with (its trainer's
+ * config): the recorded one unless --auto-batch halved it; 0 when the
+ * file does not say (loading it then reports what is wrong). */
+static int checkpoint_batch_size(const char *path) {
+  enum { CAP = 1 << 16 };
+  char *text = malloc(CAP);
+  int batch = 0;
+  if (text && em_checkpoint_read_meta(path, "config", text, CAP, NULL) == EM_OK) {
+    json_t *o = json_loads(text, 0, NULL);
+    json_t *b = json_object_get(o, "batch_size");
+    if (json_is_integer(b) && json_integer_value(b) > 0 && json_integer_value(b) <= INT_MAX)
+      batch = (int)json_integer_value(b);
+    json_decref(o);
+  }
+  free(text);
+  return batch;
+}
+
 /* --resume RUN|latest: the spec and config the run recorded, its threads
- * unless --threads is given, and its newest valid checkpoint. */
+ * unless --threads is given, its newest valid checkpoint, and the batch
+ * size it had reached there (--auto-batch may have halved it). */
 static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
   em_error err = {0};
   int64_t id = 0;
@@ -343,6 +364,18 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
     em_checkpoint_rows_free(rows, n);
   }
   em_error_clear(&err);
+  /* A run that halved its batch goes on at the halved batch: its position
+   * (batches done in the epoch) counts in that size, and an uninterrupted
+   * run would have kept it. */
+  int reached = checkpoint_batch_size(j->ckpt.path);
+  if (reached > 0 && reached != j->cfg.batch_size) {
+    cli_warn("run %lld had halved its batch from %d to %d (--auto-batch): going on at %d",
+             (long long)id, j->cfg.batch_size, reached, reached);
+    j->cfg.batch_size = reached;
+  }
+  /* It trained at that batch on this device: that beats the pre-flight's
+   * estimate, which errs high. */
+  j->ran_here = em_device_eq(recorded, j->cfg.device);
 out:
   em_run_clear(&r);
   return rc;
@@ -635,8 +668,9 @@ int cli_cmd_train(int argc, char **argv) {
   }
   /* On a device: the pre-flight memory estimate refuses a batch that will
    * not fit, before anything is recorded (--auto-batch: starts lower).
-   * Not under --ddp: the ranks' batches must stay equal. */
-  if (!o.no_preflight && o.world == 1) {
+   * Not under --ddp: the ranks' batches must stay equal; not for a resume
+   * on the device the run trained on at this batch. */
+  if (!o.no_preflight && o.world == 1 && !j.ran_here) {
     int batch;
     char note[512];
     if (em_train_preflight(j.spec, cfg, &batch, note, sizeof note, &err) != EM_OK) {

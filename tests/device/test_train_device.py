@@ -30,7 +30,9 @@ and on DEVICE, recorded in a registry of the test's own, and compares:
     step with the allocator's message (op, size, allocated / reserved /
     peak), exit 1, recorded as failed with its message; with --auto-batch
     it halves the batch, says so and finishes; the pre-flight with
-    --auto-batch starts at a batch that fits.
+    --auto-batch starts at a batch that fits; a run that halved its batch
+    and stopped resumes at the halved batch, ending bit for bit where the
+    uninterrupted run ends.
 """
 import array
 import json
@@ -297,6 +299,28 @@ class Check:
             s = json.loads(p.stdout.strip().splitlines()[-1])
             assert s["batch_size"] < 64, s
             print("ok: pre-flight --auto-batch: started at batch %d" % s["batch_size"])
+            # a run that halved its batch and stopped goes on at the halved batch
+            # from where it stopped, ending bit for bit where it would have
+            halving = ["--limit", "256", "--batch", "64", "--epochs", "3", "--no-shuffle",
+                       "--threads", "1", "--quiet", "--device", "ref", "--no-preflight",
+                       "--auto-batch"]
+            full = self.path("auto-full.safetensors")
+            u = self.em.train(self.em.spec(), *halving, "--save", full)
+            s = self.em.train(self.em.spec(), *halving, "--stop-after-steps", "20")
+            assert s["stopped"] and s["steps"] == 20, s
+            assert s["final_batch_size"] == u["final_batch_size"] < 64, (s, u)
+            again = self.path("auto-resumed.safetensors")
+            p = self.em.run("train", "--resume", str(s["run_id"]), "--quiet", "--save", again)
+            assert p.returncode == 0, p.stderr[-2000:]
+            assert "halved its batch from 64 to %d" % u["final_batch_size"] in p.stderr, p.stderr
+            assert "pre-flight" not in p.stderr, p.stderr
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            assert r["steps"] == u["steps"] and r["batch_size"] == u["final_batch_size"], (r, u)
+            d = max_diff(full, again)
+            assert d == 0, "the resumed halved run differs from the uninterrupted one by %g" % d
+            print("ok: a run halved to batch %d, stopped at step 20 and resumed, ends bit for "
+                  "bit where the uninterrupted one does (step %d)" %
+                  (u["final_batch_size"], u["steps"]))
         finally:
             self.em.env = env
 
