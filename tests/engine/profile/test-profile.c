@@ -633,6 +633,52 @@ static void test_anomaly_backward(void) {
   g_assert_cmpint(em_anomaly_check(&err), ==, EM_OK);
 }
 
+/* The first non-finite value decides NaN or infinity, wherever the pool's
+ * threads split a large tensor and whichever finds its part's first. */
+static void test_anomaly_first(void) {
+  const int64_t n = 1 << 20;
+  const struct {
+    int64_t at_inf, at_nan;
+    const char *word;
+  } cases[] = {{700000, 900000, "infinity"}, {900000, 300000, "NaN"}, {5, 6, "infinity"},
+               {n - 1, -1, "infinity"}};
+  for (int dt = 0; dt < 2; dt++)
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      em_error err = {0};
+      em_anomaly_set(true);
+      em_scope *s = em_scope_begin();
+      em_tensor *x = em_full(dt ? EM_DTYPE_F64 : EM_DTYPE_F32, 1, (int64_t[]){n}, 0.5);
+      double bad[2] = {INFINITY, NAN};
+      int64_t at[2] = {cases[c].at_inf, cases[c].at_nan};
+      for (int k = 0; k < 2; k++) {
+        if (at[k] < 0) continue;
+        if (dt) em_f64(x)[at[k]] = bad[k];
+        else em_f32(x)[at[k]] = (float)bad[k];
+      }
+      (void)em_mul_scalar(x, 2.0);
+      em_scope_end(s);
+      g_assert_cmpint(em_anomaly_check(&err), ==, EM_ERR_NUMERIC);
+      g_autofree char *want = g_strdup_printf("produced %s in its output", cases[c].word);
+      if (!strstr(err.msg, want)) g_error("case %zu (%s): %s", c, dt ? "f64" : "f32", err.msg);
+      em_anomaly_set(false);
+    }
+  /* an op that overflows is caught; the same op staying finite is not */
+  em_error err = {0};
+  em_anomaly_set(true);
+  em_scope *s = em_scope_begin();
+  (void)em_mul_scalar(em_full(EM_DTYPE_F32, 1, (int64_t[]){n}, 3e38), 2.0);
+  em_scope_end(s);
+  g_assert_cmpint(em_anomaly_check(&err), ==, EM_ERR_NUMERIC);
+  g_assert_nonnull(strstr(err.msg, "infinity"));
+  em_anomaly_set(false);
+  em_anomaly_set(true);
+  s = em_scope_begin();
+  (void)em_mul_scalar(em_full(EM_DTYPE_F32, 1, (int64_t[]){n}, 1e37), 2.0);
+  em_scope_end(s);
+  g_assert_cmpint(em_anomaly_check(&err), ==, EM_OK);
+  em_anomaly_set(false);
+}
+
 /* ---- the command ------------------------------------------------------------------- */
 
 static void test_cli(void) {
@@ -696,6 +742,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/profile/leak", test_leak);
   g_test_add_func("/profile/anomaly/forward", test_anomaly_forward);
   g_test_add_func("/profile/anomaly/backward", test_anomaly_backward);
+  g_test_add_func("/profile/anomaly/first", test_anomaly_first);
   g_test_add_func("/profile/cli", test_cli);
   return g_test_run();
 }
