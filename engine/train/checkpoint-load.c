@@ -345,6 +345,8 @@ static em_status restore(em_trainer *t, const char *path, bool keep_scale, em_er
     char *abs = realpath(path, NULL);
     snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", abs ? abs : path);
     free(abs);
+    free(t->last_ckpt_meta);
+    t->last_ckpt_meta = NULL;
   }
   ckpt_tensors_free(&c);
   free(src);

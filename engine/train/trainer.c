@@ -122,6 +122,7 @@ void em_trainer_free(em_trainer *t) {
   em_optimizer_free(t->opt);
   free(t->params);
   free(t->grads);
+  free(t->last_ckpt_meta);
   free(t);
 }
 

@@ -115,6 +115,12 @@ class Recording(Base):
         for c in show["checkpoints"]:
             self.assertTrue(os.path.exists(c["path"]), c)
             self.assertIn(os.path.join(e.home, "artifacts", "runs", "1"), c["path"])
+        # the final checkpoint is the last evaluation's state: one file, two names
+        by_kind = {c["kind"]: c for c in e.checkpoints(1)}
+        fin, ev = os.stat(by_kind["final"]["path"]), os.stat(by_kind["eval"]["path"])
+        self.assertEqual((fin.st_ino, fin.st_nlink), (ev.st_ino, 2))
+        self.assertEqual(by_kind["final"]["sha256"], by_kind["eval"]["sha256"])
+        e.check_checkpoints_whole()
         keys = {m["key"]: m for m in show["metrics"]}
         self.assertEqual(keys["loss"]["count"], 47)
         self.assertEqual(keys["loss"]["min"], min(p["value"] for p in pts))
