@@ -1,7 +1,8 @@
 /* alloc.c: the caching allocator behind every tensor.
  *
  * Blocks are 64-byte aligned and rounded up to a size class (powers of two
- * and the halfway points between them, so at most 1/3 is wasted). A freed
+ * and the halfway points between them up to 1 MiB, so at most 1/3 is
+ * wasted; 16 classes per power of two above, at most 1/16). A freed
  * block goes on its class's free list and is handed out again, so once a
  * training step has run, the next one reaches the system allocator zero
  * times. One mutex guards the lists: tensors are allocated a few hundred
@@ -18,7 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_CLASSES 128
+/* size classes (below) */
+#define FINE_FROM 21 /* 2^(FINE_FROM - 1) = 1 MiB: the finer classes begin above it */
+#define FINE_STEPS 16
+#define COARSE_LAST 28 /* the 1 MiB class */
+#define N_CLASSES (COARSE_LAST + 1 + (64 - FINE_FROM) * FINE_STEPS) /* every n < 2^63 */
 
 typedef struct block {
   struct block *next;
@@ -114,16 +119,31 @@ int em_alloc_site_live(int64_t *out, int n) {
   return m;
 }
 
-/* ---- size classes ------------------------------------------------------------- */
+/* ---- size classes -------------------------------------------------------------
+ * Up to 1 MiB: powers of two and the halfway points between them (3/4 of
+ * the next power), so at most a third of a block is padding. Above: 16
+ * classes per power of two, so a large tensor (a layer's weights, its
+ * gradient and optimiser state) wastes at most 1/16 of its size. */
 
-/* Class index and its size for a request of n bytes. */
+/* Class index and its size for a request of n bytes; N_CLASSES or above
+ * when n has none. */
 static int size_class(size_t n, size_t *class_bytes) {
   if (n <= 64) {
     *class_bytes = 64;
     return 0;
   }
   int p = 64 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^p >= n */
-  size_t full = (size_t)1 << p, half = full - (full >> 2);       /* 0.75 * 2^p */
+  if (p >= 64) {
+    *class_bytes = 0;
+    return N_CLASSES;
+  }
+  if (p >= FINE_FROM) {
+    size_t base = (size_t)1 << (p - 1), step = base / FINE_STEPS;
+    size_t k = (n - base + step - 1) / step; /* 1 .. FINE_STEPS */
+    *class_bytes = base + k * step;
+    return COARSE_LAST + (p - FINE_FROM) * FINE_STEPS + (int)k;
+  }
+  size_t full = (size_t)1 << p, half = full - (full >> 2); /* 0.75 * 2^p */
   int idx = 2 * (p - 6);
   if (n <= half) {
     *class_bytes = half;
@@ -136,6 +156,11 @@ static int size_class(size_t n, size_t *class_bytes) {
 /* The size of class c (the inverse of size_class). */
 static size_t class_size(int c) {
   if (c == 0) return 64;
+  if (c > COARSE_LAST) {
+    int f = c - COARSE_LAST - 1, p = FINE_FROM + f / FINE_STEPS;
+    size_t base = (size_t)1 << (p - 1);
+    return base + (size_t)(f % FINE_STEPS + 1) * (base / FINE_STEPS);
+  }
   int p = c / 2 + 6 + (c & 1);
   return (c & 1) ? ((size_t)1 << p) - ((size_t)1 << (p - 2)) : (size_t)1 << p;
 }

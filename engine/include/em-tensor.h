@@ -151,8 +151,9 @@ em_tensor *em_tensor_wrap(em_dtype dt, int ndim, const int64_t *shape, void *dat
 void *em_scratch(size_t nbytes);
 
 /* ---- caching allocator -------------------------------------------------- */
-/* 64-byte aligned blocks rounded to size classes; freed blocks are kept for
- * reuse. Thread-safe. */
+/* 64-byte aligned blocks rounded to size classes (at most 1/3 padding up
+ * to 1 MiB, at most 1/16 above); freed blocks are kept for reuse.
+ * Thread-safe. */
 void *em_alloc(size_t nbytes);
 void em_free(void *p, size_t nbytes);
 typedef struct {

@@ -1,8 +1,9 @@
-/* test-core.c: scopes, the caching allocator, views over persistent
+/* test-core.c: scopes, the caching allocator (its size classes), views over persistent
  * tensors, the rng and the thread pool. */
 #include <glib.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "em-pool.h"
@@ -29,6 +30,34 @@ static void test_scope_steady_state(void) {
   g_assert_cmpint(after.system_alloc_count, ==, before.system_alloc_count);
   g_assert_cmpint(after.alloc_count, >, before.alloc_count);
   g_assert_cmpint(after.allocated_bytes, ==, before.allocated_bytes);
+}
+
+/* A block's padding: at most a third of it up to 1 MiB, at most 1/16 of
+ * the request above (a large layer's weights, gradient and optimiser
+ * state); a freed block of the same request is reused. */
+static void test_alloc_classes(void) {
+  const size_t ns[] = {1, 64, 65, 1000, 100000, 786433, 1048576, 1048577, 1114113,
+                       1605632, 12845056, 100000000};
+  for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+    em_memory_stats a, b, c;
+    em_memory_stats_get(&a);
+    void *p = em_alloc(ns[i]);
+    g_assert_nonnull(p);
+    g_assert_cmpuint((uintptr_t)p % 64, ==, 0);
+    em_memory_stats_get(&b);
+    int64_t got = b.allocated_bytes - a.allocated_bytes;
+    g_assert_cmpint(got, >=, (int64_t)ns[i]);
+    if (ns[i] > 64 && ns[i] <= (1u << 20)) g_assert_cmpint(3 * (got - (int64_t)ns[i]), <=, got);
+    if (ns[i] > (1u << 20)) g_assert_cmpint(16 * (got - (int64_t)ns[i]), <=, (int64_t)ns[i]);
+    memset(p, 1, ns[i]);
+    em_free(p, ns[i]);
+    em_memory_stats_get(&c);
+    g_assert_cmpint(c.allocated_bytes, ==, a.allocated_bytes);
+    void *q = em_alloc(ns[i]);
+    g_assert_true(q == p);
+    em_free(q, ns[i]);
+  }
+  em_memory_release_cached();
 }
 
 static void test_nested_scopes(void) {
@@ -183,6 +212,7 @@ static void test_pool_each(void) {
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/core/scope-steady-state", test_scope_steady_state);
+  g_test_add_func("/engine/core/alloc-classes", test_alloc_classes);
   g_test_add_func("/engine/core/nested-scopes", test_nested_scopes);
   g_test_add_func("/engine/core/persistent-and-absurd", test_persistent_and_absurd);
   g_test_add_func("/engine/core/rng", test_rng);
