@@ -84,42 +84,28 @@ static int scan(const em_tensor *t) {
 /* The first non-finite value of x[0, n) (n when none): a block's largest
  * exponent field is compared once (an integer maximum the compiler
  * vectorises; a float test per value with an early exit does not), and
- * only a block that holds one is searched value by value. */
-static int64_t first_nonfinite_f32(const float *x, int64_t n) {
-  enum { BLOCK = 1024 };
-  for (int64_t b = 0; b < n; b += BLOCK) {
-    int64_t e = b + BLOCK < n ? b + BLOCK : n;
-    uint32_t top = 0;
-    for (int64_t i = b; i < e; i++) {
-      uint32_t u;
-      memcpy(&u, &x[i], sizeof u);
-      u &= 0x7f800000u;
-      top = u > top ? u : top;
-    }
-    if (top == 0x7f800000u)
-      for (int64_t i = b; i < e; i++)
-        if (!isfinite(x[i])) return i;
+ * only a block that holds one is searched value by value. T is the
+ * float type, U the unsigned integer of its size, EXP its exponent bits. */
+#define FIRST_NONFINITE(NAME, T, U, EXP)                                \
+  static int64_t NAME(const T *x, int64_t n) {                          \
+    enum { BLOCK = 4096 / (int)sizeof(T) };                             \
+    for (int64_t b = 0; b < n; b += BLOCK) {                            \
+      int64_t e = b + BLOCK < n ? b + BLOCK : n;                        \
+      U top = 0;                                                        \
+      for (int64_t i = b; i < e; i++) {                                 \
+        U u;                                                            \
+        memcpy(&u, &x[i], sizeof u);                                    \
+        u &= (EXP);                                                     \
+        top = u > top ? u : top;                                        \
+      }                                                                 \
+      if (top == (EXP))                                                 \
+        for (int64_t i = b; i < e; i++)                                 \
+          if (!isfinite(x[i])) return i;                                \
+    }                                                                   \
+    return n;                                                           \
   }
-  return n;
-}
-
-static int64_t first_nonfinite_f64(const double *x, int64_t n) {
-  enum { BLOCK = 512 };
-  for (int64_t b = 0; b < n; b += BLOCK) {
-    int64_t e = b + BLOCK < n ? b + BLOCK : n;
-    uint64_t top = 0;
-    for (int64_t i = b; i < e; i++) {
-      uint64_t u;
-      memcpy(&u, &x[i], sizeof u);
-      u &= 0x7ff0000000000000ull;
-      top = u > top ? u : top;
-    }
-    if (top == 0x7ff0000000000000ull)
-      for (int64_t i = b; i < e; i++)
-        if (!isfinite(x[i])) return i;
-  }
-  return n;
-}
+FIRST_NONFINITE(first_nonfinite_f32, float, uint32_t, 0x7f800000u)
+FIRST_NONFINITE(first_nonfinite_f64, double, uint64_t, 0x7ff0000000000000ull)
 
 typedef struct {
   const void *x;
