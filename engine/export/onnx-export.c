@@ -2,10 +2,10 @@
  * batch, metadata), the graph walk over the spec's nodes, and the atomic
  * write (temporary file, fsync, rename, fsync of the folder). */
 #include "export-private.h"
+#include "em-io.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,13 +149,7 @@ static em_status write_atomic(const char *path, const uint8_t *data, size_t len,
   if (st != EM_OK) {
     unlink(tmp);
   } else {
-    char *copy = strdup(path);
-    int dfd = copy ? open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    if (dfd >= 0) {
-      fsync(dfd);
-      close(dfd);
-    }
-    free(copy);
+    em_sync_parent(path);
   }
   free(tmp);
   return st;

@@ -31,6 +31,14 @@ em_status em_safetensors_save(const char *path, int n, const em_named_tensor *ts
                               const char *const *meta_keys, const char *const *meta_values,
                               em_error *err);
 
+/* Syncs the folder that holds path, so a rename into it is durable. */
+void em_sync_parent(const char *path);
+/* path becomes a second name of the file src (a hard link), atomically: a
+ * link made beside it is renamed over it and the folder synced. EM_ERR_IO
+ * where the file system has no links (the caller writes path instead);
+ * nothing is changed then. */
+em_status em_link_over(const char *src, const char *path, em_error *err);
+
 typedef struct em_safetensors em_safetensors;
 
 /* Opens and validates path (header length sane and within the file, valid

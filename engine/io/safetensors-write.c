@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,18 +146,6 @@ static em_status build_header(const char *path, int n, const em_named_tensor *ts
   return EM_OK;
 }
 
-/* Syncs the folder that holds path, so the rename itself is durable. */
-static void sync_parent(const char *path) {
-  char *copy = strdup(path);
-  if (!copy) return;
-  int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-  free(copy);
-}
-
 em_status em_safetensors_save(const char *path, int n, const em_named_tensor *ts, int n_meta,
                               const char *const *meta_keys, const char *const *meta_values,
                               em_error *err) {
@@ -210,7 +197,7 @@ em_status em_safetensors_save(const char *path, int n, const em_named_tensor *ts
     st = em_error_set(err, EM_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
                       strerror(errno));
   if (st != EM_OK) unlink(tmp);
-  else sync_parent(path);
+  else em_sync_parent(path);
   free(tmp);
   return st;
 }

@@ -8,16 +8,12 @@
  * one). Where links cannot be made, it is written out as usual. */
 #include "train-private.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "em-io.h"
-
-#include <unistd.h>
 
 enum {
   M_FORMAT, M_VERSION, M_EPOCH, M_BATCH, M_STEP, M_RNG, M_LR_SCALE, M_ROLLBACKS, M_LOSS_SUM,
@@ -53,30 +49,6 @@ static char *meta_text(const em_ckpt_meta *meta, int n, const char *checksum) {
   for (int k = 0; k < n; k++) p += sprintf(p, "%s=%s\x1e", meta[k].key, meta[k].value);
   sprintf(p, "%s\x1e", checksum);
   return s;
-}
-
-/* path becomes a hard link to src, atomically (a link beside it renamed
- * over it, the folder synced). EM_ERR_IO when it cannot; nothing changed. */
-static em_status link_over(const char *src, const char *path) {
-  char tmp[4200];
-  if ((size_t)snprintf(tmp, sizeof tmp, "%s.link-%ld", path, (long)getpid()) >= sizeof tmp)
-    return EM_ERR_IO;
-  unlink(tmp);
-  if (link(src, tmp) != 0) return EM_ERR_IO;
-  if (rename(tmp, path) != 0) {
-    unlink(tmp);
-    return EM_ERR_IO;
-  }
-  char dir[4200];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (slash) *slash = '\0';
-  int fd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-  return EM_OK;
 }
 
 em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *err) {
@@ -180,7 +152,7 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
   }
   char *text = meta_text(meta, n_sum, vals[M_CHECKSUM]);
   if (text && t->last_ckpt_meta && t->last_ckpt[0] && strcmp(text, t->last_ckpt_meta) == 0 &&
-      strcmp(t->last_ckpt, path) != 0 && link_over(t->last_ckpt, path) == EM_OK)
+      strcmp(t->last_ckpt, path) != 0 && em_link_over(t->last_ckpt, path, NULL) == EM_OK)
     st = EM_OK; /* the same state as the last one written: one file, two names */
   else
     st = em_safetensors_save(path, n, ts, n_meta, meta_keys, (const char *const *)vals, &e);
