@@ -60,6 +60,24 @@ def run_json(cmd, env):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def blas_env(ember, native_blas, blas_core=None):
+    """The environment every contender runs in: OpenBLAS's core as
+    configured, or (native_blas) the processor's own; where OpenBLAS would
+    fall back to its generic kernels, ember picks the processor's family
+    and every contender gets that same family."""
+    env = dict(os.environ)
+    if native_blas:
+        env.pop("OPENBLAS_CORETYPE", None)
+        env.pop("OPENBLAS_L2_SIZE", None)
+    if blas_core:
+        env["OPENBLAS_CORETYPE"] = blas_core
+    elif "OPENBLAS_CORETYPE" not in env:
+        probe = run_json([ember, "train", os.path.join(ROOT, "data", "models", "fmnist-mlp.json"),
+                          "--epochs", "0", "--quiet"], env)
+        env["OPENBLAS_CORETYPE"] = probe["blas_core"]
+    return env
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -70,19 +88,8 @@ def main():
     ap.add_argument("--blas-core", default=None,
                     help="OPENBLAS_CORETYPE for every contender (e.g. Haswell, SkylakeX)")
     a = ap.parse_args()
-    env = dict(os.environ)
     ember = os.path.join(a.build, "app", "ember")
-    if a.native_blas:
-        env.pop("OPENBLAS_CORETYPE", None)
-        env.pop("OPENBLAS_L2_SIZE", None)
-    if a.blas_core:
-        env["OPENBLAS_CORETYPE"] = a.blas_core
-    elif "OPENBLAS_CORETYPE" not in env:
-        # Where OpenBLAS falls back to its generic kernels, ember picks the
-        # processor's own family: give every contender that same family.
-        probe = run_json([ember, "train", os.path.join(ROOT, "data", "models", "fmnist-mlp.json"),
-                          "--epochs", "0", "--quiet"], env)
-        env["OPENBLAS_CORETYPE"] = probe["blas_core"]
+    env = blas_env(ember, a.native_blas, a.blas_core)
     gemm = run_json([os.path.join(a.build, "tests", "bench", "bench-gemm"), "2"], env)
     ceil = {s["name"]: s["gflops"] for s in gemm["shapes"]}
     print("OpenBLAS core: %s (OPENBLAS_CORETYPE=%s), 2 threads" %
