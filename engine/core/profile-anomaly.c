@@ -6,9 +6,9 @@
  * are not scanned. After the first anomaly nothing more is scanned until
  * the mode is cleared: the first is the one that matters.
  *
- * A scan reads each value once, vectorised and over the thread pool (the
- * fmnist-cnn step costs 5-8% more with the mode on; a value-by-value
- * loop had made it 1.7x slower). */
+ * A scan reads each value once, vectorised and over the thread pool
+ * (tests/bench/bench-profile: a step costs 2-5% more with the mode on; a
+ * value-by-value loop had made fmnist-cnn's 1.7x slower). */
 #include "core-private.h"
 #include "profile-private.h"
 #include "em-device.h"
