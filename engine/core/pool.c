@@ -19,9 +19,11 @@
  * pool threads on one core), the thread it is waiting for runs in that
  * core instead of waiting for the spin to end. On a 2-core machine with
  * a third busy thread, a 128 x 128 x 256 GEMM on 2 threads took 430 us
- * without the yield and 73-105 us with it; with the cores free the
- * yield is a system call that returns at once (training steps the same,
- * 0.98-1.02 over alternating blocks of steps). */
+ * without the yield and 68-105 us with it, and two fmnist-mlp trainings
+ * at once got 0.52 of what one alone gets, against 1.20 with it
+ * (tests/bench/bench_shared.py); with the cores free the yield is a
+ * system call that returns at once (training steps the same, 0.98-1.02
+ * over alternating blocks of steps). */
 #include "em-pool.h"
 #include "em-error.h"
 
