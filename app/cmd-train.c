@@ -302,6 +302,7 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
     rc = 1;
     goto out;
   }
+  app_plugins_restore(s, id); /* before the spec: it may name their layers */
   char src[64];
   snprintf(src, sizeof src, "the spec recorded with run %lld", (long long)id);
   j->spec = em_spec_parse(r.spec_json ? r.spec_json : "", src, &err);
@@ -746,6 +747,7 @@ int cli_cmd_train(int argc, char **argv) {
       rc = cli_fail1(&err, "cannot record the run");
       goto out;
     }
+    app_plugins_record(store, run);
     char rel[128];
     snprintf(rel, sizeof rel, "runs/%lld/checkpoints", (long long)run);
     char ckdir[4096];

@@ -13,12 +13,24 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
+
+#include "em-store.h"
 
 /* Takes the global options out of argv (--plugin-dir DIR, and when
  * take_metric --metric NAME, selected once the plugins are in), loads
  * the plugins, and returns the new argc. A bad --metric is a usage error
  * (exit 2). */
 int app_plugins_load(int argc, char **argv, bool take_metric);
+
+/* Tags a recorded run with every plugin loaded ("plugin.<name>" =
+ * "<version> <file>"): which plugins, in which versions, the run had, and
+ * where a resume finds them. A tag that cannot be written is a warning. */
+void app_plugins_record(em_store *s, int64_t run);
+/* Loads the plugins a run recorded that are not loaded here (by name),
+ * so `ember train --resume` needs no --plugin-dir; says so on stderr, and
+ * warns, naming the file, where one cannot be loaded. */
+void app_plugins_restore(em_store *s, int64_t run);
 
 /* The plugin metrics of the latest evaluation as {"macro_f1": 0.91, ...}
  * (empty when none were asked for), for a command's JSON. */

@@ -129,6 +129,18 @@ def check_training(env, tmp):
     # recorded in the registry as a metric of the run
     m = run([EMBER, "metrics", "latest", "macro_f1", "--json"], env)
     assert abs(json.loads(m.stdout)[-1]["value"] - f1) < 1e-6, m.stdout
+    # the run records its plugins; a stopped run resumes without --plugin-dir
+    tags = [a for a in json.loads(run([EMBER, "run", "show", "latest", "--json"], env).stdout)
+            ["annotations"] if a["kind"] == "tag" and a["key"].startswith("plugin.")]
+    assert tags and all(os.path.isabs(t["text"].split(" ", 1)[1]) for t in tags), tags
+    s = run([EMBER, "train", spec, "--plugin-dir", GOOD, "--data-dir", data, "--threads", "2",
+             "--seed", "1", "--stop-after-steps", "3", "--quiet"], env)
+    stopped = json.loads(s.stdout.strip().splitlines()[-1])
+    assert stopped["stopped"] and stopped["steps"] == 3, stopped
+    r = run([EMBER, "train", "--resume", str(stopped["run_id"]), "--quiet"], env)
+    resumed = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "as run %d recorded" % stopped["run_id"] in r.stderr, r.stderr
+    assert resumed["steps"] == j["steps"] and not resumed["stopped"], (resumed, j)
     # ember eval with --metric (the spec without "metrics")
     plain = dict(SE_SPEC, training=dict(SE_SPEC["training"]))
     del plain["training"]["metrics"]
