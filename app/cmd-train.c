@@ -747,7 +747,10 @@ int cli_cmd_train(int argc, char **argv) {
       rc = cli_fail1(&err, "cannot record the run");
       goto out;
     }
-    app_plugins_record(store, run);
+    if (em_store_run_tag_plugins(store, run, &err) != EM_OK) {
+      cli_warn("the run's plugins are not recorded: %s", err.msg);
+      em_error_clear(&err);
+    }
     char rel[128];
     snprintf(rel, sizeof rel, "runs/%lld/checkpoints", (long long)run);
     char ckdir[4096];

@@ -35,22 +35,6 @@ static const char *flag_value(int argc, char **argv, int i, const char *flag, in
   return argv[i + 1];
 }
 
-#define TAG_PREFIX "plugin."
-
-void app_plugins_record(em_store *s, int64_t run) {
-  for (int i = 0; i < em_plugin_count(); i++) {
-    const em_plugin_info *p = em_plugin_at(i);
-    if (!p->loaded) continue;
-    char key[128], value[1100];
-    snprintf(key, sizeof key, TAG_PREFIX "%s", p->name);
-    snprintf(value, sizeof value, "%s %s", p->version[0] ? p->version : "-", p->path);
-    em_error err = {0};
-    if (em_store_run_tag(s, run, key, value, &err) != EM_OK)
-      fprintf(stderr, "ember: warning: plugin %s is not recorded with run %lld: %s\n", p->name,
-              (long long)run, err.msg);
-  }
-}
-
 static bool plugin_loaded(const char *name) {
   for (int i = 0; i < em_plugin_count(); i++)
     if (em_plugin_at(i)->loaded && !strcmp(em_plugin_at(i)->name, name)) return true;
@@ -64,9 +48,9 @@ void app_plugins_restore(em_store *s, int64_t run) {
   if (em_store_run_annotations(s, run, &a, &n, &err) != EM_OK) return;
   for (int i = 0; i < n; i++) {
     if (strcmp(a[i].kind, "tag") != 0 || !a[i].key ||
-        strncmp(a[i].key, TAG_PREFIX, strlen(TAG_PREFIX)) != 0)
+        strncmp(a[i].key, EM_RUN_PLUGIN_TAG, strlen(EM_RUN_PLUGIN_TAG)) != 0)
       continue;
-    const char *name = a[i].key + strlen(TAG_PREFIX), *file = strchr(a[i].text, ' ');
+    const char *name = a[i].key + strlen(EM_RUN_PLUGIN_TAG), *file = strchr(a[i].text, ' ');
     if (plugin_loaded(name) || !file) continue;
     file++;
     if (em_plugin_load_file(file, &err) == EM_OK && plugin_loaded(name))

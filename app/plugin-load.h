@@ -23,11 +23,8 @@
  * (exit 2). */
 int app_plugins_load(int argc, char **argv, bool take_metric);
 
-/* Tags a recorded run with every plugin loaded ("plugin.<name>" =
- * "<version> <file>"): which plugins, in which versions, the run had, and
- * where a resume finds them. A tag that cannot be written is a warning. */
-void app_plugins_record(em_store *s, int64_t run);
-/* Loads the plugins a run recorded that are not loaded here (by name),
+/* Loads the plugins a run recorded (em_store_run_tag_plugins) that are
+ * not loaded here (by name),
  * so `ember train --resume` needs no --plugin-dir; says so on stderr, and
  * warns, naming the file, where one cannot be loaded. */
 void app_plugins_restore(em_store *s, int64_t run);

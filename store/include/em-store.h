@@ -150,6 +150,12 @@ em_status em_store_run_tag(em_store *s, int64_t run, const char *key, const char
                            em_error *err);
 em_status em_store_run_note(em_store *s, int64_t run, const char *text, em_error *err);
 
+/* Tags run with every plugin loaded in this process: EM_RUN_PLUGIN_TAG
+ * "<name>" = "<version> <file>" (what it was trained with; where a resume
+ * finds them again). */
+#define EM_RUN_PLUGIN_TAG "plugin."
+em_status em_store_run_tag_plugins(em_store *s, int64_t run, em_error *err);
+
 /* A run's events (divergence rollbacks, resumes, ...), appended. */
 em_status em_store_run_event(em_store *s, int64_t run, int64_t step, const char *kind,
                              const char *detail, em_error *err);

@@ -196,6 +196,8 @@ static int64_t create_run(em_train_session *s, em_train_config *cfg, const em_sp
   free(config_json);
   g_free(paths);
   if (rc == EM_OK) {
+    em_error terr = {0}; /* the plugins are lineage: not having them recorded stops nothing */
+    em_store_run_tag_plugins(st, run, &terr);
     char rel[128], dir[4096];
     g_snprintf(rel, sizeof rel, "runs/%lld/checkpoints", (long long)run);
     em_store_artifact_path(st, rel, dir, sizeof dir);
