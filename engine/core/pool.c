@@ -88,18 +88,24 @@ static void run_chunks(void) {
   }
 }
 
+/* One turn of a spin that started i turns ago: a pause, and every
+ * SPIN_CHECK turns a look at the clock (false once until has passed) and
+ * a yield of the core. */
+static bool spin_turn(int i, int64_t until) {
+  cpu_relax();
+  if ((i & SPIN_CHECK) != 0) return true;
+  if (now_ns() > until) return false;
+  sched_yield();
+  return true;
+}
+
 /* Spins until the generation moves past seen, SPIN_NS pass or the pool
  * is parked; true when a new job (or a stop) came. */
 static bool spin_for_job(uint64_t seen) {
   int64_t until = now_ns() + SPIN_NS;
   for (int i = 1;; i++) {
     if (atomic_load_explicit(&generation, memory_order_acquire) != seen) return true;
-    if (atomic_load_explicit(&parked, memory_order_relaxed)) return false;
-    cpu_relax();
-    if ((i & SPIN_CHECK) == 0) {
-      if (now_ns() > until) return false;
-      sched_yield();
-    }
+    if (atomic_load_explicit(&parked, memory_order_relaxed) || !spin_turn(i, until)) return false;
   }
 }
 
@@ -174,12 +180,7 @@ static void run_job(void) {
   in_job = false;
   int64_t until = now_ns() + SPIN_NS;
   for (int i = 1; atomic_load_explicit(&job.active, memory_order_acquire) > 0; i++) {
-    cpu_relax();
-    if ((i & SPIN_CHECK) != 0) continue;
-    if (now_ns() <= until) {
-      sched_yield();
-      continue;
-    }
+    if (spin_turn(i, until)) continue;
     pthread_mutex_lock(&mu);
     caller_asleep = true;
     while (atomic_load(&job.active) > 0) pthread_cond_wait(&done_cv, &mu);

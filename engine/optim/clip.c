@@ -68,27 +68,29 @@ static void sum_share(void *ctx, int64_t s, int64_t end) {
   }
 }
 
-/* Sum of squares of the current CPU gradients among params[0..n). */
+/* Sum of squares of the current CPU gradients among params[0..n): each
+ * one's whole blocks (summed over the pool) and then its tail, in order. */
 static double host_sum_squares(int n, em_tensor *const *params) {
-  int n_grads = 0;
-  for (int i = 0; i < n; i++) {
-    const em_tensor *g = current_grad(params[i]);
-    if (g && !em_on_device(g) && g->dtype == EM_DTYPE_F32) n_grads++;
-  }
   /* from the caching allocator: no malloc in a steady training step */
-  size_t x_bytes = sizeof(float *) * (size_t)(n_grads + 1);
-  size_t first_bytes = sizeof(int64_t) * (size_t)(n_grads + 1);
+  size_t x_bytes = sizeof(float *) * (size_t)(n + 1);
+  size_t first_bytes = sizeof(int64_t) * (size_t)(n + 1);
   const float **x = em_alloc(x_bytes);
-  int64_t *first = em_alloc(first_bytes);
-  EM_ASSERT(x && first && "out of memory for the gradient norm");
-  int k = 0;
+  int64_t *first = em_alloc(first_bytes), *numel = em_alloc(first_bytes);
+  EM_ASSERT(x && first && numel && "out of memory for the gradient norm");
+  double total = 0; /* f64 gradients: summed here, whole */
+  int n_grads = 0;
   first[0] = 0;
   for (int i = 0; i < n; i++) {
     const em_tensor *g = current_grad(params[i]);
-    if (!g || em_on_device(g) || g->dtype != EM_DTYPE_F32) continue;
-    x[k] = em_f32(g);
-    first[k + 1] = first[k] + em_tensor_numel(g) / BLOCK;
-    k++;
+    if (!g || em_on_device(g)) continue;
+    if (g->dtype != EM_DTYPE_F32) {
+      total += f64_sum_squares(em_f64(g), em_tensor_numel(g));
+      continue;
+    }
+    x[n_grads] = em_f32(g);
+    numel[n_grads] = em_tensor_numel(g);
+    first[n_grads + 1] = first[n_grads] + numel[n_grads] / BLOCK;
+    n_grads++;
   }
   size_t sums_bytes = sizeof(float) * (size_t)(first[n_grads] + 1);
   float *sums = em_alloc(sums_bytes);
@@ -100,21 +102,13 @@ static double host_sum_squares(int n, em_tensor *const *params) {
     j.parts = em_parallel_threads();
     em_parallel_shares(sum_share, &j);
   }
-  double total = 0;
-  k = 0;
-  for (int i = 0; i < n; i++) {
-    const em_tensor *g = current_grad(params[i]);
-    if (!g || em_on_device(g)) continue;
-    if (g->dtype != EM_DTYPE_F32) {
-      total += f64_sum_squares(em_f64(g), em_tensor_numel(g));
-      continue;
-    }
+  for (int k = 0; k < n_grads; k++) {
     for (int64_t b = first[k]; b < first[k + 1]; b++) total += sums[b];
-    for (int64_t e = (first[k + 1] - first[k]) * BLOCK; e < em_tensor_numel(g); e++)
+    for (int64_t e = (first[k + 1] - first[k]) * BLOCK; e < numel[k]; e++)
       total += (double)x[k][e] * (double)x[k][e];
-    k++;
   }
   em_free(sums, sums_bytes);
+  em_free(numel, first_bytes);
   em_free(first, first_bytes);
   em_free((void *)x, x_bytes);
   return total;
