@@ -345,6 +345,16 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
   snprintf(j->model, sizeof j->model, "%s", r.model ? r.model : em_spec_name(j->spec));
   j->parent = id;
 
+  /* a killed run's newest checkpoint may be a file its writer never
+   * recorded (the registry records it when it finds the run killed; this
+   * covers runs found killed before that) */
+  if (r.status == EM_RUN_KILLED) {
+    int64_t adopted;
+    if (em_store_adopt_checkpoints(s, id, &adopted, &err) != EM_OK) {
+      cli_warn("%s", err.msg);
+      em_error_clear(&err);
+    }
+  }
   if (em_store_checkpoint_latest_valid(s, id, &j->ckpt, &err) != EM_OK) {
     fprintf(stderr, "ember: run %lld cannot be resumed: %s\n", (long long)id, err.msg);
     rc = 1;
@@ -751,10 +761,8 @@ int cli_cmd_train(int argc, char **argv) {
       cli_warn("the run's plugins are not recorded: %s", err.msg);
       em_error_clear(&err);
     }
-    char rel[128];
-    snprintf(rel, sizeof rel, "runs/%lld/checkpoints", (long long)run);
     char ckdir[4096];
-    em_store_artifact_path(store, rel, ckdir, sizeof ckdir);
+    em_store_run_checkpoint_dir(store, run, ckdir, sizeof ckdir);
     if (strlen(ckdir) >= sizeof cfg->checkpoint_dir)
       em_error_set(&err, EM_ERR_INVALID,
                    "the registry's path is too long for checkpoints (%zu bytes, at most %zu): "

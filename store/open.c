@@ -71,6 +71,10 @@ void em_store_artifact_path(const em_store *s, const char *rel, char *out, size_
   snprintf(out, cap, "%s/%s", s->art_dir, rel);
 }
 
+void em_store_run_checkpoint_dir(const em_store *s, int64_t run, char *out, size_t cap) {
+  snprintf(out, cap, "%s/runs/%lld/checkpoints", s->art_dir, (long long)run);
+}
+
 void em_store_path_to_row(const em_store *s, const char *abs_path, char *out, size_t cap) {
   size_t n = strlen(s->art_dir);
   if (strncmp(abs_path, s->art_dir, n) == 0 && abs_path[n] == '/' && abs_path[n + 1]) {

@@ -1,7 +1,9 @@
 /* stale-runs.c: a run still marked "running" whose process on this host
  * is gone (crash, kill -9, power loss) is marked "killed" when the
  * registry is next opened for writing. A pid reused by another process is
- * told apart by the process start time recorded with the run. */
+ * told apart by the process start time recorded with the run. Its newest
+ * checkpoint that the run's writer had not recorded yet is recorded then
+ * (checkpoint-adopt.c). */
 #include "store-private.h"
 
 #include <stdio.h>
@@ -45,6 +47,15 @@ em_status em_store_sweep_stale_runs(em_store *s, em_error *err) {
     }
     if (!st) st = EM_SQL_COMMIT(s, err);
     if (st) em_db_rollback(s);
+    /* their checkpoints the writer had not recorded yet: not a reason to
+     * refuse the registry, so only said */
+    for (guint i = 0; !st && i < stale->len; i++) {
+      em_error e = {0};
+      int64_t step;
+      int64_t id = g_array_index(stale, stale_run, i).id;
+      if (em_store_adopt_checkpoints(s, id, &step, &e) != EM_OK)
+        em_log_msg(EM_LOG_WARNING, "registry: %s", e.msg);
+    }
   }
   g_array_free(stale, TRUE);
   if (st) em_error_prefix(err, "marking runs of vanished processes as killed");

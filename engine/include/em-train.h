@@ -256,6 +256,19 @@ em_status em_trainer_load_checkpoint(em_trainer *t, const char *path, em_error *
 em_status em_checkpoint_read_meta(const char *path, const char *key, char *out, size_t cap,
                                   em_error *err);
 
+/* Checks a checkpoint file whole, without a trainer: format, version and
+ * the checksum over every tensor and metadata entry. On success *step is
+ * its optimiser step and *epoch the epoch of the last batch it trained
+ * (0-based, as the CHECKPOINT event reports it). EM_ERR_FORMAT (naming
+ * the file) for a damaged or foreign file. */
+em_status em_checkpoint_verify(const char *path, int64_t *step, int64_t *epoch, em_error *err);
+/* The inverse of the names the trainer gives checkpoint files in its
+ * folder ("step-<step>", "eval-e<epoch>-step-<step>", "final-step-<step>",
+ * "rollback-step-<step>", each ".safetensors"): true with the kind (one
+ * of step, eval, final, rollback) and the step for such a name, false
+ * for any other (a temporary file, a file of the user's). */
+bool em_checkpoint_name_parse(const char *name, char *kind, size_t cap, int64_t *step);
+
 /* Mean loss and accuracy of m over ds in inference mode, on the model's
  * device (em_model_device); out of that device's memory is EM_ERR_NOMEM
  * with the allocator's message. */

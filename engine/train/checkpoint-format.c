@@ -29,6 +29,7 @@
  * significant digits, which read back to the same bits. */
 #include "train-private.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,49 @@ em_status em_checkpoint_path(char *out, size_t cap, const char *dir, const char 
     return em_error_set(err, EM_ERR_INVALID, "the checkpoint folder name is too long: '%.200s...'",
                         dir);
   return EM_OK;
+}
+
+/* The literal at *p: moves past it. */
+static bool take_text(const char **p, const char *lit) {
+  size_t n = strlen(lit);
+  if (strncmp(*p, lit, n) != 0) return false;
+  *p += n;
+  return true;
+}
+
+/* One or more digits at *p: their value (below 2^63), and past them. */
+static bool take_number(const char **p, int64_t *v) {
+  const char *s = *p;
+  int64_t x = 0;
+  if (!isdigit((unsigned char)*s)) return false;
+  for (; isdigit((unsigned char)*s); s++) {
+    if (x > (INT64_MAX - 9) / 10) return false;
+    x = x * 10 + (*s - '0');
+  }
+  *p = s;
+  *v = x;
+  return true;
+}
+
+bool em_checkpoint_name_parse(const char *name, char *kind, size_t cap, int64_t *step) {
+  const char *p = name, *k;
+  int64_t epoch, st;
+  if (take_text(&p, "eval-e")) {
+    if (!take_number(&p, &epoch) || !take_text(&p, "-step-")) return false;
+    k = "eval";
+  } else if (take_text(&p, "step-")) {
+    k = "step";
+  } else if (take_text(&p, "final-step-")) {
+    k = "final";
+  } else if (take_text(&p, "rollback-step-")) {
+    k = "rollback";
+  } else {
+    return false;
+  }
+  if (!take_number(&p, &st) || strcmp(p, ".safetensors") != 0) return false;
+  snprintf(kind, cap, "%s", k);
+  *step = st;
+  return true;
 }
 
 /* mkdir -p */

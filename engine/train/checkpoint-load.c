@@ -385,3 +385,26 @@ em_status em_checkpoint_read_meta(const char *path, const char *key, char *out, 
   return st;
 }
 
+
+em_status em_checkpoint_verify(const char *path, int64_t *step, int64_t *epoch, em_error *err) {
+  em_error e = {0};
+  ckpt_tensors c = {0};
+  int64_t ep = 0, batch = 0, stp = 0;
+  em_safetensors *f = em_safetensors_open(path, &e);
+  em_status st = f ? check_format(f, path, &e) : e.status;
+  if (st == EM_OK) st = read_all(f, path, &c, &e);
+  if (st == EM_OK) st = check_checksum(f, path, &c, &e);
+  if (st == EM_OK) st = meta_i64(f, path, "epoch", &ep, &e);
+  if (st == EM_OK) st = meta_i64(f, path, "batch", &batch, &e);
+  if (st == EM_OK) st = meta_i64(f, path, "step", &stp, &e);
+  ckpt_tensors_free(&c);
+  em_safetensors_close(f);
+  if (st != EM_OK) {
+    if (err) *err = e;
+    return st;
+  }
+  *step = stp;
+  /* after an epoch's last batch the position is the next epoch's start */
+  *epoch = batch == 0 && ep > 0 ? ep - 1 : ep;
+  return EM_OK;
+}

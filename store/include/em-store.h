@@ -48,6 +48,9 @@ void em_store_close(em_store *s); /* NULL is fine */
 const char *em_store_dir(const em_store *s);
 /* <dir>/artifacts/<rel>, into out. */
 void em_store_artifact_path(const em_store *s, const char *rel, char *out, size_t cap);
+/* The folder a recorded run's checkpoints go to:
+ * <dir>/artifacts/runs/<run>/checkpoints, into out. */
+void em_store_run_checkpoint_dir(const em_store *s, int64_t run, char *out, size_t cap);
 
 /* The schema version this code writes (PRAGMA user_version). */
 int em_store_schema_version(void);
@@ -223,6 +226,14 @@ void em_checkpoint_rows_free(em_checkpoint_row *c, int n);
 em_status em_store_checkpoint_latest_valid(em_store *s, int64_t run, em_checkpoint_row *out,
                                            em_error *err);
 void em_checkpoint_row_clear(em_checkpoint_row *c);
+/* A run whose process ended without recording its last checkpoints
+ * (killed while the writer was behind): records the newest whole
+ * checkpoint file in the run's folder that is newer than its newest row,
+ * with a "recovered" run event; *adopted is its step, -1 when there was
+ * none. Damaged files are passed over (em_log_msg names each). The stale
+ * sweep does this for every run it marks killed. Only for a run whose
+ * process is gone: a live trainer's writer records its own files. */
+em_status em_store_adopt_checkpoints(em_store *s, int64_t run, int64_t *adopted, em_error *err);
 
 typedef struct {
   int64_t id;

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -223,6 +224,57 @@ class Resume(Base):
         ann = e.json("run", "show", "3", "--json")["annotations"]
         self.assertIn(("resumed", 30, "resumed from run 2 step 30"),
                       [(a["kind"], a["step"], a["text"]) for a in ann])
+
+    def test_killed_run_records_the_checkpoints_its_writer_missed(self):
+        """A process killed while its registry writer was behind leaves checkpoint files
+        newer than its rows; the registry records the newest whole one when it finds the
+        run killed, and --resume continues from there."""
+        e = self.e
+        a, b = self.path("a.safetensors"), self.path("b.safetensors")
+        e.train(e.spec(), *self.ARGS, "--save", a)
+        e.train(e.spec(), *self.ARGS, "--stop-after-steps", "40", "--keep-checkpoints", "10")
+        ck = {(c["step"], c["kind"]): c for c in e.checkpoints(2)}
+        self.assertIn((40, "final"), ck)
+        self.assertIn((30, "step"), ck)
+        # as if killed with the writer 20 steps behind: rows after step 20 never made it,
+        # the run still says "running" under a process that is gone
+        con = sqlite3.connect(e.db)
+        with con:
+            arts = [r[0] for r in con.execute(
+                "SELECT artifact FROM checkpoints WHERE run = 2 AND step > 20")]
+            con.execute("DELETE FROM checkpoints WHERE run = 2 AND step > 20")
+            con.executemany("DELETE FROM artifacts WHERE id = ?", [(x,) for x in arts])
+            con.execute("UPDATE runs SET status = 'running', ended = NULL, pid = 999999999, "
+                        "pid_start = NULL WHERE id = 2")
+        con.close()
+        # the newest files (step 40) are damaged: one byte of their data flipped
+        newest = ck[(40, "final")]["path"]
+        with open(newest, "r+b") as f:
+            f.seek(-9, os.SEEK_END)
+            byte = f.read(1)
+            f.seek(-9, os.SEEK_END)
+            f.write(bytes([byte[0] ^ 0x40]))
+        for c in ck.values():
+            self.assertTrue(os.path.exists(c["path"]), c)
+
+        p = e.ok("gc", "--dry-run")  # the first writing open finds the run killed
+        self.assertEqual(e.status(2), "killed")
+        self.assertIn("final-step-000000040.safetensors", p.stderr)  # passed over, named
+        steps = [(c["step"], c["kind"]) for c in e.checkpoints(2)]
+        self.assertEqual(steps[-1], (30, "step"), steps)
+        e.check_checkpoints_whole()
+        ann = e.json("run", "show", "2", "--json")["annotations"]
+        self.assertTrue(any(x["kind"] == "recovered" and x["step"] == 30 for x in ann), ann)
+        again = e.ok("gc", "--dry-run")  # recorded once: nothing newer is left to take
+        self.assertEqual([(c["step"], c["kind"]) for c in e.checkpoints(2)], steps)
+        self.assertNotIn("not recorded", again.stderr)
+
+        rb = e.train("--resume", "2", "--save", b, "--quiet")
+        self.assertEqual(rb["steps"], 48)
+        self.assertSameWeights(a, b)
+        self.assertIn(("resumed", 30, "resumed from run 2 step 30"),
+                      [(x["kind"], x["step"], x["text"])
+                       for x in e.json("run", "show", "3", "--json")["annotations"]])
 
     def test_ctrl_c_stops_with_a_checkpoint_and_resumes(self):
         e = self.e

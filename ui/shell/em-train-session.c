@@ -198,9 +198,8 @@ static int64_t create_run(em_train_session *s, em_train_config *cfg, const em_sp
   if (rc == EM_OK) {
     em_error terr = {0}; /* the plugins are lineage: not having them recorded stops nothing */
     em_store_run_tag_plugins(st, run, &terr);
-    char rel[128], dir[4096];
-    g_snprintf(rel, sizeof rel, "runs/%lld/checkpoints", (long long)run);
-    em_store_artifact_path(st, rel, dir, sizeof dir);
+    char dir[4096];
+    em_store_run_checkpoint_dir(st, run, dir, sizeof dir);
     if (strlen(dir) >= sizeof cfg->checkpoint_dir) {
       em_error_set(err, EM_ERR_INVALID,
                    "the registry's path is too long for checkpoints: choose a shorter registry "

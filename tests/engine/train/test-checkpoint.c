@@ -258,6 +258,72 @@ static void expect_load_error(em_trainer *t, const char *path, em_status st, con
   if (got != st) g_error("loading '%s': status %d, expected %d: %s", path, got, st, err.msg);
   g_assert_nonnull(strstr(err.msg, path));
   if (needle && !strstr(err.msg, needle)) g_error("'%s' lacks '%s'", err.msg, needle);
+  /* the registry's check without a trainer: the same for a damaged or
+   * missing file; a whole file that does not fit this trainer is whole */
+  em_error verr = {0};
+  int64_t step = -1, epoch = -1;
+  em_status want = st == EM_ERR_INVALID ? EM_OK : st;
+  got = em_checkpoint_verify(path, &step, &epoch, &verr);
+  if (got != want)
+    g_error("verifying '%s': status %d, expected %d: %s", path, got, want, verr.msg);
+  if (want != EM_OK) {
+    g_assert_nonnull(strstr(verr.msg, path));
+    g_assert_cmpint(step, ==, -1);
+  }
+}
+
+/* Every checkpoint a run wrote verifies whole, with the step and epoch
+ * its file name and its CHECKPOINT event gave; the names parse back. */
+static void test_verify_and_names(void) {
+  th_setup s;
+  mlp_setup(&s);
+  char *dir = th_tmpdir();
+  th_record full;
+  th_record_init(&full);
+  em_error err = {0};
+  g_assert_cmpint(th_run(&s, dir, NULL, 5, &full, &err), ==, EM_OK);
+  g_assert_cmpuint(full.ckpt_paths->len, >=, 6);
+  for (guint i = 0; i < full.ckpt_paths->len; i++) {
+    const char *path = g_ptr_array_index(full.ckpt_paths, i);
+    char *base = g_path_get_basename(path), kind[16];
+    int64_t named = -1, step = -1, epoch = -1;
+    g_assert_true(em_checkpoint_name_parse(base, kind, sizeof kind, &named));
+    g_assert_cmpstr(kind, ==, g_ptr_array_index(full.ckpt_kinds, i));
+    g_assert_cmpint(em_checkpoint_verify(path, &step, &epoch, &err), ==, EM_OK);
+    g_assert_cmpint(step, ==, named);
+    char v[64];
+    g_assert_cmpint(em_checkpoint_read_meta(path, "step", v, sizeof v, &err), ==, EM_OK);
+    g_assert_cmpint(g_ascii_strtoll(v, NULL, 10), ==, step);
+    g_assert_cmpint(epoch, ==, (step - 1) / 8); /* 8 steps an epoch: that of its last batch */
+    g_free(base);
+  }
+  static const struct {
+    const char *name, *kind;
+    int64_t step;
+  } good[] = {{"step-000000005.safetensors", "step", 5},
+              {"eval-e003-step-000000024.safetensors", "eval", 24},
+              {"final-step-000000024.safetensors", "final", 24},
+              {"rollback-step-7.safetensors", "rollback", 7}};
+  for (unsigned i = 0; i < G_N_ELEMENTS(good); i++) {
+    char kind[16];
+    int64_t step = -1;
+    g_assert_true(em_checkpoint_name_parse(good[i].name, kind, sizeof kind, &step));
+    g_assert_cmpstr(kind, ==, good[i].kind);
+    g_assert_cmpint(step, ==, good[i].step);
+  }
+  static const char *const bad[] = {
+      "step-000000005.safetensors.tmp-Ab12Cd", "step-.safetensors", "step-+5.safetensors",
+      "step- 5.safetensors", "step-5.safetensor", "best-step-5.safetensors", "eval-step-5.safetensors",
+      "weights.safetensors", "step-99999999999999999999.safetensors", "final-step-5"};
+  for (unsigned i = 0; i < G_N_ELEMENTS(bad); i++) {
+    char kind[16];
+    int64_t step = -1;
+    if (em_checkpoint_name_parse(bad[i], kind, sizeof kind, &step)) g_error("'%s' parsed", bad[i]);
+  }
+  th_record_clear(&full);
+  th_rm_rf(dir);
+  g_free(dir);
+  th_setup_free(&s);
 }
 
 static void test_corrupt(void) {
@@ -482,5 +548,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/train/checkpoint/corrupt", test_corrupt);
   g_test_add_func("/train/checkpoint/mismatch", test_mismatch);
   g_test_add_func("/train/checkpoint/read-meta", test_read_meta);
+  g_test_add_func("/train/checkpoint/verify-and-names", test_verify_and_names);
   return g_test_run();
 }
