@@ -35,10 +35,24 @@ static const char *flag_value(int argc, char **argv, int i, const char *flag, in
   return argv[i + 1];
 }
 
-static bool plugin_loaded(const char *name) {
+/* The loaded plugin called name, or NULL. */
+static const em_plugin_info *plugin_loaded(const char *name) {
   for (int i = 0; i < em_plugin_count(); i++)
-    if (em_plugin_at(i)->loaded && !strcmp(em_plugin_at(i)->name, name)) return true;
-  return false;
+    if (em_plugin_at(i)->loaded && !strcmp(em_plugin_at(i)->name, name)) return em_plugin_at(i);
+  return NULL;
+}
+
+/* A plugin the run recorded, now loaded from path: says so when the file
+ * is not the one the run was trained with (its SHA-256 differs). */
+static void check_same_file(int64_t run, const char *name, const em_run_plugin *rec,
+                            const char *path) {
+  char hex[65];
+  em_error err = {0};
+  if (!rec->sha256[0] || em_store_file_sha256(path, hex, NULL, &err) != EM_OK) return;
+  if (strcmp(hex, rec->sha256) != 0)
+    fprintf(stderr, "ember: warning: plugin %s (%s) is not the file run %lld was trained with "
+            "(SHA-256 %.12s..., recorded %.12s... for %s): the resumed run may differ from "
+            "one that never stopped\n", name, path, (long long)run, hex, rec->sha256, rec->file);
 }
 
 void app_plugins_restore(em_store *s, int64_t run) {
@@ -47,19 +61,26 @@ void app_plugins_restore(em_store *s, int64_t run) {
   em_error err = {0};
   if (em_store_run_annotations(s, run, &a, &n, &err) != EM_OK) return;
   for (int i = 0; i < n; i++) {
+    em_run_plugin rec;
     if (strcmp(a[i].kind, "tag") != 0 || !a[i].key ||
-        strncmp(a[i].key, EM_RUN_PLUGIN_TAG, strlen(EM_RUN_PLUGIN_TAG)) != 0)
+        strncmp(a[i].key, EM_RUN_PLUGIN_TAG, strlen(EM_RUN_PLUGIN_TAG)) != 0 ||
+        !em_run_plugin_parse(a[i].text, &rec))
       continue;
-    const char *name = a[i].key + strlen(EM_RUN_PLUGIN_TAG), *file = strchr(a[i].text, ' ');
-    if (plugin_loaded(name) || !file) continue;
-    file++;
-    if (em_plugin_load_file(file, &err) == EM_OK && plugin_loaded(name))
-      fprintf(stderr, "ember: plugin %s loaded from %s, as run %lld recorded\n", name, file,
+    const char *name = a[i].key + strlen(EM_RUN_PLUGIN_TAG);
+    const em_plugin_info *have = plugin_loaded(name);
+    if (have) { /* from --plugin-dir or EMBER_PLUGIN_PATH */
+      check_same_file(run, name, &rec, have->path);
+      continue;
+    }
+    if (em_plugin_load_file(rec.file, &err) == EM_OK && plugin_loaded(name)) {
+      fprintf(stderr, "ember: plugin %s loaded from %s, as run %lld recorded\n", name, rec.file,
               (long long)run);
-    else
+      check_same_file(run, name, &rec, rec.file);
+    } else {
       fprintf(stderr, "ember: warning: run %lld was trained with plugin %s from %s, which does "
               "not load here%s%s (give its folder with --plugin-dir)\n", (long long)run, name,
-              file, err.msg[0] ? ": " : "", err.msg);
+              rec.file, err.msg[0] ? ": " : "", err.msg);
+    }
     em_error_clear(&err);
   }
   em_run_annotations_free(a, n);

@@ -1,9 +1,11 @@
 /* run-plugins.c: the plugins a run was trained with, as its tags
- * ("plugin.<name>" = "<version> <file>"): lineage for `ember run show`,
- * and what `ember train --resume` loads again (app/plugin-load.c). */
+ * ("plugin.<name>" = "<version> sha256:<hex> <file>"): lineage for
+ * `ember run show`, and what `ember train --resume` loads again, warning
+ * when the file changed since (app/plugin-load.c). */
 #include "store-private.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "em-plugin.h"
 
@@ -11,11 +13,32 @@ em_status em_store_run_tag_plugins(em_store *s, int64_t run, em_error *err) {
   for (int i = 0; i < em_plugin_count(); i++) {
     const em_plugin_info *p = em_plugin_at(i);
     if (!p->loaded) continue;
-    char key[128], value[1100];
+    char key[128], value[1200];
     snprintf(key, sizeof key, EM_RUN_PLUGIN_TAG "%s", p->name);
-    snprintf(value, sizeof value, "%s %s", p->version[0] ? p->version : "-", p->path);
+    char hex[65];
+    em_error e = {0};
+    bool hashed = em_store_file_sha256(p->path, hex, NULL, &e) == EM_OK;
+    snprintf(value, sizeof value, "%s%s%s %s", p->version[0] ? p->version : "-",
+             hashed ? " sha256:" : "", hashed ? hex : "", p->path);
     em_status st = em_store_run_tag(s, run, key, value, err);
     if (st != EM_OK) return st;
   }
   return EM_OK;
+}
+
+bool em_run_plugin_parse(const char *value, em_run_plugin *out) {
+  memset(out, 0, sizeof *out);
+  const char *sp = strchr(value, ' ');
+  if (!sp || sp == value) return false;
+  snprintf(out->version, sizeof out->version, "%.*s", (int)(sp - value), value);
+  const char *rest = sp + 1;
+  static const char tag[] = "sha256:";
+  if (strncmp(rest, tag, sizeof tag - 1) == 0 && strlen(rest) > sizeof tag - 1 + 64 &&
+      rest[sizeof tag - 1 + 64] == ' ') {
+    memcpy(out->sha256, rest + sizeof tag - 1, 64);
+    rest += sizeof tag - 1 + 65;
+  }
+  if (!rest[0] || strlen(rest) >= sizeof out->file) return false;
+  memcpy(out->file, rest, strlen(rest) + 1);
+  return true;
 }

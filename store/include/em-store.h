@@ -154,10 +154,19 @@ em_status em_store_run_tag(em_store *s, int64_t run, const char *key, const char
 em_status em_store_run_note(em_store *s, int64_t run, const char *text, em_error *err);
 
 /* Tags run with every plugin loaded in this process: EM_RUN_PLUGIN_TAG
- * "<name>" = "<version> <file>" (what it was trained with; where a resume
- * finds them again). */
+ * "<name>" = "<version> sha256:<hex> <file>" (what it was trained with,
+ * the file's SHA-256 then, and where a resume finds it again; the hash is
+ * left out when the file cannot be read). */
 #define EM_RUN_PLUGIN_TAG "plugin."
 em_status em_store_run_tag_plugins(em_store *s, int64_t run, em_error *err);
+/* A plugin tag's value read back; sha256 is "" for a tag without one
+ * (written before hashes were recorded). False when there is no file. */
+typedef struct {
+  char version[64];
+  char sha256[65];
+  char file[1024];
+} em_run_plugin;
+bool em_run_plugin_parse(const char *value, em_run_plugin *out);
 
 /* A run's events (divergence rollbacks, resumes, ...), appended. */
 em_status em_store_run_event(em_store *s, int64_t run, int64_t step, const char *kind,

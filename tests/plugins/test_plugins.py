@@ -17,6 +17,7 @@ uses them (run with Debian's /usr/bin/python3: torch, onnx, cv2).
   test_plugins.py EMBER PLUGIN_FORWARD SOURCE_ROOT
 """
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -37,6 +38,11 @@ GOOD = os.environ["EMBER_PLUGIN_DIR"]
 BAD = os.environ["EMBER_BAD_PLUGIN_DIR"]
 FMNIST = "/usr/share/datasets/fashion-mnist"
 CLASSES = {0: "tshirt", 1: "trouser", 7: "sneaker"}  # label -> folder name
+
+
+def sha256_of(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def run(args, env, ok=True):
@@ -132,7 +138,9 @@ def check_training(env, tmp):
     # the run records its plugins; a stopped run resumes without --plugin-dir
     tags = [a for a in json.loads(run([EMBER, "run", "show", "latest", "--json"], env).stdout)
             ["annotations"] if a["kind"] == "tag" and a["key"].startswith("plugin.")]
-    assert tags and all(os.path.isabs(t["text"].split(" ", 1)[1]) for t in tags), tags
+    for t in tags:  # "<version> sha256:<hex> <file>": the file as it was trained with
+        version, sha, path = t["text"].split(" ", 2)
+        assert os.path.isabs(path) and sha == "sha256:" + sha256_of(path), t
     s = run([EMBER, "train", spec, "--plugin-dir", GOOD, "--data-dir", data, "--threads", "2",
              "--seed", "1", "--stop-after-steps", "3", "--quiet"], env)
     stopped = json.loads(s.stdout.strip().splitlines()[-1])
@@ -141,6 +149,23 @@ def check_training(env, tmp):
     resumed = json.loads(r.stdout.strip().splitlines()[-1])
     assert "as run %d recorded" % stopped["run_id"] in r.stderr, r.stderr
     assert resumed["steps"] == j["steps"] and not resumed["stopped"], (resumed, j)
+    assert "is not the file" not in r.stderr, r.stderr
+    # a plugin file changed since the run was trained: the resume says which
+    moved = os.path.join(tmp, "plugins-copy")
+    os.makedirs(moved)
+    for f in os.listdir(GOOD):
+        if f.endswith(".so"):
+            shutil.copy(os.path.join(GOOD, f), moved)
+    s = run([EMBER, "train", spec, "--plugin-dir", moved, "--data-dir", data, "--threads", "2",
+             "--seed", "1", "--stop-after-steps", "3", "--quiet"], env)
+    stopped = json.loads(s.stdout.strip().splitlines()[-1])
+    for f in os.listdir(moved):
+        with open(os.path.join(moved, f), "ab") as fh:  # still loads: ELF ignores the tail
+            fh.write(b"rebuilt")
+    r = run([EMBER, "train", "--resume", str(stopped["run_id"]), "--quiet"], env)
+    changed = os.path.join(moved, "ember-seblock.so")
+    assert "(%s) is not the file run %d was trained with" % (
+        changed, stopped["run_id"]) in r.stderr, r.stderr
     # ember eval with --metric (the spec without "metrics")
     plain = dict(SE_SPEC, training=dict(SE_SPEC["training"]))
     del plain["training"]["metrics"]
