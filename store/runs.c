@@ -92,7 +92,7 @@ em_status em_store_run_finish(em_store *s, int64_t run, em_run_status status,
   return st;
 }
 
-/* Columns 0..17 of every run query; ?1..?3 are the metric key ids of the
+/* Columns 0..18 of every run query; ?1..?3 are the metric key ids of the
  * final test accuracy, test loss and train loss (0 when never recorded). */
 #define RUN_COLUMNS                                                                              \
   "r.id, r.name, r.model, r.host, r.device, r.engine_version, r.message, r.status, "            \
@@ -104,7 +104,7 @@ em_status em_store_run_finish(em_store *s, int64_t run, em_run_status status,
   "(SELECT last_value FROM metric_chunks WHERE run = r.id AND key_id = ?3 "                     \
   " ORDER BY first_step DESC LIMIT 1), "                                                         \
   "(SELECT max((SELECT last_step FROM metric_chunks WHERE run = r.id AND key_id = k.id "        \
-  "             ORDER BY first_step DESC LIMIT 1)) FROM metric_keys k) "
+  "             ORDER BY first_step DESC LIMIT 1)) FROM metric_keys k), r.pid_start "
 
 static em_status bind_final_keys(em_store *s, sqlite3_stmt *q, em_error *err) {
   static const char *const keys[3] = {EM_METRIC_TEST_ACCURACY, EM_METRIC_TEST_LOSS,
@@ -141,6 +141,18 @@ static void run_from_row(sqlite3_stmt *q, em_run *r) {
   r->final_test_loss = em_col_double(q, 15);
   r->final_train_loss = em_col_double(q, 16);
   r->steps = sqlite3_column_int64(q, 17);
+  /* A run of this host whose process is gone reads as killed at once,
+   * also through a read-only connection or one opened before it ended
+   * (the row says so from the next open for writing: stale-runs.c). */
+  if (r->status == EM_RUN_RUNNING && r->host && strcmp(r->host, em_store_host()) == 0) {
+    int64_t start = sqlite3_column_type(q, 18) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 18);
+    if (!em_process_alive(r->pid, start)) {
+      r->status = EM_RUN_KILLED;
+      g_free(r->message);
+      r->message = g_strdup_printf("the process that ran it (pid %lld on %s) ended without "
+                                   "finishing the run", (long long)r->pid, r->host);
+    }
+  }
 }
 
 static void read_run(em_store *s, sqlite3_stmt *q, void *elem) {
@@ -156,7 +168,8 @@ em_status em_store_runs_list(em_store *s, const em_run_filter *f, em_run **runs,
   sqlite3_stmt *q;
   em_status st = EM_SQL_PREPARE(s,
                                 "SELECT " RUN_COLUMNS "FROM runs r "
-                                "WHERE (?4 IS NULL OR r.model = ?4) AND (?5 IS NULL OR r.status = ?5) "
+                                "WHERE (?4 IS NULL OR r.model = ?4) AND (?5 IS NULL OR r.status = ?5 OR "
+                                "(?5 = 'killed' AND r.status = 'running')) "
                                 "AND (?7 IS NULL OR r.dataset IN (SELECT id FROM datasets WHERE "
                                 "name = ?7 OR substr(sha256, 1, length(?7)) = lower(?7))) "
                                 "AND (?8 IS NULL OR substr(r.spec_sha256, 1, length(?8)) = lower(?8)) "
@@ -182,6 +195,15 @@ em_status em_store_runs_list(em_store *s, const em_run_filter *f, em_run **runs,
   if (st) {
     em_runs_free(arr, count);
     return st;
+  }
+  /* a status filter sees the status as read (a vanished process: killed) */
+  if (f && !f->any_status) {
+    int kept = 0;
+    for (int i = 0; i < count; i++) {
+      if (arr[i].status == f->status) arr[kept++] = arr[i];
+      else em_run_clear(&arr[i]);
+    }
+    count = kept;
   }
   *runs = arr;
   *n = count;
@@ -227,13 +249,13 @@ em_status em_store_run_get(em_store *s, int64_t id, em_run *out, em_error *err) 
   if (!st) st = EM_SQL_STEP(s, q, &row, err);
   if (!st && row) {
     run_from_row(q, out);
-    out->spec_json = em_col_text(q, 18);
-    out->config_json = em_col_text(q, 19);
-    out->spec_sha256 = em_col_text(q, 20);
-    out->dataset_name = em_col_text(q, 21);
-    out->dataset_path = em_col_text(q, 22);
-    out->dataset_sha256 = em_col_text(q, 23);
-    out->dataset_size = sqlite3_column_int64(q, 24);
+    out->spec_json = em_col_text(q, 19);
+    out->config_json = em_col_text(q, 20);
+    out->spec_sha256 = em_col_text(q, 21);
+    out->dataset_name = em_col_text(q, 22);
+    out->dataset_path = em_col_text(q, 23);
+    out->dataset_sha256 = em_col_text(q, 24);
+    out->dataset_size = sqlite3_column_int64(q, 25);
   }
   sqlite3_reset(q);
   if (!st && !row)

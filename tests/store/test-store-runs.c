@@ -500,6 +500,112 @@ static void test_stale_runs(fixture *f, gconstpointer data) {
   em_run_clear(&r);
 }
 
+/* The ids of the runs em_store_runs_list gives for status, in a bitmask
+ * of ids below 64. */
+static uint64_t ids_with_status(em_store *s, em_run_status status) {
+  em_run_filter flt = {.status = status};
+  em_run *runs = NULL;
+  int n = 0;
+  em_error err = {0};
+  g_assert_cmpint(em_store_runs_list(s, &flt, &runs, &n, &err), ==, EM_OK);
+  uint64_t mask = 0;
+  for (int i = 0; i < n; i++) {
+    g_assert_cmpint(runs[i].status, ==, status);
+    if (runs[i].id < 64) mask |= 1ull << runs[i].id;
+  }
+  em_runs_free(runs, n);
+  return mask;
+}
+
+/* The status column of run id, as stored (g_free). */
+static char *raw_status(const char *dir, int64_t id) {
+  sqlite3 *raw = st_raw_open(dir);
+  sqlite3_stmt *q = NULL;
+  g_assert_cmpint(sqlite3_prepare_v2(raw, "SELECT status FROM runs WHERE id = ?", -1, &q, NULL),
+                  ==, SQLITE_OK);
+  sqlite3_bind_int64(q, 1, id);
+  g_assert_cmpint(sqlite3_step(q), ==, SQLITE_ROW);
+  char *out = g_strdup((const char *)sqlite3_column_text(q, 0));
+  sqlite3_finalize(q);
+  sqlite3_close(raw);
+  return out;
+}
+
+static em_run_status status_of(em_store *s, int64_t id) {
+  em_run r;
+  em_error err = {0};
+  g_assert_cmpint(em_store_run_get(s, id, &r, &err), ==, EM_OK);
+  em_run_status st = r.status;
+  if (st == EM_RUN_KILLED) g_assert_nonnull(strstr(r.message, "ended without finishing"));
+  em_run_clear(&r);
+  return st;
+}
+
+/* A run whose process is gone reads as killed before any writing open
+ * marks it: through a read-only connection, and through one opened while
+ * the process still ran (a workbench open all day). An exited child that
+ * its parent has not reaped yet (a zombie) is gone too. */
+static void test_vanished_read_as_killed(fixture *f, gconstpointer data) {
+  em_error err = {0};
+  int64_t mine = st_make_run(f->s, "mlp", "alive");
+  int go[2], done[2];
+  g_assert_cmpint(pipe(go), ==, 0);
+  g_assert_cmpint(pipe(done), ==, 0);
+  pid_t pid = fork();
+  g_assert_cmpint(pid, >=, 0);
+  if (pid == 0) {
+    em_error e = {0};
+    em_store *s = em_store_open(f->dir, false, &e);
+    int64_t id = s ? st_make_run(s, "mlp", "vanishing") : 0;
+    char c;
+    if (write(done[1], &id, sizeof id) != sizeof id || read(go[0], &c, 1) != 1) _exit(2);
+    _exit(0); /* no finish, no close */
+  }
+  int64_t child = 0;
+  g_assert_cmpint(read(done[0], &child, sizeof child), ==, sizeof child);
+  g_assert_cmpint(child, >, mine);
+  g_assert_cmpint(status_of(f->s, child), ==, EM_RUN_RUNNING); /* it still runs */
+  g_assert_cmpint(write(go[1], "x", 1), ==, 1);
+  /* exited, not reaped yet: wait until it is a zombie */
+  for (int i = 0; i < 500; i++) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *fp = fopen(path, "r");
+    size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
+    if (fp) fclose(fp);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (p && p[1] == ' ' && p[2] == 'Z') break;
+    g_usleep(10000);
+  }
+  /* the connection opened before it ended, and a read-only one */
+  g_assert_cmpint(status_of(f->s, child), ==, EM_RUN_KILLED);
+  g_assert_cmpint(status_of(f->s, mine), ==, EM_RUN_RUNNING);
+  em_store *ro = em_store_open(f->dir, true, &err);
+  g_assert_nonnull(ro);
+  g_assert_cmpint(status_of(ro, child), ==, EM_RUN_KILLED);
+  g_assert_cmpuint(ids_with_status(ro, EM_RUN_KILLED), ==, 1ull << child);
+  g_assert_cmpuint(ids_with_status(ro, EM_RUN_RUNNING), ==, 1ull << mine);
+  em_store_close(ro);
+  int status = 0;
+  g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
+  g_assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  /* the row itself says so from the next writing open */
+  char *row = raw_status(f->dir, child);
+  g_assert_cmpstr(row, ==, "running");
+  g_free(row);
+  em_store *w = em_store_open(f->dir, false, &err);
+  g_assert_nonnull(w);
+  em_store_close(w);
+  row = raw_status(f->dir, child);
+  g_assert_cmpstr(row, ==, "killed");
+  g_free(row);
+  for (int i = 0; i < 2; i++) {
+    close(go[i]);
+    close(done[i]);
+  }
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
 #define ADD(path, fn) g_test_add(path, fixture, NULL, st_fixture_setup, fn, st_fixture_teardown)
@@ -507,6 +613,7 @@ int main(int argc, char **argv) {
   ADD("/store/runs/list-filter", test_list_filter);
   ADD("/store/runs/annotations-delete", test_annotations_and_delete);
   ADD("/store/runs/stale-killed", test_stale_runs);
+  ADD("/store/runs/vanished-read-as-killed", test_vanished_read_as_killed);
   ADD("/store/metrics/round-trip", test_metrics_round_trip);
   ADD("/store/metrics/merge", test_metrics_merge);
   g_test_add_func("/store/runs/status-names", test_status_names);
