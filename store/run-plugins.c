@@ -33,10 +33,11 @@ bool em_run_plugin_parse(const char *value, em_run_plugin *out) {
   snprintf(out->version, sizeof out->version, "%.*s", (int)(sp - value), value);
   const char *rest = sp + 1;
   static const char tag[] = "sha256:";
-  if (strncmp(rest, tag, sizeof tag - 1) == 0 && strlen(rest) > sizeof tag - 1 + 64 &&
-      rest[sizeof tag - 1 + 64] == ' ') {
+  size_t hashed = sizeof tag - 1 + 64; /* "sha256:" and 64 hex digits */
+  if (strncmp(rest, tag, sizeof tag - 1) == 0 && strlen(rest) >= hashed &&
+      (rest[hashed] == ' ' || rest[hashed] == '\0')) {
     memcpy(out->sha256, rest + sizeof tag - 1, 64);
-    rest += sizeof tag - 1 + 65;
+    rest += rest[hashed] ? hashed + 1 : hashed;
   }
   if (!rest[0] || strlen(rest) >= sizeof out->file) return false;
   memcpy(out->file, rest, strlen(rest) + 1);

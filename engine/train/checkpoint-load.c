@@ -385,7 +385,6 @@ em_status em_checkpoint_read_meta(const char *path, const char *key, char *out, 
   return st;
 }
 
-
 em_status em_checkpoint_verify(const char *path, int64_t *step, int64_t *epoch, em_error *err) {
   em_error e = {0};
   ckpt_tensors c = {0};

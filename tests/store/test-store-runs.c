@@ -606,6 +606,28 @@ static void test_vanished_read_as_killed(fixture *f, gconstpointer data) {
   }
 }
 
+/* Plugin tags read back: with the file's hash, without (tags written
+ * before hashes were), and values that name no file. */
+static void test_plugin_tag_parse(void) {
+  const char *hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  char *with = g_strdup_printf("1.2 sha256:%s /opt/my plugins/se.so", hex);
+  em_run_plugin p;
+  g_assert_true(em_run_plugin_parse(with, &p));
+  g_assert_cmpstr(p.version, ==, "1.2");
+  g_assert_cmpstr(p.sha256, ==, hex);
+  g_assert_cmpstr(p.file, ==, "/opt/my plugins/se.so");
+  g_assert_true(em_run_plugin_parse("- /opt/se.so", &p));
+  g_assert_cmpstr(p.version, ==, "-");
+  g_assert_cmpstr(p.sha256, ==, "");
+  g_assert_cmpstr(p.file, ==, "/opt/se.so");
+  static const char *const bad[] = {"", "1.0", "1.0 ", " /opt/se.so"};
+  for (unsigned i = 0; i < G_N_ELEMENTS(bad); i++) g_assert_false(em_run_plugin_parse(bad[i], &p));
+  char *bare = g_strdup_printf("1.2 sha256:%s", hex); /* the hash, no file */
+  g_assert_false(em_run_plugin_parse(bare, &p));
+  g_free(bare);
+  g_free(with);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
 #define ADD(path, fn) g_test_add(path, fixture, NULL, st_fixture_setup, fn, st_fixture_teardown)
@@ -617,5 +639,6 @@ int main(int argc, char **argv) {
   ADD("/store/metrics/round-trip", test_metrics_round_trip);
   ADD("/store/metrics/merge", test_metrics_merge);
   g_test_add_func("/store/runs/status-names", test_status_names);
+  g_test_add_func("/store/runs/plugin-tag-parse", test_plugin_tag_parse);
   return g_test_run();
 }
