@@ -30,6 +30,15 @@ em_status em_gz_read_exact(gzFile f, const char *path, void *buf, size_t n, cons
 em_status em_gz_read_alloc(gzFile f, const char *path, size_t n, const char *what,
                            uint8_t **out, em_error *err);
 
+/* The whole content of a single-member gzip file that holds exactly size
+ * bytes (its trailer says so and its checksum holds), decompressed in one
+ * go by libdeflate, about 2.5x zlib's speed (Fashion-MNIST's 47 MB of
+ * training images: 0.13 s against 0.32 s); malloc'd. NULL, with nothing
+ * said, for any other file (plain, damaged, several members, another
+ * size, a claim beyond deflate's 1032:1 ratio): the caller then reads it
+ * through zlib, whose messages say what is wrong. */
+uint8_t *em_gz_whole(const char *path, size_t size);
+
 /* Reads the rest of the file into a new malloc'd buffer (*n its size). */
 em_status em_gz_read_rest(gzFile f, const char *path, uint8_t **out, size_t *n, em_error *err);
 

@@ -1,5 +1,6 @@
 /* gz-read.c: reading whole gzip or plain files with errors that name the
- * file and say what is wrong. */
+ * file and say what is wrong: zlib's streaming reader, and libdeflate's
+ * whole-buffer one for a file whose size is known (em_gz_whole). */
 #include "data-private.h"
 
 #include <errno.h>
@@ -9,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <libdeflate.h>
 
 em_status em_gz_open(const char *path, gzFile *out, em_error *err) {
   *out = NULL;
@@ -148,4 +151,56 @@ em_status em_gz_expect_end(gzFile f, const char *path, const char *what, em_erro
   if (r > 0)
     return em_error_set(err, EM_ERR_FORMAT, "'%s' has extra bytes after %s", path, what);
   return gz_stream_error(f, path, err);
+}
+
+/* Deflate's largest expansion: a 258-byte match from 2 bits, about 1032:1. */
+#define DEFLATE_MAX_RATIO 1032
+
+/* The n bytes of fd into a new buffer, or NULL. */
+static uint8_t *read_whole_fd(int fd, size_t n) {
+  uint8_t *buf = malloc(n);
+  size_t got = 0;
+  while (buf && got < n) {
+    ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      free(buf);
+      return NULL;
+    }
+    got += (size_t)r;
+  }
+  return buf;
+}
+
+uint8_t *em_gz_whole(const char *path, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  uint8_t *in = NULL;
+  size_t n = 0;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 18 && size > 0 &&
+      size / DEFLATE_MAX_RATIO <= (uint64_t)st.st_size) {
+    n = (size_t)st.st_size;
+    in = read_whole_fd(fd, n);
+  }
+  close(fd);
+  /* gzip magic, and ISIZE (the size mod 2^32, little-endian) at the end */
+  if (!in || in[0] != 0x1f || in[1] != 0x8b ||
+      ((uint32_t)in[n - 4] | (uint32_t)in[n - 3] << 8 | (uint32_t)in[n - 2] << 16 |
+       (uint32_t)in[n - 1] << 24) != (uint32_t)size) {
+    free(in);
+    return NULL;
+  }
+  uint8_t *out = malloc(size);
+  struct libdeflate_decompressor *d = out ? libdeflate_alloc_decompressor() : NULL;
+  size_t used = 0, got = 0;
+  enum libdeflate_result r =
+      d ? libdeflate_gzip_decompress_ex(d, in, n, out, size, &used, &got) : LIBDEFLATE_BAD_DATA;
+  libdeflate_free_decompressor(d);
+  free(in);
+  if (r != LIBDEFLATE_SUCCESS || got != size || used != n) { /* one member, nothing after */
+    free(out);
+    return NULL;
+  }
+  return out;
 }

@@ -354,6 +354,60 @@ static void test_idx_read(idx_fixture *f, gconstpointer data) {
   dt_assert_msg(err.msg, "/nonexistent-ember/x", NULL);
 }
 
+/* gzip in its forms: one member (read at once by libdeflate), two members
+ * and a plain file (read through zlib) give the same values; trailing
+ * zeros after the member (zlib ignores them) too, or an error. */
+static void test_idx_gzip_forms(idx_fixture *f, gconstpointer data) {
+  enum { N = 100, H = 28, W = 28 };
+  GRand *r = g_rand_new_with_seed(11);
+  uint8_t *px = g_malloc(N * H * W);
+  for (int i = 0; i < N * H * W; i++) px[i] = (uint8_t)(g_rand_int_range(r, 0, 16) * 17);
+  GByteArray *im = idx_bytes(0x08, 3, (uint32_t[]){N, H, W}, px, N * H * W);
+  char *one = dt_write(f->dir, "one.gz", im->data, im->len, true);
+  char *plain = dt_write(f->dir, "plain", im->data, im->len, false);
+  char *a = dt_write(f->dir, "a.gz", im->data, 1000, true);
+  char *b = dt_write(f->dir, "b.gz", im->data + 1000, im->len - 1000, true);
+  size_t na, nb, none;
+  guint8 *ga = dt_read(a, &na), *gb = dt_read(b, &nb), *g1 = dt_read(one, &none);
+  GByteArray *cat = g_byte_array_new();
+  g_byte_array_append(cat, ga, (guint)na);
+  g_byte_array_append(cat, gb, (guint)nb);
+  char *two = dt_write(f->dir, "two.gz", cat->data, cat->len, false);
+  GByteArray *pad = g_byte_array_new();
+  g_byte_array_append(pad, g1, (guint)none);
+  static const guint8 zeros[64];
+  g_byte_array_append(pad, zeros, sizeof zeros);
+  char *tail = dt_write(f->dir, "tail.gz", pad->data, pad->len, false);
+  const char *paths[] = {one, plain, two, tail};
+  for (unsigned i = 0; i < G_N_ELEMENTS(paths); i++) {
+    em_error err = {0};
+    int nd;
+    int64_t dims[EM_MAX_DIMS];
+    uint8_t *v = NULL;
+    em_status st = em_idx_read(paths[i], "images", 1, 3, &nd, dims, &v, &err);
+    if (st != EM_OK && i == 3) {
+      dt_assert_msg(err.msg, tail, NULL);
+      continue;
+    }
+    if (st != EM_OK) g_error("%s: %s", paths[i], err.msg);
+    g_assert_cmpint(nd, ==, 3);
+    g_assert_cmpint(dims[0] * dims[1] * dims[2], ==, N * H * W);
+    g_assert_cmpint(memcmp(v, px, N * H * W), ==, 0);
+    free(v);
+  }
+  for (unsigned i = 0; i < G_N_ELEMENTS(paths); i++) g_free((char *)paths[i]);
+  g_free(a);
+  g_free(b);
+  g_free(ga);
+  g_free(gb);
+  g_free(g1);
+  g_byte_array_unref(cat);
+  g_byte_array_unref(pad);
+  g_byte_array_unref(im);
+  g_free(px);
+  g_rand_free(r);
+}
+
 /* Random corruption of valid files: an error or a dataset, never a crash
  * (run under AddressSanitizer too). */
 static void test_idx_fuzz(idx_fixture *f, gconstpointer data) {
@@ -407,6 +461,8 @@ int main(int argc, char **argv) {
   g_test_add("/engine/data/idx/labels", idx_fixture, NULL, idx_setup, test_idx_labels,
              idx_teardown);
   g_test_add("/engine/data/idx/read", idx_fixture, NULL, idx_setup, test_idx_read, idx_teardown);
+  g_test_add("/engine/data/idx/gzip-forms", idx_fixture, NULL, idx_setup, test_idx_gzip_forms,
+             idx_teardown);
   g_test_add("/engine/data/idx/fuzz", idx_fixture, NULL, idx_setup, test_idx_fuzz, idx_teardown);
   return g_test_run();
 }
