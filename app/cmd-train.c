@@ -40,6 +40,7 @@
 #include "em-device.h"
 #include "em-pool.h"
 #include "em-store.h"
+#include "em-io.h"
 #include "em-train.h"
 #include "plugin-load.h"
 #include "train-options.h"
@@ -206,8 +207,11 @@ static int ddp_share(em_comm *comm, bool ok, train_job *j) {
 
 /* ---- setup ------------------------------------------------------------------ */
 
+/* The text of a regular file (NULL for anything else: a spec given
+ * through a pipe was read once by em_spec_load, and the caller records
+ * the parsed spec instead). */
 static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
+  FILE *f = em_fopen_read(path, true);
   if (!f) return NULL;
   size_t cap = 1 << 14, n = 0;
   char *buf = cli_xmalloc(cap);

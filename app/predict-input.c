@@ -17,6 +17,7 @@
 #include <zlib.h>
 
 #include "em-data.h"
+#include "em-io.h"
 
 typedef enum { IN_PNG, IN_IDX, IN_CSV } in_kind;
 
@@ -75,8 +76,13 @@ static em_status detect_kind(const char *path, in_kind *kind, em_error *err) {
     return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
   if (S_ISDIR(st.st_mode))
     return em_error_set(err, EM_ERR_INVALID, "'%s' is a folder; give the files in it", path);
-  FILE *f = fopen(path, "rb");
-  if (!f) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  /* each input is read more than once (its kind, then its data; an image
+   * again when its batch comes), which a pipe cannot do */
+  if (!S_ISREG(st.st_mode))
+    return em_error_set(err, EM_ERR_INVALID, "'%s' is not a regular file (a pipe, socket or "
+                        "device); save it to a file and give that", path);
+  FILE *f = em_fopen_read(path, true);
+  if (!f) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
   uint8_t b[512];
   size_t n = fread(b, 1, sizeof b, f);
   fclose(f);
@@ -116,8 +122,8 @@ static em_status detect_kind(const char *path, in_kind *kind, em_error *err) {
 /* Reads the header (signature and IHDR) only: the size is checked before
  * anything is predicted; the pixels are decoded batch by batch. */
 static em_status png_check(const predict_inputs *in, const char *path, em_error *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  FILE *f = em_fopen_read(path, true);
+  if (!f) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
   uint8_t b[24];
   size_t n = fread(b, 1, sizeof b, f);
   fclose(f);
@@ -125,6 +131,10 @@ static em_status png_check(const predict_inputs *in, const char *path, em_error 
     return em_error_set(err, EM_ERR_FORMAT, "'%s' is a truncated or corrupt PNG image (no "
                         "header chunk)", path);
   int64_t w = be32(b + 16), h = be32(b + 20);
+  if (w < 1 || h < 1 || w > INT32_MAX || h > INT32_MAX) /* the PNG format's bounds */
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is a corrupt PNG image: its header says %lld "
+                        "x %lld pixels (each side must be 1 to 2^31 - 1)", path, (long long)w,
+                        (long long)h);
   bool fits = in->png_h < 0 ? w * h == in->numel : (h == in->png_h && w == in->png_w);
   if (!fits) {
     char want[96];
@@ -195,6 +205,9 @@ static em_status idx_open(const predict_inputs *in, in_item *it, const char *lab
                         em_shape_str(in->ndim, in->shape, b, sizeof b));
   }
   it->n = dims[0];
+  if (it->n == 0)
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' holds no images (its header says 0)",
+                        it->path);
   if (!labels_path) return EM_OK;
   /* Any dimension count is read, so that an images file given as labels
    * gets the message below. */
@@ -254,6 +267,10 @@ static em_status csv_open(const predict_inputs *in, in_item *it, int label_colum
   if (st != EM_OK) {
     em_csv_table_clear(&t);
     return st;
+  }
+  if (t.rows == 0) {
+    em_csv_table_clear(&t);
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' holds no rows of numbers", it->path);
   }
   it->n = t.rows;
   it->rows = t.x;

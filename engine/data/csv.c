@@ -3,6 +3,7 @@
  * CSV dataset on top of it. Errors name the file, the line and the column
  * (both 1-based, as an editor shows them). */
 #include "data-private.h"
+#include "em-io.h"
 
 #include <errno.h>
 #include <math.h>
@@ -48,10 +49,12 @@ static bool blank(const char *line) {
   return true;
 }
 
-/* Whether some field of line is neither empty nor a number: a header line
- * ("label,p0,p1"), where a data line has only numbers. An empty field does
- * not count, so that "1,,0" is reported as an empty value, not skipped. */
-static bool has_word(const char *line, char delim) {
+/* Whether line reads as a header ("label,p0,p1"): no field of it is a
+ * number, and some field is not empty. A first line with numbers and a
+ * word ("0.5,1.2.3,0.25,1": a typo) is data, whose bad field is then
+ * reported, rather than a header that silently drops a row. */
+static bool is_header(const char *line, char delim) {
+  bool word = false;
   for (const char *b = line;;) {
     const char *e = strchr(b, delim);
     if (!e) e = b + strlen(b);
@@ -62,9 +65,10 @@ static bool has_word(const char *line, char delim) {
     if (end > b) {
       char *stop;
       strtod(b, &stop);
-      if (stop != end) return true;
+      if (stop == end) return false; /* a number */
+      word = true;
     }
-    if (!*e) return false;
+    if (!*e) return word;
     b = e + 1;
   }
 }
@@ -194,8 +198,9 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
   if (opts.columns > 0 &&
       (st = csv_columns(out, &p, opts.label_column, opts.columns, 0, err)) != EM_OK)
     return st;
-  FILE *fp = fopen(path, "r");
-  if (!fp) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  FILE *fp = em_fopen_read(path, false);
+  if (!fp)
+    return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
   char *line = NULL;
   size_t linecap = 0;
   int64_t lineno = 0;
@@ -214,17 +219,28 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
                         "(CSV) file", path, (long long)lineno);
       break;
     }
-    if (blank(line)) continue;
+    char *text = line;
+    if (lineno == 1 && (unsigned char)text[0] == 0xEF && (unsigned char)text[1] == 0xBB &&
+        (unsigned char)text[2] == 0xBF)
+      text += 3; /* a UTF-8 byte order mark */
+    const char *cr = strchr(text, '\r');
+    if (cr && cr[1] != '\n' && cr[1] != '\0') {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld has a carriage return inside it: "
+                        "lines that end in CR alone (old Mac text) are not read; convert the "
+                        "file to LF or CRLF line ends", path, (long long)lineno);
+      break;
+    }
+    if (blank(text)) continue;
     bool was_first = first;
     first = false;
     if (was_first && (opts.header == EM_CSV_HEADER_YES ||
-                      (opts.header == EM_CSV_HEADER_AUTO && has_word(line, p.delim))))
+                      (opts.header == EM_CSV_HEADER_AUTO && is_header(text, p.delim))))
       continue;
     if (p.ncols == 0 &&
-        (st = csv_columns(out, &p, opts.label_column, count_fields(line, p.delim), lineno,
+        (st = csv_columns(out, &p, opts.label_column, count_fields(text, p.delim), lineno,
                           err)) != EM_OK)
       break;
-    st = csv_row(out, &p, line, lineno, err);
+    st = csv_row(out, &p, text, lineno, err);
   }
   free(line);
   fclose(fp);

@@ -2,6 +2,7 @@
  * file and say what is wrong: zlib's streaming reader, and libdeflate's
  * whole-buffer one for a file whose size is known (em_gz_whole). */
 #include "data-private.h"
+#include "em-io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,14 +17,11 @@
 em_status em_gz_open(const char *path, gzFile *out, em_error *err) {
   *out = NULL;
   if (!path) return em_error_set(err, EM_ERR_INVALID, "no file name given");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = em_open_read(path, true);
+  if (fd < 0 && (errno == EINVAL || errno == EISDIR))
+    return em_error_set(err, EM_ERR_IO, "cannot read '%s': not a regular file", path);
   if (fd < 0)
     return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return em_error_set(err, EM_ERR_IO, "cannot read '%s': not a regular file", path);
-  }
   gzFile f = gzdopen(fd, "rb");
   if (!f) {
     close(fd);
@@ -173,7 +171,7 @@ static uint8_t *read_whole_fd(int fd, size_t n) {
 }
 
 uint8_t *em_gz_whole(const char *path, size_t size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = em_open_read(path, true);
   if (fd < 0) return NULL;
   struct stat st;
   uint8_t *in = NULL;

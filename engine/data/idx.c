@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct {
   int64_t n;
@@ -124,22 +125,42 @@ em_status em_idx_read(const char *path, const char *items, int min_dims, int max
   if (st != EM_OK) return st;
   st = idx_header(f, path, min_dims, max_dims, ndim, dims, err);
   if (st != EM_OK) goto out;
-  int64_t total = 1;
-  for (int i = 0; i < *ndim; i++) {
-    if (dims[i] == 0 && i > 0) {
+  /* one item's values first (bounded even when there are no items, so
+   * that a caller may multiply them), then the items' */
+  int64_t item = 1, total;
+  bool absurd = false;
+  for (int i = 1; i < *ndim && !absurd; i++) {
+    if (dims[i] == 0) {
       st = em_error_set(err, EM_ERR_FORMAT, "'%s' has a dimension of size 0 (dimension %d of "
                         "its header)", path, i + 1);
       goto out;
     }
-    if (dims[i] > 0 && total > IDX_MAX_VALUES / dims[i]) {
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s' claims an absurd amount of data (its header "
-                        "promises more than %lld values)", path, (long long)IDX_MAX_VALUES);
+    if (item > IDX_MAX_VALUES / dims[i]) absurd = true;
+    else item *= dims[i];
+  }
+  if (absurd || (dims[0] > 0 && item > IDX_MAX_VALUES / dims[0])) {
+    st = em_error_set(err, EM_ERR_FORMAT, "'%s' claims an absurd amount of data (its header "
+                      "promises more than %lld values)", path, (long long)IDX_MAX_VALUES);
+    goto out;
+  }
+  total = item * dims[0];
+  /* No file holds more than its size, or deflate's 1032:1 of it: a larger
+   * claim is a truncated or corrupt file, said before anything is
+   * allocated or inflated for it (a small gzip bomb could otherwise
+   * fill the memory). */
+  struct stat sb;
+  size_t head = 4 + 4 * (size_t)*ndim;
+  if (stat(path, &sb) == 0) {
+    double room = (double)sb.st_size * (gzdirect(f) ? 1.0 : 1032.0);
+    if ((double)total + (double)head > room) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' is truncated or corrupt: its header promises "
+                        "%lld %s (%lld values), more than a %s file of %lld bytes can hold", path,
+                        (long long)dims[0], items ? items : "items", (long long)total,
+                        gzdirect(f) ? "plain" : "gzip", (long long)sb.st_size);
       goto out;
     }
-    total *= dims[i];
   }
   /* a gzip file of exactly the size the header says: all at once */
-  size_t head = 4 + 4 * (size_t)*ndim;
   uint8_t *whole = em_gz_whole(path, head + (size_t)total);
   if (whole) {
     memmove(whole, whole + head, (size_t)total);

@@ -3,6 +3,7 @@
  * interlacing and transparency). Used by `ember predict` for image input
  * and by datasets of image folders (plugins too). */
 #include "em-data.h"
+#include "em-io.h"
 
 #include <errno.h>
 #include <png.h>
@@ -17,8 +18,9 @@ em_status em_image_read_png(const char *path, int want_channels, em_image *out, 
   if (want_channels != 0 && want_channels != 1 && want_channels != 3)
     return em_error_set(err, EM_ERR_INVALID, "'%s': images have 1 or 3 channels, not %d", path,
                         want_channels);
-  FILE *f = fopen(path, "rb");
-  if (!f) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  FILE *f = em_fopen_read(path, false);
+  if (!f)
+    return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
   png_image img;
   memset(&img, 0, sizeof img);
   img.version = PNG_IMAGE_VERSION;

@@ -130,7 +130,7 @@ em_dataset *em_dataset_cifar10_files(int n_files, const char *const *paths, em_e
 typedef enum {
   EM_CSV_HEADER_NO,   /* every non-blank line is data */
   EM_CSV_HEADER_YES,  /* the first non-blank line is a header: skipped */
-  EM_CSV_HEADER_AUTO, /* ... when a field of it is neither empty nor a number */
+  EM_CSV_HEADER_AUTO, /* ... when no field of it is a number (and one is not empty) */
 } em_csv_header;
 typedef struct {
   int label_column;     /* 0-based, EM_CSV_LAST_COLUMN (the default) or EM_CSV_NO_LABEL */

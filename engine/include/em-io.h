@@ -13,7 +13,9 @@
  * / em_safetensors_read report those tensors as unsupported. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "em-error.h"
 #include "em-tensor.h"
@@ -30,6 +32,16 @@ typedef struct {
 em_status em_safetensors_save(const char *path, int n, const em_named_tensor *ts, int n_meta,
                               const char *const *meta_keys, const char *const *meta_values,
                               em_error *err);
+
+/* Opens path to read (close-on-exec) without blocking on a FIFO that has
+ * no writer. A folder is refused (errno EISDIR), and with regular_only
+ * anything but a regular file (errno EINVAL): readers that seek, map or
+ * read a file twice want that. -1 with errno on failure; em_open_error
+ * words errno for a message ("not a regular file (a pipe, socket or
+ * device)" for EINVAL). */
+int em_open_read(const char *path, bool regular_only);
+FILE *em_fopen_read(const char *path, bool regular_only); /* the same as a stdio stream */
+const char *em_open_error(int errnum);
 
 /* Syncs the folder that holds path, so a rename into it is durable. */
 void em_sync_parent(const char *path);

@@ -230,10 +230,14 @@ em_safetensors *em_safetensors_open(const char *path, em_error *err) {
     em_error_set(err, EM_ERR_NOMEM, "out of memory");
     return NULL;
   }
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  f->fd = em_open_read(path, false); /* a FIFO: refused below, without hanging */
   em_status st = EM_OK;
   char *text = NULL;
   struct stat sb;
+  if (f->fd < 0 && errno == EISDIR) {
+    st = em_error_set(err, EM_ERR_IO, "cannot read '%s': not a regular file", path);
+    goto out;
+  }
   if (f->fd < 0) {
     st = em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     goto out;

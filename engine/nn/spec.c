@@ -7,6 +7,7 @@
  * so the graph is a DAG by construction. Every message starts with the
  * source and the node: "models/x.json: node 'fc2' (Linear): ...". */
 #include "nn-private.h"
+#include "em-io.h"
 #include "em-plugin.h"
 
 #include <ctype.h>
@@ -621,9 +622,9 @@ em_spec *em_spec_parse(const char *json_text, const char *source_name, em_error 
 }
 
 em_spec *em_spec_load(const char *path, em_error *err) {
-  FILE *f = fopen(path, "rb");
+  FILE *f = em_fopen_read(path, false); /* a pipe (<(...)) is fine, read once */
   if (!f) {
-    em_error_set(err, EM_ERR_IO, "cannot open spec '%s': %s", path, strerror(errno));
+    em_error_set(err, EM_ERR_IO, "cannot open spec '%s': %s", path, em_open_error(errno));
     return NULL;
   }
   char *text = malloc(MAX_SPEC_BYTES + 1);

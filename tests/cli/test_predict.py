@@ -20,6 +20,9 @@ import gzip
 import json
 import os
 import shutil
+import struct
+import zlib
+import time
 import sys
 import tempfile
 import unittest
@@ -320,6 +323,51 @@ class Predict(unittest.TestCase):
         self.assertFails(m, "INPUT", codes=(2,))
         self.assertFails(m + [TEST_IMAGES, "--batch", "x"], "--batch", codes=(2,))
         self.assertFails([self.spec, TEST_IMAGES], "--weights", codes=(2,))
+
+    def test_inputs_that_hold_nothing_or_lie(self):
+        m = [self.spec, "--weights", self.weights]
+        # no samples: an error, not "predicted 0 samples" with exit 0
+        empty = self.path("empty-idx")
+        with open(empty, "wb") as f:
+            f.write(bytes([0, 0, 8, 3]) + struct.pack(">III", 0, 28, 28))
+        self.assertFails(m + [empty], empty, "no images")
+        header = self.path("header.csv")
+        with open(header, "w") as f:
+            f.write(",".join("p%d" % i for i in range(784)) + "\n\n")
+        self.assertFails(m + [header], header, "no rows")
+        # a header of absurd sizes: refused in words, with no arithmetic overflow (UBSan)
+        absurd = self.path("absurd-idx")
+        with open(absurd, "wb") as f:
+            f.write(bytes([0, 0, 8, 3]) + struct.pack(">III", 0, 0xFFFFFFFF, 0xFFFFFFFF))
+        self.assertFails(m + [absurd], absurd, "absurd")
+        png = self.path("huge.png")
+        ihdr = struct.pack(">IIBBBBB", 0xFFFFFFFF, 0xFFFFFFFF, 8, 0, 0, 0, 0)
+        with open(png, "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr +
+                    struct.pack(">I", zlib.crc32(b"IHDR" + ihdr)))
+        self.assertFails(m + [png], png, "corrupt PNG", "4294967295 x 4294967295")
+        # a first CSV row with a typo is that row's error, not a header that drops it
+        typo = self.path("typo.csv")
+        with open(typo, "w") as f:
+            f.write(",".join(["0.5"] * 783 + ["1.2.3"]) + "\n" + ",".join(["0.5"] * 784) + "\n")
+        self.assertFails(m + [typo], typo, "line 1, column 784")
+
+    def test_pipes_are_refused_and_never_hang(self):
+        m = [self.spec, "--weights", self.weights]
+        fifo = self.path("fifo.csv")
+        os.mkfifo(fifo)
+        # nobody writes to it: refused at once (open() used to wait for a writer)
+        t0 = time.time()
+        self.assertFails(m + [fifo], fifo, "not a regular file")
+        self.assertLess(time.time() - t0, 30)
+        # a pipe with a writer and data in it (as <(cat rows.csv) gives): refused, not
+        # read in part (sniffing its kind used to eat the first 4 KB)
+        fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # Linux: a writer without a reader
+        try:
+            os.write(fd, (",".join(["0.5"] * 784) + "\n").encode() * 10)
+            self.assertFails(m + [fifo], fifo, "not a regular file")
+        finally:
+            os.close(fd)
 
 
 if __name__ == "__main__":

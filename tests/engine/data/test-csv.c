@@ -49,6 +49,27 @@ static void test_header_auto(void) {
   g_assert_cmpint(TRY(",p0,p1\n1,2,3\n", &o, &t, &err), ==, EM_OK);
   g_assert_cmpint(t.rows, ==, 1);
   em_csv_table_clear(&t);
+  /* A first line with numbers and a word is data with a bad field, not a
+   * header that drops a row without a word (a typo, a stray quote). */
+  static const char *const typos[] = {"1,1.2.3,3\n1,2,3\n", "1,\"2\",3\n1,2,3\n",
+                                      "one,2,3\n1,2,3\n", "1,2,3e\n1,2,3\n"};
+  for (unsigned i = 0; i < G_N_ELEMENTS(typos); i++) {
+    g_assert_cmpint(TRY(typos[i], &o, &t, &err), ==, EM_ERR_FORMAT);
+    dt_assert_msg(err.msg, "line 1, column", NULL);
+    em_csv_table_clear(&t);
+  }
+  /* A UTF-8 byte order mark is not part of the first field. */
+  g_assert_cmpint(TRY("\xEF\xBB\xBF" "1,2,3\n4,5,6\n", &o, &t, &err), ==, EM_OK);
+  g_assert_cmpint(t.rows, ==, 2);
+  g_assert_cmpint(t.labels[0], ==, 1);
+  em_csv_table_clear(&t);
+  g_assert_cmpint(TRY("\xEF\xBB\xBF" "y,a,b\n4,5,6\n", &o, &t, &err), ==, EM_OK);
+  g_assert_cmpint(t.rows, ==, 1);
+  em_csv_table_clear(&t);
+  /* Lines ended by CR alone are one long line: said, not guessed at. */
+  g_assert_cmpint(TRY("y,a,b\r1,2,3\r4,5,6\r", &o, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "line 1", "carriage return", NULL);
+  em_csv_table_clear(&t);
   g_assert_cmpint(TRY("1,,3\n1,2,3\n", &o, &t, &err), ==, EM_ERR_FORMAT);
   dt_assert_msg(err.msg, "line 1, column 2", "empty value", NULL);
   em_csv_table_clear(&t);

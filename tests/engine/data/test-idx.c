@@ -3,6 +3,7 @@
  * folder: each one an error naming the file, none a crash. */
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "data-test-util.h"
 #include "em-data.h"
@@ -241,6 +242,29 @@ static void test_idx_bad_header(idx_fixture *f, gconstpointer data) {
   dt_assert_msg(err.msg, "truncated", "1000000 images", NULL);
   g_byte_array_unref(huge);
 
+  /* No items but absurd items: the item size is bounded all the same
+   * (callers multiply it). */
+  huge = idx_bytes(0x08, 3, (uint32_t[]){0, 0xffffffffu, 0xffffffffu}, NULL, 0);
+  g_assert_null(idx_try(f, huge, huge->len, false, f->labels, 10, &err, NULL));
+  dt_assert_msg(err.msg, "absurd", NULL);
+  g_byte_array_unref(huge);
+  /* A gzip file promising more than deflate can make of its size (a bomb
+   * or a lie) is refused before anything is inflated or allocated. */
+  {
+    int nd;
+    int64_t dims[EM_MAX_DIMS];
+    uint8_t *v = NULL;
+    huge = idx_bytes(0x08, 3, (uint32_t[]){4000000, 28, 28}, NULL, 0);
+    char *hp = dt_write(f->dir, "bomb.gz", huge->data, huge->len, true);
+    double t0 = g_get_monotonic_time();
+    g_assert_cmpint(em_idx_read(hp, "images", 1, 3, &nd, dims, &v, &err), ==, EM_ERR_FORMAT);
+    g_assert_cmpfloat(g_get_monotonic_time() - t0, <, 2e6);
+    dt_assert_msg(err.msg, hp, "truncated or corrupt", "4000000 images", "gzip file", NULL);
+    g_assert_null(v);
+    g_free(hp);
+    g_byte_array_unref(huge);
+  }
+
   /* Extra bytes after the data. */
   GByteArray *extra = g_byte_array_new();
   g_byte_array_append(extra, f->images->data, f->images->len);
@@ -408,6 +432,24 @@ static void test_idx_gzip_forms(idx_fixture *f, gconstpointer data) {
   g_rand_free(r);
 }
 
+/* A named pipe nobody writes to, given as a data file: an error at once,
+ * not a reader blocked forever in open(). */
+static void test_idx_fifo(idx_fixture *f, gconstpointer data) {
+  char *fifo = g_build_filename(f->dir, "fifo", NULL);
+  g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+  em_error err = {0};
+  int nd;
+  int64_t dims[EM_MAX_DIMS];
+  uint8_t *v = NULL;
+  g_assert_cmpint(em_idx_read(fifo, "images", 1, 3, &nd, dims, &v, &err), ==, EM_ERR_IO);
+  dt_assert_msg(err.msg, fifo, "not a regular file", NULL);
+  char *lp = dt_write(f->dir, "lab.gz", f->labels->data, f->labels->len, true);
+  g_assert_null(em_dataset_idx(fifo, lp, 10, &err));
+  dt_assert_msg(err.msg, fifo, NULL);
+  g_free(lp);
+  g_free(fifo);
+}
+
 /* Random corruption of valid files: an error or a dataset, never a crash
  * (run under AddressSanitizer too). */
 static void test_idx_fuzz(idx_fixture *f, gconstpointer data) {
@@ -463,6 +505,7 @@ int main(int argc, char **argv) {
   g_test_add("/engine/data/idx/read", idx_fixture, NULL, idx_setup, test_idx_read, idx_teardown);
   g_test_add("/engine/data/idx/gzip-forms", idx_fixture, NULL, idx_setup, test_idx_gzip_forms,
              idx_teardown);
+  g_test_add("/engine/data/idx/fifo", idx_fixture, NULL, idx_setup, test_idx_fifo, idx_teardown);
   g_test_add("/engine/data/idx/fuzz", idx_fixture, NULL, idx_setup, test_idx_fuzz, idx_teardown);
   return g_test_run();
 }
