@@ -85,21 +85,36 @@ static em_status cifar_append(cifar_set *s, const char *path, em_error *err) {
                           CIFAR_CLASSES);
     }
   }
-  uint8_t *px = realloc(s->pixels, (size_t)(s->n + m) * CIFAR_PIXELS);
-  if (px) s->pixels = px;
-  uint8_t *lb = px ? realloc(s->labels, (size_t)(s->n + m)) : NULL;
-  if (lb) s->labels = lb;
-  if (!px || !lb) {
+  /* Labels out and pixels packed within the file's own buffer (each
+   * record's pixels move left, never over a record not yet moved), so
+   * the file is never held twice. */
+  uint8_t *lb = realloc(s->labels, (size_t)(s->n + m));
+  if (!lb) {
     free(data);
     return em_error_set(err, EM_ERR_NOMEM, "out of memory loading '%s'", path);
   }
+  s->labels = lb;
   for (int64_t r = 0; r < m; r++) {
-    const uint8_t *rec = data + r * CIFAR_RECORD;
-    s->labels[s->n + r] = rec[0];
-    memcpy(s->pixels + (s->n + r) * CIFAR_PIXELS, rec + 1, CIFAR_PIXELS);
+    s->labels[s->n + r] = data[r * CIFAR_RECORD];
+    memmove(data + r * CIFAR_PIXELS, data + r * CIFAR_RECORD + 1, CIFAR_PIXELS);
+  }
+  size_t bytes = (size_t)m * CIFAR_PIXELS;
+  uint8_t *packed = realloc(data, bytes);
+  if (packed) data = packed;
+  if (s->n == 0) {
+    free(s->pixels);
+    s->pixels = data;
+  } else {
+    uint8_t *px = realloc(s->pixels, (size_t)s->n * CIFAR_PIXELS + bytes);
+    if (!px) {
+      free(data);
+      return em_error_set(err, EM_ERR_NOMEM, "out of memory loading '%s'", path);
+    }
+    s->pixels = px;
+    memcpy(px + (size_t)s->n * CIFAR_PIXELS, data, bytes);
+    free(data);
   }
   s->n += m;
-  free(data);
   return EM_OK;
 }
 

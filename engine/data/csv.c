@@ -205,6 +205,7 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
   size_t linecap = 0;
   int64_t lineno = 0;
   bool first = true; /* no non-blank line yet */
+  int64_t header_cols = 0, header_line = 0;
   while (st == EM_OK) {
     errno = 0;
     ssize_t len = getline(&line, &linecap, fp);
@@ -234,13 +235,24 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
     bool was_first = first;
     first = false;
     if (was_first && (opts.header == EM_CSV_HEADER_YES ||
-                      (opts.header == EM_CSV_HEADER_AUTO && is_header(text, p.delim))))
-      continue;
-    if (p.ncols == 0 &&
-        (st = csv_columns(out, &p, opts.label_column, count_fields(text, p.delim), lineno,
-                          err)) != EM_OK)
+                      (opts.header == EM_CSV_HEADER_AUTO && is_header(text, p.delim)))) {
+      header_cols = count_fields(text, p.delim);
+      header_line = lineno;
+    } else {
+      if (p.ncols == 0 &&
+          (st = csv_columns(out, &p, opts.label_column, count_fields(text, p.delim), lineno,
+                            err)) != EM_OK)
+        break;
+      st = csv_row(out, &p, text, lineno, err);
+    }
+    /* a header names the data's columns: one that does not is most likely
+     * not a header (or the wrong file) */
+    if (st == EM_OK && header_cols && p.ncols && header_cols != p.ncols) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, taken as the header, has %lld "
+                        "columns where the data has %lld", path,
+                        (long long)header_line, (long long)header_cols, (long long)p.ncols);
       break;
-    st = csv_row(out, &p, text, lineno, err);
+    }
   }
   free(line);
   fclose(fp);

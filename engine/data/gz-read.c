@@ -2,6 +2,7 @@
  * file and say what is wrong: zlib's streaming reader, and libdeflate's
  * whole-buffer one for a file whose size is known (em_gz_whole). */
 #include "data-private.h"
+#include "em-device.h"
 #include "em-io.h"
 
 #include <errno.h>
@@ -41,6 +42,25 @@ static em_status gz_stream_error(gzFile f, const char *path, em_error *err) {
     return em_error_set(err, EM_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
   return em_error_set(err, EM_ERR_FORMAT, "'%s' is corrupt or truncated (gzip: %s)", path,
                       msg ? msg : "unknown error");
+}
+
+/* Before a buffer that already holds `held` bytes of path grows by
+ * `more`: an error when the machine has not that much memory available
+ * (MemAvailable) with room to spare, so that a file that inflates beyond
+ * the memory (a gzip bomb of a few MB) is reported, not left to the
+ * out-of-memory killer. */
+static em_status room_to_grow(const char *path, size_t held, size_t more, em_error *err) {
+  em_device_info host;
+  if (em_device_info_get(em_device_cpu(), &host, NULL) != EM_OK || host.free_bytes <= 0)
+    return EM_OK; /* unknown: let malloc say */
+  const double margin = 256.0 * 1024 * 1024;
+  if ((double)more + margin <= (double)host.free_bytes) return EM_OK;
+  char a[32], b[32];
+  return em_error_set(err, EM_ERR_NOMEM, "'%s' holds more than %s once decompressed, more than "
+                      "the %s of memory available (a gzip file that inflates this far is "
+                      "corrupt or a 'gzip bomb', or the machine is short of memory)", path,
+                      em_format_bytes((int64_t)(held + more), a, sizeof a),
+                      em_format_bytes(host.free_bytes, b, sizeof b));
 }
 
 /* Reads up to n bytes, in pieces gzread can take; returns the count read
@@ -84,6 +104,11 @@ em_status em_gz_read_alloc(gzFile f, const char *path, size_t n, const char *wha
     got += (size_t)r;
     if (got < cap || cap == n) break; /* the file ended, or all n bytes are in */
     size_t ncap = cap * 2 < n && cap * 2 > cap ? cap * 2 : n;
+    em_status room = room_to_grow(path, got, ncap - got, err);
+    if (room != EM_OK) {
+      free(buf);
+      return room;
+    }
     uint8_t *nb = realloc(buf, ncap);
     if (!nb) {
       free(buf);
@@ -122,6 +147,11 @@ em_status em_gz_read_rest(gzFile f, const char *path, uint8_t **out, size_t *n, 
     if (cap > ((size_t)1 << 40)) {
       free(buf);
       return em_error_set(err, EM_ERR_NOMEM, "'%s' is too large to load", path);
+    }
+    em_status room = room_to_grow(path, got, cap, err);
+    if (room != EM_OK) {
+      free(buf);
+      return room;
     }
     uint8_t *nb = realloc(buf, cap * 2);
     if (!nb) {

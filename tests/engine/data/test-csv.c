@@ -66,6 +66,10 @@ static void test_header_auto(void) {
   g_assert_cmpint(TRY("\xEF\xBB\xBF" "y,a,b\n4,5,6\n", &o, &t, &err), ==, EM_OK);
   g_assert_cmpint(t.rows, ==, 1);
   em_csv_table_clear(&t);
+  /* A header names the data's columns; one that does not is refused. */
+  g_assert_cmpint(TRY("title\n1,2,3\n", &o, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "line 1, taken as the header, has 1 columns where the data has 3", NULL);
+  em_csv_table_clear(&t);
   /* Lines ended by CR alone are one long line: said, not guessed at. */
   g_assert_cmpint(TRY("y,a,b\r1,2,3\r4,5,6\r", &o, &t, &err), ==, EM_ERR_FORMAT);
   dt_assert_msg(err.msg, "line 1", "carriage return", NULL);
