@@ -6,6 +6,7 @@
 #include "em-io.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,13 +83,18 @@ typedef struct {
   const char *why;
 } csv_parse;
 
+/* strtod reads C's hexadecimal floats ("0x1p3"); a CSV number is decimal
+ * (as Python, NumPy and pandas read it), so "0x2" is a typo, not 2. */
+static bool hex_float(const char *v) { return strpbrk(v, "xXpP") != NULL; }
+
 /* Parses one data line into row t->rows of t (growing it). */
 static em_status csv_row(em_csv_table *t, csv_parse *p, char *line, int64_t lineno,
                          em_error *err) {
   int64_t nf = count_fields(line, p->delim);
   if (nf != p->ncols)
-    return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld: %lld columns, expected %lld (%s)",
-                        p->path, (long long)lineno, (long long)nf, (long long)p->ncols,
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld: %lld column%s, expected %lld (%s)",
+                        p->path, (long long)lineno, (long long)nf, nf == 1 ? "" : "s",
+                        (long long)p->ncols,
                         p->why ? p->why : "as on the first data line");
   if (t->rows == p->cap) {
     int64_t nc = p->cap ? p->cap * 2 : 256;
@@ -125,7 +131,8 @@ static em_status csv_row(em_csv_table *t, csv_parse *p, char *line, int64_t line
       if (*end != '\0') { /* a whole number written as a decimal ("3.0", as pandas saves it) */
         char *dend;
         double d = strtod(v, &dend);
-        if (*dend == '\0' && isfinite(d) && d == floor(d) && fabs(d) <= (double)(1 << 30)) {
+        if (*dend == '\0' && !hex_float(v) && isfinite(d) && d == floor(d) &&
+            fabs(d) <= (double)(1 << 30)) {
           lab = (long long)d;
           end = dend;
           errno = 0;
@@ -141,10 +148,10 @@ static em_status csv_row(em_csv_table *t, csv_parse *p, char *line, int64_t line
       t->labels[t->rows] = lab;
     } else {
       double d = strtod(v, &end);
-      if (*end != '\0' || end == v)
+      if (*end != '\0' || end == v || hex_float(v))
         return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %lld: '%.40s' is not a "
                             "number", p->path, (long long)lineno, (long long)col + 1, v);
-      if (!isfinite(d) || fabs(d) > 3.4e38)
+      if (!isfinite(d) || fabs(d) > FLT_MAX)
         return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %lld: '%.40s' is not a "
                             "finite float", p->path, (long long)lineno, (long long)col + 1, v);
       x[f++] = (float)d;
@@ -249,8 +256,8 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
      * not a header (or the wrong file) */
     if (st == EM_OK && header_cols && p.ncols && header_cols != p.ncols) {
       st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, taken as the header, has %lld "
-                        "columns where the data has %lld", path,
-                        (long long)header_line, (long long)header_cols, (long long)p.ncols);
+                        "column%s where the data has %lld", path, (long long)header_line,
+                        (long long)header_cols, header_cols == 1 ? "" : "s", (long long)p.ncols);
       break;
     }
   }

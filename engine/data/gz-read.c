@@ -40,6 +40,8 @@ static em_status gz_stream_error(gzFile f, const char *path, em_error *err) {
   if (errnum == Z_OK) return EM_OK;
   if (errnum == Z_ERRNO)
     return em_error_set(err, EM_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+  /* zlib names a stream opened by gzdopen "<fd:N>": the file is named already */
+  if (msg && strncmp(msg, "<fd:", 4) == 0 && strstr(msg, ": ")) msg = strstr(msg, ": ") + 2;
   return em_error_set(err, EM_ERR_FORMAT, "'%s' is corrupt or truncated (gzip: %s)", path,
                       msg ? msg : "unknown error");
 }

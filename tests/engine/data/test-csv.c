@@ -58,6 +58,16 @@ static void test_header_auto(void) {
     dt_assert_msg(err.msg, "line 1, column", NULL);
     em_csv_table_clear(&t);
   }
+  /* Numbers are decimal: C's hexadecimal floats are typos here. */
+  g_assert_cmpint(TRY("0x2,1,2\n", &o, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "line 1, column 1", "not an integer", NULL);
+  em_csv_table_clear(&t);
+  g_assert_cmpint(TRY("2,0x1p3,2\n", &o, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "line 1, column 2", "'0x1p3' is not a number", NULL);
+  em_csv_table_clear(&t);
+  g_assert_cmpint(TRY("2,3.4028234e38,-3.4028234e38\n", &o, &t, &err), ==, EM_OK);
+  g_assert_cmpfloat(t.x[0], ==, 3.4028234e38f); /* FLT_MAX is a float */
+  em_csv_table_clear(&t);
   /* A UTF-8 byte order mark is not part of the first field. */
   g_assert_cmpint(TRY("\xEF\xBB\xBF" "1,2,3\n4,5,6\n", &o, &t, &err), ==, EM_OK);
   g_assert_cmpint(t.rows, ==, 2);
@@ -68,7 +78,7 @@ static void test_header_auto(void) {
   em_csv_table_clear(&t);
   /* A header names the data's columns; one that does not is refused. */
   g_assert_cmpint(TRY("title\n1,2,3\n", &o, &t, &err), ==, EM_ERR_FORMAT);
-  dt_assert_msg(err.msg, "line 1, taken as the header, has 1 columns where the data has 3", NULL);
+  dt_assert_msg(err.msg, "line 1, taken as the header, has 1 column where the data has 3", NULL);
   em_csv_table_clear(&t);
   /* Lines ended by CR alone are one long line: said, not guessed at. */
   g_assert_cmpint(TRY("y,a,b\r1,2,3\r4,5,6\r", &o, &t, &err), ==, EM_ERR_FORMAT);
