@@ -92,7 +92,7 @@ em_status em_store_run_finish(em_store *s, int64_t run, em_run_status status,
   return st;
 }
 
-/* Columns 0..18 of every run query; ?1..?3 are the metric key ids of the
+/* Columns 0..19 of every run query; ?1..?3 are the metric key ids of the
  * final test accuracy, test loss and train loss (0 when never recorded). */
 #define RUN_COLUMNS                                                                              \
   "r.id, r.name, r.model, r.host, r.device, r.engine_version, r.message, r.status, "            \
@@ -104,7 +104,8 @@ em_status em_store_run_finish(em_store *s, int64_t run, em_run_status status,
   "(SELECT last_value FROM metric_chunks WHERE run = r.id AND key_id = ?3 "                     \
   " ORDER BY first_step DESC LIMIT 1), "                                                         \
   "(SELECT max((SELECT last_step FROM metric_chunks WHERE run = r.id AND key_id = k.id "        \
-  "             ORDER BY first_step DESC LIMIT 1)) FROM metric_keys k), r.pid_start "
+  "             ORDER BY first_step DESC LIMIT 1)) FROM metric_keys k), r.pid_start, "        \
+  "(SELECT max(last_wall) FROM metric_chunks WHERE run = r.id) "
 
 static em_status bind_final_keys(em_store *s, sqlite3_stmt *q, em_error *err) {
   static const char *const keys[3] = {EM_METRIC_TEST_ACCURACY, EM_METRIC_TEST_LOSS,
@@ -148,6 +149,8 @@ static void run_from_row(sqlite3_stmt *q, em_run *r) {
     int64_t start = sqlite3_column_type(q, 18) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 18);
     if (!em_process_alive(r->pid, start)) {
       r->status = EM_RUN_KILLED;
+      /* ended when it last recorded a metric, as the sweep will say */
+      if (sqlite3_column_type(q, 19) != SQLITE_NULL) r->ended = sqlite3_column_double(q, 19);
       g_free(r->message);
       r->message = g_strdup_printf("the process that ran it (pid %lld on %s) ended without "
                                    "finishing the run", (long long)r->pid, r->host);
@@ -249,13 +252,13 @@ em_status em_store_run_get(em_store *s, int64_t id, em_run *out, em_error *err) 
   if (!st) st = EM_SQL_STEP(s, q, &row, err);
   if (!st && row) {
     run_from_row(q, out);
-    out->spec_json = em_col_text(q, 19);
-    out->config_json = em_col_text(q, 20);
-    out->spec_sha256 = em_col_text(q, 21);
-    out->dataset_name = em_col_text(q, 22);
-    out->dataset_path = em_col_text(q, 23);
-    out->dataset_sha256 = em_col_text(q, 24);
-    out->dataset_size = sqlite3_column_int64(q, 25);
+    out->spec_json = em_col_text(q, 20);
+    out->config_json = em_col_text(q, 21);
+    out->spec_sha256 = em_col_text(q, 22);
+    out->dataset_name = em_col_text(q, 23);
+    out->dataset_path = em_col_text(q, 24);
+    out->dataset_sha256 = em_col_text(q, 25);
+    out->dataset_size = sqlite3_column_int64(q, 26);
   }
   sqlite3_reset(q);
   if (!st && !row)

@@ -557,6 +557,9 @@ static void test_vanished_read_as_killed(fixture *f, gconstpointer data) {
     em_error e = {0};
     em_store *s = em_store_open(f->dir, false, &e);
     int64_t id = s ? st_make_run(s, "mlp", "vanishing") : 0;
+    em_store_writer *w = em_store_writer_new(f->dir, 10, &e); /* a metric at wall time 1234.5 */
+    if (w) em_store_writer_metric(w, id, 1, "loss", 0.5, 1234.5);
+    if (!w || em_store_writer_free(w, &e) != EM_OK) _exit(3);
     char c;
     if (write(done[1], &id, sizeof id) != sizeof id || read(go[0], &c, 1) != 1) _exit(2);
     _exit(0); /* no finish, no close */
@@ -578,8 +581,13 @@ static void test_vanished_read_as_killed(fixture *f, gconstpointer data) {
     if (p && p[1] == ' ' && p[2] == 'Z') break;
     g_usleep(10000);
   }
-  /* the connection opened before it ended, and a read-only one */
+  /* the connection opened before it ended, and a read-only one; ended
+   * when it last recorded a metric */
   g_assert_cmpint(status_of(f->s, child), ==, EM_RUN_KILLED);
+  em_run got;
+  g_assert_cmpint(em_store_run_get(f->s, child, &got, &err), ==, EM_OK);
+  g_assert_cmpfloat(got.ended, ==, 1234.5);
+  em_run_clear(&got);
   g_assert_cmpint(status_of(f->s, mine), ==, EM_RUN_RUNNING);
   em_store *ro = em_store_open(f->dir, true, &err);
   g_assert_nonnull(ro);
