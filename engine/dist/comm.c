@@ -99,6 +99,21 @@ em_status em_comm_allreduce_sum_f32(em_comm *c, float *buf, int64_t n, em_error 
   return em_comm_wait(c, r, "an all-reduce", err);
 }
 
+em_status em_comm_allreduce_sum_f64(em_comm *c, double *buf, int64_t n, em_error *err) {
+  em_comm_req r;
+  if (c->vt->iallreduce_sum_f64) {
+    EM_DIST_TRY(c->vt->iallreduce_sum_f64(c->ctx, buf, n, &r, err));
+    return em_comm_wait(c, r, "an all-reduce", err);
+  }
+  float *f = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+  if (!f) return em_error_set(err, EM_ERR_NOMEM, "out of memory for an all-reduce");
+  for (int64_t i = 0; i < n; i++) f[i] = (float)buf[i];
+  em_status st = em_comm_allreduce_sum_f32(c, f, n, err);
+  for (int64_t i = 0; st == EM_OK && i < n; i++) buf[i] = f[i];
+  free(f);
+  return st;
+}
+
 em_status em_comm_allreduce_avg_f32(em_comm *c, float *buf, int64_t n, em_error *err) {
   EM_DIST_TRY(em_comm_allreduce_sum_f32(c, buf, n, err));
   float inv = 1.0f / (float)c->world;

@@ -60,6 +60,22 @@ static em_status mpi_iallreduce(void *ctx, float *buf, int64_t n, em_comm_req *r
   return EM_OK;
 }
 
+static em_status mpi_iallreduce_f64(void *ctx, double *buf, int64_t n, em_comm_req *req,
+                                    em_error *err) {
+  mpi_ctx *m = ctx;
+  if (n < 0 || n > INT_MAX)
+    return em_error_set(err, EM_ERR_INVALID, "MPI: an all-reduce of %lld doubles is too large",
+                        (long long)n);
+  EM_DIST_TRY(slot_get(m, req, err));
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+                          &m->reqs[*req]);
+  if (rc != MPI_SUCCESS) {
+    m->used[*req] = false;
+    return mpi_fail(rc, "MPI_Iallreduce", __func__, __LINE__, err);
+  }
+  return EM_OK;
+}
+
 static em_status mpi_ibroadcast(void *ctx, void *buf, int64_t bytes, int root, em_comm_req *req,
                                 em_error *err) {
   mpi_ctx *m = ctx;
@@ -120,6 +136,7 @@ static const em_comm_vtable mpi_vtable = {
     .ibarrier = mpi_ibarrier,
     .abort = mpi_abort,
     .free = mpi_free,
+    .iallreduce_sum_f64 = mpi_iallreduce_f64,
 };
 
 bool em_comm_mpi_available(void) { return true; }

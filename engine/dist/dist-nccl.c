@@ -186,6 +186,25 @@ static em_status queued(nccl_ctx *x, int slot, em_error *err) {
   return EM_OK;
 }
 
+/* Doubles are host sums (losses, counts): the bootstrap communicator's. */
+static em_status nccl_iallreduce_f64(void *ctx, double *buf, int64_t n, em_comm_req *req,
+                                     em_error *err) {
+  nccl_ctx *x = ctx;
+  EM_DIST_TRY(usable(x, err));
+  bool gpu;
+  EM_DIST_TRY(on_gpu(x, buf, &gpu, err));
+  if (gpu)
+    return em_error_set(err, EM_ERR_UNSUPPORTED, "NCCL: a sum of doubles in GPU memory (host "
+                        "memory only)");
+  if (!x->boot->vt->iallreduce_sum_f64) { /* the bootstrap is MPI, which has it */
+    return em_error_set(err, EM_ERR_UNSUPPORTED, "NCCL: the bootstrap communicator cannot sum "
+                        "doubles");
+  }
+  EM_DIST_TRY(x->boot->vt->iallreduce_sum_f64(x->boot->ctx, buf, n, req, err));
+  *req += MAX_REQS;
+  return EM_OK;
+}
+
 static em_status nccl_iallreduce(void *ctx, float *buf, int64_t n, em_comm_req *req,
                                  em_error *err) {
   nccl_ctx *x = ctx;
@@ -310,6 +329,7 @@ static const em_comm_vtable nccl_vtable = {
     .ibarrier = nccl_ibarrier,
     .abort = nccl_abort,
     .free = nccl_free,
+    .iallreduce_sum_f64 = nccl_iallreduce_f64,
 };
 
 bool em_comm_nccl_available(void) { return true; }

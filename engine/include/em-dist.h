@@ -60,6 +60,11 @@ typedef struct em_comm_vtable {
    * implementation has no peers to end; the caller just exits. */
   void (*abort)(void *ctx, int code);
   void (*free)(void *ctx); /* finalises (NULL is fine) */
+  /* As iallreduce_sum_f32 for n doubles in host memory: loss sums and
+   * sample counts, exact as a single process has them. NULL: summed
+   * through floats (em_comm_allreduce_sum_f64). */
+  em_status (*iallreduce_sum_f64)(void *ctx, double *buf, int64_t n, em_comm_req *req,
+                                  em_error *err);
 } em_comm_vtable;
 
 /* Takes ownership of ctx (vt->free releases it). */
@@ -101,6 +106,9 @@ double em_comm_timeout(const em_comm *c);
 
 /* Blocking collectives, bounded by the timeout. */
 em_status em_comm_allreduce_sum_f32(em_comm *c, float *buf /* (n) */, int64_t n, em_error *err);
+/* buf in host memory; through floats where the implementation has no
+ * double sum. */
+em_status em_comm_allreduce_sum_f64(em_comm *c, double *buf /* (n) */, int64_t n, em_error *err);
 /* (avg divides on the host: buf is host memory.) */
 em_status em_comm_allreduce_avg_f32(em_comm *c, float *buf /* (n) */, int64_t n, em_error *err);
 em_status em_comm_broadcast(em_comm *c, void *buf, int64_t bytes, int root, em_error *err);

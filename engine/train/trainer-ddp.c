@@ -100,9 +100,9 @@ em_status em_trainer_ddp_agree_stop(em_trainer *t, em_error *err) {
 
 em_status em_trainer_ddp_mean_loss(em_trainer *t, double *loss, em_error *err) {
   if (!t->comm) return EM_OK;
-  float f = (float)*loss;
-  EM_TRY(em_comm_allreduce_avg_f32(t->comm, &f, 1, err));
-  *loss = f;
+  double sum = *loss;
+  EM_TRY(em_comm_allreduce_sum_f64(t->comm, &sum, 1, err));
+  *loss = sum / em_comm_world(t->comm);
   return EM_OK;
 }
 
@@ -196,7 +196,7 @@ em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, em_
   if (!s) return em_error_set(err, EM_ERR_NOMEM, "out of memory for the evaluation shard");
   *s = (shard){t->test, em_comm_rank(cm), em_comm_world(cm)};
   int64_t len = shard_len(s);
-  float sums[3] = {0, 0, (float)len};
+  double sums[3] = {0, 0, (double)len}; /* loss sum, correct, samples: exact in doubles */
   if (len > 0) {
     em_dataset *ds = em_dataset_new(&shard_vtable, s, err);
     if (!ds) return err ? err->status : EM_ERR_INVALID;
@@ -206,8 +206,8 @@ em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, em_
                                         &g, &l, &a, err);
     em_dataset_free(ds);
     EM_TRY(st);
-    sums[0] = (float)(l * (double)len);
-    sums[1] = (float)round(a * (double)len); /* correct predictions */
+    sums[0] = l * (double)len;
+    sums[1] = round(a * (double)len); /* correct predictions */
   } else { /* fewer test samples than ranks: this one has none, but the
               * metrics' gather is a collective it must join */
     free(s);
@@ -224,7 +224,7 @@ em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, em_
       EM_TRY(mst);
     }
   }
-  EM_TRY(em_comm_allreduce_sum_f32(cm, sums, 3, err));
+  EM_TRY(em_comm_allreduce_sum_f64(cm, sums, 3, err));
   *loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
   *accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0;
   return EM_OK;

@@ -175,7 +175,7 @@ static em_status fake_ibarrier(void *ctx, em_comm_req *req, em_error *err) {
   return em_error_set(err, EM_ERR_UNSUPPORTED, "fake: no barrier");
 }
 static const em_comm_vtable fake_vtable = {"fake", fake_iallreduce, fake_test, fake_ibcast,
-                                           fake_ibarrier, NULL, NULL};
+                                           fake_ibarrier, NULL, NULL, NULL};
 
 static const char *spec_json =
     "{\"name\": \"tiny\", \"input\": {\"shape\": [4]}, \"nodes\": ["
@@ -347,6 +347,19 @@ static void test_bucketer_mixed_devices(void) {
   em_tensor_free(p[1]);
 }
 
+/* A communicator without a double sum sums doubles through floats. */
+static void test_allreduce_f64_fallback(void) {
+  em_error err = {0};
+  fake_comm f = {.peer = 0.5f};
+  em_comm *c = em_comm_new(&fake_vtable, &f, 0, 2, &err);
+  double v[3] = {1.0, 2.25, 1e9};
+  g_assert_cmpint(em_comm_allreduce_sum_f64(c, v, 3, &err), ==, EM_OK);
+  g_assert_cmpfloat(v[0], ==, 1.5);
+  g_assert_cmpfloat(v[1], ==, 2.75);
+  g_assert_cmpfloat(v[2], ==, (double)(1e9f + 0.5f)); /* a float's precision */
+  em_comm_free(c);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/dist/sampler/torch-pattern", test_sampler_torch_pattern);
@@ -358,5 +371,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/dist/bucketer/ref-device-staged", test_bucketer_ref_staged);
   g_test_add_func("/dist/bucketer/ref-device-no-backward", test_bucketer_ref_no_backward);
   g_test_add_func("/dist/bucketer/mixed-devices", test_bucketer_mixed_devices);
+  g_test_add_func("/dist/comm/allreduce-f64-fallback", test_allreduce_f64_fallback);
   return g_test_run();
 }

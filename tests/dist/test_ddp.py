@@ -121,6 +121,7 @@ class DDP(unittest.TestCase):
         self.assertLess(d, 1e-5)
         # the metrics are global: the same test set, the same weights
         self.assertAlmostEqual(s1["test_accuracy"], s2["test_accuracy"], places=3)
+        self.assertAlmostEqual(s1["test_loss"], s2["test_loss"], places=4)  # summed in doubles
         self.assertAlmostEqual(s1["train_loss"], s2["train_loss"], places=4)
         # a plugin's metric too: computed on the gathered outputs of both shards
         print("macro_f1: 1 process %.6f, 2 ranks %.6f" % (s1["metrics"]["macro_f1"],
