@@ -58,7 +58,9 @@ static em_status idx_header(gzFile f, const char *path, int min_dims, int max_di
   }
   *ndim = magic[3];
   uint8_t be[4 * EM_MAX_DIMS];
-  st = em_gz_read_exact(f, path, be, 4 * (size_t)*ndim, "the IDX header", err);
+  char what[64]; /* the counts in the message are of the bytes after the 4 read */
+  snprintf(what, sizeof what, "the rest of the IDX header (%d dimension sizes)", *ndim);
+  st = em_gz_read_exact(f, path, be, 4 * (size_t)*ndim, what, err);
   if (st != EM_OK) return st;
   for (int i = 0; i < *ndim; i++) {
     const uint8_t *p = be + 4 * i;
