@@ -30,6 +30,10 @@ em_status em_gz_read_exact(gzFile f, const char *path, void *buf, size_t n, cons
 em_status em_gz_read_alloc(gzFile f, const char *path, size_t n, const char *what,
                            uint8_t **out, em_error *err);
 
+/* Deflate's largest expansion: a 258-byte match from 2 bits, about
+ * 1032:1. No gzip file inflates to more than this times its size. */
+#define EM_DEFLATE_MAX_RATIO 1032
+
 /* The whole content of a single-member gzip file that holds exactly size
  * bytes (its trailer says so and its checksum holds), decompressed in one
  * go by libdeflate, about 2.5x zlib's speed (Fashion-MNIST's 47 MB of

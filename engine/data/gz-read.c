@@ -6,7 +6,6 @@
 #include "em-io.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +18,8 @@ em_status em_gz_open(const char *path, gzFile *out, em_error *err) {
   *out = NULL;
   if (!path) return em_error_set(err, EM_ERR_INVALID, "no file name given");
   int fd = em_open_read(path, true);
-  if (fd < 0 && (errno == EINVAL || errno == EISDIR))
-    return em_error_set(err, EM_ERR_IO, "cannot read '%s': not a regular file", path);
   if (fd < 0)
-    return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
   gzFile f = gzdopen(fd, "rb");
   if (!f) {
     close(fd);
@@ -183,9 +180,6 @@ em_status em_gz_expect_end(gzFile f, const char *path, const char *what, em_erro
   return gz_stream_error(f, path, err);
 }
 
-/* Deflate's largest expansion: a 258-byte match from 2 bits, about 1032:1. */
-#define DEFLATE_MAX_RATIO 1032
-
 /* The n bytes of fd into a new buffer, or NULL. */
 static uint8_t *read_whole_fd(int fd, size_t n) {
   uint8_t *buf = malloc(n);
@@ -209,7 +203,7 @@ uint8_t *em_gz_whole(const char *path, size_t size) {
   uint8_t *in = NULL;
   size_t n = 0;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 18 && size > 0 &&
-      size / DEFLATE_MAX_RATIO <= (uint64_t)st.st_size) {
+      size / EM_DEFLATE_MAX_RATIO <= (uint64_t)st.st_size) {
     n = (size_t)st.st_size;
     in = read_whole_fd(fd, n);
   }

@@ -153,7 +153,7 @@ em_status em_idx_read(const char *path, const char *items, int min_dims, int max
   struct stat sb;
   size_t head = 4 + 4 * (size_t)*ndim;
   if (stat(path, &sb) == 0) {
-    double room = (double)sb.st_size * (gzdirect(f) ? 1.0 : 1032.0);
+    double room = (double)sb.st_size * (gzdirect(f) ? 1 : EM_DEFLATE_MAX_RATIO);
     if ((double)total + (double)head > room) {
       st = em_error_set(err, EM_ERR_FORMAT, "'%s' is truncated or corrupt: its header promises "
                         "%lld %s (%lld values), more than a %s file of %lld bytes can hold", path,

@@ -44,15 +44,14 @@ static em_status slot_get(mpi_ctx *m, em_comm_req *req, em_error *err) {
   return em_error_set(err, EM_ERR_INVALID, "MPI: more than %d collectives in flight", MAX_REQS);
 }
 
-static em_status mpi_iallreduce(void *ctx, float *buf, int64_t n, em_comm_req *req,
-                                em_error *err) {
-  mpi_ctx *m = ctx;
+/* In-place sum of n values of type dt (named for messages) over all ranks. */
+static em_status mpi_iallreduce_of(mpi_ctx *m, void *buf, int64_t n, MPI_Datatype dt,
+                                   const char *values, em_comm_req *req, em_error *err) {
   if (n < 0 || n > INT_MAX)
-    return em_error_set(err, EM_ERR_INVALID, "MPI: an all-reduce of %lld floats is too large",
-                        (long long)n);
+    return em_error_set(err, EM_ERR_INVALID, "MPI: an all-reduce of %lld %s is too large",
+                        (long long)n, values);
   EM_DIST_TRY(slot_get(m, req, err));
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                          &m->reqs[*req]);
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, dt, MPI_SUM, MPI_COMM_WORLD, &m->reqs[*req]);
   if (rc != MPI_SUCCESS) {
     m->used[*req] = false;
     return mpi_fail(rc, "MPI_Iallreduce", __func__, __LINE__, err);
@@ -60,20 +59,14 @@ static em_status mpi_iallreduce(void *ctx, float *buf, int64_t n, em_comm_req *r
   return EM_OK;
 }
 
+static em_status mpi_iallreduce(void *ctx, float *buf, int64_t n, em_comm_req *req,
+                                em_error *err) {
+  return mpi_iallreduce_of(ctx, buf, n, MPI_FLOAT, "floats", req, err);
+}
+
 static em_status mpi_iallreduce_f64(void *ctx, double *buf, int64_t n, em_comm_req *req,
                                     em_error *err) {
-  mpi_ctx *m = ctx;
-  if (n < 0 || n > INT_MAX)
-    return em_error_set(err, EM_ERR_INVALID, "MPI: an all-reduce of %lld doubles is too large",
-                        (long long)n);
-  EM_DIST_TRY(slot_get(m, req, err));
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
-                          &m->reqs[*req]);
-  if (rc != MPI_SUCCESS) {
-    m->used[*req] = false;
-    return mpi_fail(rc, "MPI_Iallreduce", __func__, __LINE__, err);
-  }
-  return EM_OK;
+  return mpi_iallreduce_of(ctx, buf, n, MPI_DOUBLE, "doubles", req, err);
 }
 
 static em_status mpi_ibroadcast(void *ctx, void *buf, int64_t bytes, int root, em_comm_req *req,

@@ -38,7 +38,7 @@ em_status em_safetensors_save(const char *path, int n, const em_named_tensor *ts
  * anything but a regular file (errno EINVAL): readers that seek, map or
  * read a file twice want that. -1 with errno on failure; em_open_error
  * words errno for a message ("not a regular file (a pipe, socket or
- * device)" for EINVAL). */
+ * device)" for EINVAL, "... (a folder)" for EISDIR). */
 int em_open_read(const char *path, bool regular_only);
 FILE *em_fopen_read(const char *path, bool regular_only); /* the same as a stdio stream */
 const char *em_open_error(int errnum);

@@ -49,5 +49,6 @@ FILE *em_fopen_read(const char *path, bool regular_only) {
 
 const char *em_open_error(int errnum) {
   if (errnum == EINVAL) return "not a regular file (a pipe, socket or device)";
+  if (errnum == EISDIR) return "not a regular file (a folder)";
   return strerror(errnum);
 }

@@ -3,7 +3,6 @@
 #include "io-private.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,20 +229,16 @@ em_safetensors *em_safetensors_open(const char *path, em_error *err) {
     em_error_set(err, EM_ERR_NOMEM, "out of memory");
     return NULL;
   }
-  f->fd = em_open_read(path, false); /* a FIFO: refused below, without hanging */
+  f->fd = em_open_read(path, true); /* read at offsets: a regular file */
   em_status st = EM_OK;
   char *text = NULL;
   struct stat sb;
-  if (f->fd < 0 && errno == EISDIR) {
-    st = em_error_set(err, EM_ERR_IO, "cannot read '%s': not a regular file", path);
-    goto out;
-  }
   if (f->fd < 0) {
-    st = em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    st = em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
     goto out;
   }
-  if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    st = em_error_set(err, EM_ERR_IO, "cannot read '%s': not a regular file", path);
+  if (fstat(f->fd, &sb) != 0) {
+    st = em_error_set(err, EM_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
     goto out;
   }
   uint64_t size = (uint64_t)sb.st_size;
