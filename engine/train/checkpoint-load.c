@@ -178,9 +178,15 @@ static em_status parse_state(em_safetensors *f, const char *path, ckpt_state *s,
   }
   int64_t seen;
   EM_TRY(meta_i64(f, path, "grad_norms_seen", &seen, err));
-  if (seen < s->watch.n)
-    return em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s': \"grad_norms_seen\" is below the "
-                        "number of norms listed", path);
+  /* The watchdog checks one norm per optimiser step and keeps the last
+   * EM_WATCHDOG_WINDOW (a rollback starts it afresh): so it has seen at
+   * most "step" norms, and lists all of them up to the window. */
+  int64_t listed = seen < EM_WATCHDOG_WINDOW ? seen : EM_WATCHDOG_WINDOW;
+  if (seen > s->pos.step || s->watch.n != listed)
+    return em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s' is inconsistent: \"grad_norms_seen\" "
+                        "is %lld with %d norms listed at step %lld (it counts one norm per "
+                        "optimiser step, and lists the last %d)", path, (long long)seen,
+                        s->watch.n, (long long)s->pos.step, EM_WATCHDOG_WINDOW);
   s->watch.seen = seen;
   s->watch.spike_factor = spike_factor;
   s->has_scaler = em_safetensors_meta(f, "amp_scale") != NULL;
@@ -192,6 +198,28 @@ static em_status parse_state(em_safetensors *f, const char *path, ckpt_state *s,
         s->amp_tracker > INT_MAX || s->amp_skipped < 0)
       return em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s': the loss scaler's state "
                           "(amp_scale, amp_growth_tracker, amp_skipped) is out of range", path);
+  }
+  return EM_OK;
+}
+
+/* The optimiser's step counts against the position's: the optimiser's
+ * own is the position's, and a parameter's (Adam's bias correction)
+ * counts the steps that updated it, at most the run's. */
+static em_status check_step_counts(ckpt_tensors *c, const char *path, int64_t step,
+                                   em_error *err) {
+  em_tensor *saved_steps = find_tensor(c, "optim/optimizer.step");
+  if (saved_steps && *em_i64(saved_steps) != step)
+    return em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s' is inconsistent: \"step\" is %lld "
+                        "but the optimiser state says %lld", path, (long long)step,
+                        (long long)*em_i64(saved_steps));
+  for (int i = 0; i < c->n; i++) {
+    const em_tensor *v = c->e[i].t;
+    size_t len = strlen(c->e[i].name);
+    if (v->dtype == EM_DTYPE_I64 && em_tensor_numel(v) == 1 && len > 5 &&
+        strcmp(c->e[i].name + len - 5, ".step") == 0 && (*em_i64(v) < 0 || *em_i64(v) > step))
+      return em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s' is inconsistent: '%s' is %lld "
+                          "but \"step\" is %lld", path, c->e[i].name, (long long)*em_i64(v),
+                          (long long)step);
   }
   return EM_OK;
 }
@@ -282,13 +310,13 @@ static em_status restore(em_trainer *t, const char *path, bool keep_scale, em_er
                         path, c.e[i].name);
   ckpt_state s;
   if (st == EM_OK) st = parse_state(f, path, &s, t->cfg.divergence_spike_factor, err);
-  if (st == EM_OK) {
-    em_tensor *saved_steps = find_tensor(&c, "optim/optimizer.step");
-    if (saved_steps && *em_i64(saved_steps) != s.pos.step)
-      st = em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s' is inconsistent: \"step\" is %lld "
-                        "but the optimiser state says %lld", path, (long long)s.pos.step,
-                        (long long)*em_i64(saved_steps));
-  }
+  if (st == EM_OK) st = check_step_counts(&c, path, s.pos.step, err);
+  if (st == EM_OK && (s.pos.epoch > t->cfg.epochs ||
+                      (s.pos.epoch == t->cfg.epochs && s.pos.batch > 0)))
+    st = em_error_set(err, EM_ERR_INVALID,
+                      "checkpoint '%s' is at epoch %lld, batch %lld: past the %d epochs its run "
+                      "trains, so it was not written by this run's settings", path,
+                      (long long)s.pos.epoch + 1, (long long)s.pos.batch, t->cfg.epochs);
   /* The position must be a place between optimiser steps of this run. */
   int64_t bpe = em_loader_batches_per_epoch(t->loader);
   int acc = t->cfg.accumulate > 0 ? t->cfg.accumulate : 1;
@@ -393,9 +421,14 @@ em_status em_checkpoint_verify(const char *path, int64_t *step, int64_t *epoch, 
   em_status st = f ? check_format(f, path, &e) : e.status;
   if (st == EM_OK) st = read_all(f, path, &c, &e);
   if (st == EM_OK) st = check_checksum(f, path, &c, &e);
-  if (st == EM_OK) st = meta_i64(f, path, "epoch", &ep, &e);
-  if (st == EM_OK) st = meta_i64(f, path, "batch", &batch, &e);
-  if (st == EM_OK) st = meta_i64(f, path, "step", &stp, &e);
+  ckpt_state state;
+  if (st == EM_OK) st = parse_state(f, path, &state, 0, &e);
+  if (st == EM_OK) st = check_step_counts(&c, path, state.pos.step, &e);
+  if (st == EM_OK) {
+    ep = state.pos.epoch;
+    batch = state.pos.batch;
+    stp = state.pos.step;
+  }
   ckpt_tensors_free(&c);
   em_safetensors_close(f);
   if (st != EM_OK) {

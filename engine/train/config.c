@@ -268,6 +268,8 @@ em_status em_train_config_validate(const em_train_config *c, em_error *err) {
   TRY(em_optim_config_check(&c->optim, err));
   em_schedule s = c->schedule;
   s.lr = c->optim.lr;
-  if (s.total_steps == 0) s.total_steps = 1; /* filled in at run time */
+  /* total_steps 0: the run's own length, known at run time (em_trainer_run
+   * checks it then against warmup_steps) */
+  if (s.total_steps == 0) s.total_steps = (s.warmup_steps > 0 ? s.warmup_steps : 0) + 1;
   return em_schedule_check(&s, err);
 }

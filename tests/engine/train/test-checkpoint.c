@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "em-io.h"
+#include "train-private.h"
 #include "train-helpers.h"
 
 /* An MLP with dropout, SGD with momentum and a step schedule; two loader
@@ -406,6 +407,94 @@ static void test_corrupt(void) {
   th_setup_free(&s);
 }
 
+/* Copies checkpoint src to dst with metadata key set to value (or the
+ * i64 scalar tensor named key set to the number value), and a checksum
+ * that matches again: a file the writer could have made, whose state
+ * does not hold together. */
+static void rewrite_checkpoint(const char *src, const char *dst, const char *key,
+                               const char *value) {
+  em_error err = {0};
+  em_safetensors *f = em_safetensors_open(src, &err);
+  g_assert_nonnull(f);
+  int n = em_safetensors_count(f), nm = em_safetensors_meta_count(f);
+  em_named_tensor *ts = g_new0(em_named_tensor, n);
+  em_ckpt_tensor *cts = g_new0(em_ckpt_tensor, n);
+  for (int i = 0; i < n; i++) {
+    em_dtype dt;
+    int nd;
+    int64_t shape[EM_MAX_DIMS];
+    const char *name = em_safetensors_name(f, i);
+    g_assert_cmpint(em_safetensors_info(f, name, &dt, &nd, shape, &err), ==, EM_OK);
+    em_tensor *t = em_tensor_new(dt, nd, shape, &err);
+    g_assert_cmpint(em_safetensors_read(f, name, t, &err), ==, EM_OK);
+    if (strcmp(name, key) == 0) *em_i64(t) = g_ascii_strtoll(value, NULL, 10);
+    ts[i] = (em_named_tensor){name, t};
+    cts[i] = (em_ckpt_tensor){name, t};
+  }
+  const char **keys = g_new0(const char *, nm), **vals = g_new0(const char *, nm);
+  em_ckpt_meta *meta = g_new0(em_ckpt_meta, nm);
+  for (int i = 0; i < nm; i++) {
+    keys[i] = em_safetensors_meta_key(f, i);
+    vals[i] = strcmp(keys[i], key) == 0 ? value : em_safetensors_meta(f, keys[i]);
+    meta[i] = (em_ckpt_meta){keys[i], vals[i]};
+  }
+  char sum[32];
+  snprintf(sum, sizeof sum, "crc32:%08x", em_checkpoint_checksum(cts, n, meta, nm));
+  for (int i = 0; i < nm; i++)
+    if (strcmp(keys[i], "checksum") == 0) vals[i] = sum;
+  g_assert_cmpint(em_safetensors_save(dst, n, ts, nm, keys, vals, &err), ==, EM_OK);
+  for (int i = 0; i < n; i++) em_tensor_free((em_tensor *)ts[i].t);
+  g_free(ts);
+  g_free(cts);
+  g_free(keys);
+  g_free(vals);
+  g_free(meta);
+  em_safetensors_close(f);
+}
+
+/* A checkpoint whose checksum matches but whose position, watchdog or
+ * optimiser counts do not hold together is refused, saying what. */
+static void test_inconsistent_state(void) {
+  th_setup s;
+  mlp_setup(&s);
+  s.cfg.epochs = 1;
+  char *dir = th_tmpdir(), *bad_dir = th_tmpdir();
+  th_record full;
+  th_record_init(&full);
+  em_error err = {0};
+  g_assert_cmpint(th_run(&s, dir, NULL, 5, &full, &err), ==, EM_OK);
+  const char *good = th_find(&full, "step", 5);
+  em_model *m = em_model_new(s.spec, 5, &err);
+  em_train_config cfg = s.cfg;
+  cfg.checkpoint_every = 0;
+  em_trainer *t = em_trainer_new(m, &cfg, s.train, s.test, &err);
+  char *bad = g_build_filename(bad_dir, "bad.safetensors", NULL);
+  static const struct {
+    const char *key, *value, *says;
+  } cases[] = {
+      {"grad_norms_seen", "9223372036854775807", "\"grad_norms_seen\" is 9223372036854775807"},
+      {"grad_norms_seen", "6", "with 5 norms listed at step 5"},
+      {"grad_norms", "", "with 0 norms listed"},
+      {"epoch", "99999999999", "past the 1 epochs its run trains"},
+      {"optim/fc1.weight.step", "4611686018427387904", "'optim/fc1.weight.step' is"},
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    rewrite_checkpoint(good, bad, cases[i].key, cases[i].value);
+    expect_load_error(t, bad, i == 3 ? EM_ERR_INVALID : EM_ERR_FORMAT, cases[i].says);
+  }
+  rewrite_checkpoint(good, bad, "grad_norms_seen", "5"); /* the same file again: loads */
+  g_assert_cmpint(em_trainer_load_checkpoint(t, bad, &err), ==, EM_OK);
+  g_free(bad);
+  em_trainer_free(t);
+  em_model_free(m);
+  th_record_clear(&full);
+  th_rm_rf(dir);
+  th_rm_rf(bad_dir);
+  g_free(dir);
+  g_free(bad_dir);
+  th_setup_free(&s);
+}
+
 /* A trainer for spec_json (training section of the MLP) with cfg changes. */
 static em_trainer *other_trainer(th_setup *base, const char *spec_json, em_spec **spec,
                                  em_model **m, void (*tweak)(em_train_config *)) {
@@ -548,6 +637,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/train/checkpoint/corrupt", test_corrupt);
   g_test_add_func("/train/checkpoint/mismatch", test_mismatch);
   g_test_add_func("/train/checkpoint/read-meta", test_read_meta);
+  g_test_add_func("/train/checkpoint/inconsistent-state", test_inconsistent_state);
   g_test_add_func("/train/checkpoint/verify-and-names", test_verify_and_names);
   return g_test_run();
 }

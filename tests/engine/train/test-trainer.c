@@ -182,6 +182,40 @@ static void test_schedule_reaches_optimizer(void) {
   fixture_free(&f);
 }
 
+/* warmup-cosine with no total_steps takes the run's length: the config
+ * is valid before the run knows it, and a run too short for the warm-up
+ * is refused when it starts, saying so. */
+static void test_warmup_cosine_run_length(void) {
+  fixture f;
+  fixture_init(&f);
+  em_error err = {0};
+  f.cfg.schedule.kind = EM_SCHED_WARMUP_COSINE;
+  f.cfg.schedule.warmup_steps = 8;
+  f.cfg.schedule.total_steps = 0;
+  g_assert_cmpint(em_train_config_validate(&f.cfg, &err), ==, EM_OK);
+  em_model *m = em_model_new(f.spec, 5, &err);
+  em_trainer *t = em_trainer_new(m, &f.cfg, f.train, NULL, &err);
+  counts c = {0};
+  g_assert_cmpint(em_trainer_run(t, on_event, &c, &err), ==, EM_OK);
+  g_assert_cmpint(c.steps, ==, 32);
+  /* the last step (31) is 23 of the cosine's 24 steps after the warm-up */
+  double expect = 0.05 * 0.5 * (1 + cos(M_PI * 23.0 / 24.0));
+  g_assert_cmpfloat(fabs(c.last_lr - expect), <, 1e-9);
+  em_trainer_free(t);
+  em_model_free(m);
+
+  f.cfg.schedule.warmup_steps = 40; /* the run makes 32 steps */
+  g_assert_cmpint(em_train_config_validate(&f.cfg, &err), ==, EM_OK);
+  m = em_model_new(f.spec, 5, &err);
+  t = em_trainer_new(m, &f.cfg, f.train, NULL, &err);
+  g_assert_cmpint(em_trainer_run(t, on_event, &c, &err), ==, EM_ERR_INVALID);
+  g_assert_nonnull(strstr(err.msg, "makes 32 optimiser steps"));
+  g_assert_nonnull(strstr(err.msg, "warmup_steps (40)"));
+  em_trainer_free(t);
+  em_model_free(m);
+  fixture_free(&f);
+}
+
 /* A GUI changes the lr and clipping between steps from its callback. */
 typedef struct {
   em_trainer *t;
@@ -244,6 +278,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/trainer/accumulation", test_accumulation_matches_bigger_batch);
   g_test_add_func("/engine/trainer/schedule", test_schedule_reaches_optimizer);
   g_test_add_func("/engine/trainer/bad-config", test_bad_config);
+  g_test_add_func("/engine/trainer/warmup-cosine-run-length", test_warmup_cosine_run_length);
   g_test_add_func("/engine/trainer/live-changes", test_live_changes);
   return g_test_run();
 }
