@@ -125,6 +125,7 @@ int cli_cmd_serve(int argc, char **argv) {
   serve_slot_init(&srv.slot, model);
   srv.http = (serve_http_config){host, port, max_body, http_threads};
   atomic_init(&srv.ready, false);
+  atomic_init(&srv.open, 0);
 
   serve_watcher watcher = {
       .srv = &srv, .poll_ms = poll_ms, .served_version = served_version, .quant = quant};
@@ -165,8 +166,14 @@ int cli_cmd_serve(int argc, char **argv) {
   int left = atomic_load(&srv.metrics.inflight);
   fprintf(stderr, "ember serve: %s: finishing %d request%s in flight, then stopping\n",
           sig == SIGINT ? "interrupted" : "terminated", left, left == 1 ? "" : "s");
-  /* the workers keep running: wait for the requests in flight (30 s at most) */
-  for (int i = 0; i < 3000 && atomic_load(&srv.metrics.inflight) > 0; i++) usleep(10000);
+  /* The workers and the daemon keep running: requests in flight are
+   * answered (30 s at most), and those still arriving, their body being
+   * read, get 503 rather than a closed connection (5 s at most: a client
+   * that stalls mid-upload does not hold the stop). */
+  for (int i = 0; i < 3000 && (atomic_load(&srv.metrics.inflight) > 0 ||
+                               (i < 500 && atomic_load(&srv.open) > 0));
+       i++)
+    usleep(10000);
 
 out:
   serve_watcher_stop(&watcher);

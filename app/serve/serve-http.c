@@ -172,9 +172,11 @@ static void job_done(serve_job *job) {
   MHD_resume_connection(c->conn);
 }
 
-static enum MHD_Result start_infer(req_ctx *c, const route *r) {
+/* Parses the request and hands it to the batcher (*submitted), or
+ * answers it. */
+static enum MHD_Result submit_infer(req_ctx *c, const route *r, bool *submitted) {
   serve_server *srv = c->srv;
-  c->is_infer = true;
+  *submitted = false;
   if (!atomic_load(&srv->ready))
     return respond_error(c, 503, NULL, "the server is not ready (shutting down)");
   serve_model *m = serve_slot_acquire(&srv->slot);
@@ -201,11 +203,26 @@ static enum MHD_Result start_infer(req_ctx *c, const route *r) {
                        .done = job_done, .user = c};
   atomic_store(&c->done, false);
   c->state = ST_WAITING;
-  atomic_fetch_add(&srv->metrics.inflight, 1);
+  *submitted = true;
   /* suspend before the job can finish: its worker resumes us */
   MHD_suspend_connection(c->conn);
   serve_batcher_submit(&srv->batcher, &c->job);
   return MHD_YES;
+}
+
+/* A request counts as in flight from before the readiness check until its
+ * answer is sent (release_infer). A stop clears ready and then waits for
+ * none in flight, so each request either is waited for or is turned away;
+ * none reaches the batcher after it stopped (the check used to come
+ * first, and a request parsed during the stop was submitted to a stopped
+ * batcher, its connection suspended as the daemon stopped: an abort). */
+static enum MHD_Result start_infer(req_ctx *c, const route *r) {
+  c->is_infer = true;
+  atomic_fetch_add(&c->srv->metrics.inflight, 1);
+  bool submitted;
+  enum MHD_Result res = submit_infer(c, r, &submitted);
+  if (!submitted) atomic_fetch_sub(&c->srv->metrics.inflight, 1);
+  return res;
 }
 
 static void release_infer(req_ctx *c) {
@@ -297,6 +314,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     c->conn = conn;
     c->started = cli_mono_now();
     *con_cls = c;
+    atomic_fetch_add(&srv->open, 1);
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     c->state = ST_BODY;
@@ -370,7 +388,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)cls;
+  serve_server *srv = cls;
   (void)conn;
   (void)toe;
   req_ctx *c = *con_cls;
@@ -379,6 +397,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   free(c->body);
   free(c);
   *con_cls = NULL;
+  atomic_fetch_sub(&srv->open, 1);
 }
 
 em_status serve_http_start(serve_server *srv, em_error *err) {

@@ -176,6 +176,7 @@ typedef struct serve_server {
   serve_metrics metrics;
   serve_http_config http;
   atomic_bool ready;      /* false while starting or draining */
+  atomic_int open;        /* requests whose headers are in and whose answer is not sent */
   struct MHD_Daemon *daemon;
   int bound_port;
 } serve_server;

@@ -140,8 +140,11 @@ static const char *skip_value(const char *p, const char *e) {
       depth--, p++;
     } else if (*p == ',' || *p == ':') {
       p++;
-    } else {
-      while (p < e && !strchr(" \n\r\t,:]}", *p)) p++;
+    } else { /* a number or a literal, up to the next delimiter */
+      const char *q = p;
+      while (q < e && *q != '\0' && !strchr(" \n\r\t,:]}", *q)) q++;
+      if (q == p) return NULL; /* a NUL: no JSON value (strchr would match it, and loop) */
+      p = q;
     }
   } while (depth > 0);
   return p;
@@ -266,6 +269,18 @@ static int walk_data(walk *w, const json_t *v, int depth) {
   return 0;
 }
 
+/* The values in data (nested lists counted through, at most as deep as
+ * walk_data takes them), so that the input is sized only once the body
+ * is known to hold it. */
+static int64_t count_values(const json_t *v, int depth) {
+  if (!json_is_array(v) || depth > EM_MAX_DIMS + 1) return 1;
+  int64_t n = 0;
+  size_t i;
+  const json_t *e;
+  json_array_foreach(v, i, e) n += count_values(e, depth + 1);
+  return n;
+}
+
 static bool only_keys(const json_t *obj, const char *const *keys, const char **bad) {
   const char *k;
   const json_t *v;
@@ -340,6 +355,10 @@ static int parse_input(const json_t *in, const serve_model *m, const fast_data *
 
   req->rows = gs[0];
   int64_t want_n = gs[0] * m->in_numel;
+  int64_t have_n = fd ? fd->n : count_values(data, 0);
+  if (have_n != want_n) /* before sizing the input by the shape it claims */
+    return fail(msg, cap, "input 'input': \"data\" has %lld elements but shape %s needs %lld",
+                (long long)have_n, em_shape_str((int)nd, gs, got, sizeof got), (long long)want_n);
   size_t esz = m->in_dtype == EM_DTYPE_I64 ? sizeof(int64_t) : sizeof(float);
   req->in = malloc(esz * (size_t)want_n);
   if (!req->in) return fail(msg, cap, "out of memory for %lld input elements", (long long)want_n);

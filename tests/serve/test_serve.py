@@ -300,7 +300,7 @@ class ServeTest(unittest.TestCase):
             (variant(datatype="BYTES"), "datatype"),
             (variant(datatype="fp32"), "datatype"),
             (variant(data=good["inputs"][0]["data"][:-1]), "elements"),
-            (variant(data=good["inputs"][0]["data"] + [0.0]), "more elements"),
+            (variant(data=good["inputs"][0]["data"] + [0.0]), "1569 elements"),
             (variant(data=["a"] * 1568), "not a number"),
             (variant(name="pixels"), "unknown input"),
             (variant(datatype="UINT8", data=[300] * 1568), "out of range"),
@@ -309,6 +309,11 @@ class ServeTest(unittest.TestCase):
             (json.dumps(dict(good, outputs=[{"name": "output", "parameters":
                                              {"classification": 11}}])).encode(), "1 to 10"),
             (json.dumps(dict(good, id=5)).encode(), "id"),
+            # a NUL where the fast reader skips a value (it looped on it)
+            (b'{"a":[\x00],' + json.dumps(good).encode()[1:], "not valid JSON"),
+            # a huge claimed batch with one value: refused before it is sized
+            (variant(shape=[1 << 24, 1, 28, 28], data=[0.5]), "has 1 elements"),
+            (variant(shape=[1 << 24, 1, 28, 28], data=[[0.5]]), "has 1 elements"),
         ]
         for body, needle in cases:
             st, r = s.request("POST", "/v2/models/mlp/infer", body)
@@ -517,6 +522,28 @@ class ServeTest(unittest.TestCase):
         self.assertIn("stopped", err)
         self.assertEqual(res[0][0], 200, res)
         self.assertClose(res[0][1]["outputs"][0]["data"], torch_logits(self.weights[2], x))
+        # a stop while many requests are still being read and parsed: each is
+        # answered (200, or 503 once the server stopped admitting), exit 0
+        # (one parsed during the stop used to reach the stopped batcher: abort)
+        srv = Server(self.env, self.spec, "--weights", self.weights[2])
+        body = infer_body(sample_batch(500, 8))
+        codes = []
+
+        def client():
+            try:
+                codes.append(srv.request("POST", "/v2/models/fmnist-mlp/infer", body,
+                                         {"Content-Type": "application/json"}, timeout=60)[0])
+            except (OSError, http.client.HTTPException) as e:
+                codes.append(repr(e))
+        ts = [threading.Thread(target=client) for _ in range(24)]
+        for t in ts:
+            t.start()
+        time.sleep(0.3)
+        rc, err = srv.stop(signal.SIGTERM)
+        for t in ts:
+            t.join()
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(set(codes) <= {200, 503}, codes)
         # too many compute threads for the cores: refused, with the reason
         cores = len(os.sched_getaffinity(0))
         p = subprocess.run([EMBER, "serve", self.spec, "--weights", self.weights[2],
