@@ -17,7 +17,7 @@ int cli_cmd_gc(int argc, char **argv) {
   const cli_opt opts[] = {
       {"registry", &registry, NULL}, {"json", NULL, &json}, {"dry-run", NULL, &dry}, {0}};
   cli_parse_args(argc, argv, 2, opts, NULL, 0, 0, "gc");
-  em_store *s = cli_store_open(registry, false);
+  em_store *s = cli_store_open(registry, dry); /* a dry run writes nothing */
   if (!s) return 1;
   em_error err = {0};
   em_gc_report r = {0};

@@ -78,9 +78,16 @@ em_status em_store_artifact_drop_if_unused(em_store *s, int64_t a, GPtrArray *un
   if (!st) st = EM_SQL_BIND(s, q, err, "i", a);
   if (!st) st = EM_SQL_STEP(s, q, &row, err);
   if (!st && row) {
+    const char *rel = (const char *)sqlite3_column_text(q, 0);
     char path[PATH_MAX];
-    em_store_path_from_row(s, (const char *)sqlite3_column_text(q, 0), path, sizeof path);
-    g_ptr_array_add(unlink, g_strdup(path));
+    em_store_path_from_row(s, rel ? rel : "", path, sizeof path);
+    /* Ember records its checkpoints under artifacts/: a row that points
+     * elsewhere (absolute, or up through "..") was not written by it, and
+     * the file is not the registry's to remove. */
+    if (rel && em_store_row_path_inside(rel)) g_ptr_array_add(unlink, g_strdup(path));
+    else
+      em_log_msg(EM_LOG_WARNING, "registry: %s is not removed with its row: it lies outside "
+                 "the registry's artifacts folder", path);
     st = EM_SQL_STEP(s, q, &row, err);
   }
   if (q) sqlite3_reset(q);

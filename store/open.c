@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 em_status em_store_default_dir(char *out, size_t cap, em_error *err) {
   const char *home = getenv("EMBER_HOME");
@@ -28,6 +29,42 @@ em_status em_store_default_dir(char *out, size_t cap, em_error *err) {
 
 static void stmt_finalize(gpointer p) { sqlite3_finalize(p); }
 
+/* The URI that opens path as immutable: a read-only registry folder (an
+ * archive, a shared copy) where SQLite cannot create the WAL's shared
+ * memory file that a reader needs. */
+static char *immutable_uri(const char *path) {
+  GString *u = g_string_new("file:");
+  for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+    if (g_ascii_isalnum(*p) || strchr("/-._~", *p)) g_string_append_c(u, (char)*p);
+    else g_string_append_printf(u, "%%%02X", *p);
+  }
+  g_string_append(u, "?immutable=1");
+  return g_string_free(u, FALSE);
+}
+
+/* A reader in a folder it cannot write: immutable when registry.db holds
+ * every change (no WAL left beside it), else an error saying why. */
+static em_status read_only_folder(const char *db_path, bool *immutable, em_error *err) {
+  char *dir = g_path_get_dirname(db_path), *wal = g_strconcat(db_path, "-wal", NULL);
+  char *shm = g_strconcat(db_path, "-shm", NULL);
+  struct stat sb;
+  em_status st = EM_OK;
+  *immutable = false;
+  if (access(dir, W_OK) != 0 && access(shm, F_OK) != 0) {
+    if (stat(wal, &sb) == 0 && sb.st_size > 0)
+      st = em_error_set(err, EM_ERR_IO,
+                        "the registry folder %s cannot be written, and its registry.db-wal holds "
+                        "changes not yet in registry.db, which a reader cannot fold in there: "
+                        "open it once where it can be written (any ember command), or copy the "
+                        "folder somewhere writable", dir);
+    else *immutable = true;
+  }
+  g_free(dir);
+  g_free(wal);
+  g_free(shm);
+  return st;
+}
+
 em_store *em_store_connect(const char *db_path, bool read_only, em_error *err) {
   em_store *s = g_new0(em_store, 1);
   s->read_only = read_only;
@@ -36,7 +73,13 @@ em_store *em_store_connect(const char *db_path, bool read_only, em_error *err) {
   /* NOMUTEX: a connection has one owner thread (house style 14) */
   int flags = (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
               SQLITE_OPEN_NOMUTEX;
-  em_status st = EM_SQL_CHECK(s, sqlite3_open_v2(db_path, &s->db, flags, NULL), err);
+  bool immutable = false;
+  em_status st = read_only ? read_only_folder(db_path, &immutable, err) : EM_OK;
+  char *uri = immutable ? immutable_uri(db_path) : NULL;
+  if (!st)
+    st = EM_SQL_CHECK(s, sqlite3_open_v2(uri ? uri : db_path, &s->db,
+                                         flags | (uri ? SQLITE_OPEN_URI : 0), NULL), err);
+  g_free(uri);
   if (!st) st = EM_SQL_CHECK(s, sqlite3_busy_timeout(s->db, EM_STORE_BUSY_TIMEOUT_MS), err);
   if (!st) sqlite3_extended_result_codes(s->db, 1);
   /* foreign keys are per connection and only change outside transactions;
@@ -95,6 +138,17 @@ void em_store_path_from_row(const em_store *s, const char *row_path, char *out, 
   else snprintf(out, cap, "%s/%s", s->art_dir, row_path);
 }
 
+bool em_store_row_path_inside(const char *row_path) {
+  if (!row_path[0] || row_path[0] == '/') return false;
+  for (const char *p = row_path; *p;) {
+    size_t n = strcspn(p, "/");
+    if (n == 2 && p[0] == '.' && p[1] == '.') return false;
+    p += n;
+    if (*p == '/') p++;
+  }
+  return true;
+}
+
 static em_status make_dir(const char *path, em_error *err) {
   if (g_mkdir_with_parents(path, 0755) != 0)
     return em_error_set(err, EM_ERR_IO, "cannot create the registry folder %s: %s", path,
@@ -150,6 +204,23 @@ static em_status check_identity(em_store *s, const db_identity *id, em_error *er
   return EM_OK;
 }
 
+/* True when dir holds a regular file at any depth (up to 8 folders down). */
+static bool has_files(const char *dir, int depth) {
+  GDir *d = depth < 8 ? g_dir_open(dir, 0, NULL) : NULL;
+  if (!d) return false;
+  bool found = false;
+  const char *name;
+  while (!found && (name = g_dir_read_name(d))) {
+    char *child = g_build_filename(dir, name, NULL);
+    struct stat sb;
+    if (lstat(child, &sb) == 0)
+      found = S_ISREG(sb.st_mode) || (S_ISDIR(sb.st_mode) && has_files(child, depth + 1));
+    g_free(child);
+  }
+  g_dir_close(d);
+  return found;
+}
+
 static em_status set_wal(em_store *s, em_error *err) {
   sqlite3_stmt *q;
   bool row = false;
@@ -202,6 +273,16 @@ em_store *em_store_open(const char *dir, bool read_only, em_error *err) {
   em_status st = read_identity(s, &id, err);
 
   if (!st) st = check_identity(s, &id, err);
+  /* A new database beside artifacts already recorded means registry.db
+   * was lost, emptied or moved: starting afresh there would let gc remove
+   * every file as unreferenced, and new runs reuse the old runs' folders. */
+  if (!st && !read_only && id.app_id == 0 && id.version == 0 && id.objects == 0 &&
+      has_files(s->art_dir, 0))
+    st = em_error_set(err, EM_ERR_FORMAT,
+                      "%s is missing or empty, but %s holds recorded files: the registry's "
+                      "database was lost or moved, and nothing was changed. Restore registry.db "
+                      "from a backup, or move artifacts/ aside to start a new registry here",
+                      s->db_path, s->art_dir);
   int cur = em_store_schema_version();
   if (!st && read_only && id.version < cur) {
     if (id.version == 0)
@@ -220,6 +301,9 @@ em_store *em_store_open(const char *dir, bool read_only, em_error *err) {
   }
   if (st) {
     em_store_close(s);
+    /* a file this open created and left empty goes again */
+    struct stat sb;
+    if (!exists && stat(db_path, &sb) == 0 && sb.st_size == 0) unlink(db_path);
     return NULL;
   }
   return s;

@@ -113,6 +113,9 @@ em_status em_store_sweep_stale_runs(em_store *s, em_error *err);
  * file lies under it (so the registry folder can move), else absolute. */
 void em_store_path_to_row(const em_store *s, const char *abs_path, char *out, size_t cap);
 void em_store_path_from_row(const em_store *s, const char *row_path, char *out, size_t cap);
+/* True when row_path names a file under artifacts/: relative, with no
+ * ".." among its parts. */
+bool em_store_row_path_inside(const char *row_path);
 
 /* ---- shared pieces ------------------------------------------------------ */
 

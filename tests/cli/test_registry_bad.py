@@ -15,6 +15,7 @@ usage: test_registry_bad.py EMBER SOURCE_ROOT
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -88,6 +89,62 @@ class ForeignRegistry(Base):
         con = sqlite3.connect(self.e.db)
         self.assertEqual(con.execute("PRAGMA user_version").fetchone()[0], 999)
         con.close()
+
+
+class LostOrReadOnly(Base):
+    """A registry.db lost beside its files, a dry run, a read-only folder."""
+
+    def files(self):
+        art = os.path.join(self.e.home, "artifacts")
+        return sorted(os.path.join(d, f) for d, _, fs in os.walk(art) for f in fs)
+
+    def test_lost_database_refused_and_files_kept(self):
+        self.e.ok("train", *self.quick_train_args(), "--checkpoint-every", "2")
+        files = self.files()
+        self.assertGreater(len(files), 0)
+        for extra in ("", "-wal", "-shm"):
+            if os.path.exists(self.e.db + extra):
+                os.remove(self.e.db + extra)
+        for emptied in (False, True):
+            if emptied:
+                open(self.e.db, "wb").close()
+            for args in (["gc"], ["train"] + self.quick_train_args()):
+                self.fails(args, "missing or empty", "holds recorded files")
+            self.assertEqual(self.files(), files)
+            self.assertEqual(os.path.exists(self.e.db), emptied)  # nothing created
+
+    def test_dry_run_and_read_only_folder(self):
+        self.e.ok("train", *self.quick_train_args())
+        # a run whose process is gone, as a kill leaves it
+        con = sqlite3.connect(self.e.db)
+        con.execute("UPDATE runs SET status = 'running', pid = 2147483646 WHERE id = 1")
+        con.commit()
+        con.close()
+        before = sha256_file(self.e.db)
+        self.assertIn("would remove 0", self.e.ok("gc", "--dry-run").stdout)
+        self.assertEqual(sha256_file(self.e.db), before)  # a dry run writes nothing
+        self.assertEqual(self.e.sql("SELECT status FROM runs")[0][0], "running")
+        self.e.ok("runs")  # a writing open sweeps it...
+        self.assertEqual(self.e.ok("gc").returncode, 0)
+        self.assertEqual(self.e.sql("SELECT status FROM runs")[0][0], "killed")
+        # A folder its reader cannot write (an archive; as 'nobody' when root,
+        # since root writes anywhere): every reading command works.
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            self.skipTest("needs root and setpriv to read as another user")
+        for d, dirs, fs in os.walk(self.tmp):
+            os.chmod(d, 0o755)
+            for f in fs:
+                os.chmod(os.path.join(d, f), 0o644)
+        os.chmod(self.e.home, 0o555)
+        try:
+            for args in (["runs"], ["run", "show", "1"], ["metrics", "1", "loss"], ["models"],
+                         ["gc", "--dry-run"]):
+                p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup",
+                                    "--clear-groups", EMBER] + args, capture_output=True,
+                                   text=True, env=self.e.env, timeout=120)
+                self.assertEqual(p.returncode, 0, "%s: %s" % (args, p.stderr))
+        finally:
+            os.chmod(self.e.home, 0o755)
 
 
 class DamagedCheckpoints(Base):

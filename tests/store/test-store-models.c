@@ -257,6 +257,57 @@ static void test_gc(fixture *f, gconstpointer data) {
   g_free(export);
 }
 
+/* Rows that point outside artifacts/ (up through "..", or absolute) lose
+ * their row with the run, but the files are not the registry's to remove. */
+static void test_delete_keeps_outside_files(fixture *f, gconstpointer data) {
+  em_error err = {0};
+  char *up = g_build_filename(f->dir, "victim.txt", NULL);
+  char *other = st_tmpdir();
+  char *abs = g_build_filename(other, "precious.bin", NULL);
+  st_write_random(up, 10, 1);
+  st_write_random(abs, 10, 2);
+  sqlite3 *raw = st_raw_open(f->dir);
+  char *sql = g_strdup_printf("UPDATE artifacts SET rel_path = '../victim.txt' WHERE rel_path = "
+                              "'ckpt/c1.safetensors'; UPDATE artifacts SET rel_path = '%s' WHERE "
+                              "rel_path = 'ckpt/c2.safetensors'", abs);
+  g_assert_cmpint(st_raw_exec(raw, sql, NULL), ==, SQLITE_OK);
+  sqlite3_close(raw);
+  g_assert_cmpint(em_store_run_delete(f->s, f->run, &err), ==, EM_OK);
+  g_assert_true(g_file_test(up, G_FILE_TEST_EXISTS));
+  g_assert_true(g_file_test(abs, G_FILE_TEST_EXISTS));
+  for (int i = 3; i <= 5; i++) g_assert_false(g_file_test(f->paths[i], G_FILE_TEST_EXISTS));
+  g_free(sql);
+  g_free(up);
+  g_free(abs);
+  st_rmrf(other);
+  g_free(other);
+}
+
+/* registry.db gone or emptied beside recorded files: opening for writing
+ * refuses (a fresh database there would make every file unreferenced to
+ * gc) and creates nothing; the files stay. */
+static void test_lost_database(fixture *f, gconstpointer data) {
+  em_store_close(f->s);
+  f->s = NULL;
+  static const char *const names[] = {"registry.db", "registry.db-wal", "registry.db-shm"};
+  char *db = g_build_filename(f->dir, "registry.db", NULL);
+  for (int i = 0; i < 3; i++) {
+    char *p = g_build_filename(f->dir, names[i], NULL);
+    g_remove(p);
+    g_free(p);
+  }
+  em_error err = {0};
+  for (int round = 0; round < 2; round++) { /* missing, then 0 bytes */
+    g_assert_null(em_store_open(f->dir, false, &err));
+    g_assert_nonnull(strstr(err.msg, "missing or empty"));
+    g_assert_nonnull(strstr(err.msg, "holds recorded files"));
+    g_assert_cmpint(g_file_test(db, G_FILE_TEST_EXISTS), ==, round == 1);
+    for (int i = 1; i <= 5; i++) g_assert_true(g_file_test(f->paths[i], G_FILE_TEST_EXISTS));
+    g_assert_true(g_file_set_contents(db, "", 0, NULL));
+  }
+  g_free(db);
+}
+
 /* what serve watches (an alias can move) and what resolution reads as a
  * version number agree */
 static void test_ref_names_alias(void) {
@@ -277,5 +328,7 @@ int main(int argc, char **argv) {
   ADD("/store/models/promote-rollback", test_promote_rollback);
   g_test_add_func("/store/models/ref-names-alias", test_ref_names_alias);
   ADD("/store/artifacts/gc", test_gc);
+  ADD("/store/artifacts/delete-keeps-outside-files", test_delete_keeps_outside_files);
+  ADD("/store/open/lost-database", test_lost_database);
   return g_test_run();
 }
