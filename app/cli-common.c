@@ -177,19 +177,20 @@ em_status cli_run_id(em_store *s, const char *text, int64_t *id, em_error *err) 
   return EM_OK;
 }
 
+/* Times past the year 9999 and durations past 30,000 years come only
+ * from a damaged registry: shown as "-", like a missing one. */
+#define CLI_MAX_UNIX_S 253402300799.0
+#define CLI_MAX_DURATION_S 1e12
+
 void cli_format_time(double unix_s, char *buf, size_t cap) {
-  if (!(unix_s > 0)) {
-    snprintf(buf, cap, "-");
-    return;
-  }
-  time_t t = (time_t)unix_s;
+  time_t t = (time_t)(unix_s > 0 && unix_s <= CLI_MAX_UNIX_S ? unix_s : 0);
   struct tm tm;
-  localtime_r(&t, &tm);
-  strftime(buf, cap, "%Y-%m-%d %H:%M", &tm);
+  if (t == 0 || !localtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%d %H:%M", &tm))
+    snprintf(buf, cap, "-");
 }
 
 void cli_format_duration(double s, char *buf, size_t cap) {
-  if (!isfinite(s) || s < 0) {
+  if (!isfinite(s) || s < 0 || s > CLI_MAX_DURATION_S) {
     snprintf(buf, cap, "-");
     return;
   }

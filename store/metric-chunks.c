@@ -17,6 +17,8 @@
  * before them) are rewritten. */
 #include "store-private.h"
 
+#include <limits.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -177,7 +179,8 @@ em_status em_metric_chunks_read(em_store *s, int64_t run, int64_t key_id, em_met
   while (!(st = EM_SQL_STEP(s, q, &row, err)) && row) {
     int64_t cn = sqlite3_column_int64(q, 0);
     const guchar *blob = sqlite3_column_blob(q, 1);
-    if (cn < 0 || sqlite3_column_bytes(q, 1) != cn * POINT_BYTES || (cn && !blob)) {
+    if (cn < 0 || cn > INT_MAX / POINT_BYTES ||
+        sqlite3_column_bytes(q, 1) != cn * POINT_BYTES || (cn && !blob)) {
       st = em_error_set(err, EM_ERR_FORMAT,
                         "registry %s: a metric chunk of run %lld is damaged (%d bytes for %lld "
                         "points); restore a backup",

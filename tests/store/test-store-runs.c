@@ -431,7 +431,12 @@ static void test_metrics_merge(fixture *f, gconstpointer data) {
                   ==, 0);
   g_test_message("%lld points written, %lld distinct steps in %lld chunks", (long long)written,
                  (long long)want, (long long)st_raw_int(raw, "SELECT count(*) FROM metric_chunks"));
+  /* a chunk whose count, times the point size, overflows: damaged, not UB */
+  g_assert_cmpint(st_raw_exec(raw, "UPDATE metric_chunks SET n = 2305843009213693953 WHERE id = "
+                                   "(SELECT min(id) FROM metric_chunks)", NULL), ==, SQLITE_OK);
   sqlite3_close(raw);
+  g_assert_cmpint(em_store_metrics_get(f->s, run, "loss", &p, &n, &err), ==, EM_ERR_FORMAT);
+  g_assert_nonnull(strstr(err.msg, "damaged"));
   g_rand_free(rng);
   g_free(ref);
   g_free(has);
