@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <glib.h>
 #include <jansson.h>
 
 typedef struct {
@@ -557,7 +558,12 @@ char *serve_model_metadata(const serve_model *m, size_t *len) {
 }
 
 char *serve_error_body(const char *msg, size_t *len) {
+  /* A message quotes the request (a path, a key) and may cut it inside a
+   * character: JSON strings are UTF-8, and jansson takes nothing else (the
+   * body came out as {}), so bad bytes become U+FFFD. */
+  char *valid = g_utf8_make_valid(msg, -1);
   json_t *root = json_object();
-  json_object_set_new(root, "error", json_string(msg));
+  json_object_set_new(root, "error", json_string(valid));
+  g_free(valid);
   return dump(root, len);
 }

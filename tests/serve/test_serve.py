@@ -319,6 +319,13 @@ class ServeTest(unittest.TestCase):
             st, r = s.request("POST", "/v2/models/mlp/infer", body)
             self.assertEqual(st, 400, (body[:80], r))
             self.assertIn(needle, r["error"], body[:80])
+        # an error that quotes bytes that are not UTF-8 still says what is wrong
+        st, r = s.request("GET", "/v2/models/%FF%FE")
+        self.assertEqual(st, 404, r)
+        self.assertIn("\ufffd", r["error"])
+        st, r = s.request("GET", "/v2/models/a" + "%C3%A9" * 75)
+        self.assertEqual(st, 404, r)
+        self.assertIn("\u00e9\u00e9", r["error"])
 
     def test_body_cap(self):
         s = self.srv
