@@ -3,6 +3,7 @@
  * and `ember info SPEC` (the layer table). Neither touches the registry.
  * eval --device evaluates where it is told (the weights are loaded on the
  * host and moved there). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -80,9 +81,14 @@ int cli_cmd_eval(int argc, char **argv) {
     json_decref(mj);
     fprintf(stderr, "test loss %.4f, accuracy %.2f%%%s on %lld samples\n", loss, 100 * acc,
             app_metrics_text(mbuf, sizeof mbuf), (long long)em_dataset_len(test));
-    printf("{\"model\":\"%s\",\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"quantization\":\"%s\","
+    if (!isfinite(loss))
+      fprintf(stderr, "ember: warning: the test loss is %s: the model's outputs overflow on "
+              "this data\n", isnan(loss) ? "NaN" : "infinite");
+    char loss_text[32]; /* JSON has no NaN or Infinity: null */
+    snprintf(loss_text, sizeof loss_text, isfinite(loss) ? "%.6g" : "null", loss);
+    printf("{\"model\":\"%s\",\"test_loss\":%s,\"test_accuracy\":%.6g,\"quantization\":\"%s\","
            "\"peak_rss_mb\":%.1f,\"metrics\":%s}\n",
-           em_spec_name(spec), loss, acc, qmode != EM_QUANT_NONE ? "int8" : "none",
+           em_spec_name(spec), loss_text, acc, qmode != EM_QUANT_NONE ? "int8" : "none",
            (double)ru.ru_maxrss / 1024.0, metrics ? metrics : "{}");
     free(metrics);
   }

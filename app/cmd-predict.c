@@ -103,7 +103,7 @@ static void print_sample(const char *source, const scored *s, int top_k, int64_t
     for (int j = 0; j < top_k; j++) {
       json_array_append_new(idx, json_integer(s[j].k));
       json_array_append_new(nm, json_text(class_name(names, s[j].k, buf, sizeof buf)));
-      json_array_append_new(pr, json_real(s[j].p));
+      json_array_append_new(pr, isfinite(s[j].p) ? json_real(s[j].p) : json_null());
     }
     json_object_set_new(o, "source", json_text(source));
     json_object_set_new(o, "top_k", idx);

@@ -5,6 +5,7 @@
  * A model on a device is saved from host copies and loaded through one. */
 #include "train-private.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,27 +29,59 @@ em_status em_model_save(const em_model *m, const char *path, em_error *err) {
   return st;
 }
 
+/* The values of a float tensor (contiguous, on the host) that are NaN or
+ * infinite. */
+static int64_t count_nonfinite(const em_tensor *t) {
+  int64_t n = em_tensor_numel(t), bad = 0;
+  if (t->dtype == EM_DTYPE_F32) {
+    const float *v = em_f32(t);
+    for (int64_t i = 0; i < n; i++) bad += !isfinite(v[i]);
+  } else if (t->dtype == EM_DTYPE_F64) {
+    const double *v = em_f64(t);
+    for (int64_t i = 0; i < n; i++) bad += !isfinite(v[i]);
+  }
+  return bad;
+}
+
+/* t (host) as read from path: its values must all be numbers. */
+static em_status check_finite(const em_tensor *t, const char *name, const char *path,
+                              em_error *err) {
+  int64_t bad = count_nonfinite(t);
+  if (bad == 0) return EM_OK;
+  return em_error_set(err, EM_ERR_FORMAT,
+                      "'%s': tensor '%s' holds %lld NaN or infinite value%s of %lld; such "
+                      "weights give no meaningful output (saved from a run that diverged?)",
+                      path, name, (long long)bad, bad == 1 ? "" : "s",
+                      (long long)em_tensor_numel(t));
+}
+
 em_status em_model_load(em_model *m, const char *path, em_error *err) {
   em_safetensors *f = em_safetensors_open(path, err);
   if (!f) return err ? err->status : EM_ERR_IO;
-  int n = em_model_tensor_count(m);
+  const char *format = em_safetensors_meta(f, "format");
+  bool checkpoint = format && strcmp(format, "ember-checkpoint") == 0;
   em_status st = EM_OK;
+  /* A checkpoint (a registered version's weights) carries a checksum over
+   * everything it holds: checked as resuming checks it. */
+  int64_t ck_step, ck_epoch;
+  if (checkpoint) st = em_checkpoint_verify(path, &ck_step, &ck_epoch, err);
+  int n = em_model_tensor_count(m);
   /* Every tensor of the model must be in the file... */
   for (int i = 0; i < n && st == EM_OK; i++) {
     const char *name;
     em_tensor *t = em_model_tensor(m, i, &name);
     if (!em_on_device(t)) {
       st = em_safetensors_read(f, name, t, err);
+      if (st == EM_OK) st = check_finite(t, name, path, err);
       continue;
     }
     em_tensor *h = em_tensor_new(t->dtype, t->ndim, t->shape, err); /* through the host */
     st = h ? em_safetensors_read(f, name, h, err) : (err ? err->status : EM_ERR_NOMEM);
+    if (st == EM_OK) st = check_finite(h, name, path, err);
     if (st == EM_OK) em_tensor_copy_(t, h);
     em_tensor_free(h);
   }
   /* ...and the file must hold nothing the model does not know. */
-  const char *format = em_safetensors_meta(f, "format");
-  bool checkpoint = format && strcmp(format, "ember-checkpoint") == 0;
   for (int k = 0; k < em_safetensors_count(f) && st == EM_OK; k++) {
     const char *fname = em_safetensors_name(f, k);
     if (checkpoint && strncmp(fname, "optim/", 6) == 0) continue;

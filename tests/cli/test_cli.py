@@ -14,6 +14,7 @@ import gzip
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,14 @@ class Base(unittest.TestCase):
         with open(path, "w" if isinstance(text, str) else "wb") as f:
             f.write(text)
         return path
+
+    def poke_value(self, path, tensor, value):
+        """Sets the first value of a float tensor in a safetensors file."""
+        with open(path, "r+b") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+            f.seek(8 + n + header[tensor]["data_offsets"][0])
+            f.write(struct.pack("<f", value))
 
     def mlp_spec(self, **changes):
         with open(spec_path("fmnist-mlp.json")) as f:
@@ -181,6 +190,33 @@ class BadData(Base):
         self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", short],
                    "s.safetensors")
 
+    def test_nonfinite_weights(self):
+        w = os.path.join(self.tmp, "w.safetensors")
+        p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--save", w)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for value in (float("nan"), float("inf")):
+            self.poke_value(w, "fc2.bias", value)
+            for args in (["train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", w],
+                         ["export", spec_path("fmnist-mlp.json"), "--weights", w, "-o",
+                          os.path.join(self.tmp, "m.onnx")]):
+                self.fails(args, "w.safetensors", "fc2.bias", "NaN or infinite")
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "m.onnx")))
+
+    def test_checkpoint_as_weights_is_checked(self):
+        """A training checkpoint used as weights (a registered version's file) is
+        checked against its checksum, as resuming checks it."""
+        d = os.path.join(self.tmp, "ck")
+        p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--dataset", "synthetic",
+                "--limit", "256", "--no-record", "--checkpoint-dir", d, "--checkpoint-every", "2",
+                "--quiet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        ck = os.path.join(d, sorted(os.listdir(d))[-1])
+        p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", ck)
+        self.assertEqual(p.returncode, 0, p.stderr)  # whole: loads
+        self.poke_value(ck, "fc3.weight", 0.0)
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", ck],
+                   os.path.basename(ck), "corrupt")
+
     def test_weights_of_another_model(self):
         cnn = os.path.join(self.tmp, "cnn.safetensors")
         p = run("train", spec_path("fmnist-cnn.json"), "--epochs", "0", "--save", cnn)
@@ -207,6 +243,19 @@ class Training(Base):
         self.assertEqual(p.returncode, 0, p.stderr)
         ev = json.loads(p.stdout.strip().splitlines()[-1])
         self.assertAlmostEqual(ev["test_accuracy"], res["test_accuracy"], places=6)
+
+    def test_overflowing_outputs_give_valid_json(self):
+        """Finite weights whose outputs overflow: eval says so, and its JSON stays JSON."""
+        w = os.path.join(self.tmp, "w.safetensors")
+        p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--save", w)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.poke_value(w, "fc3.bias", 3e38)
+        self.poke_value(w, "fc2.bias", 3e38)
+        p = run("eval", spec_path("fmnist-mlp.json"), "--weights", w)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        ev = json.loads(p.stdout.strip().splitlines()[-1])  # no bare nan
+        self.assertIsNone(ev["test_loss"])
+        self.assertIn("overflow", p.stderr)
 
     def test_same_seed_same_weights(self):
         """The same seed and thread count give bit-identical weights."""
