@@ -23,7 +23,10 @@ void cli_die_usage(const char *fmt, ...) {
   exit(CLI_EXIT_USAGE);
 }
 
+/* "ember: WHAT: message"; WHAT (often a file name) is left out when the
+ * message names it already. */
 static void report(const em_error *err, const char *what) {
+  if (what && err->msg[0] && strstr(err->msg, what)) what = NULL;
   fprintf(stderr, "ember: %s%s%s\n", what ? what : "", what ? ": " : "",
           err->msg[0] ? err->msg : em_status_name(err->status));
 }

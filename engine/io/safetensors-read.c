@@ -159,6 +159,9 @@ static em_status parse_header(em_safetensors *f, const char *text, size_t len, u
                               em_error *err) {
   json_error_t jerr;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root && strncmp(jerr.text, "end of file expected", 20) == 0) /* jansson's words */
+    return em_error_set(err, EM_ERR_FORMAT, "'%s': the header has bytes after its JSON object "
+                        "(only spaces may pad it): corrupt or not a safetensors file", f->path);
   if (!root)
     return em_error_set(err, EM_ERR_FORMAT, "'%s': the header is not valid JSON (%s at byte "
                         "%d): corrupt or not a safetensors file", f->path, jerr.text,

@@ -243,7 +243,7 @@ static em_status check_format(em_safetensors *f, const char *path, em_error *err
                         "or position to resume from", path);
   if (!ver || strcmp(ver, EM_CKPT_VERSION) != 0)
     return em_error_set(err, EM_ERR_FORMAT,
-                        "checkpoint '%s' has version %.20s; this Ember reads version "
+                        "checkpoint '%s' has version \"%.20s\"; this Ember reads version "
                         EM_CKPT_VERSION ": use the Ember that wrote it", path,
                         ver ? ver : "(none)");
   return EM_OK;

@@ -104,6 +104,12 @@ em_status em_dataset_files_named(const char *name, const char *dir, bool train,
 em_status em_train_check_fit(const em_spec *spec, const em_dataset *ds, const char *dsname,
                              em_loss_kind loss, em_error *err) {
   int64_t ss[EM_MAX_DIMS], ds_shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
+  if (em_spec_input_dtype(spec) != EM_DTYPE_F32) /* the loader's batches are f32 */
+    return em_error_set(err, EM_ERR_INVALID,
+                        "the spec's input is %s indices (for an Embedding) but the %s dataset "
+                        "gives f32 samples; the built-in datasets (IDX, CIFAR-10, CSV, synthetic) "
+                        "hold images and feature rows, not indices",
+                        em_dtype_name(em_spec_input_dtype(spec)), dsname);
   int sn = em_spec_input_shape(spec, ss), dn = em_dataset_sample_shape(ds, ds_shape);
   int64_t sp = 1, dp = 1;
   for (int i = 0; i < sn; i++) sp *= ss[i];

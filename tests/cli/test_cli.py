@@ -141,6 +141,16 @@ class BadSpec(Base):
         self.fails(["train", self.write("s.json", json.dumps(spec)), "--epochs", "1",
                     "--limit", "256"], "10 classes")
 
+    def test_index_input_on_an_image_dataset(self):
+        spec = {"name": "embed", "input": {"shape": [8], "dtype": "i64"},
+                "nodes": [{"name": "emb", "type": "Embedding", "num_embeddings": 100,
+                           "embedding_dim": 4}, {"name": "flat", "type": "Flatten"},
+                          {"name": "fc", "type": "Linear", "out_features": 10}],
+                "training": {"dataset": "synthetic", "optimizer": "sgd", "lr": 0.1}}
+        p = self.fails(["train", self.write("e.json", json.dumps(spec)), "--epochs", "1",
+                        "--limit", "256", "--no-record"], "i64 indices", "synthetic")
+        self.assertNotIn("training stopped", p.stderr)  # refused before it starts
+
 
 class BadFlags(Base):
     def test_bad_numbers(self):
