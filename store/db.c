@@ -32,6 +32,12 @@ static const char *hint_for(sqlite3 *db, int rc) {
       return "a row names a run, model, version or checkpoint that does not exist";
     if (ext == SQLITE_CONSTRAINT_TRIGGER) return "the registry refuses this change";
     return "the row conflicts with what the registry holds";
+  case SQLITE_ERROR:
+    if (db && (strstr(sqlite3_errmsg(db), "no such table") ||
+               strstr(sqlite3_errmsg(db), "no such column")))
+      return "registry.db lacks a table or column that its schema version has: the file was "
+             "altered or damaged; move it aside and restore a backup";
+    return "this is a bug in Ember's registry code; please report it with this message";
   default: return "this is a bug in Ember's registry code; please report it with this message";
   }
 }

@@ -248,6 +248,12 @@ em_store *em_store_open(const char *dir, bool read_only, em_error *err) {
   char db_path[PATH_MAX], art_dir[PATH_MAX];
   snprintf(db_path, sizeof db_path, "%s/registry.db", dir);
   bool exists = g_file_test(db_path, G_FILE_TEST_EXISTS);
+  if (exists && !g_file_test(db_path, G_FILE_TEST_IS_REGULAR)) {
+    em_error_set(err, EM_ERR_IO, "%s is not a file (a folder or a device?): it was left as it "
+                 "is; move it aside, or point EMBER_HOME (or --registry) at another folder",
+                 db_path);
+    return NULL;
+  }
   if (read_only && !exists) {
     em_error_set(err, EM_ERR_IO,
                  "no registry in %s (registry.db is absent); record a run first, or point "

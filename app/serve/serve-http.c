@@ -245,8 +245,10 @@ static enum MHD_Result finish_infer(req_ctx *c) {
     size_t len = 0;
     char *body = serve_infer_format(m, &c->req, c->job.out, &len);
     if (body) ok = respond_json(c, 200, body, len);
-    else ok = respond_error(c, 500, NULL, "the model's output holds NaN or Inf (too large an "
-                            "input?), which JSON cannot carry");
+    else /* the weights are finite (em_model_load): the input made the output overflow */
+      ok = respond_error(c, 400, NULL, "the model's output for this input holds NaN or Inf, "
+                         "which JSON cannot carry: its values are far outside what the model "
+                         "was trained on");
   }
   release_infer(c);
   return ok;

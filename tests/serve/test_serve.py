@@ -290,6 +290,7 @@ class ServeTest(unittest.TestCase):
             (variant(data=[[0.5] * 784, 1, 2]), "786 elements"),
             (variant(data=[0.5] * 784 + [None] * 784), "not a number"),
             (variant(data=[1e39] * 1568), "FP32"),
+            (variant(data=[3e38] * 1568), "far outside"),  # the output overflows: the input's doing
             (b"[1, 2]", "JSON object"),
             (json.dumps({"inputs": []}).encode(), "inputs"),
             (json.dumps(dict(good, extra=1)).encode(), "unknown key"),
