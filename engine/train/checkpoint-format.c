@@ -193,18 +193,28 @@ static uLong crc_tensor(uLong crc, const char *name, const em_tensor *t) {
   return crc;
 }
 
+uint32_t em_checkpoint_crc_start(void) { return (uint32_t)crc32_z(0, Z_NULL, 0); }
+
+uint32_t em_checkpoint_crc_tensor(uint32_t crc, const char *name, const em_tensor *t) {
+  return (uint32_t)crc_tensor(crc, name, t);
+}
+
+uint32_t em_checkpoint_crc_meta(uint32_t crc, em_ckpt_meta *meta, int n_meta) {
+  qsort(meta, (size_t)n_meta, sizeof *meta, cmp_ck_meta);
+  for (int i = 0; i < n_meta; i++) {
+    if (strcmp(meta[i].key, "checksum") == 0) continue;
+    crc = (uint32_t)crc_bytes(crc, meta[i].key, strlen(meta[i].key) + 1);
+    crc = (uint32_t)crc_bytes(crc, meta[i].value, strlen(meta[i].value) + 1);
+  }
+  return crc;
+}
+
 /* Sorts both lists in place and returns the checksum of their contents;
  * the "checksum" entry itself is skipped. */
 uint32_t em_checkpoint_checksum(em_ckpt_tensor *ts, int n, em_ckpt_meta *meta, int n_meta) {
   qsort(ts, (size_t)n, sizeof *ts, em_ckpt_tensor_cmp);
-  qsort(meta, (size_t)n_meta, sizeof *meta, cmp_ck_meta);
-  uLong crc = crc32_z(0, Z_NULL, 0);
-  for (int i = 0; i < n; i++) crc = crc_tensor(crc, ts[i].name, ts[i].t);
-  for (int i = 0; i < n_meta; i++) {
-    if (strcmp(meta[i].key, "checksum") == 0) continue;
-    crc = crc_bytes(crc, meta[i].key, strlen(meta[i].key) + 1);
-    crc = crc_bytes(crc, meta[i].value, strlen(meta[i].value) + 1);
-  }
-  return (uint32_t)crc;
+  uint32_t crc = em_checkpoint_crc_start();
+  for (int i = 0; i < n; i++) crc = em_checkpoint_crc_tensor(crc, ts[i].name, ts[i].t);
+  return em_checkpoint_crc_meta(crc, meta, n_meta);
 }
 

@@ -202,25 +202,30 @@ static em_status parse_state(em_safetensors *f, const char *path, ckpt_state *s,
   return EM_OK;
 }
 
-/* The optimiser's step counts against the position's: the optimiser's
- * own is the position's, and a parameter's (Adam's bias correction)
- * counts the steps that updated it, at most the run's. */
-static em_status check_step_counts(ckpt_tensors *c, const char *path, int64_t step,
-                                   em_error *err) {
-  em_tensor *saved_steps = find_tensor(c, "optim/optimizer.step");
-  if (saved_steps && *em_i64(saved_steps) != step)
+/* A step count among the optimiser's state against the position's: the
+ * optimiser's own is the position's, and a parameter's (Adam's bias
+ * correction) counts the steps that updated it, at most the run's. */
+static em_status check_step_count(const char *name, const em_tensor *v, const char *path,
+                                  int64_t step, em_error *err) {
+  size_t len = strlen(name);
+  if (v->dtype != EM_DTYPE_I64 || em_tensor_numel(v) != 1 || len <= 5 ||
+      strcmp(name + len - 5, ".step") != 0)
+    return EM_OK;
+  int64_t got = *em_i64(v);
+  if (strcmp(name, "optim/optimizer.step") == 0 && got != step)
     return em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s' is inconsistent: \"step\" is %lld "
                         "but the optimiser state says %lld", path, (long long)step,
-                        (long long)*em_i64(saved_steps));
-  for (int i = 0; i < c->n; i++) {
-    const em_tensor *v = c->e[i].t;
-    size_t len = strlen(c->e[i].name);
-    if (v->dtype == EM_DTYPE_I64 && em_tensor_numel(v) == 1 && len > 5 &&
-        strcmp(c->e[i].name + len - 5, ".step") == 0 && (*em_i64(v) < 0 || *em_i64(v) > step))
-      return em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s' is inconsistent: '%s' is %lld "
-                          "but \"step\" is %lld", path, c->e[i].name, (long long)*em_i64(v),
-                          (long long)step);
-  }
+                        (long long)got);
+  if (got < 0 || got > step)
+    return em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s' is inconsistent: '%s' is %lld "
+                        "but \"step\" is %lld", path, name, (long long)got, (long long)step);
+  return EM_OK;
+}
+
+static em_status check_step_counts(ckpt_tensors *c, const char *path, int64_t step,
+                                   em_error *err) {
+  for (int i = 0; i < c->n; i++)
+    EM_TRY(check_step_count(c->e[i].name, c->e[i].t, path, step, err));
   return EM_OK;
 }
 
@@ -249,15 +254,25 @@ static em_status check_format(em_safetensors *f, const char *path, em_error *err
   return EM_OK;
 }
 
-/* The checksum the file carries against its contents. */
-static em_status check_checksum(em_safetensors *f, const char *path, ckpt_tensors *c,
-                                em_error *err) {
-  const char *want = em_safetensors_meta(f, "checksum");
+/* The checksum the file's metadata carries. */
+static em_status wanted_checksum(em_safetensors *f, const char *path, uint32_t *want,
+                                 em_error *err) {
+  const char *text = em_safetensors_meta(f, "checksum");
   unsigned int w;
   int used = 0;
-  if (!want || sscanf(want, "crc32:%8x%n", &w, &used) != 1 || want[used] != '\0')
+  if (!text || sscanf(text, "crc32:%8x%n", &w, &used) != 1 || text[used] != '\0')
     return em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s' has no valid \"checksum\" in its "
                         "metadata", path);
+  *want = (uint32_t)w;
+  return EM_OK;
+}
+
+/* crc, the tensors' part of the checksum, finished with the file's
+ * metadata and held against what the file carries. */
+static em_status finish_checksum(em_safetensors *f, const char *path, uint32_t crc,
+                                 em_error *err) {
+  uint32_t want = 0;
+  EM_TRY(wanted_checksum(f, path, &want, err));
   int nm = em_safetensors_meta_count(f);
   em_ckpt_meta *meta = calloc((size_t)(nm ? nm : 1), sizeof *meta);
   if (!meta) return em_error_set(err, EM_ERR_NOMEM, "out of memory");
@@ -265,14 +280,25 @@ static em_status check_checksum(em_safetensors *f, const char *path, ckpt_tensor
     meta[i].key = em_safetensors_meta_key(f, i);
     meta[i].value = em_safetensors_meta(f, meta[i].key);
   }
-  uint32_t got = em_checkpoint_checksum(c->e, c->n, meta, nm);
+  uint32_t got = em_checkpoint_crc_meta(crc, meta, nm);
   free(meta);
-  if (got != (uint32_t)w)
+  if (got != want)
     return em_error_set(err, EM_ERR_FORMAT,
                         "checkpoint '%s' is corrupt: its contents do not match the checksum "
-                        "written with it (crc32 %08" PRIx32 ", expected %08x); use another "
-                        "checkpoint", path, got, w);
+                        "written with it (crc32 %08" PRIx32 ", expected %08" PRIx32 "); use "
+                        "another checkpoint", path, got, want);
   return EM_OK;
+}
+
+/* The checksum the file carries against its contents (all in c). */
+static em_status check_checksum(em_safetensors *f, const char *path, ckpt_tensors *c,
+                                em_error *err) {
+  uint32_t want = 0;
+  EM_TRY(wanted_checksum(f, path, &want, err)); /* before reading through the tensors */
+  qsort(c->e, (size_t)c->n, sizeof *c->e, em_ckpt_tensor_cmp);
+  uint32_t crc = em_checkpoint_crc_start();
+  for (int i = 0; i < c->n; i++) crc = em_checkpoint_crc_tensor(crc, c->e[i].name, c->e[i].t);
+  return finish_checksum(f, path, crc, err);
 }
 
 /* Reads, checks and applies path to t. Nothing of t changes unless every
@@ -413,30 +439,62 @@ em_status em_checkpoint_read_meta(const char *path, const char *key, char *out, 
   return st;
 }
 
+static int cmp_name_ptr(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The file's tensors one at a time, in the checksum's order (a checkpoint
+ * is never held whole: the registry's sweep and every weights load check
+ * it), against its checksum and, when step >= 0, the position's step
+ * counts. */
+static em_status verify_tensors(em_safetensors *f, const char *path, int64_t step,
+                                em_error *err) {
+  int n = em_safetensors_count(f);
+  const char **names = calloc((size_t)(n ? n : 1), sizeof *names);
+  if (!names) return em_error_set(err, EM_ERR_NOMEM, "out of memory checking '%s'", path);
+  for (int i = 0; i < n; i++) names[i] = em_safetensors_name(f, i);
+  qsort(names, (size_t)n, sizeof *names, cmp_name_ptr);
+  uint32_t crc = em_checkpoint_crc_start();
+  em_status st = EM_OK;
+  for (int i = 0; i < n && st == EM_OK; i++) {
+    em_dtype dt;
+    int nd;
+    int64_t shape[EM_MAX_DIMS];
+    st = em_safetensors_info(f, names[i], &dt, &nd, shape, err);
+    em_tensor *t = st == EM_OK ? em_tensor_new(dt, nd, shape, err) : NULL;
+    if (st == EM_OK && !t) st = err ? err->status : EM_ERR_NOMEM;
+    if (st == EM_OK) st = em_safetensors_read(f, names[i], t, err);
+    if (st == EM_OK) crc = em_checkpoint_crc_tensor(crc, names[i], t);
+    if (st == EM_OK && step >= 0) st = check_step_count(names[i], t, path, step, err);
+    em_tensor_free(t);
+  }
+  free(names);
+  return st == EM_OK ? finish_checksum(f, path, crc, err) : st;
+}
+
 em_status em_checkpoint_verify(const char *path, int64_t *step, int64_t *epoch, em_error *err) {
-  em_error e = {0};
-  ckpt_tensors c = {0};
-  int64_t ep = 0, batch = 0, stp = 0;
+  em_error e = {0}, es = {0};
+  ckpt_state state;
+  uint32_t want = 0;
   em_safetensors *f = em_safetensors_open(path, &e);
   em_status st = f ? check_format(f, path, &e) : e.status;
-  if (st == EM_OK) st = read_all(f, path, &c, &e);
-  if (st == EM_OK) st = check_checksum(f, path, &c, &e);
-  ckpt_state state;
-  if (st == EM_OK) st = parse_state(f, path, &state, 0, &e);
-  if (st == EM_OK) st = check_step_counts(&c, path, state.pos.step, &e);
-  if (st == EM_OK) {
-    ep = state.pos.epoch;
-    batch = state.pos.batch;
-    stp = state.pos.step;
+  if (st == EM_OK) st = wanted_checksum(f, path, &want, &e);
+  /* the position first (metadata only); a damaged file is reported as
+   * corrupt before its position as inconsistent */
+  em_status st_state = st == EM_OK ? parse_state(f, path, &state, 0, &es) : st;
+  if (st == EM_OK)
+    st = verify_tensors(f, path, st_state == EM_OK ? state.pos.step : -1, &e);
+  if (st == EM_OK && st_state != EM_OK) {
+    st = st_state;
+    e = es;
   }
-  ckpt_tensors_free(&c);
   em_safetensors_close(f);
   if (st != EM_OK) {
     if (err) *err = e;
     return st;
   }
-  *step = stp;
+  *step = state.pos.step;
   /* after an epoch's last batch the position is the next epoch's start */
-  *epoch = batch == 0 && ep > 0 ? ep - 1 : ep;
+  *epoch = state.pos.batch == 0 && state.pos.epoch > 0 ? state.pos.epoch - 1 : state.pos.epoch;
   return EM_OK;
 }

@@ -139,6 +139,12 @@ int em_ckpt_tensor_cmp(const void *a, const void *b); /* by name, for qsort and 
  * (each tensor's name, dtype, shape and data; each metadata key and value
  * but "checksum"). */
 uint32_t em_checkpoint_checksum(em_ckpt_tensor *ts, int n, em_ckpt_meta *meta, int n_meta);
+/* The same checksum in parts, for a file read one tensor at a time:
+ * start, each tensor in name order (strcmp), then the metadata (sorted in
+ * place). */
+uint32_t em_checkpoint_crc_start(void);
+uint32_t em_checkpoint_crc_tensor(uint32_t crc, const char *name, const em_tensor *t);
+uint32_t em_checkpoint_crc_meta(uint32_t crc, em_ckpt_meta *meta, int n_meta);
 
 /* Makes dir (and its parents) when missing and puts its absolute path in
  * abs. */
