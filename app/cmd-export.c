@@ -30,11 +30,17 @@ static int export_model(const em_spec *spec, const char *weights, const char *ou
   em_error err = {0};
   em_model *model = em_model_new(spec, 0, &err);
   int rc = 0;
+  em_quant_report rep = {0};
   if (!model) rc = cli_fail(&err, NULL);
   else if (em_model_load(model, weights, &err) != EM_OK) rc = cli_fail1(&err, weights);
-  else if (qmode != EM_QUANT_NONE && em_model_quantize(model, qmode, NULL, &err) != EM_OK)
+  else if (qmode != EM_QUANT_NONE && em_model_quantize(model, qmode, &rep, &err) != EM_OK)
     rc = cli_fail(&err, "--quantize");
-  else if (em_export_onnx(model, out, meta, &err) != EM_OK) rc = cli_fail(&err, out);
+  else if (qmode != EM_QUANT_NONE && rep.layers_quantized == 0) {
+    /* the file would say int8 and hold f32 only */
+    fprintf(stderr, "ember: --quantize int8: model '%s' has no Linear layer, the layers int8 "
+            "covers; export it without --quantize\n", em_spec_name(spec));
+    rc = CLI_EXIT_USAGE;
+  } else if (em_export_onnx(model, out, meta, &err) != EM_OK) rc = cli_fail(&err, out);
   em_model_free(model);
   return rc;
 }

@@ -85,9 +85,12 @@ static em_status build_graph(em_onnx_builder *b, const em_model *m, em_error *er
         return em_error_set(err, EM_ERR_NOMEM, "out of memory building the ONNX graph");
       continue;
     }
+    /* Values take their node's name; a node named like the graph's input
+     * or output gets "<name>/value", which no node name can be (they hold
+     * no '/'; "output_value" could be another node's). */
     value[i] = is_out ? "output"
                : (!strcmp(sn->name, "input") || !strcmp(sn->name, "output"))
-                   ? em_onnx_printf(b, "%s_value", sn->name)
+                   ? em_onnx_printf(b, "%s/value", sn->name)
                    : sn->name;
     em_tensor *t[EM_LAYER_MAX_PARAMS];
     const char *tn[EM_LAYER_MAX_PARAMS];
@@ -120,39 +123,12 @@ static bool write_all(int fd, const uint8_t *p, size_t n) {
 }
 
 static em_status write_atomic(const char *path, const uint8_t *data, size_t len, em_error *err) {
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 16);
-  if (!tmp) return em_error_set(err, EM_ERR_NOMEM, "out of memory");
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp-XXXXXX", 12);
-  int fd = mkostemp(tmp, O_CLOEXEC);
-  if (fd < 0) {
-    em_status st = em_error_set(err, EM_ERR_IO,
-                                "cannot create a temporary file next to '%s': %s (check that "
-                                "the folder exists and is writable)",
-                                path, strerror(errno));
-    free(tmp);
-    return st;
-  }
-  em_status st = EM_OK;
-  if (!write_all(fd, data, len))
-    st = em_error_set(err, EM_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
-  if (st == EM_OK && fchmod(fd, 0644) != 0)
-    st = em_error_set(err, EM_ERR_IO, "cannot set the mode of '%s': %s", tmp, strerror(errno));
-  if (st == EM_OK && fsync(fd) != 0)
-    st = em_error_set(err, EM_ERR_IO, "cannot sync '%s': %s", tmp, strerror(errno));
-  if (close(fd) != 0 && st == EM_OK)
-    st = em_error_set(err, EM_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
-  if (st == EM_OK && rename(tmp, path) != 0)
-    st = em_error_set(err, EM_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
-                      strerror(errno));
-  if (st != EM_OK) {
-    unlink(tmp);
-  } else {
-    em_sync_parent(path);
-  }
-  free(tmp);
-  return st;
+  em_atomic_file f;
+  em_status st = em_atomic_begin(path, &f, err);
+  if (st != EM_OK) return st;
+  if (!write_all(f.fd, data, len))
+    st = em_error_set(err, EM_ERR_IO, "cannot write '%s': %s", f.tmp, strerror(errno));
+  return em_atomic_end(&f, st, err);
 }
 
 em_status em_export_onnx(const em_model *m, const char *path, const em_export_meta *meta,
@@ -229,8 +205,16 @@ em_status em_export_onnx(const em_model *m, const char *path, const em_export_me
   }
   if (st == EM_OK) {
     size_t len = onnx__model_proto__get_packed_size(mp);
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf) {
+    /* protobuf's parsers stop at 2 GiB a message: weights past that go in
+     * ONNX's external data files, which this exporter does not write */
+    uint8_t *buf = len <= (size_t)INT32_MAX ? malloc(len ? len : 1) : NULL;
+    if (len > (size_t)INT32_MAX) {
+      st = em_error_set(err, EM_ERR_UNSUPPORTED,
+                        "the model is %.2f GiB as ONNX, over the 2 GiB a protobuf file can "
+                        "hold (no reader would load it); weights in external data files are "
+                        "not written by this exporter",
+                        (double)len / (1u << 30));
+    } else if (!buf) {
       st = em_error_set(err, EM_ERR_NOMEM, "out of memory serialising the ONNX model (%zu bytes)",
                         len);
     } else {

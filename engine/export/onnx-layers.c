@@ -171,16 +171,15 @@ static void gelu(em_onnx_builder *b, const char *name, const char *x, const char
  * operators:
  *   d = x - mean(x); y = d / sqrt(mean(d^2) + eps) * weight + bias
  * (the biased variance, as Ember and PyTorch compute it). The means are
- * MatMuls with a (D, 1) column of 1/D and go back to (.., D) through a
- * MatMul with a (1, D) row of ones, so every elementwise op sees equal
- * shapes. Opset 17 has LayerNormalization, but consumers that predate it
+ * MatMuls of (rows, D) with a (D, 1) column of 1/D and go back to
+ * (rows, D) through a MatMul with a (1, D) row of ones, so every
+ * elementwise op sees equal shapes. Opset 17 has LayerNormalization, but consumers that predate it
  * (Debian 12's OpenCV 4.6) cannot load it, nor broadcast (N, D) against
  * (N, 1); this form runs everywhere and costs O(D) extra weights. */
 static void layer_norm(em_onnx_builder *b, const em_spec *spec, int i, const char *x,
                        const char *out, em_tensor *const *t, const char *const *tn) {
   const char *name = spec->nodes[i].name;
   const em_shape *in = in_shape(spec, i);
-  int nd = t[0]->ndim, lead = in->ndim - nd;
   int64_t D = em_tensor_numel(t[0]);
   const em_layer_node *node = &spec->nodes[i].view;
   /* Weight and bias as (D) (they are contiguous model tensors). */
@@ -208,15 +207,17 @@ static void layer_norm(em_onnx_builder *b, const em_spec *spec, int i, const cha
   row.data = vals;
   em_onnx_init_tensor(b, c_ones, &row);
 
-  const char *xf = x; /* (.., D) */
-  if (nd > 1) {
-    int64_t shape[EM_MAX_DIMS];
-    for (int k = 0; k < lead; k++) shape[k] = 0;
-    shape[lead] = -1;
+  /* (rows, D): MatMuls over more than 2 dims trip older consumers
+   * (OpenCV 4.6 refuses some and miscomputes others), so anything else is
+   * reshaped to 2-D and back. */
+  bool reshape = in->ndim > 2;
+  const char *xf = x; /* (rows, D) */
+  if (reshape) {
+    int64_t shape[2] = {-1, D};
     char *sn = em_onnx_printf(b, "%s/flat_shape", name), *v = em_onnx_tmp_name(b, name, "flat");
     char *nn = em_onnx_printf(b, "%s/Reshape_flat", name);
     if (!sn || !v || !nn) return;
-    em_onnx_init_i64s(b, sn, lead + 1, shape);
+    em_onnx_init_i64s(b, sn, 2, shape);
     xf = op2(b, "Reshape", nn, x, sn, v);
   }
   static const char *const what[] = {"mean1", "mean", "centered", "square", "var1", "var_eps",
@@ -227,7 +228,7 @@ static void layer_norm(em_onnx_builder *b, const em_spec *spec, int i, const cha
     nn[k] = em_onnx_printf(b, "%s/%s", name, what[k]);
   }
   if (b->failed || !xf) return;
-  const char *y = nd > 1 ? v[10] : out;
+  const char *y = reshape ? v[10] : out;
   op2(b, "MatMul", nn[0], xf, c_avg, v[0]);   /* (.., 1) */
   op2(b, "MatMul", nn[1], v[0], c_ones, v[1]); /* (.., D) */
   op2(b, "Sub", nn[2], xf, v[1], v[2]);
@@ -239,10 +240,10 @@ static void layer_norm(em_onnx_builder *b, const em_spec *spec, int i, const cha
   op2(b, "Div", nn[8], v[2], v[7], v[8]);
   op2(b, "Mul", nn[9], v[8], tn[0], v[9]);
   op2(b, "Add", nn[10], v[9], tn[1], y);
-  if (nd > 1) { /* back to (.., the normalized dims) */
+  if (reshape) { /* back to the input's shape, the batch as it comes */
     int64_t shape[EM_MAX_DIMS];
-    for (int k = 0; k < lead; k++) shape[k] = 0;
-    for (int k = 0; k < nd; k++) shape[lead + k] = in->shape[lead + k];
+    shape[0] = -1;
+    for (int k = 1; k < in->ndim; k++) shape[k] = in->shape[k];
     char *sn = em_onnx_printf(b, "%s/out_shape", name);
     char *n2 = em_onnx_printf(b, "%s/Reshape_back", name);
     if (!sn || !n2) return;

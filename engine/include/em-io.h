@@ -45,6 +45,21 @@ const char *em_open_error(int errnum);
 
 /* Syncs the folder that holds path, so a rename into it is durable. */
 void em_sync_parent(const char *path);
+
+/* A file written whole or not at all: into a temporary file beside its
+ * target, which em_atomic_end syncs and renames over it. The target is
+ * path, or the file a symlink at path names (the link stays); an existing
+ * path that is not a regular file (a device such as /dev/null, a FIFO, a
+ * folder) is refused, as a rename would replace it. */
+typedef struct {
+  int fd;
+  char *tmp, *target;
+} em_atomic_file;
+em_status em_atomic_begin(const char *path, em_atomic_file *f, em_error *err);
+/* st: the writer's status so far. EM_OK: the file (mode 0644) is synced
+ * and renamed over the target, its folder synced; else (or on a failure
+ * here) the temporary goes and the target is left as it was. */
+em_status em_atomic_end(em_atomic_file *f, em_status st, em_error *err);
 /* path becomes a second name of the file src (a hard link), atomically: a
  * link made beside it is renamed over it and the folder synced. EM_ERR_IO
  * where the file system has no links (the caller writes path instead);

@@ -1,14 +1,17 @@
 /* file-atomic.c: the file operations that keep a crash from leaving a torn
- * or half-renamed file: syncing the folder after a rename into it, and a
- * second name for a file made in one rename. */
+ * or half-renamed file: a file written whole through a temporary beside
+ * it, syncing the folder after a rename into it, and a second name for a
+ * file made in one rename. */
 #include "em-io.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void em_sync_parent(const char *path) {
@@ -39,5 +42,72 @@ em_status em_link_over(const char *src, const char *path, em_error *err) {
     em_sync_parent(path);
   }
   free(tmp);
+  return st;
+}
+
+em_status em_atomic_begin(const char *path, em_atomic_file *f, em_error *err) {
+  *f = (em_atomic_file){.fd = -1};
+  struct stat sb;
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    return em_error_set(err, EM_ERR_IO, "'%s' is %s, not a regular file: it was left as it is; "
+                        "give a file name", path, S_ISDIR(sb.st_mode) ? "a folder" : "a device "
+                        "or a pipe");
+  char *real = NULL;
+  struct stat lb;
+  if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode) && !(real = realpath(path, NULL))) {
+    /* a link to a file not made yet: the file it names, as a shell's > */
+    char link[PATH_MAX];
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n > 0 && (link[n] = '\0', link[0] == '/')) {
+      real = strdup(link);
+    } else if (n > 0) { /* relative to the link's folder */
+      char *copy = strdup(path);
+      const char *dir = copy ? dirname(copy) : NULL;
+      size_t cap = dir ? strlen(dir) + (size_t)n + 2 : 0;
+      if (dir && (real = malloc(cap))) snprintf(real, cap, "%s/%s", dir, link);
+      free(copy);
+    }
+  }
+  f->target = strdup(real ? real : path);
+  free(real);
+  size_t plen = f->target ? strlen(f->target) : 0;
+  f->tmp = f->target ? malloc(plen + 16) : NULL;
+  if (!f->tmp) {
+    free(f->target);
+    f->target = NULL;
+    return em_error_set(err, EM_ERR_NOMEM, "out of memory");
+  }
+  memcpy(f->tmp, f->target, plen);
+  memcpy(f->tmp + plen, ".tmp-XXXXXX", 12);
+  f->fd = mkostemp(f->tmp, O_CLOEXEC);
+  if (f->fd < 0) {
+    em_status st = em_error_set(err, EM_ERR_IO,
+                                "cannot create a temporary file next to '%s': %s (check that "
+                                "the folder exists and is writable)",
+                                path, strerror(errno));
+    free(f->tmp);
+    free(f->target);
+    *f = (em_atomic_file){.fd = -1};
+    return st;
+  }
+  return EM_OK;
+}
+
+em_status em_atomic_end(em_atomic_file *f, em_status st, em_error *err) {
+  if (f->fd < 0) return st;
+  if (st == EM_OK && fchmod(f->fd, 0644) != 0)
+    st = em_error_set(err, EM_ERR_IO, "cannot set the mode of '%s': %s", f->tmp, strerror(errno));
+  if (st == EM_OK && fsync(f->fd) != 0)
+    st = em_error_set(err, EM_ERR_IO, "cannot sync '%s': %s", f->tmp, strerror(errno));
+  if (close(f->fd) != 0 && st == EM_OK)
+    st = em_error_set(err, EM_ERR_IO, "cannot write '%s': %s", f->tmp, strerror(errno));
+  if (st == EM_OK && rename(f->tmp, f->target) != 0)
+    st = em_error_set(err, EM_ERR_IO, "cannot rename '%s' to '%s': %s", f->tmp, f->target,
+                      strerror(errno));
+  if (st != EM_OK) unlink(f->tmp);
+  else em_sync_parent(f->target);
+  free(f->tmp);
+  free(f->target);
+  *f = (em_atomic_file){.fd = -1};
   return st;
 }

@@ -165,39 +165,16 @@ em_status em_safetensors_save(const char *path, int n, const em_named_tensor *ts
   st = build_header(path, n, ts, n_meta, meta_keys, meta_values, &header, &hlen, err);
   if (st != EM_OK) return st;
 
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 16);
-  if (!tmp) {
+  em_atomic_file f;
+  if ((st = em_atomic_begin(path, &f, err)) != EM_OK) {
     free(header);
-    return em_error_set(err, EM_ERR_NOMEM, "out of memory");
-  }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp-XXXXXX", 12);
-  int fd = mkostemp(tmp, O_CLOEXEC);
-  if (fd < 0) {
-    st = em_error_set(err, EM_ERR_IO, "cannot create a temporary file next to '%s': %s", path,
-                      strerror(errno));
-    free(header);
-    free(tmp);
     return st;
   }
   uint8_t len8[8];
   for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-  if (!write_all(fd, len8, 8) || !write_all(fd, header, hlen))
-    st = em_error_set(err, EM_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+  if (!write_all(f.fd, len8, 8) || !write_all(f.fd, header, hlen))
+    st = em_error_set(err, EM_ERR_IO, "cannot write '%s': %s", f.tmp, strerror(errno));
   free(header);
-  for (int i = 0; i < n && st == EM_OK; i++) st = write_tensor(fd, tmp, ts[i].name, ts[i].t, err);
-  if (st == EM_OK && fchmod(fd, 0644) != 0)
-    st = em_error_set(err, EM_ERR_IO, "cannot set the mode of '%s': %s", tmp, strerror(errno));
-  if (st == EM_OK && fsync(fd) != 0)
-    st = em_error_set(err, EM_ERR_IO, "cannot sync '%s': %s", tmp, strerror(errno));
-  if (close(fd) != 0 && st == EM_OK)
-    st = em_error_set(err, EM_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
-  if (st == EM_OK && rename(tmp, path) != 0)
-    st = em_error_set(err, EM_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
-                      strerror(errno));
-  if (st != EM_OK) unlink(tmp);
-  else em_sync_parent(path);
-  free(tmp);
-  return st;
+  for (int i = 0; i < n && st == EM_OK; i++) st = write_tensor(f.fd, f.tmp, ts[i].name, ts[i].t, err);
+  return em_atomic_end(&f, st, err);
 }

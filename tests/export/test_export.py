@@ -141,6 +141,31 @@ def check_refusals(tmp):
              "-o", os.path.join(tmp, "x.onnx")], ok=False)
     assert p.returncode != 0 and "missing.safetensors" in p.stderr, p.stderr
     assert not os.path.exists(os.path.join(tmp, "x.onnx"))
+    # -o onto something a rename would replace: a pipe is refused and left as it is;
+    # a symlink is written through (the file it names), and stays a link
+    w = os.path.join(tmp, "fmnist-mlp.safetensors")
+    fifo = os.path.join(tmp, "pipe.onnx")
+    os.mkfifo(fifo)
+    p = run([EMBER, "export", spec, "--weights", w, "-o", fifo], ok=False)
+    assert p.returncode == 1 and "not a regular file" in p.stderr, p.stderr
+    assert os.path.exists(fifo) and not os.path.isfile(fifo)
+    link, target = os.path.join(tmp, "link.onnx"), os.path.join(tmp, "target.onnx")
+    os.symlink("target.onnx", link)
+    run([EMBER, "export", spec, "--weights", w, "-o", link])
+    assert os.path.islink(link) and os.path.isfile(target)
+    onnx.checker.check_model(onnx.load(target), full_check=True)
+    # int8 covers Linear layers: a model without one is refused, not labelled int8
+    conv = os.path.join(tmp, "convonly.json")
+    with open(conv, "w") as f:
+        json.dump({"name": "convonly", "input": {"shape": [1, 4, 4]},
+                   "nodes": [{"name": "c", "type": "Conv2d", "out_channels": 2,
+                              "kernel_size": 3}, {"name": "f", "type": "Flatten"}]}, f)
+    cw = os.path.join(tmp, "convonly.safetensors")
+    run([EMBER, "train", conv, "--epochs", "0", "--save", cw, "--dataset", "synthetic"])
+    p = run([EMBER, "export", conv, "--weights", cw, "-o", os.path.join(tmp, "c8.onnx"),
+             "--quantize", "int8"], ok=False)
+    assert p.returncode == 2 and "no Linear layer" in p.stderr, p.stderr
+    assert not os.path.exists(os.path.join(tmp, "c8.onnx"))
 
 
 def check_registry(tmp):
