@@ -4,6 +4,7 @@
 #include "cli-common.h"
 
 #include <errno.h>
+#include <libgen.h>
 #include <math.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -39,6 +40,18 @@ int cli_fail(const em_error *err, const char *what) {
 int cli_fail1(const em_error *err, const char *what) {
   report(err, what);
   return 1;
+}
+
+void cli_check_output_path(const char *flag, const char *path) {
+  struct stat sb;
+  if (!path[0]) cli_die_usage("%s needs a file name", flag);
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+    cli_die_usage("%s %s: that is a folder; give a file name", flag, path);
+  char *copy = strdup(path);
+  const char *dir = copy ? dirname(copy) : ".";
+  if (access(dir, W_OK) != 0)
+    cli_die_usage("%s %s: cannot write in the folder %s: %s", flag, path, dir, strerror(errno));
+  free(copy);
 }
 
 void cli_warn(const char *fmt, ...) {

@@ -29,6 +29,9 @@ int cli_fail(const em_error *err, const char *what);
  * or alias is bad input rather than bad usage. */
 int cli_fail1(const em_error *err, const char *what);
 /* "ember: warning: ..." on stderr. */
+/* Exits with a usage error naming flag when path cannot be written: empty,
+ * a folder, or in a folder that is missing or not writable. */
+void cli_check_output_path(const char *flag, const char *path);
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Out of memory in the program itself: says so and exits 1. */
 void *cli_xmalloc(size_t n);

@@ -22,6 +22,7 @@
 
 #include "cli-commands.h"
 #include "cli-common.h"
+#include "cli-table.h"
 #include "cli-model.h"
 #include "em-device.h"
 #include "em-ops.h"
@@ -103,7 +104,7 @@ static void print_sample(const char *source, const scored *s, int top_k, int64_t
     for (int j = 0; j < top_k; j++) {
       json_array_append_new(idx, json_integer(s[j].k));
       json_array_append_new(nm, json_text(class_name(names, s[j].k, buf, sizeof buf)));
-      json_array_append_new(pr, isfinite(s[j].p) ? json_real(s[j].p) : json_null());
+      json_array_append_new(pr, cli_json_num(s[j].p));
     }
     json_object_set_new(o, "source", json_text(source));
     json_object_set_new(o, "top_k", idx);
@@ -197,7 +198,7 @@ static int predict_all(cli_model *m, predict_inputs *in, const predict_opts *o) 
     if (sum && labelled) {
       json_object_set_new(sum, "labelled", json_integer(labelled));
       json_object_set_new(sum, "correct", json_integer(correct));
-      json_object_set_new(sum, "accuracy", json_real(acc));
+      json_object_set_new(sum, "accuracy", cli_json_num(acc));
     }
     if (sum) print_json(sum);
   }

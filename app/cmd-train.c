@@ -36,6 +36,7 @@
 
 #include "cli-commands.h"
 #include "cli-common.h"
+#include "cli-table.h"
 #include "cli-progress.h"
 #include "em-device.h"
 #include "em-pool.h"
@@ -512,16 +513,16 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
   json_object_set_new(o, "steps", json_integer(s->steps));
   json_object_set_new(o, "batch_size", json_integer(cfg->batch_size));
   json_object_set_new(o, "params", json_integer(params));
-  json_object_set_new(o, "train_loss", json_real(s->final_train_loss));
+  json_object_set_new(o, "train_loss", cli_json_num(s->final_train_loss));
   if (s->evaluated) {
-    json_object_set_new(o, "test_loss", json_real(s->test_loss));
-    json_object_set_new(o, "test_accuracy", json_real(s->test_accuracy));
+    json_object_set_new(o, "test_loss", cli_json_num(s->test_loss));
+    json_object_set_new(o, "test_accuracy", cli_json_num(s->test_accuracy));
   } else {
     json_object_set_new(o, "test_loss", json_null());
     json_object_set_new(o, "test_accuracy", json_null());
   }
-  json_object_set_new(o, "train_seconds", json_real(s->train_seconds));
-  json_object_set_new(o, "train_samples_per_sec", json_real(s->train_samples_per_sec));
+  json_object_set_new(o, "train_seconds", cli_json_num(s->train_seconds));
+  json_object_set_new(o, "train_samples_per_sec", cli_json_num(s->train_samples_per_sec));
   json_object_set_new(o, "threads", json_integer(cfg->threads));
   json_object_set_new(o, "blas_core", json_string(em_blas_core()));
   char devname[32];
@@ -534,7 +535,7 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
     json_object_set_new(o, "final_batch_size", json_integer(tr ? em_trainer_batch_size(tr)
                                                                 : cfg->batch_size));
     json_object_set_new(o, "device_peak_mb",
-                        json_real(round((double)ms.peak_allocated_bytes / 1048576.0 * 10) / 10));
+                        cli_json_num(round((double)ms.peak_allocated_bytes / 1048576.0 * 10) / 10));
   }
   if (cfg->amp != EM_AMP_OFF) { /* the mode, and the GEMM it ran on ("none": f32) */
     json_object_set_new(o, "amp", json_string(em_amp_mode_name(cfg->amp)));
@@ -545,10 +546,10 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
   json_object_set_new(o, "seed", json_integer((json_int_t)cfg->seed));
   json_object_set_new(o, "stopped", json_boolean(s->stopped));
   json_object_set_new(o, "metrics", app_metrics_json()); /* plugin metrics of the last eval */
-  json_object_set_new(o, "peak_rss_mb", json_real(round(peak_rss_mb() * 10) / 10));
+  json_object_set_new(o, "peak_rss_mb", cli_json_num(round(peak_rss_mb() * 10) / 10));
   json_object_set_new(o, "run_id", run_id > 0 ? json_integer((json_int_t)run_id) : json_null());
-  json_object_set_new(o, "record_enqueue_s", json_real(ws->enqueue_seconds));
-  json_object_set_new(o, "record_commit_s", json_real(ws->commit_seconds));
+  json_object_set_new(o, "record_enqueue_s", cli_json_num(ws->enqueue_seconds));
+  json_object_set_new(o, "record_commit_s", cli_json_num(ws->commit_seconds));
   char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
   printf("%s\n", txt);
   fflush(stdout);
@@ -559,6 +560,9 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
 /* ---- the command -------------------------------------------------------------- */
 
 static void check_usage(const cli_train_opts *o) {
+  /* found before the training, not after it */
+  if (o->save) cli_check_output_path("--save", o->save);
+  if (o->profile) cli_check_output_path("--profile", o->profile);
   if (o->weights)
     cli_die_usage("train: --weights is an 'ember eval' option; --init FILE starts training "
                   "from saved weights");
@@ -872,7 +876,8 @@ int cli_cmd_train(int argc, char **argv) {
                st != EM_OK ? EM_RUN_FAILED : sum.stopped ? EM_RUN_STOPPED : EM_RUN_COMPLETED,
                st != EM_OK ? err.msg : NULL);
   if (st != EM_OK) {
-    rc = cli_fail(&err, "training stopped");
+    rc = cli_fail(&err, sum.steps > 0 || sum.train_seconds > 0 ? "training stopped"
+                                                             : "training did not start");
     goto out;
   }
   if (!saved) {

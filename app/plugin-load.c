@@ -2,6 +2,7 @@
  * startup (see plugin-load.h). */
 #include "plugin-load.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +91,8 @@ json_t *app_metrics_json(void) {
   em_metric_value v[EM_EVAL_MAX_METRICS];
   int n = em_metrics_last(v, EM_EVAL_MAX_METRICS, NULL);
   json_t *o = json_object();
-  for (int i = 0; i < n; i++) json_object_set_new(o, v[i].name, json_real(v[i].value));
+  for (int i = 0; i < n; i++) /* JSON has no NaN: null */
+    json_object_set_new(o, v[i].name, isfinite(v[i].value) ? json_real(v[i].value) : json_null());
   return o;
 }
 

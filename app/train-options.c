@@ -217,8 +217,23 @@ void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts
   if (optind < argc) cli_die_usage("%s: unexpected argument '%s'", cmd, argv[optind]);
 }
 
+/* --optimizer first, wherever it stands: choosing an optimiser resets
+ * its settings to that optimiser's defaults (lr aside), so --momentum or
+ * --weight-decay given before it were lost. Then the rest, in order. */
 void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg) {
-  for (int i = 0; i < o->n_settings; i++) apply_one(o->settings[i].code, o->settings[i].arg, cfg);
+  bool momentum = false, nesterov = false;
+  for (int i = 0; i < o->n_settings; i++)
+    if (o->settings[i].code == OPT_OPTIMIZER) apply_one(OPT_OPTIMIZER, o->settings[i].arg, cfg);
+  for (int i = 0; i < o->n_settings; i++) {
+    int c = o->settings[i].code;
+    if (c == OPT_OPTIMIZER) continue;
+    apply_one(c, o->settings[i].arg, cfg);
+    momentum |= c == OPT_MOMENTUM;
+    nesterov |= c == OPT_NESTEROV;
+  }
+  if ((momentum || nesterov) && cfg->optim.kind != EM_OPTIM_SGD)
+    cli_warn("%s applies to SGD only: %s uses its betas, so it has no effect",
+             momentum ? "--momentum" : "--nesterov", em_optim_kind_name(cfg->optim.kind));
 }
 
 const char *cli_train_opts_resume_conflict(const cli_train_opts *o) {

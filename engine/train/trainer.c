@@ -565,6 +565,12 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   em_set_num_threads(c->threads);
   run_ctx r = {.t = t, .cb = cb, .user = user};
   r.bpe = em_loader_batches_per_epoch(t->loader);
+  if (r.bpe == 0 && c->epochs > t->pos.epoch) /* it would "complete" without a step */
+    return em_error_set(err, EM_ERR_INVALID,
+                        "the training set gives no batch: it holds fewer samples than one batch "
+                        "of %d (after --limit and any data-parallel split) and drop_last drops a "
+                        "partial batch; lower the batch size, or set drop_last to false",
+                        c->batch_size);
   r.acc = c->accumulate > 0 ? c->accumulate : 1;
   int64_t steps_per_epoch = (r.bpe + r.acc - 1) / r.acc;
   int64_t total_steps = steps_per_epoch * c->epochs;
@@ -625,7 +631,8 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   t->summary.steps = t->pos.step;
   t->summary.train_seconds = r.train_time;
   t->summary.train_samples_per_sec = r.train_time > 0 ? (double)r.samples / r.train_time : 0;
-  t->summary.stopped = atomic_load(&t->stop);
+  /* a stop asked for after the last step stopped nothing: the run is complete */
+  t->summary.stopped = atomic_load(&t->stop) && t->pos.epoch < c->epochs;
   if (st != EM_OK) return st;
   if (t->ckpt_dir[0]) EM_TRY(write_checkpoint(&r, "final", err));
   r.ev.elapsed_s = now_s() - r.t_start;

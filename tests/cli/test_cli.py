@@ -152,6 +152,74 @@ class BadSpec(Base):
         self.assertNotIn("training stopped", p.stderr)  # refused before it starts
 
 
+class FlagOrder(Base):
+    def test_optimizer_flags_in_any_order(self):
+        """--optimizer resets its optimiser's settings: flags given before it still count."""
+        blobs = []
+        for flags in (["--momentum", "0.5", "--weight-decay", "0.01", "--optimizer", "sgd"],
+                      ["--optimizer", "sgd", "--momentum", "0.5", "--weight-decay", "0.01"],
+                      ["--optimizer", "sgd"]):
+            w = os.path.join(self.tmp, "w%d.safetensors" % len(blobs))
+            p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--dataset",
+                    "synthetic", "--limit", "256", "--batch", "32", "--seed", "4", "--threads", "1",
+                    "--no-record", "--quiet", "--save", w, *flags)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(w, "rb") as f:
+                blobs.append(f.read())
+        self.assertTrue(blobs[0] == blobs[1], "flag order changed the result")
+        self.assertFalse(blobs[0] == blobs[2], "--momentum and --weight-decay had no effect")
+        p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--optimizer", "adam",
+                "--momentum", "0.9")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("--momentum applies to SGD only", p.stderr)
+
+
+class RunEdges(Base):
+    ARGS = ["--dataset", "synthetic", "--threads", "1", "--no-record", "--quiet"]
+
+    def last_json(self, p):
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    def test_outputs_checked_before_training(self):
+        for args, needle in ((["--save", ""], "needs a file name"),
+                             (["--save", self.tmp], "is a folder"),
+                             (["--profile", "/nonexistent/p.json"], "cannot write in the folder")):
+            p = self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit",
+                            "64"] + self.ARGS + args, needle, code=2)
+            self.assertNotIn("steps", p.stdout)  # nothing trained
+
+    def test_stop_after_the_last_step_is_complete(self):
+        p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit", "256",
+                "--batch", "64", "--stop-after-steps", "4", *self.ARGS)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertFalse(self.last_json(p)["stopped"])
+        p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit", "256",
+                "--batch", "64", "--stop-after-steps", "3", *self.ARGS)
+        self.assertTrue(self.last_json(p)["stopped"])
+
+    def test_drop_last_with_no_whole_batch(self):
+        spec = self.mlp_spec()
+        spec["training"]["drop_last"] = True
+        self.fails(["train", self.write("d.json", json.dumps(spec)), "--epochs", "2", "--limit",
+                    "5", "--batch", "7"] + self.ARGS, "gives no batch", "training did not start")
+
+    def test_nan_metrics_are_null(self):
+        """A training whose evaluation overflows (its own steps did not): the JSON keeps
+        its keys, as null (json_real(NaN) is NULL: the key vanished)."""
+        spec = {"name": "tiny", "input": {"shape": [1, 28, 28]},
+                "nodes": [{"name": "flatten", "type": "Flatten"},
+                          {"name": "fc1", "type": "Linear", "out_features": 16},
+                          {"name": "relu1", "type": "ReLU"},
+                          {"name": "fc2", "type": "Linear", "out_features": 10}],
+                "training": {"dataset": "synthetic", "optimizer": "sgd", "lr": 0.05}}
+        p = run("train", self.write("t.json", json.dumps(spec)), "--epochs", "1", "--limit",
+                "64", "--batch", "16", "--lr", "1e6", *self.ARGS)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        res = self.last_json(p)
+        self.assertIsNone(res["test_loss"])
+        self.assertIn("test_accuracy", res)
+
+
 class BadFlags(Base):
     def test_bad_numbers(self):
         self.fails(["train", spec_path("fmnist-mlp.json"), "--lr", "abc"], "--lr", code=2)
