@@ -3,6 +3,7 @@
 #include "train-options.h"
 
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,7 +118,7 @@ static void apply_one(int code, const char *arg, em_train_config *cfg) {
   case OPT_CLIP: cfg->clip_grad_norm = cli_parse_num("--clip-grad-norm", arg, 0, 1e12); break;
   case OPT_ACCUM: cfg->accumulate = (int)cli_parse_int("--accumulate", arg, 1, 1 << 16); break;
   case OPT_SMOOTH: cfg->label_smoothing = cli_parse_num("--label-smoothing", arg, 0, 1); break;
-  case OPT_SEED: cfg->seed = (uint64_t)cli_parse_int("--seed", arg, 0, 1LL << 62); break;
+  case OPT_SEED: cfg->seed = (uint64_t)cli_parse_int("--seed", arg, 0, INT64_MAX); break;
   case OPT_THREADS: cfg->threads = (int)cli_parse_int("--threads", arg, 1, 256); break;
   case OPT_WORKERS: cfg->workers = (int)cli_parse_int("--workers", arg, 0, 64); break;
   case OPT_LIMIT: cfg->limit = cli_parse_int("--limit", arg, 1, 1LL << 40); break;

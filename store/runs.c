@@ -278,11 +278,19 @@ em_status em_store_run_latest_with_checkpoint(em_store *s, int64_t *id, em_error
   if (!st) st = EM_SQL_STEP(s, q, &row, err);
   if (!st && row) *id = sqlite3_column_int64(q, 0);
   if (q) sqlite3_reset(q);
-  if (!st && !row)
-    st = em_error_set(err, EM_ERR_INVALID,
-                      "no run in the registry has a checkpoint to resume from; train with "
-                      "checkpoints on (checkpoint_every) first");
-  return st;
+  if (st || row) return st;
+  int64_t runs = 0;
+  st = EM_SQL_PREPARE(s, "SELECT count(*) FROM runs", &q, err);
+  if (!st && !(st = EM_SQL_STEP(s, q, &row, err)) && row) runs = sqlite3_column_int64(q, 0);
+  if (q) sqlite3_reset(q);
+  if (st) return st;
+  if (runs == 0)
+    return em_error_set(err, EM_ERR_INVALID, "the registry %s holds no runs yet: train one first",
+                        s->dir);
+  return em_error_set(err, EM_ERR_INVALID,
+                      "none of the %lld runs in the registry %s has a checkpoint to resume from "
+                      "(a recorded run writes one every --checkpoint-every steps and at its end)",
+                      (long long)runs, s->dir);
 }
 
 /* "mnist v1, mnist v3" for the versions registered from run; "" if none. */

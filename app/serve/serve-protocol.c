@@ -381,6 +381,9 @@ static int parse_outputs(const json_t *outs, const serve_model *m, serve_infer_r
   static const char *const keys[] = {"name", "parameters", NULL};
   const char *bad;
   if (!json_is_array(outs)) return fail(msg, cap, "\"outputs\" must be a list");
+  if (json_array_size(outs) > 1) /* the model has one; two would ask for it two ways */
+    return fail(msg, cap, "\"outputs\" names %zu outputs: model '%s' has one, named 'output'",
+                json_array_size(outs), m->name);
   size_t i;
   const json_t *o;
   json_array_foreach(outs, i, o) {

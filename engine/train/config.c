@@ -226,9 +226,10 @@ em_status em_train_config_validate(const em_train_config *c, em_error *err) {
     return em_error_set(err, EM_ERR_INVALID, "accumulate must be at least 1");
   if (c->threads < 1) return em_error_set(err, EM_ERR_INVALID, "threads must be at least 1");
   if (c->amp == EM_AMP_F16 && em_device_is_cpu(c->device))
-    return em_error_set(err, EM_ERR_UNSUPPORTED,
+    return em_error_set(err, EM_ERR_INVALID,
                         "amp f16 is a GPU mode (f16 compute with the gradient scaler) and this "
-                        "run is on the CPU: use --amp bf16 (autocast on AVX512-BF16) or off");
+                        "run is on the CPU: use --amp bf16 (autocast on AMX or AVX512-BF16) or "
+                        "off");
   if (c->amp_scaler && c->amp == EM_AMP_OFF)
     return em_error_set(err, EM_ERR_INVALID,
                         "the loss scaler (amp_scaler) works with mixed precision: give --amp "

@@ -197,6 +197,10 @@ class RunEdges(Base):
                 "--batch", "64", "--stop-after-steps", "3", *self.ARGS)
         self.assertTrue(self.last_json(p)["stopped"])
 
+    def test_gpu_amp_mode_on_the_cpu_is_a_usage_error(self):
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit", "64",
+                    "--amp", "f16"] + self.ARGS, "GPU mode", "bf16", code=2)
+
     def test_drop_last_with_no_whole_batch(self):
         spec = self.mlp_spec()
         spec["training"]["drop_last"] = True

@@ -225,6 +225,7 @@ class BadArguments(Base):
     def test_unknown_things_exit_1(self):
         e = self.e
         self.fails(["run", "show", "1"], "registry")  # no registry yet
+        self.fails(["train", "--resume", "latest"], "holds no runs yet")
         e.train(*self.quick_train_args())
         self.fails(["run", "show", "42"], "no run 42")
         self.fails(["run", "show", "abc"], "abc")

@@ -310,6 +310,8 @@ class ServeTest(unittest.TestCase):
             (json.dumps(dict(good, outputs=[{"name": "output", "parameters":
                                              {"classification": 11}}])).encode(), "1 to 10"),
             (json.dumps(dict(good, id=5)).encode(), "id"),
+            (json.dumps(dict(good, outputs=[{"name": "output"}, {"name": "output", "parameters":
+                                             {"classification": 3}}])).encode(), "has one"),
             # a NUL where the fast reader skips a value (it looped on it)
             (b'{"a":[\x00],' + json.dumps(good).encode()[1:], "not valid JSON"),
             # a huge claimed batch with one value: refused before it is sized

@@ -383,7 +383,7 @@ static void test_config(void) {
                   EM_ERR_INVALID);
   g_assert_cmpint(em_train_config_validate(&c, &err), ==, EM_OK);
   c.amp = EM_AMP_F16;
-  g_assert_cmpint(em_train_config_validate(&c, &err), ==, EM_ERR_UNSUPPORTED);
+  g_assert_cmpint(em_train_config_validate(&c, &err), ==, EM_ERR_INVALID);
   g_assert_nonnull(strstr(err.msg, "GPU"));
 }
 
