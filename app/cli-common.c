@@ -3,6 +3,8 @@
  * every `ember` command. */
 #include "cli-common.h"
 
+#include "em-io.h"
+
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
@@ -25,9 +27,16 @@ void cli_die_usage(const char *fmt, ...) {
 }
 
 /* "ember: WHAT: message"; WHAT (often a file name) is left out when the
- * message names it already. */
+ * message quotes it already ('WHAT'), as the readers' messages do. */
 static void report(const em_error *err, const char *what) {
-  if (what && err->msg[0] && strstr(err->msg, what)) what = NULL;
+  if (what && err->msg[0]) {
+    size_t n = strlen(what);
+    for (const char *q = strchr(err->msg, '\''); q; q = strchr(q + 1, '\''))
+      if (strncmp(q + 1, what, n) == 0 && q[1 + n] == '\'') {
+        what = NULL;
+        break;
+      }
+  }
   fprintf(stderr, "ember: %s%s%s\n", what ? what : "", what ? ": " : "",
           err->msg[0] ? err->msg : em_status_name(err->status));
 }
@@ -42,11 +51,18 @@ int cli_fail1(const em_error *err, const char *what) {
   return 1;
 }
 
-void cli_check_output_path(const char *flag, const char *path) {
+void cli_check_output_path(const char *flag, const char *path, bool atomic) {
   struct stat sb;
   if (!path[0]) cli_die_usage("%s needs a file name", flag);
   if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
     cli_die_usage("%s %s: that is a folder; give a file name", flag, path);
+  if (atomic) { /* as the write will: a temporary beside the target, removed again */
+    em_atomic_file f;
+    em_error err = {0};
+    if (em_atomic_begin(path, &f, &err) != EM_OK) cli_die_usage("%s: %s", flag, err.msg);
+    em_atomic_end(&f, EM_ERR_INVALID, NULL);
+    return;
+  }
   char *copy = strdup(path);
   const char *dir = copy ? dirname(copy) : ".";
   if (access(dir, W_OK) != 0)

@@ -31,6 +31,7 @@ int cli_cmd_gc(int argc, char **argv) {
     json_object_set_new(o, "bytes_removed", json_integer(r.bytes_removed));
     json_object_set_new(o, "rows_missing_file", json_integer(r.rows_missing_file));
     json_object_set_new(o, "files_too_new", json_integer(r.files_too_new));
+    json_object_set_new(o, "files_to_record", json_integer(r.files_to_record));
     cli_json_print(o);
     return 0;
   }
@@ -42,6 +43,11 @@ int cli_cmd_gc(int argc, char **argv) {
     printf("kept %d unreferenced file%s modified in the last 5 minutes (a running training may "
            "still record %s)\n",
            r.files_too_new, r.files_too_new == 1 ? "" : "s", r.files_too_new == 1 ? "it" : "them");
+  if (r.files_to_record)
+    printf("%d unrecorded checkpoint%s of runs whose process ended %s recorded first, not "
+           "removed\n",
+           r.files_to_record, r.files_to_record == 1 ? "" : "s",
+           r.files_to_record == 1 ? "is" : "are");
   if (r.rows_missing_file)
     printf("%d recorded file%s missing from artifacts/\n", r.rows_missing_file,
            r.rows_missing_file == 1 ? " is" : "s are");

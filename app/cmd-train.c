@@ -101,9 +101,12 @@ static bool on_event(const em_train_event *ev, void *user) {
             ev->message ? ev->message : "the loss diverged");
   if (ev->kind == EM_EVENT_WARNING && ev->message)
     fprintf(stderr, "ember: warning at step %lld: %s\n", (long long)ev->step, ev->message);
-  if (ev->kind == EM_EVENT_PROFILE && !s->prog.quiet)
+  if (ev->kind == EM_EVENT_PROFILE && !s->prog.quiet && ev->path && ev->path[0])
     fprintf(stderr, "%sprofile of the window written to %s (open it in Perfetto or "
             "chrome://tracing)\n%s", s->prog.tty ? "\n" : "", ev->path,
+            ev->message ? ev->message : "");
+  else if (ev->kind == EM_EVENT_PROFILE && !s->prog.quiet)
+    fprintf(stderr, "%sprofile of the window:\n%s", s->prog.tty ? "\n" : "",
             ev->message ? ev->message : "");
   if (ev->kind == EM_EVENT_STEP) {
     s->last_step = ev->step;
@@ -560,9 +563,6 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
 /* ---- the command -------------------------------------------------------------- */
 
 static void check_usage(const cli_train_opts *o) {
-  /* found before the training, not after it */
-  if (o->save) cli_check_output_path("--save", o->save);
-  if (o->profile) cli_check_output_path("--profile", o->profile);
   if (o->weights)
     cli_die_usage("train: --weights is an 'ember eval' option; --init FILE starts training "
                   "from saved weights");
@@ -616,6 +616,10 @@ int cli_cmd_train(int argc, char **argv) {
       record = false;
     }
   }
+
+  /* found before the training, not after it (by the rank that writes) */
+  if (o.save) cli_check_output_path("--save", o.save, true);
+  if (o.profile) cli_check_output_path("--profile", o.profile, false);
 
   train_job j;
   memset(&j, 0, sizeof j);

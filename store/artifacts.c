@@ -95,8 +95,7 @@ void em_artifacts_free(em_artifact *a, int n) {
 }
 
 typedef struct {
-  GHashTable *known;   /* rel paths with a row */
-  GHashTable *pending; /* checkpoint folders (rel) of runs the registry records as running */
+  GHashTable *known; /* rel paths with a row */
   bool dry_run;
   double now;
   em_gc_report *rep;
@@ -115,8 +114,7 @@ static void gc_dir(gc_walk *w, const char *abs, const char *rel) {
       if (S_ISDIR(sb.st_mode)) gc_dir(w, child, child_rel);
       else if (S_ISREG(sb.st_mode) && !g_hash_table_contains(w->known, child_rel)) {
         double mtime = (double)sb.st_mtim.tv_sec + sb.st_mtim.tv_nsec * 1e-9;
-        if (w->now - mtime < GC_MIN_AGE_S || g_hash_table_contains(w->pending, rel))
-          w->rep->files_too_new++;
+        if (w->now - mtime < GC_MIN_AGE_S) w->rep->files_too_new++;
         else if (w->dry_run || unlink(child) == 0) {
           w->rep->files_removed++;
           w->rep->bytes_removed += sb.st_size;
@@ -152,21 +150,35 @@ em_status em_store_gc(em_store *s, bool dry_run, em_gc_report *out, em_error *er
   }
   if (q) sqlite3_reset(q);
   /* A dry run reads the registry without writing (it works on a read-only
-   * copy), so the runs whose process ended are not yet swept: the real
-   * gc first records such a run's newest checkpoint (checkpoint-adopt.c).
-   * Their unrecorded files are counted as kept. */
-  GHashTable *pending = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+   * copy too), so runs whose process ended are not swept yet: the real gc
+   * records such a run's newest whole checkpoint first (checkpoint-adopt.c),
+   * and that one is counted apart, not as removable. */
   if (!st && s->read_only)
-    st = EM_SQL_PREPARE(s, "SELECT id FROM runs WHERE status = 'running'", &q, err);
-  while (!st && s->read_only && !(st = EM_SQL_STEP(s, q, &row, err)) && row)
-    g_hash_table_add(pending, g_strdup_printf("runs/%lld/checkpoints",
-                                              (long long)sqlite3_column_int64(q, 0)));
+    st = EM_SQL_PREPARE(s, "SELECT id, pid, pid_start FROM runs WHERE status = 'running' "
+                           "AND host = ?", &q, err);
+  if (!st && s->read_only) st = EM_SQL_BIND(s, q, err, "t", em_store_host());
+  GArray *ended = g_array_new(FALSE, FALSE, sizeof(int64_t));
+  while (!st && s->read_only && !(st = EM_SQL_STEP(s, q, &row, err)) && row) {
+    int64_t id = sqlite3_column_int64(q, 0), pid = sqlite3_column_int64(q, 1);
+    int64_t start = sqlite3_column_type(q, 2) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 2);
+    if (!em_process_alive(pid, start)) g_array_append_val(ended, id);
+  }
   if (s->read_only && q) sqlite3_reset(q);
+  for (guint i = 0; !st && i < ended->len; i++) {
+    char *path = em_store_adoptable_checkpoint(s, g_array_index(ended, int64_t, i));
+    char rel[PATH_MAX];
+    if (path) {
+      em_store_path_to_row(s, path, rel, sizeof rel);
+      if (!g_hash_table_contains(known, rel)) out->files_to_record++;
+      g_hash_table_add(known, g_strdup(rel));
+    }
+    g_free(path);
+  }
+  g_array_free(ended, TRUE);
   if (!st) {
-    gc_walk w = {known, pending, dry_run, em_store_now(), out};
+    gc_walk w = {known, dry_run, em_store_now(), out};
     gc_dir(&w, s->art_dir, "");
   }
   g_hash_table_destroy(known);
-  g_hash_table_destroy(pending);
   return st;
 }

@@ -98,6 +98,40 @@ static em_status record(em_store *s, int64_t run, const found_file *f, int64_t e
   return st;
 }
 
+/* The newest whole file among files (newest first), or NULL; a damaged one
+ * is passed over with a warning naming it when warn. */
+static const found_file *newest_whole(em_store *s, int64_t run, GArray *files, bool warn,
+                                      int64_t *epoch) {
+  for (guint i = 0; i < files->len; i++) {
+    const found_file *f = &g_array_index(files, found_file, i);
+    int64_t step = -1;
+    em_error e = {0};
+    if (em_checkpoint_verify(f->path, &step, epoch, &e) == EM_OK && step == f->step) return f;
+    if (warn)
+      em_log_msg(EM_LOG_WARNING, "registry: run %lld's checkpoint %s is not recorded: %s",
+                 (long long)run, f->path, e.status ? e.msg : "its step differs from its file name");
+  }
+  return NULL;
+}
+
+static void free_files(GArray *files) {
+  for (guint i = 0; i < files->len; i++) g_free(g_array_index(files, found_file, i).path);
+  g_array_free(files, TRUE);
+}
+
+char *em_store_adoptable_checkpoint(em_store *s, int64_t run) {
+  int64_t newest = -1, epoch = 0;
+  em_error e = {0};
+  if (newest_recorded(s, run, &newest, &e) != EM_OK) return NULL;
+  char dir[PATH_MAX + 64];
+  em_store_run_checkpoint_dir(s, run, dir, sizeof dir);
+  GArray *files = newer_files(dir, newest);
+  const found_file *f = newest_whole(s, run, files, false, &epoch);
+  char *path = f ? g_strdup(f->path) : NULL;
+  free_files(files);
+  return path;
+}
+
 em_status em_store_adopt_checkpoints(em_store *s, int64_t run, int64_t *adopted, em_error *err) {
   *adopted = -1;
   int64_t newest = -1;
@@ -107,21 +141,10 @@ em_status em_store_adopt_checkpoints(em_store *s, int64_t run, int64_t *adopted,
   char dir[PATH_MAX + 64];
   em_store_run_checkpoint_dir(s, run, dir, sizeof dir);
   GArray *files = newer_files(dir, newest);
-  for (guint i = 0; i < files->len && *adopted < 0 && !st; i++) {
-    const found_file *f = &g_array_index(files, found_file, i);
-    int64_t step = -1, epoch = 0;
-    em_error e = {0};
-    if (em_checkpoint_verify(f->path, &step, &epoch, &e) != EM_OK || step != f->step) {
-      em_log_msg(EM_LOG_WARNING,
-                 "registry: run %lld's checkpoint %s is not recorded: %s", (long long)run,
-                 f->path, e.status ? e.msg : "its step differs from its file name");
-      continue;
-    }
-    st = record(s, run, f, epoch, err);
-    if (!st) *adopted = f->step;
-  }
-  for (guint i = 0; i < files->len; i++) g_free(g_array_index(files, found_file, i).path);
-  g_array_free(files, TRUE);
+  int64_t epoch = 0;
+  const found_file *f = newest_whole(s, run, files, true, &epoch);
+  if (f && !(st = record(s, run, f, epoch, err))) *adopted = f->step;
+  free_files(files);
   if (st) em_error_prefix(err, "recording run %lld's last checkpoint", (long long)run);
   return st;
 }

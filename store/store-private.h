@@ -184,3 +184,7 @@ em_status em_store_artifact_drop_if_unused(em_store *s, int64_t a, GPtrArray *un
                                            em_error *err);
 /* Unlinks the files (after the commit that deleted their rows). */
 void em_store_unlink_files(GPtrArray *paths);
+/* The checkpoint file em_store_adopt_checkpoints would record for a killed
+ * run (its newest whole unrecorded one), found without writing; NULL when
+ * none. g_free it. */
+char *em_store_adoptable_checkpoint(em_store *s, int64_t run);

@@ -52,24 +52,32 @@ em_status em_atomic_begin(const char *path, em_atomic_file *f, em_error *err) {
     return em_error_set(err, EM_ERR_IO, "'%s' is %s, not a regular file: it was left as it is; "
                         "give a file name", path, S_ISDIR(sb.st_mode) ? "a folder" : "a device "
                         "or a pipe");
-  char *real = NULL;
-  struct stat lb;
-  if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode) && !(real = realpath(path, NULL))) {
-    /* a link to a file not made yet: the file it names, as a shell's > */
+  /* The file to write: a symlink's target, through a chain of links to a
+   * file not made yet as a shell's > follows it (8 links at most). */
+  char *target = realpath(path, NULL);
+  if (!target) target = strdup(path);
+  for (int hop = 0; target && hop < 8; hop++) {
+    struct stat lb;
     char link[PATH_MAX];
-    ssize_t n = readlink(path, link, sizeof link - 1);
-    if (n > 0 && (link[n] = '\0', link[0] == '/')) {
-      real = strdup(link);
-    } else if (n > 0) { /* relative to the link's folder */
-      char *copy = strdup(path);
+    ssize_t n;
+    if (lstat(target, &lb) != 0 || !S_ISLNK(lb.st_mode) ||
+        (n = readlink(target, link, sizeof link - 1)) <= 0)
+      break;
+    link[n] = '\0';
+    char *next = NULL;
+    if (link[0] == '/') {
+      next = strdup(link);
+    } else { /* relative to the link's folder */
+      char *copy = strdup(target);
       const char *dir = copy ? dirname(copy) : NULL;
       size_t cap = dir ? strlen(dir) + (size_t)n + 2 : 0;
-      if (dir && (real = malloc(cap))) snprintf(real, cap, "%s/%s", dir, link);
+      if (dir && (next = malloc(cap))) snprintf(next, cap, "%s/%s", dir, link);
       free(copy);
     }
+    free(target);
+    target = next;
   }
-  f->target = strdup(real ? real : path);
-  free(real);
+  f->target = target;
   size_t plen = f->target ? strlen(f->target) : 0;
   f->tmp = f->target ? malloc(plen + 16) : NULL;
   if (!f->tmp) {
@@ -81,10 +89,14 @@ em_status em_atomic_begin(const char *path, em_atomic_file *f, em_error *err) {
   memcpy(f->tmp + plen, ".tmp-XXXXXX", 12);
   f->fd = mkostemp(f->tmp, O_CLOEXEC);
   if (f->fd < 0) {
-    em_status st = em_error_set(err, EM_ERR_IO,
-                                "cannot create a temporary file next to '%s': %s (check that "
-                                "the folder exists and is writable)",
-                                path, strerror(errno));
+    em_status st =
+        strcmp(path, f->target) == 0
+            ? em_error_set(err, EM_ERR_IO, "cannot create a temporary file next to '%s': %s "
+                           "(check that the folder exists and is writable)", path,
+                           strerror(errno))
+            : em_error_set(err, EM_ERR_IO, "cannot create a temporary file next to '%s', "
+                           "the file the link '%s' names: %s (check that its folder exists and "
+                           "is writable)", f->target, path, strerror(errno));
     free(f->tmp);
     free(f->target);
     *f = (em_atomic_file){.fd = -1};

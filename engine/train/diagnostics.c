@@ -41,8 +41,10 @@ static em_status finish_profile(em_trainer *t, em_diag_state *d, char **table, e
   /* A trace that cannot be written costs the trace, not the training
    * (the CLI checks the path before it starts; a disk can still fill). */
   em_error terr = {0};
-  if (t->diag.trace_path[0] && em_profile_write_trace(t->diag.trace_path, &terr) != EM_OK)
+  if (t->diag.trace_path[0] && em_profile_write_trace(t->diag.trace_path, &terr) != EM_OK) {
     em_log_msg(EM_LOG_WARNING, "%s; training goes on", terr.msg);
+    t->diag.trace_path[0] = '\0'; /* the PROFILE event names no file */
+  }
   (void)err;
   em_op_table tab;
   if (em_op_table_build(&tab, EM_OP_TABLE_BY_OP, err) == EM_OK) {

@@ -270,6 +270,9 @@ typedef struct {
   int64_t bytes_removed;
   int rows_missing_file;
   int files_too_new;
+  /* a dry run on a registry not yet swept: the checkpoints a real gc
+   * records first, for runs whose process ended (checkpoint-adopt.c) */
+  int files_to_record;
 } em_gc_report;
 em_status em_store_gc(em_store *s, bool dry_run, em_gc_report *out, em_error *err);
 

@@ -12,12 +12,14 @@ AddressSanitizer build (suite badinput), so its trainings are small.
 
 usage: test_registry_bad.py EMBER SOURCE_ROOT
 """
+import json
 import os
 import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 from cli_util import Ember, same_weights, sha256_file
@@ -114,18 +116,29 @@ class LostOrReadOnly(Base):
             self.assertEqual(os.path.exists(self.e.db), emptied)  # nothing created
 
     def test_dry_run_and_read_only_folder(self):
-        self.e.ok("train", *self.quick_train_args())
-        # a run whose process is gone, as a kill leaves it
+        self.e.ok("train", *self.quick_train_args(), "--checkpoint-every", "1",
+                  "--keep-checkpoints", "10")
+        # a run whose process is gone, as a kill leaves it, with its writer behind:
+        # rows after step 2 never made it, and the files are two days old
         con = sqlite3.connect(self.e.db)
-        con.execute("UPDATE runs SET status = 'running', pid = 2147483646 WHERE id = 1")
+        arts = [r[0] for r in con.execute("SELECT artifact FROM checkpoints WHERE step > 2")]
+        con.execute("DELETE FROM checkpoints WHERE step > 2")
+        con.executemany("DELETE FROM artifacts WHERE id = ?", [(a,) for a in arts])
+        con.execute("UPDATE runs SET status = 'running', pid = 2147483646, pid_start = NULL "
+                    "WHERE id = 1")
         con.commit()
         con.close()
-        before = sha256_file(self.e.db)
-        self.assertIn("would remove 0", self.e.ok("gc", "--dry-run").stdout)
-        self.assertEqual(sha256_file(self.e.db), before)  # a dry run writes nothing
-        self.assertEqual(self.e.sql("SELECT status FROM runs")[0][0], "running")
-        self.e.ok("runs")  # a writing open sweeps it...
-        self.assertEqual(self.e.ok("gc").returncode, 0)
+        old = time.time() - 2 * 86400
+        for f in self.files():
+            os.utime(f, (old, old))
+        unrecorded = len(self.files()) - self.e.sql("SELECT count(*) FROM artifacts")[0][0]
+        self.assertGreater(unrecorded, 1)
+        dry = json.loads(self.e.ok("gc", "--dry-run", "--json").stdout)
+        self.assertEqual(dry["files_to_record"], 1)  # the newest: the real gc records it
+        self.assertEqual(dry["files_removed"], unrecorded - 1)
+        self.assertEqual(self.e.sql("SELECT status FROM runs")[0][0], "running")  # no write
+        real = json.loads(self.e.ok("gc", "--json").stdout)  # sweeps, records, removes
+        self.assertEqual(real["files_removed"], dry["files_removed"])
         self.assertEqual(self.e.sql("SELECT status FROM runs")[0][0], "killed")
         # A folder its reader cannot write (an archive; as 'nobody' when root,
         # since root writes anywhere): every reading command works.
