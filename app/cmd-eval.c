@@ -10,6 +10,7 @@
 
 #include "cli-commands.h"
 #include "cli-common.h"
+#include "cli-table.h"
 #include "em-device.h"
 #include "em-pool.h"
 #include "em-quant.h"
@@ -76,21 +77,23 @@ int cli_cmd_eval(int argc, char **argv) {
       fprintf(stderr, "int8: %d Linear layers quantised (%s kernel), weights %.1f -> %.1f KiB\n",
               qrep.layers_quantized, qrep.kernel, (double)qrep.weight_bytes_f32 / 1024,
               (double)qrep.weight_bytes_int8 / 1024);
-    json_t *mj = app_metrics_json(); /* plugin metrics, when asked for */
-    char mbuf[512], *metrics = json_dumps(mj, JSON_COMPACT | JSON_REAL_PRECISION(6));
-    json_decref(mj);
+    char mbuf[512];
     fprintf(stderr, "test loss %.4f, accuracy %.2f%%%s on %lld samples\n", loss, 100 * acc,
             app_metrics_text(mbuf, sizeof mbuf), (long long)em_dataset_len(test));
     if (!isfinite(loss))
       fprintf(stderr, "ember: warning: the test loss is %s: the model's outputs overflow on "
               "this data\n", isnan(loss) ? "NaN" : "infinite");
-    char loss_text[32]; /* JSON has no NaN or Infinity: null */
-    snprintf(loss_text, sizeof loss_text, isfinite(loss) ? "%.6g" : "null", loss);
-    printf("{\"model\":\"%s\",\"test_loss\":%s,\"test_accuracy\":%.6g,\"quantization\":\"%s\","
-           "\"peak_rss_mb\":%.1f,\"metrics\":%s}\n",
-           em_spec_name(spec), loss_text, acc, qmode != EM_QUANT_NONE ? "int8" : "none",
-           (double)ru.ru_maxrss / 1024.0, metrics ? metrics : "{}");
-    free(metrics);
+    json_t *o = json_object(); /* non-finite numbers as null (cli_json_num) */
+    json_object_set_new(o, "model", json_string(em_spec_name(spec)));
+    json_object_set_new(o, "test_loss", cli_json_num(loss));
+    json_object_set_new(o, "test_accuracy", cli_json_num(acc));
+    json_object_set_new(o, "quantization", json_string(qmode != EM_QUANT_NONE ? "int8" : "none"));
+    json_object_set_new(o, "peak_rss_mb", cli_json_num(round(ru.ru_maxrss / 1024.0 * 10) / 10));
+    json_object_set_new(o, "metrics", app_metrics_json()); /* plugin metrics, when asked for */
+    char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    if (txt) printf("%s\n", txt);
+    free(txt);
+    json_decref(o);
   }
   em_model_free(model);
   em_dataset_free(test);

@@ -153,19 +153,10 @@ em_status em_store_gc(em_store *s, bool dry_run, em_gc_report *out, em_error *er
    * copy too), so runs whose process ended are not swept yet: the real gc
    * records such a run's newest whole checkpoint first (checkpoint-adopt.c),
    * and that one is counted apart, not as removable. */
-  if (!st && s->read_only)
-    st = EM_SQL_PREPARE(s, "SELECT id, pid, pid_start FROM runs WHERE status = 'running' "
-                           "AND host = ?", &q, err);
-  if (!st && s->read_only) st = EM_SQL_BIND(s, q, err, "t", em_store_host());
-  GArray *ended = g_array_new(FALSE, FALSE, sizeof(int64_t));
-  while (!st && s->read_only && !(st = EM_SQL_STEP(s, q, &row, err)) && row) {
-    int64_t id = sqlite3_column_int64(q, 0), pid = sqlite3_column_int64(q, 1);
-    int64_t start = sqlite3_column_type(q, 2) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 2);
-    if (!em_process_alive(pid, start)) g_array_append_val(ended, id);
-  }
-  if (s->read_only && q) sqlite3_reset(q);
-  for (guint i = 0; !st && i < ended->len; i++) {
-    char *path = em_store_adoptable_checkpoint(s, g_array_index(ended, int64_t, i));
+  GArray *ended = NULL;
+  if (!st && s->read_only) st = em_store_ended_runs(s, &ended, err);
+  for (guint i = 0; !st && ended && i < ended->len; i++) {
+    char *path = em_store_adoptable_checkpoint(s, g_array_index(ended, em_ended_run, i).id);
     char rel[PATH_MAX];
     if (path) {
       em_store_path_to_row(s, path, rel, sizeof rel);
@@ -174,7 +165,7 @@ em_status em_store_gc(em_store *s, bool dry_run, em_gc_report *out, em_error *er
     }
     g_free(path);
   }
-  g_array_free(ended, TRUE);
+  if (ended) g_array_free(ended, TRUE);
   if (!st) {
     gc_walk w = {known, dry_run, em_store_now(), out};
     gc_dir(&w, s->art_dir, "");

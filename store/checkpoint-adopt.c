@@ -119,13 +119,21 @@ static void free_files(GArray *files) {
   g_array_free(files, TRUE);
 }
 
-char *em_store_adoptable_checkpoint(em_store *s, int64_t run) {
-  int64_t newest = -1, epoch = 0;
-  em_error e = {0};
-  if (newest_recorded(s, run, &newest, &e) != EM_OK) return NULL;
+/* The run's checkpoint files newer than its newest row, newest first
+ * (NULL on a registry error). */
+static GArray *unrecorded_files(em_store *s, int64_t run, em_error *err) {
+  int64_t newest = -1;
+  if (newest_recorded(s, run, &newest, err) != EM_OK) return NULL;
   char dir[PATH_MAX + 64];
   em_store_run_checkpoint_dir(s, run, dir, sizeof dir);
-  GArray *files = newer_files(dir, newest);
+  return newer_files(dir, newest);
+}
+
+char *em_store_adoptable_checkpoint(em_store *s, int64_t run) {
+  em_error e = {0};
+  int64_t epoch = 0;
+  GArray *files = unrecorded_files(s, run, &e);
+  if (!files) return NULL;
   const found_file *f = newest_whole(s, run, files, false, &epoch);
   char *path = f ? g_strdup(f->path) : NULL;
   free_files(files);
@@ -134,13 +142,10 @@ char *em_store_adoptable_checkpoint(em_store *s, int64_t run) {
 
 em_status em_store_adopt_checkpoints(em_store *s, int64_t run, int64_t *adopted, em_error *err) {
   *adopted = -1;
-  int64_t newest = -1;
   em_status st = em_store_require_writable(s, "recording a killed run's last checkpoint", err);
-  if (!st) st = newest_recorded(s, run, &newest, err);
+  GArray *files = NULL;
+  if (!st && !(files = unrecorded_files(s, run, err))) st = err ? err->status : EM_ERR_IO;
   if (st) return st;
-  char dir[PATH_MAX + 64];
-  em_store_run_checkpoint_dir(s, run, dir, sizeof dir);
-  GArray *files = newer_files(dir, newest);
   int64_t epoch = 0;
   const found_file *f = newest_whole(s, run, files, true, &epoch);
   if (f && !(st = record(s, run, f, epoch, err))) *adopted = f->step;

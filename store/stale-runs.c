@@ -9,13 +9,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
-typedef struct {
-  int64_t id, pid;
-} stale_run;
-
-em_status em_store_sweep_stale_runs(em_store *s, em_error *err) {
-  /* read first, without the write lock: usually nothing is stale */
-  GArray *stale = g_array_new(FALSE, FALSE, sizeof(stale_run));
+em_status em_store_ended_runs(em_store *s, GArray **out, em_error *err) {
+  GArray *ended = g_array_new(FALSE, FALSE, sizeof(em_ended_run));
   sqlite3_stmt *q;
   em_status st = EM_SQL_PREPARE(s,
                                 "SELECT id, pid, pid_start FROM runs "
@@ -24,15 +19,23 @@ em_status em_store_sweep_stale_runs(em_store *s, em_error *err) {
   if (!st) st = EM_SQL_BIND(s, q, err, "t", em_store_host());
   bool row = false;
   while (!st && !(st = EM_SQL_STEP(s, q, &row, err)) && row) {
-    stale_run r = {sqlite3_column_int64(q, 0), sqlite3_column_int64(q, 1)};
+    em_ended_run r = {sqlite3_column_int64(q, 0), sqlite3_column_int64(q, 1)};
     int64_t start = sqlite3_column_type(q, 2) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 2);
-    if (!em_process_alive(r.pid, start)) g_array_append_val(stale, r);
+    if (!em_process_alive(r.pid, start)) g_array_append_val(ended, r);
   }
   if (q) sqlite3_reset(q);
+  *out = ended;
+  return st;
+}
+
+em_status em_store_sweep_stale_runs(em_store *s, em_error *err) {
+  /* read first, without the write lock: usually nothing is stale */
+  GArray *stale;
+  em_status st = em_store_ended_runs(s, &stale, err);
   if (!st && stale->len) {
     st = EM_SQL_BEGIN(s, err);
     for (guint i = 0; !st && i < stale->len; i++) {
-      stale_run *r = &g_array_index(stale, stale_run, i);
+      em_ended_run *r = &g_array_index(stale, em_ended_run, i);
       char msg[512];
       snprintf(msg, sizeof msg,
                "the process that ran it (pid %lld on %s) ended without finishing the run "
@@ -52,7 +55,7 @@ em_status em_store_sweep_stale_runs(em_store *s, em_error *err) {
     for (guint i = 0; !st && i < stale->len; i++) {
       em_error e = {0};
       int64_t step;
-      int64_t id = g_array_index(stale, stale_run, i).id;
+      int64_t id = g_array_index(stale, em_ended_run, i).id;
       if (em_store_adopt_checkpoints(s, id, &step, &e) != EM_OK)
         em_log_msg(EM_LOG_WARNING, "registry: %s", e.msg);
     }

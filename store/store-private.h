@@ -184,6 +184,13 @@ em_status em_store_artifact_drop_if_unused(em_store *s, int64_t a, GPtrArray *un
                                            em_error *err);
 /* Unlinks the files (after the commit that deleted their rows). */
 void em_store_unlink_files(GPtrArray *paths);
+/* The runs recorded as running on this host whose process is gone (in
+ * *out, em_ended_run; g_array_free it), read without writing: what the
+ * next writing open marks killed (stale-runs.c). */
+typedef struct {
+  int64_t id, pid;
+} em_ended_run;
+em_status em_store_ended_runs(em_store *s, GArray **out, em_error *err);
 /* The checkpoint file em_store_adopt_checkpoints would record for a killed
  * run (its newest whole unrecorded one), found without writing; NULL when
  * none. g_free it. */

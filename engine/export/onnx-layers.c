@@ -173,9 +173,10 @@ static void gelu(em_onnx_builder *b, const char *name, const char *x, const char
  * (the biased variance, as Ember and PyTorch compute it). The means are
  * MatMuls of (rows, D) with a (D, 1) column of 1/D and go back to
  * (rows, D) through a MatMul with a (1, D) row of ones, so every
- * elementwise op sees equal shapes. Opset 17 has LayerNormalization, but consumers that predate it
- * (Debian 12's OpenCV 4.6) cannot load it, nor broadcast (N, D) against
- * (N, 1); this form runs everywhere and costs O(D) extra weights. */
+ * elementwise op sees equal shapes. Opset 17 has LayerNormalization, but
+ * consumers that predate it (Debian 12's OpenCV 4.6) cannot load it, nor
+ * broadcast (N, D) against (N, 1); this form runs everywhere and costs
+ * O(D) extra weights. */
 static void layer_norm(em_onnx_builder *b, const em_spec *spec, int i, const char *x,
                        const char *out, em_tensor *const *t, const char *const *tn) {
   const char *name = spec->nodes[i].name;
@@ -229,8 +230,8 @@ static void layer_norm(em_onnx_builder *b, const em_spec *spec, int i, const cha
   }
   if (b->failed || !xf) return;
   const char *y = reshape ? v[10] : out;
-  op2(b, "MatMul", nn[0], xf, c_avg, v[0]);   /* (.., 1) */
-  op2(b, "MatMul", nn[1], v[0], c_ones, v[1]); /* (.., D) */
+  op2(b, "MatMul", nn[0], xf, c_avg, v[0]);   /* (rows, 1) */
+  op2(b, "MatMul", nn[1], v[0], c_ones, v[1]); /* (rows, D) */
   op2(b, "Sub", nn[2], xf, v[1], v[2]);
   op2(b, "Mul", nn[3], v[2], v[2], v[3]);
   op2(b, "MatMul", nn[4], v[3], c_avg, v[4]);

@@ -52,10 +52,9 @@ em_status em_atomic_begin(const char *path, em_atomic_file *f, em_error *err) {
     return em_error_set(err, EM_ERR_IO, "'%s' is %s, not a regular file: it was left as it is; "
                         "give a file name", path, S_ISDIR(sb.st_mode) ? "a folder" : "a device "
                         "or a pipe");
-  /* The file to write: a symlink's target, through a chain of links to a
-   * file not made yet as a shell's > follows it (8 links at most). */
-  char *target = realpath(path, NULL);
-  if (!target) target = strdup(path);
+  /* The file to write: path, or through a chain of symlinks the file they
+   * end at, made or not, as a shell's > follows them (8 links at most). */
+  char *target = strdup(path);
   for (int hop = 0; target && hop < 8; hop++) {
     struct stat lb;
     char link[PATH_MAX];

@@ -268,11 +268,9 @@ static em_status wanted_checksum(em_safetensors *f, const char *path, uint32_t *
 }
 
 /* crc, the tensors' part of the checksum, finished with the file's
- * metadata and held against what the file carries. */
-static em_status finish_checksum(em_safetensors *f, const char *path, uint32_t crc,
-                                 em_error *err) {
-  uint32_t want = 0;
-  EM_TRY(wanted_checksum(f, path, &want, err));
+ * metadata and held against want, what the file carries. */
+static em_status finish_checksum(em_safetensors *f, const char *path, uint32_t want,
+                                 uint32_t crc, em_error *err) {
   int nm = em_safetensors_meta_count(f);
   em_ckpt_meta *meta = calloc((size_t)(nm ? nm : 1), sizeof *meta);
   if (!meta) return em_error_set(err, EM_ERR_NOMEM, "out of memory");
@@ -298,7 +296,7 @@ static em_status check_checksum(em_safetensors *f, const char *path, ckpt_tensor
   qsort(c->e, (size_t)c->n, sizeof *c->e, em_ckpt_tensor_cmp);
   uint32_t crc = em_checkpoint_crc_start();
   for (int i = 0; i < c->n; i++) crc = em_checkpoint_crc_tensor(crc, c->e[i].name, c->e[i].t);
-  return finish_checksum(f, path, crc, err);
+  return finish_checksum(f, path, want, crc, err);
 }
 
 /* Reads, checks and applies path to t. Nothing of t changes unless every
@@ -444,11 +442,11 @@ static int cmp_name_ptr(const void *a, const void *b) {
 }
 
 /* The file's tensors one at a time, in the checksum's order (a checkpoint
- * is never held whole: the registry's sweep and every weights load check
- * it), against its checksum and, when step >= 0, the position's step
- * counts. */
-static em_status verify_tensors(em_safetensors *f, const char *path, int64_t step,
-                                em_error *err) {
+ * is never held whole), against its checksum want and, when step >= 0,
+ * the position's step counts; each is handed to take (when given) as it
+ * is read. */
+static em_status verify_tensors(em_safetensors *f, const char *path, uint32_t want, int64_t step,
+                                em_ckpt_take_fn take, void *ctx, em_error *err) {
   int n = em_safetensors_count(f);
   const char **names = calloc((size_t)(n ? n : 1), sizeof *names);
   if (!names) return em_error_set(err, EM_ERR_NOMEM, "out of memory checking '%s'", path);
@@ -466,13 +464,15 @@ static em_status verify_tensors(em_safetensors *f, const char *path, int64_t ste
     if (st == EM_OK) st = em_safetensors_read(f, names[i], t, err);
     if (st == EM_OK) crc = em_checkpoint_crc_tensor(crc, names[i], t);
     if (st == EM_OK && step >= 0) st = check_step_count(names[i], t, path, step, err);
+    if (st == EM_OK && take) st = take(names[i], t, ctx, err);
     em_tensor_free(t);
   }
   free(names);
-  return st == EM_OK ? finish_checksum(f, path, crc, err) : st;
+  return st == EM_OK ? finish_checksum(f, path, want, crc, err) : st;
 }
 
-em_status em_checkpoint_verify(const char *path, int64_t *step, int64_t *epoch, em_error *err) {
+em_status em_checkpoint_verify_each(const char *path, em_ckpt_take_fn take, void *ctx,
+                                    int64_t *step, int64_t *epoch, em_error *err) {
   em_error e = {0}, es = {0};
   ckpt_state state;
   uint32_t want = 0;
@@ -483,7 +483,7 @@ em_status em_checkpoint_verify(const char *path, int64_t *step, int64_t *epoch, 
    * corrupt before its position as inconsistent */
   em_status st_state = st == EM_OK ? parse_state(f, path, &state, 0, &es) : st;
   if (st == EM_OK)
-    st = verify_tensors(f, path, st_state == EM_OK ? state.pos.step : -1, &e);
+    st = verify_tensors(f, path, want, st_state == EM_OK ? state.pos.step : -1, take, ctx, &e);
   if (st == EM_OK && st_state != EM_OK) {
     st = st_state;
     e = es;
@@ -497,4 +497,8 @@ em_status em_checkpoint_verify(const char *path, int64_t *step, int64_t *epoch, 
   /* after an epoch's last batch the position is the next epoch's start */
   *epoch = state.pos.batch == 0 && state.pos.epoch > 0 ? state.pos.epoch - 1 : state.pos.epoch;
   return EM_OK;
+}
+
+em_status em_checkpoint_verify(const char *path, int64_t *step, int64_t *epoch, em_error *err) {
+  return em_checkpoint_verify_each(path, NULL, NULL, step, epoch, err);
 }

@@ -146,6 +146,15 @@ uint32_t em_checkpoint_crc_start(void);
 uint32_t em_checkpoint_crc_tensor(uint32_t crc, const char *name, const em_tensor *t);
 uint32_t em_checkpoint_crc_meta(uint32_t crc, em_ckpt_meta *meta, int n_meta);
 
+/* em_checkpoint_verify, handing each tensor to take as it is read (in
+ * name order; t is the file's, freed after the call): a checkpoint loaded
+ * as weights is checked and taken in one pass over the file. An error
+ * from take ends the check with it. */
+typedef em_status (*em_ckpt_take_fn)(const char *name, const em_tensor *t, void *ctx,
+                                     em_error *err);
+em_status em_checkpoint_verify_each(const char *path, em_ckpt_take_fn take, void *ctx,
+                                    int64_t *step, int64_t *epoch, em_error *err);
+
 /* Makes dir (and its parents) when missing and puts its absolute path in
  * abs. */
 em_status em_checkpoint_dir_prepare(const char *dir, char *abs, size_t cap, em_error *err);

@@ -578,13 +578,11 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   r.sched.lr = c->optim.lr;
   r.sched_total_auto = r.sched.total_steps == 0;
   if (r.sched.total_steps == 0) r.sched.total_steps = total_steps > 0 ? total_steps : 1;
-  if (r.sched_total_auto && r.sched.kind == EM_SCHED_WARMUP_COSINE &&
-      r.sched.total_steps <= r.sched.warmup_steps)
-    return em_error_set(err, EM_ERR_INVALID,
-                        "schedule warmup-cosine: this run makes %lld optimiser steps, not "
-                        "more than its warmup_steps (%lld): train for more epochs, lower "
-                        "warmup_steps, or give total_steps",
-                        (long long)r.sched.total_steps, (long long)r.sched.warmup_steps);
+  /* the config was checked before the run's length was known */
+  if (r.sched_total_auto && em_schedule_check(&r.sched, err) != EM_OK)
+    return em_error_prefix(err, "this run makes %lld optimiser steps, its schedule's "
+                           "total_steps (train for more epochs, or give total_steps)",
+                           (long long)r.sched.total_steps);
   r.cycle_momentum = r.sched.kind == EM_SCHED_ONECYCLE && r.sched.cycle_momentum;
   memset(&t->summary, 0, sizeof t->summary);
   t->ckpt_dir[0] = '\0';

@@ -55,17 +55,75 @@ static em_status check_finite(const em_tensor *t, const char *name, const char *
                       (long long)em_tensor_numel(t));
 }
 
+static em_status unknown_tensor(const char *path, const char *name, em_error *err) {
+  return em_error_set(err, EM_ERR_FORMAT,
+                      "'%s' holds a tensor '%s' that this model does not have; was it saved "
+                      "from another model?", path, name);
+}
+
+typedef struct {
+  em_model *m;
+  const char *path;
+  bool *taken; /* per model tensor */
+} ckpt_take;
+
+/* A checkpoint's tensor as it is verified: the model's ones are checked
+ * and copied in, the optimiser's ("optim/...") passed over. */
+static em_status take_model_tensor(const char *name, const em_tensor *t, void *ctx,
+                                   em_error *err) {
+  ckpt_take *c = ctx;
+  if (strncmp(name, "optim/", 6) == 0) return EM_OK;
+  int i = em_model_tensor_find(c->m, name);
+  if (i < 0) return unknown_tensor(c->path, name, err);
+  em_tensor *live = em_model_tensor(c->m, i, NULL);
+  if (live->dtype != t->dtype || !em_tensor_same_shape(live, t)) {
+    char a[160], b[160];
+    return em_error_set(err, EM_ERR_SHAPE, "'%s': tensor '%.200s' is %s %s in the file, but "
+                        "the model's is %s %s", c->path, name,
+                        em_shape_str(t->ndim, t->shape, a, sizeof a), em_dtype_name(t->dtype),
+                        em_shape_str(live->ndim, live->shape, b, sizeof b),
+                        em_dtype_name(live->dtype));
+  }
+  EM_TRY(check_finite(t, name, c->path, err));
+  em_tensor_copy_(live, t); /* onto the model's device, where it lives there */
+  c->taken[i] = true;
+  return EM_OK;
+}
+
+/* A training checkpoint (a registered version's weights): checked against
+ * its checksum and state as resuming checks it, in the same pass that
+ * reads the model's tensors out of it. */
+static em_status load_checkpoint(em_model *m, em_safetensors *f, const char *path,
+                                 em_error *err) {
+  int n = em_model_tensor_count(m);
+  ckpt_take c = {m, path, calloc((size_t)(n ? n : 1), sizeof(bool))};
+  if (!c.taken) return em_error_set(err, EM_ERR_NOMEM, "out of memory loading '%s'", path);
+  int64_t step, epoch;
+  em_status st = em_checkpoint_verify_each(path, take_model_tensor, &c, &step, &epoch, err);
+  for (int i = 0; i < n && st == EM_OK; i++) { /* every tensor of the model was there */
+    if (c.taken[i]) continue;
+    const char *name;
+    em_dtype dt;
+    int nd;
+    int64_t shape[EM_MAX_DIMS];
+    em_model_tensor(m, i, &name);
+    st = em_safetensors_info(f, name, &dt, &nd, shape, err); /* says it is missing */
+  }
+  free(c.taken);
+  return st;
+}
+
 em_status em_model_load(em_model *m, const char *path, em_error *err) {
   em_safetensors *f = em_safetensors_open(path, err);
   if (!f) return err ? err->status : EM_ERR_IO;
   const char *format = em_safetensors_meta(f, "format");
-  bool checkpoint = format && strcmp(format, "ember-checkpoint") == 0;
-  em_status st = EM_OK;
-  /* A checkpoint (a registered version's weights) carries a checksum over
-   * everything it holds: checked as resuming checks it. */
-  int64_t ck_step, ck_epoch;
-  if (checkpoint) st = em_checkpoint_verify(path, &ck_step, &ck_epoch, err);
+  if (format && strcmp(format, "ember-checkpoint") == 0) {
+    em_status st = load_checkpoint(m, f, path, err);
+    em_safetensors_close(f);
+    return st;
+  }
   int n = em_model_tensor_count(m);
+  em_status st = EM_OK;
   /* Every tensor of the model must be in the file... */
   for (int i = 0; i < n && st == EM_OK; i++) {
     const char *name;
@@ -82,15 +140,9 @@ em_status em_model_load(em_model *m, const char *path, em_error *err) {
     em_tensor_free(h);
   }
   /* ...and the file must hold nothing the model does not know. */
-  for (int k = 0; k < em_safetensors_count(f) && st == EM_OK; k++) {
-    const char *fname = em_safetensors_name(f, k);
-    if (checkpoint && strncmp(fname, "optim/", 6) == 0) continue;
-    if (em_model_tensor_find(m, fname) < 0)
-      st = em_error_set(err, EM_ERR_FORMAT,
-                        "'%s' holds a tensor '%s' that this model does not have; was it saved "
-                        "from another model?",
-                        path, fname);
-  }
+  for (int k = 0; k < em_safetensors_count(f) && st == EM_OK; k++)
+    if (em_model_tensor_find(m, em_safetensors_name(f, k)) < 0)
+      st = unknown_tensor(path, em_safetensors_name(f, k), err);
   em_safetensors_close(f);
   return st;
 }
