@@ -97,6 +97,59 @@ static int put_value(walk *w, const json_t *v) {
               (long long)w->n);
 }
 
+/* The nesting of "data": how deep its numbers lie (levels of lists) and
+ * the length of the lists at each level. Nested data must be a block of
+ * the shape (all lists at one level as long, every number at one depth),
+ * its outer levels the shape's and its innermost lists the rest flat. */
+typedef struct {
+  int leaf_depth; /* -1: no number yet */
+  bool ragged;
+  int64_t len[EM_MAX_DIMS + 2]; /* len[l]: the lists' length at level l (-1 unseen) */
+} nesting;
+
+static void nesting_init(nesting *ns) {
+  ns->leaf_depth = -1;
+  ns->ragged = false;
+  for (int l = 0; l < EM_MAX_DIMS + 2; l++) ns->len[l] = -1;
+}
+
+/* A number at depth d (inside d lists). */
+static void nesting_leaf(nesting *ns, int d) {
+  if (ns->leaf_depth < 0) ns->leaf_depth = d;
+  else if (ns->leaf_depth != d) ns->ragged = true;
+}
+
+/* A list of n values at level l (0: data itself). */
+static void nesting_list(nesting *ns, int l, int64_t n) {
+  if (l >= EM_MAX_DIMS + 2) return; /* deeper than any shape: the depth check says so */
+  if (ns->len[l] < 0) ns->len[l] = n;
+  else if (ns->len[l] != n) ns->ragged = true;
+}
+
+/* 0, or a 400 when the nesting is not a block of shape gs (nd sizes). */
+static int nesting_check(const nesting *ns, int nd, const int64_t *gs, char *msg, size_t cap) {
+  if (ns->ragged)
+    return fail(msg, cap, "input 'input': \"data\" is ragged (lists of one level differ in "
+                "length, or numbers and lists are mixed): nest it as its shape, or send it flat");
+  int d = ns->leaf_depth;
+  if (d <= 1) return 0; /* flat (or a single number) */
+  char got[200];
+  if (d > nd)
+    return fail(msg, cap, "input 'input': \"data\" is nested %d lists deep, deeper than shape "
+                "%s", d, em_shape_str(nd, gs, got, sizeof got));
+  int64_t rest = 1;
+  for (int l = d - 1; l < nd; l++) rest *= gs[l];
+  for (int l = 0; l < d; l++) {
+    int64_t want = l < d - 1 ? gs[l] : rest;
+    if (ns->len[l] != want)
+      return fail(msg, cap, "input 'input': \"data\" has lists of %lld at nesting level %d "
+                  "where shape %s needs %lld: nest it as its shape, or send it flat",
+                  (long long)ns->len[l], l, em_shape_str(nd, gs, got, sizeof got),
+                  (long long)want);
+  }
+  return 0;
+}
+
 /* ---- the fast path for "data" ---------------------------------------------------
  * jansson makes one object per number: for an image of 784 floats that is
  * most of a request's cost. So before jansson sees the body, the "data"
@@ -111,6 +164,7 @@ typedef struct {
   int64_t *iv;     /* integer tokens' exact values (iv[k] valid when isint[k]) */
   unsigned char *isint;
   int64_t n;
+  nesting nest;
 } fast_data;
 
 static const char *skip_ws(const char *p, const char *e) {
@@ -192,16 +246,22 @@ static bool scan_numbers(const char *s, const char *t, fast_data *fd) {
   fd->isint = malloc((size_t)cap);
   if (!fd->v || !fd->iv || !fd->isint) return false;
   int depth = 0;
+  int64_t count[EM_MAX_DIMS + 2]; /* count[l]: values so far in the open list at level l */
   bool want_value = true; /* a value may come (after '[' or ',') */
   bool comma = false;      /* the last token was ',' (so ']' may not follow) */
   const char *p = s;
+  nesting_init(&fd->nest);
   while ((p = skip_ws(p, t)) < t) {
     char c = *p;
     if (c == '[') {
-      if (!want_value || ++depth > EM_MAX_DIMS + 1) return false;
+      if (!want_value || depth + 1 > EM_MAX_DIMS + 1) return false;
+      if (depth > 0) count[depth - 1]++;
+      count[depth++] = 0;
       comma = false, p++;
     } else if (c == ']') {
-      if (depth-- == 0 || comma) return false;
+      if (depth == 0 || comma) return false;
+      depth--;
+      nesting_list(&fd->nest, depth, count[depth]);
       want_value = false, p++;
     } else if (c == ',') {
       if (want_value || depth == 0) return false;
@@ -241,6 +301,8 @@ static bool scan_numbers(const char *s, const char *t, fast_data *fd) {
         if (errno == ERANGE && isinf(fd->v[fd->n])) return false;
       }
       fd->isint[fd->n++] = is_int;
+      if (depth > 0) count[depth - 1]++;
+      nesting_leaf(&fd->nest, depth);
       want_value = comma = false;
       p = q;
     } else {
@@ -273,12 +335,16 @@ static int walk_data(walk *w, const json_t *v, int depth) {
 /* The values in data (nested lists counted through, at most as deep as
  * walk_data takes them), so that the input is sized only once the body
  * is known to hold it. */
-static int64_t count_values(const json_t *v, int depth) {
-  if (!json_is_array(v) || depth > EM_MAX_DIMS + 1) return 1;
+static int64_t count_values(const json_t *v, int depth, nesting *ns) {
+  if (!json_is_array(v) || depth > EM_MAX_DIMS + 1) {
+    nesting_leaf(ns, depth);
+    return 1;
+  }
+  nesting_list(ns, depth, (int64_t)json_array_size(v));
   int64_t n = 0;
   size_t i;
   const json_t *e;
-  json_array_foreach(v, i, e) n += count_values(e, depth + 1);
+  json_array_foreach(v, i, e) n += count_values(e, depth + 1, ns);
   return n;
 }
 
@@ -356,15 +422,18 @@ static int parse_input(const json_t *in, const serve_model *m, const fast_data *
 
   req->rows = gs[0];
   int64_t want_n = gs[0] * m->in_numel;
-  int64_t have_n = fd ? fd->n : count_values(data, 0);
+  nesting ns;
+  nesting_init(&ns);
+  int64_t have_n = fd ? fd->n : count_values(data, 0, &ns);
   if (have_n != want_n) /* before sizing the input by the shape it claims */
     return fail(msg, cap, "input 'input': \"data\" has %lld elements but shape %s needs %lld",
                 (long long)have_n, em_shape_str((int)nd, gs, got, sizeof got), (long long)want_n);
+  int rc = nesting_check(fd ? &fd->nest : &ns, (int)nd, gs, msg, cap);
+  if (rc) return rc;
   size_t esz = m->in_dtype == EM_DTYPE_I64 ? sizeof(int64_t) : sizeof(float);
   req->in = malloc(esz * (size_t)want_n);
   if (!req->in) return fail(msg, cap, "out of memory for %lld input elements", (long long)want_n);
   walk w = {m, dt, want_n, 0, req->in, msg, cap};
-  int rc = 0;
   if (fd) /* read by the fast path (data is [] here) */
     for (int64_t k = 0; k < fd->n && !rc; k++)
       rc = put_number(&w, fd->isint[k], fd->iv[k], fd->v[k]);

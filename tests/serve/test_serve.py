@@ -51,7 +51,8 @@ def sample_batch(n, seed):
 
 
 def infer_body(x, nested=False, **extra):
-    data = x.tolist() if nested else x.reshape(-1).tolist()
+    data = (x.reshape(x.shape[0], -1).tolist() if nested == "rows"  # one flat list per row
+            else x.tolist() if nested else x.reshape(-1).tolist())
     body = {"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32",
                         "data": data}]}
     body.update(extra)
@@ -221,7 +222,7 @@ class ServeTest(unittest.TestCase):
     def test_infer_matches_pytorch(self):
         s = self.srv
         x = sample_batch(5, 1)
-        for nested in (False, True):
+        for nested in (False, True, "rows"):
             st, r = s.infer(x, nested=nested, id="req-7")
             self.assertEqual(st, 200, r)
             self.assertEqual((r["model_name"], r["id"]), ("mlp", "req-7"))
@@ -317,6 +318,16 @@ class ServeTest(unittest.TestCase):
             # a huge claimed batch with one value: refused before it is sized
             (variant(shape=[1 << 24, 1, 28, 28], data=[0.5]), "has 1 elements"),
             (variant(shape=[1 << 24, 1, 28, 28], data=[[0.5]]), "has 1 elements"),
+            # nested data must be a block of the shape (the right count is not enough)
+            (variant(data=[[0.5] * 700, [0.5] * 868]), "ragged"),
+            (variant(data=[[0.5] * 1567, 0.5]), "ragged"),
+            (variant(data=[[0.5] * 392] * 4), "lists of 4 at nesting level 0"),
+            (variant(data=[[[0.5] * 28] * 28] * 2), "lists of 28 at nesting level 1"),
+            (variant(data=[[[[[0.5]] * 28] * 28]] * 2), "deeper than shape"),
+            (variant(data=[[0.5] * 700, [0.5] * 868]).replace(b'"data"', b'"d\\u0061ta"'),
+             "ragged"),
+            (variant(data=[[0.5] * 392] * 4).replace(b'"data"', b'"d\\u0061ta"'),
+             "nesting level 0"),
         ]
         for body, needle in cases:
             st, r = s.request("POST", "/v2/models/mlp/infer", body)
