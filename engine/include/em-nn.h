@@ -148,7 +148,9 @@ typedef struct em_layer_type {
 
 /* Adds a type (kept by pointer: it must outlive its use). Fails on a
  * wrong api_version, a missing callback or a name already taken. The
- * built-in types are registered on first use of the registry. */
+ * built-in types are registered on first use of the registry. Plugins
+ * do not call it: they stage their types with em_plugin_add_layer
+ * (em-plugin.h), and a call from a plugin's init fails. */
 em_status em_layer_register(const em_layer_type *type, em_error *err);
 int em_layer_type_count(void);
 const em_layer_type *em_layer_type_at(int i); /* in registration order */

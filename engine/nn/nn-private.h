@@ -45,6 +45,9 @@ struct em_spec {
 /* Removes a registered type (the plugin host's rollback of a plugin that
  * failed to load; never a type a spec or model may still use). */
 void em_layer_unregister(const em_layer_type *type);
+/* While held (in this thread: the plugin host around a plugin's init),
+ * em_layer_register refuses. */
+void em_layer_register_hold(bool hold);
 
 /* A copy of spec (re-parsed from a deep copy of its JSON). */
 em_spec *em_spec_copy(const em_spec *spec, em_error *err);

@@ -1,6 +1,9 @@
 /* registry.c: the registry of layer types. Built-in types register on
- * first use; plugins call em_layer_register the same way. Types are kept
- * by pointer in registration order (the GUI palette's order). */
+ * first use; a plugin's types are registered by the plugin host when its
+ * init succeeds (em_plugin_add_layer stages them), and em_layer_register
+ * called from inside a plugin's init is refused: a refused plugin is
+ * unloaded, and its type would be left behind pointing into it. Types are
+ * kept by pointer in registration order (the GUI palette's order). */
 #include "nn-private.h"
 
 #include <pthread.h>
@@ -58,7 +61,15 @@ static void register_builtins(void) {
     EM_ASSERT(add_type(builtins[i], NULL) == EM_OK);
 }
 
+static _Thread_local bool held; /* a plugin's init is running in this thread */
+
+void em_layer_register_hold(bool hold) { held = hold; }
+
 em_status em_layer_register(const em_layer_type *type, em_error *err) {
+  if (held)
+    return em_error_set(err, EM_ERR_INVALID,
+                        "a plugin registers its layer types with em_plugin_add_layer from its "
+                        "init (em-plugin.h), not with em_layer_register");
   pthread_once(&builtins_once, register_builtins);
   return add_type(type, err);
 }

@@ -8,19 +8,24 @@
  * spec that names a layer type nobody provides. */
 #include "plugin-private.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../nn/nn-private.h"
 
-#define MAX_PLUGINS 64
+#define MAX_PLUGINS 256 /* files tried, loaded or refused */
+#define MAX_DIR_FILES 64 /* "*.so" files tried per folder, in name order */
 #define MAX_DIRS 32
 #define MAX_STAGED 16
 
@@ -38,6 +43,9 @@ struct em_plugin_host {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* one load at a time */
 static em_plugin_info plugins[MAX_PLUGINS];
+/* hosts[i]: plugins[i]'s host; it outlives the init (closed), so that a
+ * plugin calling em_plugin_add_* later gets an error, not a dead frame. */
+static em_plugin_host hosts[MAX_PLUGINS];
 static int n_plugins;
 static struct {
   char path[1024];
@@ -152,6 +160,59 @@ static em_plugin_info *new_record(const char *path) {
   return p;
 }
 
+/* dlopen maps an ELF file's segments as its program headers say; one
+ * that lies past the end of a truncated file (a half-finished copy) is
+ * mapped anyway, and touching it kills the process with SIGBUS. So a
+ * file that is ELF is read first: false, with why, when a segment or the
+ * headers end past the file. A file that is not ELF is left to dlopen,
+ * whose message says so. */
+static bool elf_whole(const char *path, char *why, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true; /* dlopen says why */
+  struct stat sb;
+  Elf64_Ehdr eh;
+  bool ok = true;
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+      pread(fd, &eh, sizeof eh, 0) == (ssize_t)sizeof eh && !memcmp(eh.e_ident, ELFMAG, SELFMAG) &&
+      eh.e_ident[EI_CLASS] == ELFCLASS64) {
+    uint64_t size = (uint64_t)sb.st_size;
+    if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phoff > size ||
+        (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr) > size - eh.e_phoff)
+      ok = false;
+    for (int i = 0; ok && i < eh.e_phnum; i++) {
+      Elf64_Phdr ph;
+      if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph)) !=
+          (ssize_t)sizeof ph)
+        ok = false;
+      else if (ph.p_type == PT_LOAD && (ph.p_offset > size || ph.p_filesz > size - ph.p_offset))
+        ok = false;
+    }
+    if (!ok)
+      snprintf(why, cap, "it is truncated (%llu bytes, and its ELF headers place code or data "
+               "past the end): a copy that did not finish?", (unsigned long long)size);
+  }
+  close(fd);
+  return ok;
+}
+
+/* Names and versions end up in run tags ("<version> sha256:<hash> <path>")
+ * and one-line listings: printable, no spaces, and short enough to keep
+ * whole. */
+static bool is_token(const char *s, size_t max, const char *extra) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n > max) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char)s[i]) && !strchr(extra, s[i])) return false;
+  return true;
+}
+
+/* A description on one line: control characters become spaces. */
+static void copy_line(char *dst, size_t n, const char *s) {
+  copy_str(dst, n, s);
+  for (char *c = dst; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' ';
+}
+
 
 static em_status load_locked(const char *path, em_error *err) {
   for (int i = 0; i < n_plugins; i++)
@@ -160,12 +221,20 @@ static em_status load_locked(const char *path, em_error *err) {
       return em_error_set(err, EM_ERR_INVALID, "%s", plugins[i].reason);
     }
   em_plugin_info *info = new_record(path);
-  if (!info) return em_error_set(err, EM_ERR_NOMEM, "too many plugins (%d)", MAX_PLUGINS);
+  if (!info)
+    return em_error_set(err, EM_ERR_NOMEM, "plugin %.300s not tried: %d plugin files were "
+                        "tried already, the most one process takes", path, MAX_PLUGINS);
   em_error e = {0};
   em_status st = EM_OK;
-  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  void *dl = NULL;
   const em_plugin_table *t = NULL;
-  if (!dl) {
+  char why[256];
+  if (strlen(path) >= sizeof info->path)
+    st = em_error_set(&e, EM_ERR_INVALID, "its path is longer than %zu bytes",
+                      sizeof info->path - 1);
+  else if (!elf_whole(path, why, sizeof why))
+    st = em_error_set(&e, EM_ERR_FORMAT, "%s", why);
+  else if (!(dl = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
     const char *why = dlerror();
     st = em_error_set(&e, EM_ERR_IO, "cannot load it: %s", why ? why : "dlopen failed");
   } else {
@@ -185,25 +254,36 @@ static em_status load_locked(const char *path, em_error *err) {
                         t->api_version, EM_PLUGIN_API_VERSION);
   }
   if (st == EM_OK) {
-    copy_str(info->name, sizeof info->name, t->name);
-    copy_str(info->version, sizeof info->version, t->version);
-    copy_str(info->description, sizeof info->description, t->description);
+    copy_line(info->name, sizeof info->name, t->name);
+    copy_line(info->version, sizeof info->version, t->version);
+    copy_line(info->description, sizeof info->description, t->description);
     if (!t->name || !t->name[0] || !t->init)
       st = em_error_set(&e, EM_ERR_INVALID, "its table has no name or no init function");
+    else if (!is_token(t->name, sizeof info->name - 1, "._+-"))
+      st = em_error_set(&e, EM_ERR_INVALID, "its name '%s' is not 1 to %zu letters, digits, "
+                        "'.', '_', '+' or '-'", info->name, sizeof info->name - 1);
+    else if (t->version && t->version[0] &&
+             !is_token(t->version, sizeof info->version - 1, "._+-~:"))
+      st = em_error_set(&e, EM_ERR_INVALID, "its version '%s' is not 1 to %zu letters, digits "
+                        "or '.', '_', '+', '-', '~', ':' (no spaces)", info->version,
+                        sizeof info->version - 1);
     for (int i = 0; st == EM_OK && i < n_plugins - 1; i++)
       if (plugins[i].loaded && !strcmp(plugins[i].name, t->name))
         st = em_error_set(&e, EM_ERR_INVALID, "a plugin named '%s' is already loaded (from %s)",
                           t->name, plugins[i].path);
   }
-  em_plugin_host h = {.info = info};
+  em_plugin_host *h = &hosts[info - plugins];
+  *h = (em_plugin_host){.info = info};
   if (st == EM_OK) {
-    h.open = true;
+    h->open = true;
+    em_layer_register_hold(true);
     em_error ie = {0};
-    em_status ist = t->init(&h, &ie);
-    h.open = false;
+    em_status ist = t->init(h, &ie);
+    em_layer_register_hold(false);
+    h->open = false;
     if (ist != EM_OK)
       st = em_error_set(&e, ist, "its init failed: %s", ie.msg[0] ? ie.msg : em_status_name(ist));
-    else if ((st = commit(&h, &ie)) != EM_OK)
+    else if ((st = commit(h, &ie)) != EM_OK)
       st = em_error_set(&e, st, "%s", ie.msg);
   }
   if (st != EM_OK) {
@@ -216,9 +296,10 @@ static em_status load_locked(const char *path, em_error *err) {
     return st;
   }
   info->loaded = true; /* dl stays open for the life of the process */
-  for (int i = 0; i < h.n_layers; i++) info->layers[info->n_layers++] = h.layers[i]->name;
-  for (int i = 0; i < h.n_datasets; i++) info->datasets[info->n_datasets++] = h.datasets[i]->name;
-  for (int i = 0; i < h.n_metrics; i++) info->metrics[info->n_metrics++] = h.metrics[i]->name;
+  for (int i = 0; i < h->n_layers; i++) info->layers[info->n_layers++] = h->layers[i]->name;
+  for (int i = 0; i < h->n_datasets; i++)
+    info->datasets[info->n_datasets++] = h->datasets[i]->name;
+  for (int i = 0; i < h->n_metrics; i++) info->metrics[info->n_metrics++] = h->metrics[i]->name;
   return EM_OK;
 }
 
@@ -254,7 +335,7 @@ int em_plugins_load_dir(const char *dir, const char *origin) {
   if (n_dirs < MAX_DIRS) {
     copy_str(dirs[n_dirs].path, sizeof dirs[n_dirs].path, d);
     copy_str(dirs[n_dirs].origin, sizeof dirs[n_dirs].origin, origin ? origin : "");
-    dirs[n_dirs++].exists = dh != NULL;
+    dirs[n_dirs++].exists = dh != NULL || errno != ENOENT; /* there, if unreadable */
   }
   int refused = 0;
   if (!dh) {
@@ -265,13 +346,29 @@ int em_plugins_load_dir(const char *dir, const char *origin) {
     pthread_mutex_unlock(&lock);
     return 0;
   }
-  char *names[MAX_PLUGINS];
-  int n = 0;
+  /* every name first, so that the files tried are the first in name
+   * order whatever order the folder lists them in */
+  char **names = NULL;
+  int n = 0, cap = 0;
   struct dirent *de;
-  while ((de = readdir(dh)) && n < MAX_PLUGINS)
-    if (is_plugin_file(de->d_name) && (names[n] = strdup(de->d_name))) n++;
+  while ((de = readdir(dh))) {
+    if (!is_plugin_file(de->d_name)) continue;
+    if (n == cap) {
+      char **more = realloc(names, sizeof *names * (size_t)(cap = cap ? 2 * cap : 16));
+      if (!more) break;
+      names = more;
+    }
+    if ((names[n] = strdup(de->d_name))) n++;
+  }
   closedir(dh);
-  qsort(names, (size_t)n, sizeof names[0], cmp_str);
+  if (n) qsort(names, (size_t)n, sizeof names[0], cmp_str);
+  if (n > MAX_DIR_FILES) {
+    em_log_msg(EM_LOG_WARNING, "plugin folder %s holds %d \"*.so\" files: only the first %d "
+               "in name order are tried (%s is the first left out)", d, n, MAX_DIR_FILES,
+               names[MAX_DIR_FILES]);
+    for (int i = MAX_DIR_FILES; i < n; i++) free(names[i]);
+    n = MAX_DIR_FILES;
+  }
   for (int i = 0; i < n; i++) {
     char path[PATH_MAX + 256];
     snprintf(path, sizeof path, "%s/%s", d, names[i]);
@@ -284,6 +381,7 @@ int em_plugins_load_dir(const char *dir, const char *origin) {
     }
     free(names[i]);
   }
+  free(names);
   pthread_mutex_unlock(&lock);
   return refused;
 }

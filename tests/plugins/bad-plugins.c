@@ -1,8 +1,13 @@
 /* bad-plugins.c: plugins the host must refuse, built as shared modules
  * from this one file with -DBAD_<KIND>: a table for another API version,
  * no entry point, an init that registers a layer type and a metric and
- * then fails (both must be rolled back), and one that registers a layer
- * named like a built-in (after a fresh one, which must not stay either). */
+ * then fails (both must be rolled back), one that registers a layer
+ * named like a built-in (after a fresh one, which must not stay either),
+ * a version with a space (run tags split on spaces), an init that calls
+ * em_layer_register itself (refused: the type would outlive the refused
+ * module), and one that keeps its host and adds a metric after init
+ * (bad_late_add, called by the test: an error, not a write into the
+ * host's ended init). */
 #include "em-plugin.h"
 
 /* Each variant uses some of what follows. */
@@ -49,6 +54,22 @@ UNUSED static em_status init_duplicate(em_plugin_host *h, em_error *err) {
   return st;
 }
 
+UNUSED static em_status init_direct(em_plugin_host *h, em_error *err) {
+  return em_layer_register(&fresh, err);
+}
+
+UNUSED static em_plugin_host *kept;
+UNUSED static em_status init_keep(em_plugin_host *h, em_error *err) {
+  kept = h;
+  return EM_OK;
+}
+
+#if defined(BAD_LATE_ADD)
+EM_PLUGIN_EXPORT em_status bad_late_add(em_error *err) {
+  return em_plugin_add_metric(kept, &rolled_back_metric, err);
+}
+#endif
+
 #if defined(BAD_VERSION)
 static const em_plugin_table table = {EM_PLUGIN_API_VERSION + 98, "bad-version", "0", "",
                                       init_duplicate};
@@ -57,6 +78,15 @@ static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-init", "0", ""
 #elif defined(BAD_DUPLICATE)
 static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-duplicate", "0", "",
                                       init_duplicate};
+#elif defined(BAD_VERSION_SPACE)
+static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-version-space", "1.0 beta", "",
+                                      init_keep};
+#elif defined(BAD_DIRECT_REGISTER)
+static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-direct-register", "0", "",
+                                      init_direct};
+#elif defined(BAD_LATE_ADD)
+static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-late-add", "0",
+                                      "two\nlines", init_keep};
 #endif
 
 #if defined(BAD_NO_ENTRY)

@@ -6,6 +6,7 @@
  * differences (f64) and it exports to ONNX through its mapping; macro-F1
  * gives scikit-learn's value; a spec naming a type nobody provides says
  * where plugins were looked for and which were refused. */
+#include <dlfcn.h>
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <string.h>
@@ -38,17 +39,60 @@ static void test_load(void) {
   /* a file that is not a shared object at all */
   g_autofree char *junk = g_build_filename(bad, "not-elf.so", NULL);
   g_assert_true(g_file_set_contents(junk, "not a shared object\n", -1, NULL));
+  /* a shared object cut short (a copy that did not finish): dlopen would
+   * map its missing segments and die of SIGBUS touching them */
+  g_autofree char *good_so = g_build_filename(good, "ember-seblock.so", NULL);
+  g_autofree char *so_bytes = NULL;
+  gsize so_len = 0;
+  g_assert_true(g_file_get_contents(good_so, &so_bytes, &so_len, NULL));
+  g_autofree char *cut = g_build_filename(bad, "truncated.so", NULL);
+  g_assert_true(g_file_set_contents(cut, so_bytes, 8000, NULL));
   int refused = em_plugins_load_dir(bad, "test");
-  g_assert_cmpint(refused, ==, 5);
+  g_assert_cmpint(refused, ==, 8);
   assert_refused("bad-version.so", "built for plugin API version 99");
   assert_refused("bad-no-entry.so", "no ember_plugin_entry() function");
   assert_refused("bad-init.so", "init failed: deliberately failing (test)");
   assert_refused("bad-duplicate.so", "layer type 'Linear' is already registered (built in)");
   assert_refused("not-elf.so", "cannot load it");
+  assert_refused("truncated.so", "it is truncated (8000 bytes");
+  assert_refused("bad-version-space.so", "its version '1.0 beta' is not");
+  assert_refused("bad-direct-register.so", "with em_plugin_add_layer from its init");
   /* nothing of the refused ones stayed registered */
   g_assert_null(em_layer_type_find("TestRolledBack"));
   g_assert_null(em_layer_type_find("TestFreshBeforeDuplicate"));
   g_assert_null(em_metric_find("test_rolled_back_metric"));
+  /* a plugin that adds after its init is told so (its host is closed) */
+  const em_plugin_info *late = find_plugin("bad-late-add.so");
+  g_assert_nonnull(late);
+  g_assert_true(late->loaded);
+  g_assert_cmpstr(late->description, ==, "two lines"); /* one line */
+  void *dl = dlopen(late->path, RTLD_NOW | RTLD_NOLOAD);
+  g_assert_nonnull(dl);
+  em_status (*late_add)(em_error *);
+  *(void **)&late_add = dlsym(dl, "bad_late_add");
+  g_assert_nonnull(late_add);
+  em_error lerr = {0};
+  g_assert_cmpint(late_add(&lerr), ==, EM_ERR_INVALID);
+  g_assert_nonnull(strstr(lerr.msg, "may only be called from init"));
+  g_assert_null(em_metric_find("test_rolled_back_metric"));
+  dlclose(dl);
+  g_unlink(cut);
+
+  /* a folder of more "*.so" files than are tried: the first in name order */
+  g_autofree char *many = g_dir_make_tmp("ember-plugins-many-XXXXXX", NULL);
+  for (int i = 0; i < 66; i++) {
+    g_autofree char *f = g_strdup_printf("%s/j%03d.so", many, 65 - i); /* made in reverse */
+    g_assert_true(g_file_set_contents(f, "junk", -1, NULL));
+  }
+  g_assert_cmpint(em_plugins_load_dir(many, "test"), ==, 64);
+  g_assert_nonnull(find_plugin("j000.so"));
+  g_assert_nonnull(find_plugin("j063.so"));
+  g_assert_null(find_plugin("j064.so"));
+  for (int i = 0; i < 66; i++) {
+    g_autofree char *f = g_strdup_printf("%s/j%03d.so", many, i);
+    g_unlink(f);
+  }
+  g_rmdir(many);
 
   g_assert_cmpint(em_plugins_load_dir(good, "test"), ==, 0);
   const em_plugin_info *se = find_plugin("ember-seblock.so");
@@ -162,7 +206,7 @@ static void test_unknown_type_message(void) {
   g_assert_nonnull(strstr(err.msg, "unknown layer type 'GLU'"));
   g_assert_nonnull(strstr(err.msg, "plugin folders searched: "));
   g_assert_nonnull(strstr(err.msg, g_getenv("EMBER_BAD_PLUGIN_DIR")));
-  g_assert_nonnull(strstr(err.msg, "refused: bad-duplicate.so"));
+  g_assert_nonnull(strstr(err.msg, "refused: bad-direct-register.so"));
   /* and a metric no plugin provides */
   g_assert_cmpint(em_metrics_select("top5", &err), ==, EM_ERR_INVALID);
   g_assert_nonnull(strstr(err.msg, "unknown metric 'top5'"));
