@@ -285,6 +285,17 @@ em_tensor *em_model_forward(em_model *m, em_tensor *x, bool training, em_rng *rn
                    em_shape_format(&nd->out, want, sizeof want));
       return NULL;
     }
+    /* and its dtype and device: the next layer's kernels assume them */
+    em_dtype want_dt = nd->out.dtype == EM_DTYPE_I64 ? EM_DTYPE_I64 : m->opts.dtype;
+    if (y->dtype != want_dt || !em_device_eq(y->device, m->device)) {
+      char dev[32], want_dev[32];
+      em_error_set(err, EM_ERR_INVALID,
+                   "model '%s': node '%s' (%s): forward gave a %s tensor on %s, where the model "
+                   "runs in %s on %s", s->name, nd->name, nd->type->name,
+                   em_dtype_name(y->dtype), em_device_str(y->device, dev, sizeof dev),
+                   em_dtype_name(want_dt), em_device_str(m->device, want_dev, sizeof want_dev));
+      return NULL;
+    }
     outs[i] = y;
   }
   return outs[s->output];

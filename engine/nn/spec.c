@@ -418,6 +418,10 @@ static em_status check_inferred(em_spec *s, em_spec_node *nd, em_error *err) {
     return em_error_set(err, EM_ERR_INVALID, "shape inference gave %s, which lacks the batch dim",
                         o->ndim >= 1 && o->ndim <= EM_MAX_DIMS ? em_shape_format(o, buf, sizeof buf)
                                                                : "a bad rank");
+  if (o->dtype != EM_DTYPE_F32 && o->dtype != EM_DTYPE_I64)
+    return em_error_set(err, EM_ERR_INVALID, "shape inference gave dtype %s (f32 for float "
+                        "values, whatever the model's float dtype, or i64 for indices)",
+                        (unsigned)o->dtype < EM_DTYPE_COUNT ? em_dtype_name(o->dtype) : "unknown");
   int64_t numel = 1;
   for (int d = 1; d < o->ndim; d++) {
     if (o->shape[d] < 1)
@@ -442,6 +446,10 @@ static em_status check_inferred(em_spec *s, em_spec_node *nd, em_error *err) {
       return em_error_set(err, EM_ERR_INVALID, "parameter '%s' has %d dims", d->name, d->ndim);
     em_shape ds = {d->dtype, d->ndim, {0}};
     memcpy(ds.shape, d->shape, sizeof ds.shape);
+    for (int j = 0; j < d->ndim; j++)
+      if (d->shape[j] < 0)
+        return em_error_set(err, EM_ERR_INVALID, "parameter '%s.%s' has a negative size (%s)",
+                            nd->name, d->name, em_shape_format(&ds, buf, sizeof buf));
     int64_t n = em_decl_numel(d);
     if (n < 0 || n > EM_NN_MAX_NUMEL)
       return em_error_set(err, EM_ERR_NOMEM,
@@ -450,7 +458,18 @@ static em_status check_inferred(em_spec *s, em_spec_node *nd, em_error *err) {
                           nd->name, d->name, em_shape_format(&ds, buf, sizeof buf));
     if (d->dtype != EM_DTYPE_F32 && d->dtype != EM_DTYPE_I64)
       return em_error_set(err, EM_ERR_INVALID, "parameter '%s' has dtype %s (f32 or i64 only)",
-                          d->name, em_dtype_name(d->dtype));
+                          d->name, (unsigned)d->dtype < EM_DTYPE_COUNT ? em_dtype_name(d->dtype)
+                                                                       : "unknown");
+    if ((unsigned)d->init > EM_INIT_WEIGHT)
+      return em_error_set(err, EM_ERR_INVALID, "parameter '%s' has an unknown init kind (%d)",
+                          d->name, (int)d->init);
+    if ((d->init == EM_INIT_UNIFORM || d->init == EM_INIT_NORMAL) && !(isfinite(d->a) && d->a >= 0))
+      return em_error_set(err, EM_ERR_INVALID, "parameter '%s' has init scale %g (a finite "
+                          "number >= 0)", d->name, (double)d->a);
+    if (d->init == EM_INIT_WEIGHT && (d->fan_in < 1 || d->fan_out < 1))
+      return em_error_set(err, EM_ERR_INVALID, "parameter '%s' has fan-in %lld and fan-out %lld "
+                          "for its weight init (both >= 1)", d->name, (long long)d->fan_in,
+                          (long long)d->fan_out);
     if (d->buffer) nd->n_buffer += n;
     else nd->n_params += n;
   }

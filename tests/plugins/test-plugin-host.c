@@ -213,6 +213,62 @@ static void test_unknown_type_message(void) {
   g_assert_nonnull(strstr(err.msg, "macro_f1"));
 }
 
+/* A layer type the way a plugin writes one, misbehaving in one way each:
+ * its forward gives the wrong dtype, or its inference declares a
+ * parameter no init can fill. The host checks what it is handed. */
+static int misbehave;
+
+static em_status odd_infer(const em_layer_node *node, int n_in, const em_shape *in,
+                           em_shape *out, int *n_params, em_param_decl *params, em_error *err) {
+  *out = in[0];
+  *n_params = 1;
+  params[0] = (em_param_decl){.name = "w", .dtype = EM_DTYPE_F32, .ndim = 1, .shape = {4},
+                              .init = EM_INIT_UNIFORM, .a = 0.1};
+  if (misbehave == 1) params[0].init = (em_init_kind)77;
+  if (misbehave == 2) params[0].a = 1.0 / 0.0;
+  if (misbehave == 3) params[0].shape[0] = -4;
+  if (misbehave == 4) out->dtype = EM_DTYPE_U8;
+  return EM_OK;
+}
+
+static em_tensor *odd_forward(const em_layer_node *node, int n_in, em_tensor **in,
+                              em_tensor **params, const em_forward_ctx *ctx) {
+  em_tensor *y = em_mul(in[0], params[0]);
+  return misbehave == 5 ? em_cast(y, EM_DTYPE_F64) : y;
+}
+
+static const em_layer_type odd_layer = {.api_version = EM_LAYER_API_VERSION, .name = "TestOdd",
+                                        .category = "test", .help = "x * w", .min_inputs = 1,
+                                        .max_inputs = 1, .infer = odd_infer,
+                                        .forward = odd_forward};
+
+static void test_checks_what_a_layer_gives(void) {
+  em_error err = {0};
+  g_assert_cmpint(em_layer_register(&odd_layer, &err), ==, EM_OK);
+  const char *spec_json = "{\"name\": \"odd\", \"input\": {\"shape\": [4]},"
+                          " \"nodes\": [{\"name\": \"o\", \"type\": \"TestOdd\"}]}";
+  static const char *const why[] = {NULL, "unknown init kind (77)", "init scale inf",
+                                    "has a negative size", "shape inference gave dtype u8"};
+  for (misbehave = 1; misbehave <= 4; misbehave++) {
+    g_assert_null(em_spec_parse(spec_json, "<test>", &err));
+    if (!strstr(err.msg, why[misbehave])) g_error("case %d: '%s'", misbehave, err.msg);
+  }
+  misbehave = 5; /* a forward that gives f64 in an f32 model: an error, not an abort later */
+  em_spec *spec = em_spec_parse(spec_json, "<test>", &err);
+  g_assert_nonnull(spec);
+  em_model *m = em_model_new(spec, 1, &err);
+  g_assert_nonnull(m);
+  em_scope *sc = em_scope_begin();
+  int64_t shape[2] = {2, 4};
+  em_tensor *x = em_zeros(EM_DTYPE_F32, 2, shape);
+  g_assert_null(em_model_forward(m, x, false, NULL, &err));
+  if (!strstr(err.msg, "forward gave a f64 tensor on cpu, where the model runs in f32 on cpu"))
+    g_error("'%s'", err.msg);
+  em_scope_end(sc);
+  em_model_free(m);
+  em_spec_free(spec);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/plugins/host/load-and-refuse", test_load);
@@ -220,5 +276,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/plugins/seblock/onnx", test_seblock_export);
   g_test_add_func("/plugins/macro-f1/value", test_macro_f1);
   g_test_add_func("/plugins/spec/unknown-type", test_unknown_type_message);
+  g_test_add_func("/plugins/spec/checks-what-a-layer-gives", test_checks_what_a_layer_gives);
   return g_test_run();
 }
