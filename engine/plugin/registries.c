@@ -122,11 +122,27 @@ int em_dataset_type_count(void) { return reg_count(&kinds); }
 
 const em_dataset_type *em_dataset_type_at(int i) { return reg_at(&kinds, i); }
 
+/* The keys a run records of its own (store/run-recorder.c): a plugin
+ * metric of one of these names would be written over them. */
+static bool reserved_metric(const char *name) {
+  static const char *const keys[] = {"loss",      "lr",       "grad_norm",
+                                     "train_loss", "samples_per_sec", "test_loss",
+                                     "test_accuracy", NULL};
+  for (const char *const *k = keys; *k; k++)
+    if (!strcmp(name, *k)) return true;
+  return !strncmp(name, "mem_", 4);
+}
+
 em_status em_metric_add(const em_metric_type *m, em_error *err) {
   if (!m || !valid_name(m->name) || !m->compute)
     return em_error_set(err, EM_ERR_INVALID,
                         "a metric needs a name (letters, digits, '_', '-', '.') and a compute "
                         "function");
+  if (reserved_metric(m->name))
+    return em_error_set(err, EM_ERR_INVALID,
+                        "metric name '%s' is a run's own (loss, lr, grad_norm, train_loss, "
+                        "samples_per_sec, test_loss, test_accuracy, mem_*): choose another",
+                        m->name);
   return reg_add(&metrics, (reg_entry){.item = m, .name = m->name}, err);
 }
 

@@ -7,7 +7,8 @@
  * em_layer_register itself (refused: the type would outlive the refused
  * module), and one that keeps its host and adds a metric after init
  * (bad_late_add, called by the test: an error, not a write into the
- * host's ended init). */
+ * host's ended init), and one whose metric takes a run's own key
+ * (test_accuracy: it would be written over the run's). */
 #include "em-plugin.h"
 
 /* Each variant uses some of what follows. */
@@ -64,6 +65,11 @@ UNUSED static em_status init_keep(em_plugin_host *h, em_error *err) {
   return EM_OK;
 }
 
+UNUSED static const em_metric_type own_key_metric = {"test_accuracy", "zero", zero};
+UNUSED static em_status init_own_key(em_plugin_host *h, em_error *err) {
+  return em_plugin_add_metric(h, &own_key_metric, err);
+}
+
 #if defined(BAD_LATE_ADD)
 EM_PLUGIN_EXPORT em_status bad_late_add(em_error *err) {
   return em_plugin_add_metric(kept, &rolled_back_metric, err);
@@ -84,6 +90,9 @@ static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-version-space"
 #elif defined(BAD_DIRECT_REGISTER)
 static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-direct-register", "0", "",
                                       init_direct};
+#elif defined(BAD_RESERVED_METRIC)
+static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-reserved-metric", "0", "",
+                                      init_own_key};
 #elif defined(BAD_LATE_ADD)
 static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-late-add", "0",
                                       "two\nlines", init_keep};

@@ -48,7 +48,8 @@ static void test_load(void) {
   g_autofree char *cut = g_build_filename(bad, "truncated.so", NULL);
   g_assert_true(g_file_set_contents(cut, so_bytes, 8000, NULL));
   int refused = em_plugins_load_dir(bad, "test");
-  g_assert_cmpint(refused, ==, 8);
+  g_assert_cmpint(refused, ==, 9);
+  assert_refused("bad-reserved-metric.so", "metric name 'test_accuracy' is a run's own");
   assert_refused("bad-version.so", "built for plugin API version 99");
   assert_refused("bad-no-entry.so", "no ember_plugin_entry() function");
   assert_refused("bad-init.so", "init failed: deliberately failing (test)");

@@ -73,6 +73,7 @@ def check_listing(env):
     reasons = {os.path.basename(e["path"]): e["reason"] for e in j["refused"]}
     assert "its version '1.0 beta' is not" in reasons["bad-version-space.so"], reasons
     assert "em_plugin_add_layer" in reasons["bad-direct-register.so"], reasons
+    assert "is a run's own" in reasons["bad-reserved-metric.so"], reasons
     assert "built for plugin API version 99" in reasons["bad-version.so"], reasons
     assert "no ember_plugin_entry() function" in reasons["bad-no-entry.so"], reasons
     assert "init failed: deliberately failing" in reasons["bad-init.so"], reasons
@@ -92,7 +93,7 @@ def check_listing(env):
     assert default == [{"path": home_plugins, "origin": "default", "exists": True}], j
     assert j["folders"][-1]["origin"] == "installed", j  # searched last
     shutil.rmtree(home_plugins)
-    print("ember plugins: 3 loaded, 6 refused with their reasons")
+    print("ember plugins: 3 loaded, 7 refused with their reasons")
 
 
 def write_png_folder(root, per_class=100, n_test=20):
