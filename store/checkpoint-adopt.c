@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "em-train.h"
 
@@ -54,8 +55,24 @@ static em_status newest_recorded(em_store *s, int64_t run, int64_t *step, em_err
   return st;
 }
 
-/* The checkpoint files in dir newer than `after`, newest first. */
-static GArray *newer_files(const char *dir, int64_t after) {
+/* When the run started (seconds since the epoch), 0 when unknown. */
+static double run_started(em_store *s, int64_t run) {
+  sqlite3_stmt *q;
+  bool row = false;
+  double t = 0;
+  em_status st = EM_SQL_PREPARE(s, "SELECT started FROM runs WHERE id = ?", &q, NULL);
+  if (!st) st = EM_SQL_BIND(s, q, NULL, "i", run);
+  if (!st) st = EM_SQL_STEP(s, q, &row, NULL);
+  if (!st && row) t = sqlite3_column_double(q, 0);
+  if (q) sqlite3_reset(q);
+  return t;
+}
+
+/* The checkpoint files in dir newer than `after`, newest first. A file
+ * last written before the run started is another run's: one of a deleted
+ * run whose id this run was given (registries made before a run's
+ * deletion emptied its folder). */
+static GArray *newer_files(const char *dir, int64_t after, double started) {
   GArray *files = g_array_new(FALSE, TRUE, sizeof(found_file));
   GDir *d = g_dir_open(dir, 0, NULL);
   if (!d) return files; /* no folder: the run wrote no checkpoint */
@@ -65,6 +82,11 @@ static GArray *newer_files(const char *dir, int64_t after) {
     if (!em_checkpoint_name_parse(name, f.kind, sizeof f.kind, &f.step) || f.step <= after)
       continue;
     f.path = g_build_filename(dir, name, NULL);
+    struct stat sb;
+    if (stat(f.path, &sb) == 0 && (double)sb.st_mtime < started - 2.0) { /* 2 s: clock steps */
+      g_free(f.path);
+      continue;
+    }
     g_array_append_val(files, f);
   }
   g_dir_close(d);
@@ -126,7 +148,7 @@ static GArray *unrecorded_files(em_store *s, int64_t run, em_error *err) {
   if (newest_recorded(s, run, &newest, err) != EM_OK) return NULL;
   char dir[PATH_MAX + 64];
   em_store_run_checkpoint_dir(s, run, dir, sizeof dir);
-  return newer_files(dir, newest);
+  return newer_files(dir, newest, run_started(s, run));
 }
 
 char *em_store_adoptable_checkpoint(em_store *s, int64_t run) {

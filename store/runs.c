@@ -3,9 +3,12 @@
  * metric chunk of a key (which keeps its last value), not a query per run. */
 #include "store-private.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *const status_names[] = {"running", "completed", "failed", "stopped", "killed"};
@@ -310,6 +313,75 @@ static em_status versions_from_run(em_store *s, int64_t run, GString *out, em_er
   return st;
 }
 
+/* EM_OK unless run id is recorded as running by a process that is still
+ * there (or on another host, where it cannot be told): deleting it would
+ * leave the training writing into a run that no longer exists. */
+static em_status require_not_running(em_store *s, int64_t id, em_error *err) {
+  sqlite3_stmt *q;
+  bool row = false;
+  em_status st = EM_SQL_PREPARE(s, "SELECT host, pid, pid_start FROM runs "
+                                   "WHERE id = ? AND status = 'running'", &q, err);
+  if (!st) st = EM_SQL_BIND(s, q, err, "i", id);
+  if (!st) st = EM_SQL_STEP(s, q, &row, err);
+  if (!st && row) {
+    const char *host = (const char *)sqlite3_column_text(q, 0);
+    int64_t pid = sqlite3_column_int64(q, 1);
+    int64_t start = sqlite3_column_type(q, 2) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 2);
+    if (!host || strcmp(host, em_store_host()))
+      st = em_error_set(err, EM_ERR_INVALID,
+                        "run %lld is recorded as running on host %s: it can be deleted once it "
+                        "ends (a run whose process is gone is marked killed when the registry "
+                        "is opened on that host)", (long long)id, host ? host : "?");
+    else if (em_process_alive(pid, start))
+      st = em_error_set(err, EM_ERR_INVALID,
+                        "run %lld is still training (pid %lld): stop it first, then delete it",
+                        (long long)id, (long long)pid);
+  }
+  if (q) sqlite3_reset(q);
+  return st;
+}
+
+/* Whether an artifact row holds rel_path (a file another row still uses). */
+static bool artifact_recorded(em_store *s, const char *rel_path) {
+  sqlite3_stmt *q;
+  bool row = false;
+  em_status st = EM_SQL_PREPARE(s, "SELECT 1 FROM artifacts WHERE rel_path = ?", &q, NULL);
+  if (!st) st = EM_SQL_BIND(s, q, NULL, "t", rel_path);
+  if (!st) st = EM_SQL_STEP(s, q, &row, NULL);
+  if (q) sqlite3_reset(q);
+  return st || row; /* when in doubt, kept */
+}
+
+/* After a run's rows are gone: what is left in its folder (checkpoints
+ * its writer had not recorded, temporaries of an unfinished write), so
+ * that a later run given the same id starts in an empty folder. Only
+ * plain files directly in artifacts/runs/<id>/checkpoints that no row
+ * records are removed. */
+static void remove_run_folder(em_store *s, int64_t id) {
+  char dir[PATH_MAX + 64];
+  em_store_run_checkpoint_dir(s, id, dir, sizeof dir);
+  GDir *d = g_dir_open(dir, 0, NULL);
+  if (d) {
+    const char *name;
+    while ((name = g_dir_read_name(d))) {
+      g_autofree char *p = g_build_filename(dir, name, NULL);
+      g_autofree char *rel = g_strdup_printf("runs/%lld/checkpoints/%s", (long long)id, name);
+      struct stat sb;
+      if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && !artifact_recorded(s, rel) &&
+          unlink(p) != 0)
+        em_log_msg(EM_LOG_WARNING, "registry: cannot remove %s: %s (ember gc will retry)", p,
+                   strerror(errno));
+    }
+    g_dir_close(d);
+    rmdir(dir);
+  }
+  char *slash = strrchr(dir, '/'); /* artifacts/runs/<id> */
+  if (slash) {
+    *slash = 0;
+    rmdir(dir); /* only when empty */
+  }
+}
+
 em_status em_store_run_delete(em_store *s, int64_t id, em_error *err) {
   em_status st = em_store_require_writable(s, "deleting a run", err);
   if (st) return st;
@@ -325,6 +397,7 @@ em_status em_store_run_delete(em_store *s, int64_t id, em_error *err) {
                       "run %lld is the source of model version(s) %s; a registered version keeps "
                       "its run and checkpoint, so the run was not deleted",
                       (long long)id, versions->str);
+  if (!st) st = require_not_running(s, id, err);
   if (!st)
     st = EM_SQL_PREPARE(s, "SELECT DISTINCT artifact FROM checkpoints WHERE run = ?", &q, err);
   if (!st) st = EM_SQL_BIND(s, q, err, "i", id);
@@ -341,7 +414,10 @@ em_status em_store_run_delete(em_store *s, int64_t id, em_error *err) {
   if (!st) st = EM_SQL_RUN(s, err, "DELETE FROM runs WHERE id = ?", "i", id);
   if (!st) st = EM_SQL_COMMIT(s, err);
   if (st) em_db_rollback(s);
-  else em_store_unlink_files(files); /* rows first, then files */
+  else { /* rows first, then files */
+    em_store_unlink_files(files);
+    remove_run_folder(s, id);
+  }
   g_ptr_array_unref(files);
   g_string_free(versions, TRUE);
   g_array_free(arts, TRUE);

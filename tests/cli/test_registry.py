@@ -256,10 +256,16 @@ class Resume(Base):
             f.write(bytes([byte[0] ^ 0x40]))
         for c in ck.values():
             self.assertTrue(os.path.exists(c["path"]), c)
+        # a file older than the run in its folder is another run's (one of a deleted run
+        # whose id it was given): not looked at
+        stranger = os.path.join(os.path.dirname(newest), "step-000000050.safetensors")
+        shutil.copy(ck[(30, "step")]["path"], stranger)
+        os.utime(stranger, (time.time() - 86400,) * 2)
 
         p = e.ok("gc")  # the first writing open finds the run killed (its files are new: kept)
         self.assertEqual(e.status(2), "killed")
         self.assertIn("final-step-000000040.safetensors", p.stderr)  # passed over, named
+        self.assertNotIn("step-000000050", p.stderr)
         steps = [(c["step"], c["kind"]) for c in e.checkpoints(2)]
         self.assertEqual(steps[-1], (30, "step"), steps)
         e.check_checkpoints_whole()

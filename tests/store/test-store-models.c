@@ -272,6 +272,7 @@ static void test_delete_keeps_outside_files(fixture *f, gconstpointer data) {
                               "rel_path = 'ckpt/c2.safetensors'", abs);
   g_assert_cmpint(st_raw_exec(raw, sql, NULL), ==, SQLITE_OK);
   sqlite3_close(raw);
+  g_assert_cmpint(em_store_run_finish(f->s, f->run, EM_RUN_COMPLETED, NULL, &err), ==, EM_OK);
   g_assert_cmpint(em_store_run_delete(f->s, f->run, &err), ==, EM_OK);
   g_assert_true(g_file_test(up, G_FILE_TEST_EXISTS));
   g_assert_true(g_file_test(abs, G_FILE_TEST_EXISTS));

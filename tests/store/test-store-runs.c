@@ -278,8 +278,29 @@ static void test_annotations_and_delete(fixture *f, gconstpointer data) {
   g_assert_cmpint(em_store_run_latest_with_checkpoint(f->s, &latest, &err), ==, EM_OK);
   g_assert_cmpint(latest, ==, run);
 
+  /* a run still training (this process) is not deleted from under it */
+  g_assert_cmpint(em_store_run_delete(f->s, run, &err), ==, EM_ERR_INVALID);
+  if (!strstr(err.msg, "is still training (pid")) g_error("%s", err.msg);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM checkpoints"), ==, 3);
+  g_assert_cmpint(em_store_run_finish(f->s, run, EM_RUN_STOPPED, NULL, &err), ==, EM_OK);
+  /* its folder: a checkpoint written but not recorded, and a file another
+   * row records (kept); both from a run of the same id */
+  char rdir[PATH_MAX];
+  g_snprintf(rdir, sizeof rdir, "%s/artifacts/runs/%lld/checkpoints", f->dir, (long long)run);
+  g_mkdir_with_parents(rdir, 0755);
+  char *unrecorded = g_build_filename(rdir, "step-000000040.safetensors", NULL);
+  char *shared = g_build_filename(rdir, "shared.bin", NULL);
+  st_write_random(unrecorded, 100, 7);
+  st_write_random(shared, 100, 8);
+  int64_t shared_art = 0;
+  g_assert_cmpint(em_store_artifact_add(f->s, shared, "export", keep, &shared_art, &err), ==,
+                  EM_OK);
   g_assert_cmpint(em_store_run_delete(f->s, run, &err), ==, EM_OK);
   g_assert_cmpint(em_store_run_delete(f->s, run, &err), ==, EM_ERR_INVALID);
+  g_assert_false(g_file_test(unrecorded, G_FILE_TEST_EXISTS));
+  g_assert_true(g_file_test(shared, G_FILE_TEST_EXISTS));
+  g_free(unrecorded);
+  g_free(shared);
   for (int i = 0; i < 3; i++) {
     g_assert_false(g_file_test(paths[i], G_FILE_TEST_EXISTS));
     g_free(paths[i]);
@@ -292,6 +313,7 @@ static void test_annotations_and_delete(fixture *f, gconstpointer data) {
   /* the export stays, no longer tied to the run; the child run loses its parent */
   g_assert_true(g_file_test(export, G_FILE_TEST_EXISTS));
   g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM artifacts WHERE run IS NULL"), ==, 1);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM artifacts WHERE run IS NOT NULL"), ==, 1);
   em_run r;
   g_assert_cmpint(em_store_run_get(f->s, child, &r, &err), ==, EM_OK);
   g_assert_cmpint(r.parent_run, ==, 0);
