@@ -8,7 +8,9 @@
  * module), and one that keeps its host and adds a metric after init
  * (bad_late_add, called by the test: an error, not a write into the
  * host's ended init), and one whose metric takes a run's own key
- * (test_accuracy: it would be written over the run's). */
+ * (test_accuracy: it would be written over the run's), and one that
+ * loads with a layer whose ONNX mapping misbehaves as bad_onnx_mode says
+ * (the exporter must refuse what no ONNX reader takes). */
 #include "em-plugin.h"
 
 /* Each variant uses some of what follows. */
@@ -70,6 +72,41 @@ UNUSED static em_status init_own_key(em_plugin_host *h, em_error *err) {
   return em_plugin_add_metric(h, &own_key_metric, err);
 }
 
+#if defined(BAD_ODD_ONNX)
+static int onnx_mode;
+EM_PLUGIN_EXPORT void bad_onnx_mode(int mode) { onnx_mode = mode; }
+
+static em_status odd_onnx(em_onnx_graph *g, const em_layer_node *node, int n_in,
+                          const char *const *inputs, const em_shape *in_shapes,
+                          const char *output, int n_params, em_tensor *const *params,
+                          const char *const *param_names, em_error *err) {
+  const char *missing[1] = {"no-such-value"};
+  switch (onnx_mode) {
+  case 0: em_onnx_graph_node(g, "Identity", 1, inputs, output); break; /* fine */
+  case 1: break;                                                      /* writes nothing */
+  case 2: /* writes its output twice */
+    em_onnx_graph_node(g, "Identity", 1, inputs, output);
+    em_onnx_graph_node(g, "Identity", 1, inputs, output);
+    break;
+  case 3: em_onnx_graph_node(g, "Identity", 1, missing, output); break; /* reads nothing */
+  case 4: em_onnx_graph_node(g, NULL, 1, inputs, output); break;       /* no op_type */
+  case 5: { /* an initializer named like the graph input */
+    int64_t v[1] = {1};
+    em_onnx_graph_initializer_i64s(g, inputs[0], 1, v);
+    em_onnx_graph_node(g, "Identity", 1, inputs, output);
+    break;
+  }
+  case 6: return EM_ERR_UNSUPPORTED; /* fails without a message */
+  }
+  return EM_OK;
+}
+
+LAYER(odd_onnx_layer, "TestOddOnnx");
+static em_status init_odd_onnx(em_plugin_host *h, em_error *err) {
+  return em_plugin_add_layer(h, &odd_onnx_layer, odd_onnx, err);
+}
+#endif
+
 #if defined(BAD_LATE_ADD)
 EM_PLUGIN_EXPORT em_status bad_late_add(em_error *err) {
   return em_plugin_add_metric(kept, &rolled_back_metric, err);
@@ -93,6 +130,9 @@ static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-direct-registe
 #elif defined(BAD_RESERVED_METRIC)
 static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-reserved-metric", "0", "",
                                       init_own_key};
+#elif defined(BAD_ODD_ONNX)
+static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-odd-onnx", "0", "",
+                                      init_odd_onnx};
 #elif defined(BAD_LATE_ADD)
 static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-late-add", "0",
                                       "two\nlines", init_keep};

@@ -181,6 +181,54 @@ static void test_seblock_export(void) {
   em_spec_free(spec);
 }
 
+/* A plugin's ONNX mapping that leaves a graph no reader takes is refused,
+ * saying what is wrong, and nothing is written. */
+static void test_odd_onnx_mapping_refused(void) {
+  const em_plugin_info *odd = find_plugin("bad-odd-onnx.so");
+  g_assert_nonnull(odd);
+  g_assert_true(odd->loaded);
+  void *dl = dlopen(odd->path, RTLD_NOW | RTLD_NOLOAD);
+  g_assert_nonnull(dl);
+  void (*set_mode)(int);
+  *(void **)&set_mode = dlsym(dl, "bad_onnx_mode");
+  g_assert_nonnull(set_mode);
+  em_error err = {0};
+  em_spec *spec = em_spec_parse("{\"name\": \"odd\", \"input\": {\"shape\": [4]},"
+                                " \"nodes\": [{\"name\": \"o\", \"type\": \"TestOddOnnx\"},"
+                                "  {\"name\": \"fc\", \"type\": \"Linear\", "
+                                "\"out_features\": 2}]}",
+                                "<test>", &err);
+  g_assert_nonnull(spec);
+  em_model *m = em_model_new(spec, 1, &err);
+  g_assert_nonnull(m);
+  g_autofree char *dir = g_dir_make_tmp("ember-plugin-onnx-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "odd.onnx", NULL);
+  static const char *const why[] = {
+      NULL,
+      "did not write the layer's output value",
+      "which is already a value",
+      "reads 'no-such-value', which no input, initializer or earlier node makes",
+      "called em_onnx_graph_node without an op_type",
+      "its initializer 'input' is named like the layer's input",
+      "node 'o' (TestOddOnnx): unsupported"};
+  for (int mode = 0; mode <= 6; mode++) {
+    set_mode(mode);
+    em_status st = em_export_onnx(m, path, NULL, &err);
+    if (mode == 0) {
+      if (st != EM_OK) g_error("mode 0: %s", err.msg);
+      g_unlink(path);
+      continue;
+    }
+    g_assert_cmpint(st, !=, EM_OK);
+    if (!strstr(err.msg, why[mode])) g_error("mode %d: '%s'", mode, err.msg);
+    g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
+  }
+  g_rmdir(dir);
+  dlclose(dl);
+  em_model_free(m);
+  em_spec_free(spec);
+}
+
 static void test_macro_f1(void) {
   const em_metric_type *f1 = em_metric_find("macro_f1");
   g_assert_nonnull(f1);
@@ -276,6 +324,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/plugins/seblock/gradcheck", test_seblock_gradcheck);
   g_test_add_func("/plugins/seblock/onnx", test_seblock_export);
   g_test_add_func("/plugins/macro-f1/value", test_macro_f1);
+  g_test_add_func("/plugins/onnx/odd-mapping-refused", test_odd_onnx_mapping_refused);
   g_test_add_func("/plugins/spec/unknown-type", test_unknown_type_message);
   g_test_add_func("/plugins/spec/checks-what-a-layer-gives", test_checks_what_a_layer_gives);
   return g_test_run();
