@@ -75,10 +75,13 @@ em_status em_metrics_check_json(const json_t *v, em_error *err) {
   return EM_OK;
 }
 
-static void add_unique(em_eval_metrics *em, const em_metric_type *m) {
+/* false when m would be one metric too many */
+static bool add_unique(em_eval_metrics *em, const em_metric_type *m) {
   for (int i = 0; i < em->n; i++)
-    if (em->m[i] == m) return;
-  if (em->n < EM_EVAL_MAX_METRICS) em->m[em->n++] = m;
+    if (em->m[i] == m) return true;
+  if (em->n == EM_EVAL_MAX_METRICS) return false;
+  em->m[em->n++] = m;
+  return true;
 }
 
 em_eval_metrics *em_eval_metrics_begin(const em_spec *spec, em_status *st, em_error *err) {
@@ -103,10 +106,18 @@ em_eval_metrics *em_eval_metrics_begin(const em_spec *spec, em_status *st, em_er
   }
   size_t i;
   json_t *x;
-  json_array_foreach(names, i, x) add_unique(em, em_metric_find(json_string_value(x)));
+  bool fit = true;
+  json_array_foreach(names, i, x) fit &= add_unique(em, em_metric_find(json_string_value(x)));
   pthread_mutex_lock(&lock);
-  for (int k = 0; k < n_selected; k++) add_unique(em, selected[k]);
+  for (int k = 0; k < n_selected; k++) fit &= add_unique(em, selected[k]);
   pthread_mutex_unlock(&lock);
+  if (!fit) {
+    *st = em_error_set(err, EM_ERR_INVALID, "the spec's \"metrics\" and --metric ask for more "
+                       "than %d different metrics, the most one evaluation computes",
+                       EM_EVAL_MAX_METRICS);
+    em_eval_metrics_free(em);
+    return NULL;
+  }
   return em;
 }
 
@@ -148,29 +159,34 @@ void em_eval_metrics_free(em_eval_metrics *em) {
   free(em);
 }
 
+/* A metric that fails, or gives a value that is not finite, is left out
+ * of this evaluation with a warning: a plugin's metric is not a reason to
+ * lose the training that was evaluated (the loss and accuracy, and the
+ * other metrics, are still published and recorded). */
 em_status em_eval_metrics_end(em_eval_metrics *em, em_error *err) {
+  (void)err;
   em_metric_value v[EM_EVAL_MAX_METRICS];
-  em_status st = EM_OK;
-  for (int i = 0; i < em->n && st == EM_OK; i++) {
-    memset(&v[i], 0, sizeof v[i]);
-    snprintf(v[i].name, sizeof v[i].name, "%s", em->m[i]->name);
+  int n = 0;
+  for (int i = 0; i < em->n; i++) {
+    em_metric_value *mv = &v[n];
+    memset(mv, 0, sizeof *mv);
+    snprintf(mv->name, sizeof mv->name, "%s", em->m[i]->name);
     em_error me = {0};
-    st = em->m[i]->compute(em->rows, em->k, em->logits, em->labels, &v[i].value, &me);
-    if (st == EM_OK && !isfinite(v[i].value))
-      st = em_error_set(&me, EM_ERR_NUMERIC, "gave a value that is not finite");
-    if (st != EM_OK) {
-      em_error_set(err, st, "metric '%s': %s", em->m[i]->name, me.msg);
-    }
+    em_status st = em->m[i]->compute(em->rows, em->k, em->logits, em->labels, &mv->value, &me);
+    if (st == EM_OK && !isfinite(mv->value))
+      st = em_error_set(&me, EM_ERR_NUMERIC, "gave %g, not a finite number", mv->value);
+    if (st == EM_OK) n++;
+    else
+      em_log_msg(EM_LOG_WARNING, "metric '%s' is left out of this evaluation: %s",
+                 em->m[i]->name, me.msg[0] ? me.msg : em_status_name(st));
   }
-  if (st == EM_OK) {
-    pthread_mutex_lock(&lock);
-    memcpy(last, v, (size_t)em->n * sizeof v[0]);
-    n_last = em->n;
-    serial++;
-    pthread_mutex_unlock(&lock);
-  }
+  pthread_mutex_lock(&lock);
+  memcpy(last, v, (size_t)n * sizeof v[0]);
+  n_last = n;
+  serial++;
+  pthread_mutex_unlock(&lock);
   em_eval_metrics_free(em);
-  return st;
+  return EM_OK;
 }
 
 em_status em_eval_metrics_gather(em_eval_metrics *em, int k, em_eval_gather_fn fn, void *user,

@@ -10,7 +10,8 @@
  * host's ended init), and one whose metric takes a run's own key
  * (test_accuracy: it would be written over the run's), and one that
  * loads with a layer whose ONNX mapping misbehaves as bad_onnx_mode says
- * (the exporter must refuse what no ONNX reader takes). */
+ * (the exporter must refuse what no ONNX reader takes) and a metric that
+ * gives NaN (left out of the evaluation with a warning). */
 #include "em-plugin.h"
 
 /* Each variant uses some of what follows. */
@@ -102,8 +103,15 @@ static em_status odd_onnx(em_onnx_graph *g, const em_layer_node *node, int n_in,
 }
 
 LAYER(odd_onnx_layer, "TestOddOnnx");
+static em_status nan_metric(int64_t n, int k, const float *logits, const int64_t *labels,
+                            double *value, em_error *err) {
+  *value = 0.0 / 0.0;
+  return EM_OK;
+}
+static const em_metric_type nan_metric_type = {"test_nan_metric", "NaN", nan_metric};
 static em_status init_odd_onnx(em_plugin_host *h, em_error *err) {
-  return em_plugin_add_layer(h, &odd_onnx_layer, odd_onnx, err);
+  em_status st = em_plugin_add_layer(h, &odd_onnx_layer, odd_onnx, err);
+  return st ? st : em_plugin_add_metric(h, &nan_metric_type, err);
 }
 #endif
 

@@ -182,6 +182,12 @@ def check_training(env, tmp):
     ej = json.loads(e.stdout.strip().splitlines()[-1])
     assert abs(ej["test_accuracy"] - j["test_accuracy"]) < 1e-6, (ej, j)
     assert abs(ej["metrics"]["macro_f1"] - f1) < 1e-6, (ej, j)
+    # a metric that fails (NaN) is left out with a warning; the rest is reported
+    e = run([EMBER, "eval", spec2, "--weights", w, "--plugin-dir", GOOD, "--plugin-dir", BAD,
+             "--data-dir", data, "--metric", "test_nan_metric", "--metric", "macro_f1"], env)
+    ej = json.loads(e.stdout.strip().splitlines()[-1])
+    assert "metric 'test_nan_metric' is left out of this evaluation" in e.stderr, e.stderr
+    assert abs(ej["metrics"]["macro_f1"] - f1) < 1e-6 and "test_nan_metric" not in ej["metrics"], ej
     # without the plugins: the spec's layer type and metric are reported missing
     bad = run([EMBER, "train", spec, "--data-dir", data, "--no-record"], env, ok=False)
     assert bad.returncode != 0 and "unknown layer type 'SEBlock'" in bad.stderr, bad.stderr
