@@ -38,6 +38,13 @@ em_dataset *em_dataset_new(const em_dataset_vtable *vt, void *impl, em_error *er
                  (long long)ds->len);
     goto fail;
   }
+  /* the loader keeps an index per sample (8 bytes): past 2^32 samples
+   * that alone is 32 GiB, so a larger length is a dataset's bug */
+  if (ds->len > ((int64_t)1 << 32)) {
+    em_error_set(err, EM_ERR_INVALID, "%s dataset: length %lld is more than Ember takes "
+                 "(2^32 samples)", kind, (long long)ds->len);
+    goto fail;
+  }
   if (ds->ndim < 1 || ds->ndim > EM_MAX_DIMS - 1) {
     em_error_set(err, EM_ERR_INVALID, "%s dataset: samples have %d dimensions; 1 to %d are "
                  "supported", kind, ds->ndim, EM_MAX_DIMS - 1);

@@ -61,6 +61,11 @@ em_loader *em_trainer_loader_new(const em_trainer *t, const em_comm *comm, int b
 em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_dataset *train,
                            const em_dataset *test, em_error *err) {
   if (em_train_config_validate(c, err) != EM_OK) return NULL;
+  if (test && em_dataset_len(test) == 0) { /* found before a whole epoch is trained, not after */
+    em_error_set(err, EM_ERR_INVALID, "the test split of the %s dataset is empty: evaluation "
+                 "needs samples", em_dataset_kind(test));
+    return NULL;
+  }
   if (em_train_check_fit(em_model_spec(m), train, "training", c->loss, err) != EM_OK ||
       (test && em_train_check_fit(em_model_spec(m), test, "test", c->loss, err) != EM_OK))
     return NULL;

@@ -10,9 +10,13 @@
  * host's ended init), and one whose metric takes a run's own key
  * (test_accuracy: it would be written over the run's), and one that
  * loads with a layer whose ONNX mapping misbehaves as bad_onnx_mode says
- * (the exporter must refuse what no ONNX reader takes) and a metric that
- * gives NaN (left out of the evaluation with a warning). */
+ * (the exporter must refuse what no ONNX reader takes), a metric that
+ * gives NaN (left out of the evaluation with a warning), and a dataset
+ * kind "test-odd-data" whose test split is empty, or (a folder named
+ * "huge") whose length is 2^50. */
 #include "em-plugin.h"
+
+#include <string.h>
 
 /* Each variant uses some of what follows. */
 #define UNUSED __attribute__((unused))
@@ -109,9 +113,34 @@ static em_status nan_metric(int64_t n, int k, const float *logits, const int64_t
   return EM_OK;
 }
 static const em_metric_type nan_metric_type = {"test_nan_metric", "NaN", nan_metric};
+
+static int64_t odd_len(const void *impl) { return *(const int64_t *)impl; }
+static int odd_shape(const void *impl, int64_t *shape) {
+  shape[0] = 4;
+  return 1;
+}
+static int odd_classes(const void *impl) { return 2; }
+static em_status odd_get(const void *impl, int64_t i, float *x, int64_t *y, em_error *err) {
+  for (int k = 0; k < 4; k++) x[k] = (float)((i + k) % 3);
+  *y = i % 2;
+  return EM_OK;
+}
+static const em_dataset_vtable odd_vt = {.kind = "test-odd-data", .len = odd_len,
+                                         .sample_shape = odd_shape, .num_classes = odd_classes,
+                                         .get = odd_get};
+static const int64_t len_train = 64, len_test = 0, len_huge = (int64_t)1 << 50;
+static em_dataset *odd_open(const char *dir, bool train, const void *options, em_error *err) {
+  const char *base = strrchr(dir, '/');
+  bool huge = !strcmp(base ? base + 1 : dir, "huge");
+  return em_dataset_new(&odd_vt, (void *)(huge ? &len_huge : train ? &len_train : &len_test),
+                        err);
+}
+static const em_dataset_type odd_data = {"test-odd-data", "empty test split, or 2^50", odd_open};
+
 static em_status init_odd_onnx(em_plugin_host *h, em_error *err) {
   em_status st = em_plugin_add_layer(h, &odd_onnx_layer, odd_onnx, err);
-  return st ? st : em_plugin_add_metric(h, &nan_metric_type, err);
+  if (!st) st = em_plugin_add_metric(h, &nan_metric_type, err);
+  return st ? st : em_plugin_add_dataset(h, &odd_data, err);
 }
 #endif
 

@@ -234,6 +234,25 @@ def check_png_errors(env, tmp, data):
     print("png-folder errors name the file; RGB folders give (3, H, W) samples")
 
 
+def check_odd_dataset(env, tmp):
+    """A plugin dataset whose test split is empty is refused before training (it was
+    found after a whole epoch); one claiming 2^50 samples is refused by its length."""
+    spec = os.path.join(tmp, "odd.json")
+    json.dump({"name": "odd", "input": {"shape": [4]},
+               "nodes": [{"name": "fc", "type": "Linear", "out_features": 2}],
+               "training": {"dataset": "test-odd-data", "epochs": 1, "batch_size": 8,
+                            "lr": 0.1}}, open(spec, "w"))
+    for sub, why in (("plain", "the test split of the test-odd-data dataset is empty"),
+                     ("huge", "length 1125899906842624 is more than Ember takes")):
+        d = os.path.join(tmp, "odd-data", sub)
+        os.makedirs(d)
+        p = run([EMBER, "train", spec, "--plugin-dir", BAD, "--data-dir", d, "--no-record"],
+                env, ok=False)
+        assert p.returncode != 0 and why in p.stderr, p.stderr
+        assert "step" not in p.stderr.split(why)[0], p.stderr  # before any training
+    print("plugin datasets: an empty test split and an absurd length are refused first")
+
+
 def check_unknown_type(env, tmp):
     spec = os.path.join(tmp, "glu.json")
     json.dump({"name": "g", "input": {"shape": [4]}, "nodes": [{"name": "g", "type": "GLU"}]},
@@ -319,6 +338,7 @@ def main():
     try:
         check_listing(env)
         check_unknown_type(env, tmp)
+        check_odd_dataset(env, tmp)
         check_against_torch(env, tmp)
         if os.path.exists(FMNIST + "/t10k-images-idx3-ubyte.gz"):
             data, _, _ = check_training(env, tmp)
