@@ -296,9 +296,11 @@ static void print_header(const em_run *r) {
   if (r->dataset_name) {
     char size[32];
     cli_format_bytes(r->dataset_size, size, sizeof size);
-    printf("  dataset      %s at %s (%s, sha256 %.16s)\n", r->dataset_name,
-           r->dataset_path && r->dataset_path[0] ? r->dataset_path : "-", size,
-           r->dataset_sha256 ? r->dataset_sha256 : "-");
+    bool hashed = r->dataset_sha256 && strcmp(r->dataset_sha256, EM_DATASET_SHA_UNKNOWN);
+    printf("  dataset      %s at %s (%s, ", r->dataset_name,
+           r->dataset_path && r->dataset_path[0] ? r->dataset_path : "-", size);
+    if (hashed) printf("sha256 %.16s)\n", r->dataset_sha256);
+    else printf("%s)\n", r->dataset_sha256 ? "no files: its contents are not hashed" : "-");
   } else {
     printf("  dataset      -\n");
   }

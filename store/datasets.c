@@ -1,5 +1,6 @@
 /* datasets.c: a run's dataset identity (name, folder, total size, and the
- * SHA-256 of its files' SHA-256s in path order), with a cache of
+ * SHA-256 of its files' SHA-256s in path order, "unknown" for a kind
+ * without files), with a cache of
  * (path, size, mtime) -> SHA-256 so an unchanged dataset is hashed once. */
 #include "store-private.h"
 
@@ -97,7 +98,10 @@ em_status em_dataset_hashes_compute(em_store *s, const em_dataset_identity *d,
                                            (json_int_t)h->files[i].size, "sha256",
                                            h->files[i].sha));
     }
-    g_strlcpy(h->sha, g_checksum_get_string(sum), sizeof h->sha);
+    /* no files (a synthetic set, a plugin's kind): nothing identifies the
+     * contents, and the SHA-256 of nothing would match every such run */
+    g_strlcpy(h->sha, h->n ? g_checksum_get_string(sum) : EM_DATASET_SHA_UNKNOWN,
+              sizeof h->sha);
     g_checksum_free(sum);
     h->files_json = json_dumps(arr, JSON_COMPACT);
     json_decref(arr);

@@ -84,6 +84,9 @@ typedef struct {
   int n_files;
   const char *const *files; /* absolute paths */
 } em_dataset_identity;
+/* The recorded SHA-256 of a dataset with no files (synthetic, a plugin's
+ * kind): its contents are not identified. */
+#define EM_DATASET_SHA_UNKNOWN "unknown"
 
 typedef struct {
   const char *name;           /* run name; NULL or "": "<model>-<id>" */

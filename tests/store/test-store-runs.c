@@ -115,13 +115,20 @@ static void test_create_get(fixture *f, gconstpointer data) {
   g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM datasets"), ==, 2);
   g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM file_hashes"), ==, 2);
   sqlite3_close(raw);
+  /* a dataset without files (synthetic, a plugin's kind): its contents are
+   * not identified, not the SHA-256 of nothing that every such run shares */
+  int64_t id4 = run_with_dataset(f->s, "no-files", NULL, 0, ddir);
+  g_assert_cmpint(em_store_run_get(f->s, id4, &r, &err), ==, EM_OK);
+  g_assert_cmpstr(r.dataset_sha256, ==, EM_DATASET_SHA_UNKNOWN);
+  em_run_clear(&r);
   /* lineage backwards: the runs on a dataset (by name or SHA-256 prefix) */
   em_run *runs;
   int nr;
   em_run_filter by_name = {.any_status = true, .dataset = "toy"};
   g_assert_cmpint(em_store_runs_list(f->s, &by_name, &runs, &nr, &err), ==, EM_OK);
-  g_assert_cmpint(nr, ==, 3);
-  g_assert_cmpint(runs[0].id, ==, id3);
+  g_assert_cmpint(nr, ==, 4);
+  g_assert_cmpint(runs[0].id, ==, id4);
+  g_assert_cmpint(runs[1].id, ==, id3);
   em_runs_free(runs, nr);
   char prefix[13];
   g_strlcpy(prefix, dsha2, sizeof prefix);
