@@ -27,11 +27,13 @@ void cli_die_usage(const char *fmt, ...) {
 }
 
 /* "ember: WHAT: message"; WHAT (often a file name) is left out when the
- * message quotes it already ('WHAT'), as the readers' messages do. */
+ * message quotes it already ('WHAT'), as the readers' messages do, or
+ * starts with it ("WHAT: ...", as a plugin dataset's do). */
 static void report(const em_error *err, const char *what) {
   if (what && err->msg[0]) {
     size_t n = strlen(what);
-    for (const char *q = strchr(err->msg, '\''); q; q = strchr(q + 1, '\''))
+    if (strncmp(err->msg, what, n) == 0 && err->msg[n] == ':') what = NULL;
+    for (const char *q = what ? strchr(err->msg, '\'') : NULL; q; q = strchr(q + 1, '\''))
       if (strncmp(q + 1, what, n) == 0 && q[1 + n] == '\'') {
         what = NULL;
         break;

@@ -166,13 +166,21 @@ static em_status add_image(png_folder *p, const char *path, int64_t label, int64
 
 static em_dataset *pf_open(const char *dir, bool train, const void *options, em_error *err) {
   char root[4096], class_root[4096];
-  snprintf(root, sizeof root, "%s/%s", dir, train ? "train" : "test");
+  /* a held-out split when DIR/train is there: the classes are train's,
+   * and DIR/test must be there too (else "train" would read as a class) */
   snprintf(class_root, sizeof class_root, "%s/train", dir);
-  bool split = is_dir(root);
-  if (!split) snprintf(root, sizeof root, "%s", dir);
-  if (!split || train) snprintf(class_root, sizeof class_root, "%s", root);
+  bool split = is_dir(class_root);
+  if (split) snprintf(root, sizeof root, "%s/%s", dir, train ? "train" : "test");
+  else {
+    snprintf(root, sizeof root, "%s", dir);
+    snprintf(class_root, sizeof class_root, "%s", dir);
+  }
   if (!is_dir(root)) {
-    em_error_set(err, EM_ERR_IO, "png-folder: '%s' is not a folder", root);
+    if (split)
+      em_error_set(err, EM_ERR_IO, "png-folder: '%s/train' is there but '%s' is not: a "
+                   "held-out split needs both train/ and test/ (or put the class folders in "
+                   "'%s' itself)", dir, root, dir);
+    else em_error_set(err, EM_ERR_IO, "png-folder: '%s' is not a folder", root);
     return NULL;
   }
   str_list classes = {0}, here = {0}, files = {0};

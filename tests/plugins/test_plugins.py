@@ -212,6 +212,14 @@ def check_png_errors(env, tmp, data):
     p = run([EMBER, "train", os.path.join(tmp, "se-cnn.json"), "--plugin-dir", GOOD,
              "--data-dir", empty, "--no-record"], env, ok=False)
     assert p.returncode != 0 and "no class sub-folders" in p.stderr, p.stderr
+    assert "png-folder: png-folder" not in p.stderr, p.stderr  # said once
+    # train/ without test/: said, not "train" taken for a class
+    half = os.path.join(tmp, "half")
+    shutil.copytree(os.path.join(data, "train"), os.path.join(half, "train"))
+    p = run([EMBER, "train", os.path.join(tmp, "se-cnn.json"), "--plugin-dir", GOOD,
+             "--data-dir", half, "--no-record"], env, ok=False)
+    assert p.returncode != 0 and "held-out split needs both train/ and test/" in p.stderr, \
+        p.stderr
     # colour images (no train/ and test/: both splits read the folder) give
     # (3, H, W) samples; sorted class names are the labels
     rgb = os.path.join(tmp, "rgb")
