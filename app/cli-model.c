@@ -7,12 +7,16 @@
 
 #include "cli-common.h"
 #include "em-train.h"
+#include "plugin-load.h"
 
 em_status cli_model_open_ref(em_store *s, const char *ref, cli_model *out, em_error *err) {
   memset(out, 0, sizeof *out);
   em_status st = em_store_resolve_version(s, ref, &out->ref, err);
   if (st != EM_OK) return st;
   out->registered = true;
+  /* the plugins its run was trained with, as --resume loads them: the
+   * spec may name their layer types */
+  app_plugins_restore(s, out->ref.run);
   char src[300];
   snprintf(src, sizeof src, "<spec of %s, run %lld>", ref, (long long)out->ref.run);
   if (!(out->spec = em_spec_parse(out->ref.spec_json, src, err)) ||

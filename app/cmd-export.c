@@ -15,6 +15,7 @@
 
 #include "cli-commands.h"
 #include "cli-common.h"
+#include "plugin-load.h"
 #include "em-export.h"
 #include "em-io.h"
 #include "em-quant.h"
@@ -56,6 +57,7 @@ static int export_registry(const char *ref_text, const char *out, const char *re
     rc = cli_fail1(&err, ref_text);
     goto done;
   }
+  app_plugins_restore(s, ref.run); /* the spec may name their layer types */
   const char *int8 = qmode != EM_QUANT_NONE ? " (int8)" : "";
   char inside[4096];
   int64_t art = 0;

@@ -141,6 +141,12 @@ def check_training(env, tmp):
     # recorded in the registry as a metric of the run
     m = run([EMBER, "metrics", "latest", "macro_f1", "--json"], env)
     assert abs(json.loads(m.stdout)[-1]["value"] - f1) < 1e-6, m.stdout
+    # a registered version opens without --plugin-dir too: its run's plugins load
+    run([EMBER, "model", "register", str(j["run_id"]), "--name", "se-cnn"], env)
+    onnx_out = os.path.join(tmp, "se-registered.onnx")
+    x = run([EMBER, "export", "se-cnn@1", "-o", onnx_out], env)
+    assert os.path.getsize(onnx_out) > 0, x.stderr
+    assert "loaded from" in x.stderr and "as run %d recorded" % j["run_id"] in x.stderr, x.stderr
     # the run records its plugins; a stopped run resumes without --plugin-dir
     tags = [a for a in json.loads(run([EMBER, "run", "show", "latest", "--json"], env).stdout)
             ["annotations"] if a["kind"] == "tag" and a["key"].startswith("plugin.")]
