@@ -2,6 +2,7 @@
  * the layer types, dataset kinds and metrics each registered, the ones
  * refused and why, and the folders searched. Loading itself happens at
  * startup (plugin-load.c). */
+#include <glib.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,9 +12,19 @@
 #include "cli-common.h"
 #include "em-plugin.h"
 
+/* A JSON string of text that may not be UTF-8 (a file name, a refusal
+ * quoting one): bad bytes become U+FFFD (json_string gives NULL for them,
+ * and the key vanished). */
+static json_t *text_json(const char *s) {
+  char *valid = g_utf8_make_valid(s, -1);
+  json_t *j = json_string(valid);
+  g_free(valid);
+  return j;
+}
+
 static json_t *names_json(int n, const char *const *names) {
   json_t *a = json_array();
-  for (int i = 0; i < n; i++) json_array_append_new(a, json_string(names[i]));
+  for (int i = 0; i < n; i++) json_array_append_new(a, text_json(names[i]));
   return a;
 }
 
@@ -29,18 +40,18 @@ static int print_json(void) {
   for (int i = 0; i < em_plugin_count(); i++) {
     const em_plugin_info *p = em_plugin_at(i);
     json_t *e = json_object();
-    json_object_set_new(e, "path", json_string(p->path));
+    json_object_set_new(e, "path", text_json(p->path));
     if (p->loaded) {
-      json_object_set_new(e, "name", json_string(p->name));
-      json_object_set_new(e, "version", json_string(p->version));
-      json_object_set_new(e, "description", json_string(p->description));
+      json_object_set_new(e, "name", text_json(p->name));
+      json_object_set_new(e, "version", text_json(p->version));
+      json_object_set_new(e, "description", text_json(p->description));
       json_object_set_new(e, "layers", names_json(p->n_layers, p->layers));
       json_object_set_new(e, "datasets", names_json(p->n_datasets, p->datasets));
       json_object_set_new(e, "metrics", names_json(p->n_metrics, p->metrics));
       json_array_append_new(loaded, e);
     } else {
-      json_object_set_new(e, "name", p->name[0] ? json_string(p->name) : json_null());
-      json_object_set_new(e, "reason", json_string(p->reason));
+      json_object_set_new(e, "name", p->name[0] ? text_json(p->name) : json_null());
+      json_object_set_new(e, "reason", text_json(p->reason));
       json_array_append_new(refused, e);
     }
   }
@@ -49,8 +60,8 @@ static int print_json(void) {
     bool exists;
     const char *d = em_plugin_dir_at(i, &origin, &exists);
     json_t *e = json_object();
-    json_object_set_new(e, "path", json_string(d));
-    json_object_set_new(e, "origin", json_string(origin));
+    json_object_set_new(e, "path", text_json(d));
+    json_object_set_new(e, "origin", text_json(origin));
     json_object_set_new(e, "exists", json_boolean(exists));
     json_array_append_new(dirs, e);
   }

@@ -80,6 +80,16 @@ def check_listing(env):
     assert "init failed: deliberately failing" in reasons["bad-init.so"], reasons
     assert "'Linear' is already registered" in reasons["bad-duplicate.so"], reasons
     assert "bad-init.so refused" in p.stderr and "warning" not in p.stdout, p.stderr
+    # a folder whose name is not UTF-8: its path and reason are still listed
+    odd_dir = os.path.join(env["EMBER_HOME"], os.fsdecode(b"odd-\xff"))
+    os.makedirs(odd_dir)
+    with open(os.path.join(odd_dir, "x.so"), "w") as fh:
+        fh.write("x")
+    p = subprocess.run([EMBER, "--plugin-dir", odd_dir, "plugins", "--json"], env=env,
+                       capture_output=True)  # stderr quotes the raw bytes: not text
+    j = json.loads(p.stdout)
+    assert "odd-\ufffd" in j["refused"][0]["path"] and j["refused"][0]["reason"], j
+    shutil.rmtree(odd_dir)
     text = run([EMBER, "plugins", "--plugin-dir", GOOD], env).stdout
     assert "seblock 1.0" in text and "layers   SEBlock" in text, text
     # EMBER_PLUGIN_PATH and $EMBER_HOME/plugins load them too
