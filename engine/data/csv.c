@@ -315,7 +315,10 @@ void em_csv_options_defaults(em_csv_options *o) {
   o->num_classes = 0;
 }
 
-em_dataset *em_dataset_csv(const char *path, const em_csv_options *o, em_error *err) {
+/* split: -1 every row; 0 the training rows, 1 the held-out ones (every
+ * EM_CSV_HOLDOUT_EVERY-th data row). The classes are counted over the
+ * whole file, so that both splits agree on them. */
+static em_dataset *csv_open(const char *path, const em_csv_options *o, int split, em_error *err) {
   em_csv_options opts;
   em_csv_options_defaults(&opts);
   if (o) opts = *o;
@@ -328,6 +331,12 @@ em_dataset *em_dataset_csv(const char *path, const em_csv_options *o, em_error *
   em_status st = em_csv_table_read(path, &to, &t, err);
   if (st == EM_OK && t.rows == 0)
     st = em_error_set(err, EM_ERR_FORMAT, "'%s' has no data lines", path);
+  if (st == EM_OK && split >= 0 && t.rows < EM_CSV_HOLDOUT_EVERY)
+    st = em_error_set(err, EM_ERR_FORMAT,
+                      "'%s' has %lld data line%s; training from a CSV holds out one row in %d "
+                      "for testing, so it needs at least %d",
+                      path, (long long)t.rows, t.rows == 1 ? "" : "s", EM_CSV_HOLDOUT_EVERY,
+                      EM_CSV_HOLDOUT_EVERY);
   int num_classes = 0;
   for (int64_t i = 0; st == EM_OK && i < t.rows; i++) {
     if (opts.num_classes > 0 && t.labels[i] >= opts.num_classes)
@@ -342,11 +351,30 @@ em_dataset *em_dataset_csv(const char *path, const em_csv_options *o, em_error *
     em_csv_table_clear(&t);
     return NULL;
   }
-  s->n = t.rows;
+  /* keep the split's rows, in file order, at the front of the table */
+  int64_t kept = t.rows;
+  if (split >= 0) {
+    kept = 0;
+    for (int64_t i = 0; i < t.rows; i++) {
+      if ((i % EM_CSV_HOLDOUT_EVERY == EM_CSV_HOLDOUT_EVERY - 1) != (split == 1)) continue;
+      memmove(t.x + kept * t.features, t.x + i * t.features, sizeof(float) * (size_t)t.features);
+      t.labels[kept++] = t.labels[i];
+    }
+  }
+  s->n = kept;
   s->d = t.features;
   s->num_classes = opts.num_classes > 0 ? opts.num_classes : num_classes;
   s->x = t.x;
   s->y = t.labels;
   free(t.lines);
   return em_dataset_new(&csv_vtable, s, err);
+}
+
+em_dataset *em_dataset_csv(const char *path, const em_csv_options *o, em_error *err) {
+  return csv_open(path, o, -1, err);
+}
+
+em_dataset *em_dataset_csv_split(const char *path, const em_csv_options *o, bool train,
+                                 em_error *err) {
+  return csv_open(path, o, train ? 0 : 1, err);
 }

@@ -167,6 +167,13 @@ void em_csv_options_defaults(em_csv_options *o);
  * Errors name the file, the line and the column of a bad value. */
 em_dataset *em_dataset_csv(const char *path, const em_csv_options *o /* NULL: defaults */,
                            em_error *err);
+/* The same file as a training or a held-out test split: every
+ * EM_CSV_HOLDOUT_EVERY-th data row (the 5th, 10th, ...) is a test sample,
+ * the others are training samples; both splits count the classes over
+ * the whole file. A file of fewer data rows than that is an error. */
+#define EM_CSV_HOLDOUT_EVERY 5
+em_dataset *em_dataset_csv_split(const char *path, const em_csv_options *o /* NULL: defaults */,
+                                 bool train, em_error *err);
 
 /* A seeded classification set of Gaussian class blobs: class k has a
  * centre drawn from N(0, 1) per value; sample i has label i % num_classes

@@ -26,8 +26,8 @@ typedef enum {
 
 typedef struct {
   /* data */
-  char dataset[64];   /* "fashion-mnist", "cifar10", "synthetic" */
-  char data_dir[512]; /* empty: the dataset's default folder */
+  char dataset[64];   /* "fashion-mnist", "cifar10", "csv", "synthetic", a plugin's */
+  char data_dir[512]; /* empty: the dataset's default folder; csv: the file */
   int batch_size;
   int epochs;
   int64_t limit;      /* use only the first N training samples; 0 = all */
@@ -312,8 +312,10 @@ em_status em_train_preflight(const em_spec *spec, const em_train_config *c, int 
 em_status em_train_check_fit(const em_spec *spec, const em_dataset *ds, const char *dsname,
                              em_loss_kind loss, em_error *err);
 
-/* Opens the named dataset ("fashion-mnist", "cifar10", "synthetic", or a
- * kind a plugin registered, em-plugin.h). */
+/* Opens the named dataset ("fashion-mnist", "cifar10", "csv", "synthetic",
+ * or a kind a plugin registered, em-plugin.h). csv: dir is the file, read
+ * with em_csv_options' defaults (the label last, no header), split by
+ * em_dataset_csv_split. */
 em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
                                   const int64_t *sample_shape, int sample_ndim, int classes,
                                   em_error *err);

@@ -21,7 +21,7 @@ static em_status unknown_dataset(const char *name, em_error *err) {
   }
   em_plugin_search_summary(search, sizeof search);
   return em_error_set(err, EM_ERR_INVALID,
-                      "unknown dataset '%s'; known: fashion-mnist, cifar10, synthetic%s; %s", name,
+                      "unknown dataset '%s'; known: fashion-mnist, cifar10, csv, synthetic%s; %s", name,
                       kinds, search);
 }
 
@@ -39,6 +39,16 @@ em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
     }
     return em_dataset_cifar10(d, train, err);
   }
+  if (strcmp(name, "csv") == 0) {
+    if (!d) {
+      em_error_set(err, EM_ERR_INVALID,
+                   "the csv dataset needs its file: give --data-dir FILE.csv (numeric columns, "
+                   "the label last)");
+      return NULL;
+    }
+    /* the Data page's reading of the file (em-data-page.c opens it here too) */
+    return em_dataset_csv_split(d, NULL, train, err);
+  }
   if (strcmp(name, "synthetic") == 0)
     return em_dataset_synthetic_split(train ? 4096 : 1024, sample_ndim, sample_shape, classes,
                                       0.5, 1, train, err);
@@ -49,14 +59,23 @@ em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
                    name);
       return NULL;
     }
-    return kind->open(d, train, NULL, err);
+    em_dataset *ds = kind->open(d, train, NULL, err);
+    /* A plugin that fails without a word must not leave "ok" (or nothing)
+     * as the reason: say which kind failed, and its status if it set one. */
+    if (!ds && err && (err->status == EM_OK || !err->msg[0]))
+      em_error_set(err, err->status == EM_OK ? EM_ERR_INVALID : err->status,
+                   "the %s dataset (a plugin's kind) could not open '%s' and gave no reason "
+                   "(status: %s)",
+                   name, d, err->status == EM_OK ? "none" : em_status_name(err->status));
+    return ds;
   }
   unknown_dataset(name, err);
   return NULL;
 }
 
 bool em_dataset_name_is_builtin(const char *name) {
-  return !strcmp(name, "fashion-mnist") || !strcmp(name, "cifar10") || !strcmp(name, "synthetic");
+  return !strcmp(name, "fashion-mnist") || !strcmp(name, "cifar10") || !strcmp(name, "csv") ||
+         !strcmp(name, "synthetic");
 }
 
 static int cmp_path(const void *a, const void *b) { return strcmp(a, b); }
@@ -69,6 +88,15 @@ em_status em_dataset_files_named(const char *name, const char *dir, bool train,
   *n = 0;
   if (strcmp(name, "synthetic") == 0) return EM_OK;
   if (strcmp(name, "fashion-mnist") == 0) k = em_dataset_fashion_mnist_files(d, train, found);
+  else if (strcmp(name, "csv") == 0) {
+    if (!d)
+      return em_error_set(err, EM_ERR_INVALID, "the csv dataset needs its file: give --data-dir FILE.csv");
+    if (strlen(d) >= sizeof found[0])
+      return em_error_set(err, EM_ERR_INVALID, "file name too long: '%.200s...'", d);
+    /* one file for both splits: named once, for the training split */
+    k = train ? 1 : 0;
+    if (k) memcpy(found[0], d, strlen(d) + 1);
+  }
   else if (strcmp(name, "cifar10") == 0) {
     if (!d)
       return em_error_set(err, EM_ERR_INVALID,

@@ -1,11 +1,14 @@
 /* test-resume-data.c: what resuming needs from the data side. A loader
  * started at (epoch, batch) yields exactly the batches the loader would
  * have yielded after skipping that many (with and without workers, on
- * one rank and on two); and the files a named dataset reads, for lineage. */
+ * one rank and on two); the files a named dataset reads, for lineage; a
+ * CSV file opened by name (its training and held-out splits); a plugin's
+ * dataset kind that fails without a message. */
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <string.h>
 
+#include "../plugin/plugin-private.h" /* em_dataset_type_add, found through engine/train */
 #include "train-helpers.h"
 
 /* The remaining batches of epoch e after `skip`, compared between a loader
@@ -126,9 +129,78 @@ static void test_files_named(void) {
   g_free(dir);
 }
 
+/* "csv" by name (what the workbench's Train page opens): the file's rows
+ * less every 5th for training, every 5th for testing, both with the
+ * classes of the whole file; the file is its lineage, named once. */
+static void test_csv_named(void) {
+  char *dir = th_tmpdir();
+  char *csv = g_build_filename(dir, "rows.csv", NULL);
+  GString *text = g_string_new(NULL);
+  for (int i = 0; i < 12; i++) g_string_append_printf(text, "%d,%d,%d\n", i, -i, i % 3);
+  g_assert_true(g_file_set_contents(csv, text->str, -1, NULL));
+  g_string_free(text, TRUE);
+  em_error err = {0};
+  int64_t shape[1] = {2};
+  em_dataset *train = em_dataset_open_named("csv", csv, true, shape, 1, 3, &err);
+  em_dataset *test = em_dataset_open_named("csv", csv, false, shape, 1, 3, &err);
+  g_assert_nonnull(train);
+  g_assert_nonnull(test);
+  g_assert_cmpint(em_dataset_len(train), ==, 10);
+  g_assert_cmpint(em_dataset_len(test), ==, 2);
+  g_assert_cmpint(em_dataset_num_classes(train), ==, 3);
+  g_assert_cmpint(em_dataset_num_classes(test), ==, 3);
+  float x[2];
+  int64_t y;
+  g_assert_cmpint(em_dataset_get(test, 1, x, &y, &err), ==, EM_OK);
+  g_assert_cmpfloat(x[0], ==, 9); /* rows 4 and 9 are held out */
+  g_assert_cmpint(y, ==, 0);
+  g_assert_cmpint(em_dataset_get(train, 4, x, &y, &err), ==, EM_OK);
+  g_assert_cmpfloat(x[0], ==, 5);
+  em_dataset_free(train);
+  em_dataset_free(test);
+  char paths[4][1024];
+  int n = -1;
+  g_assert_cmpint(em_dataset_files_named("csv", csv, true, paths, 4, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 1);
+  g_assert_true(g_str_has_suffix(paths[0], "/rows.csv"));
+  g_assert_cmpint(em_dataset_files_named("csv", csv, false, paths, 4, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 0);
+  /* too few rows to hold one out; no file given */
+  g_assert_true(g_file_set_contents(csv, "1,0\n2,1\n", -1, NULL));
+  g_assert_null(em_dataset_open_named("csv", csv, true, shape, 1, 2, &err));
+  g_assert_nonnull(strstr(err.msg, "at least 5"));
+  g_assert_null(em_dataset_open_named("csv", NULL, true, shape, 1, 2, &err));
+  g_assert_nonnull(strstr(err.msg, "--data-dir FILE.csv"));
+  g_unlink(csv);
+  g_free(csv);
+  th_rm_rf(dir);
+  g_free(dir);
+}
+
+static em_dataset *silent_open(const char *dir, bool train, const void *options, em_error *err) {
+  (void)dir, (void)train, (void)options, (void)err;
+  return NULL; /* no message, no status */
+}
+
+/* A plugin's kind whose open fails without a word gets a message that
+ * names it (the CLI printed "ember: fz-data: ok"). */
+static void test_plugin_silent_failure(void) {
+  static const em_dataset_type kind = {.name = "silent-data", .help = "test", .open = silent_open};
+  em_error err = {0};
+  g_assert_cmpint(em_dataset_type_add(&kind, &err), ==, EM_OK);
+  int64_t shape[1] = {2};
+  g_assert_null(em_dataset_open_named("silent-data", "/tmp", true, shape, 1, 2, &err));
+  g_assert_cmpint(err.status, !=, EM_OK);
+  g_assert_nonnull(strstr(err.msg, "silent-data"));
+  g_assert_nonnull(strstr(err.msg, "gave no reason"));
+  em_dataset_type_remove(&kind);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/train/loader/start-epoch-at", test_start_epoch_at);
   g_test_add_func("/train/datasets/files-named", test_files_named);
+  g_test_add_func("/train/datasets/csv-named", test_csv_named);
+  g_test_add_func("/train/datasets/plugin-silent-failure", test_plugin_silent_failure);
   return g_test_run();
 }
