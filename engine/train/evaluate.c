@@ -18,10 +18,32 @@ em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss
                               accuracy, err);
 }
 
+static em_status evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
+                          double label_smoothing, em_eval_gather_fn gather, void *gather_user,
+                          bool (*go_on)(void *), void *go_user, bool *cut_short,
+                          double *mean_loss, double *accuracy, em_error *err);
+
 em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size,
                                em_loss_kind loss, double label_smoothing,
                                em_eval_gather_fn gather, void *gather_user, double *mean_loss,
                                double *accuracy, em_error *err) {
+  return evaluate(m, ds, batch_size, loss, label_smoothing, gather, gather_user, NULL, NULL, NULL,
+                  mean_loss, accuracy, err);
+}
+
+em_status em_evaluate_until(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
+                            double label_smoothing, bool (*go_on)(void *go_user), void *go_user,
+                            bool *cut_short, double *mean_loss, double *accuracy, em_error *err) {
+  return evaluate(m, ds, batch_size, loss, label_smoothing, NULL, NULL, go_on, go_user, cut_short,
+                  mean_loss, accuracy, err);
+}
+
+static em_status evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
+                          double label_smoothing, em_eval_gather_fn gather, void *gather_user,
+                          bool (*go_on)(void *), void *go_user, bool *cut_short,
+                          double *mean_loss, double *accuracy, em_error *err) {
+  bool cut = false;
+  if (cut_short) *cut_short = false;
   em_status fit = em_train_check_fit(em_model_spec(m), ds, "evaluation", loss, err);
   if (fit != EM_OK) return fit;
   em_loader_config lc;
@@ -47,7 +69,9 @@ em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size
   em_loader_start_epoch(ld, 0);
   em_batch b;
   em_error lerr = {0};
-  while (em_loader_next(ld, &b, &lerr)) {
+  /* a stop is looked at before each batch: a closing window waits for one
+   * batch, not for the whole test set */
+  while (!(cut = go_on && !go_on(go_user)) && em_loader_next(ld, &b, &lerr)) {
     em_scope *s = em_scope_begin();
     shape[0] = b.n;
     em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, nd + 1, shape, (void *)b.x);
@@ -83,6 +107,11 @@ em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size
   }
   em_grad_mode_restore(prev);
   em_loader_free(ld);
+  if (cut && st == EM_OK) {
+    em_eval_metrics_free(metrics);
+    *cut_short = true;
+    return EM_OK;
+  }
   if (metrics && st == EM_OK && gather) {
     int64_t out_shape[EM_MAX_DIMS];
     em_spec_output_shape(em_model_spec(m), out_shape);

@@ -65,6 +65,9 @@ struct em_trainer {
   em_tensor **grads; /* (n_params) scratch: the current gradients */
   em_rng rng; /* dropout and other training-time randomness */
   atomic_bool stop;
+  /* every stop request counts: an evaluation ends early when one comes
+   * after it began (one asked before it, during training, lets it run) */
+  atomic_uint stop_requests;
   em_train_summary summary;
   int64_t sample_shape[EM_MAX_DIMS + 1];
   int sample_ndim;
@@ -99,8 +102,12 @@ em_status em_trainer_ddp_begin_run(em_trainer *t, em_error *err);
 em_status em_trainer_ddp_agree_stop(em_trainer *t, em_error *err);
 /* The micro-batch's loss averaged over the ranks. */
 em_status em_trainer_ddp_mean_loss(em_trainer *t, double *loss, em_error *err);
-/* The test set's loss and accuracy (sharded over the ranks). */
-em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, em_error *err);
+/* The test set's loss and accuracy (sharded over the ranks). Alone (no
+ * ranks), a stop request made while it runs ends it between batches:
+ * *cut_short is then true and loss and accuracy are not set. With ranks
+ * the evaluation is a collective and runs to its end. */
+em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, bool *cut_short,
+                              em_error *err);
 /* em_evaluate, with gather (NULL: none) exchanging the outputs kept for
  * the plugins' metrics before they are computed (a data-parallel
  * evaluation of one shard; plugin/plugin-private.h). */
@@ -108,6 +115,11 @@ em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size
                                em_loss_kind loss, double label_smoothing,
                                em_eval_gather_fn gather, void *gather_user, double *mean_loss,
                                double *accuracy, em_error *err);
+/* em_evaluate that asks go_on(go_user) before each batch: false ends it
+ * there, with *cut_short true (mean_loss and accuracy untouched). */
+em_status em_evaluate_until(em_model *m, const em_dataset *ds, int batch_size, em_loss_kind loss,
+                            double label_smoothing, bool (*go_on)(void *go_user), void *go_user,
+                            bool *cut_short, double *mean_loss, double *accuracy, em_error *err);
 
 /* ---- tensors between the training device and the host (device-copy.c) --- */
 /* A persistent CPU copy of a device tensor, *owned set: free it with

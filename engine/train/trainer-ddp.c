@@ -181,10 +181,25 @@ static em_status gather_outputs(void *user, int k, int64_t *rows, float **logits
   return st;
 }
 
-em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, em_error *err) {
+typedef struct {
+  em_trainer *t;
+  unsigned requests; /* the stop requests made before the evaluation began */
+} eval_watch;
+
+static bool no_new_stop(void *user) {
+  eval_watch *w = user;
+  return atomic_load(&w->t->stop_requests) == w->requests;
+}
+
+em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, bool *cut_short,
+                              em_error *err) {
   const em_train_config *c = &t->cfg;
-  if (!t->comm)
-    return em_evaluate(t->model, t->test, c->batch_size, c->loss, 0.0, loss, accuracy, err);
+  *cut_short = false;
+  if (!t->comm) {
+    eval_watch w = {t, atomic_load(&t->stop_requests)};
+    return em_evaluate_until(t->model, t->test, c->batch_size, c->loss, 0.0, no_new_stop, &w,
+                             cut_short, loss, accuracy, err);
+  }
   em_comm *cm = t->comm;
   int n = em_model_tensor_count(t->model);
   for (int i = 0; i < n; i++) /* batch-norm running statistics: rank 0's */

@@ -108,6 +108,7 @@ em_trainer *em_trainer_new(em_model *m, const em_train_config *c, const em_datas
   em_rng_seed(&base, c->seed ^ 0x5DEECE66Dull);
   t->rng = em_rng_split(&base);
   atomic_init(&t->stop, false);
+  atomic_init(&t->stop_requests, 0);
   t->lr_scale = 1.0;
   em_train_diagnostics_defaults(&t->diag);
   em_watchdog_init(&t->watch, c->divergence_spike_factor);
@@ -131,7 +132,10 @@ void em_trainer_free(em_trainer *t) {
   free(t);
 }
 
-void em_trainer_request_stop(em_trainer *t) { atomic_store(&t->stop, true); }
+void em_trainer_request_stop(em_trainer *t) {
+  atomic_store(&t->stop, true);
+  atomic_fetch_add(&t->stop_requests, 1);
+}
 
 void em_trainer_set_lr_scale(em_trainer *t, double scale) {
   if (scale > 0 && isfinite(scale)) t->lr_scale = scale;
@@ -189,7 +193,7 @@ typedef struct {
 static void emit(run_ctx *r, em_event_kind kind) {
   r->ev.kind = kind;
   r->ev.lr_scale = r->t->lr_scale;
-  if (r->cb && !r->cb(&r->ev, r->user)) atomic_store(&r->t->stop, true);
+  if (r->cb && !r->cb(&r->ev, r->user)) em_trainer_request_stop(r->t);
   r->ev.path = r->ev.checkpoint_kind = r->ev.message = NULL;
 }
 
@@ -536,8 +540,8 @@ static em_status end_epoch(run_ctx *r, bool complete, em_error *err) {
     double tl, ta;
     em_status est;
     em_error eerr = {0};
-    bool dev = !em_device_is_cpu(c->device);
-    while ((est = em_trainer_evaluate(t, &tl, &ta, &eerr)) == EM_ERR_NOMEM && dev) {
+    bool dev = !em_device_is_cpu(c->device), cut = false;
+    while ((est = em_trainer_evaluate(t, &tl, &ta, &cut, &eerr)) == EM_ERR_NOMEM && dev) {
       /* out of device memory: stop, or halve the batch and evaluate again */
       EM_TRY(out_of_memory(r, "the evaluation", &eerr, err));
       t->jumped = false;
@@ -547,6 +551,10 @@ static em_status end_epoch(run_ctx *r, bool complete, em_error *err) {
       if (err) *err = eerr;
       return est;
     }
+    /* A stop asked during the evaluation: no EVAL, and the epoch stays
+     * where its batches ended, so the run is "stopped" and its final
+     * checkpoint resumes into this evaluation (nothing is trained twice). */
+    if (cut) return EM_OK;
     t->summary.test_loss = tl;
     t->summary.test_accuracy = ta;
     t->summary.evaluated = true;

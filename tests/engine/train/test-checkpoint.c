@@ -207,6 +207,81 @@ static void test_resume_from_stop(void) {
   }
 }
 
+/* A test set that asks the trainer to stop when its sample `at` is read
+ * for the `eval`-th time (the loader reads on the trainer's thread:
+ * workers 0), i.e. in the middle of that evaluation. */
+typedef struct {
+  const em_dataset *inner;
+  em_trainer **trainer;
+  int64_t at;
+  int eval, reads;
+} stopping_set;
+
+static int64_t ss_len(const void *impl) { return em_dataset_len(((const stopping_set *)impl)->inner); }
+static int ss_shape(const void *impl, int64_t *shape) {
+  return em_dataset_sample_shape(((const stopping_set *)impl)->inner, shape);
+}
+static int ss_classes(const void *impl) {
+  return em_dataset_num_classes(((const stopping_set *)impl)->inner);
+}
+static em_status ss_get(const void *impl, int64_t i, float *x, int64_t *y, em_error *err) {
+  stopping_set *s = (stopping_set *)impl;
+  if (i == s->at && ++s->reads == s->eval) em_trainer_request_stop(*s->trainer);
+  return em_dataset_get(s->inner, i, x, y, err);
+}
+static const em_dataset_vtable stopping_vt = {
+    .kind = "stopping", .len = ss_len, .sample_shape = ss_shape, .num_classes = ss_classes,
+    .get = ss_get, .free = g_free};
+
+static bool keep_trainer(em_trainer *t, const em_train_event *ev, void *user) {
+  (void)ev;
+  *(em_trainer **)user = t;
+  return true;
+}
+
+/* A stop asked during the last evaluation (the window closed, Ctrl-C)
+ * ends it between batches: no EVAL, no "eval" checkpoint, the run stopped
+ * with a final checkpoint at the end of the epoch's batches, and resuming
+ * from it evaluates and ends exactly like the run that was not stopped. */
+static void test_stop_during_eval(void) {
+  th_setup s;
+  mlp_setup(&s);
+  char *dir_full = th_tmpdir(), *dir_stop = th_tmpdir();
+  th_record full, stopped;
+  th_record_init(&full);
+  th_record_init(&stopped);
+  em_error err = {0};
+  g_assert_cmpint(th_run(&s, dir_full, NULL, 5, &full, &err), ==, EM_OK);
+  em_trainer *t = NULL;
+  stopping_set *ss = g_new0(stopping_set, 1);
+  *ss = (stopping_set){.inner = s.test, .trainer = &t, .at = 20, .eval = 3}; /* 3 epochs */
+  em_dataset *test = em_dataset_new(&stopping_vt, ss, &err);
+  g_assert_nonnull(test);
+  em_dataset *plain = s.test;
+  s.test = test;
+  stopped.hook = keep_trainer;
+  stopped.hook_user = &t;
+  g_assert_cmpint(th_run(&s, dir_stop, NULL, 5, &stopped, &err), ==, EM_OK);
+  s.test = plain;
+  g_assert_cmpint(ss->reads, ==, 3);
+  g_assert_null(th_find(&stopped, "eval", 24));
+  g_assert_nonnull(th_find(&stopped, "eval", 16)); /* the evaluations before it ran whole */
+  const char *fin = th_find(&stopped, "final", 24);
+  g_assert_nonnull(fin);
+  char value[64];
+  g_assert_cmpint(em_checkpoint_read_meta(fin, "epoch", value, sizeof value, &err), ==, EM_OK);
+  g_assert_cmpstr(value, ==, "2"); /* still in the last epoch: the run is "stopped" */
+  resume_and_compare(&s, &full, fin, 24);
+  em_dataset_free(test);
+  th_record_clear(&full);
+  th_record_clear(&stopped);
+  th_rm_rf(dir_full);
+  th_rm_rf(dir_stop);
+  g_free(dir_full);
+  g_free(dir_stop);
+  th_setup_free(&s);
+}
+
 static void test_save_from_callback(void) {
   th_setup s;
   cnn_setup(&s);
@@ -634,6 +709,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/train/checkpoint/resume-cnn-bn-adam-accumulate", test_resume_cnn);
   g_test_add_func("/train/checkpoint/resume-from-stop", test_resume_from_stop);
   g_test_add_func("/train/checkpoint/save-from-callback", test_save_from_callback);
+  g_test_add_func("/train/checkpoint/stop-during-eval", test_stop_during_eval);
   g_test_add_func("/train/checkpoint/corrupt", test_corrupt);
   g_test_add_func("/train/checkpoint/mismatch", test_mismatch);
   g_test_add_func("/train/checkpoint/read-meta", test_read_meta);
