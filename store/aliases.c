@@ -73,7 +73,10 @@ em_status em_store_model_promote(em_store *s, const char *name, int version, con
                       name, version, sqlite3_column_int(q, 1));
   if (q) sqlite3_reset(q);
   if (!st) st = alias_current(s, model, alias, &from, err);
-  if (!st) st = alias_move(s, model, alias, "promote", from, version, err);
+  /* already there: nothing moves, so nothing is logged (a v1 -> v1 entry
+   * would also put v1 on the rollback stack, for a rollback that moves
+   * nothing) */
+  if (!st && from != version) st = alias_move(s, model, alias, "promote", from, version, err);
   if (!st) st = EM_SQL_COMMIT(s, err);
   if (st) em_db_rollback(s);
   return st;

@@ -240,9 +240,37 @@ static em_status set_wal(em_store *s, em_error *err) {
   return EM_OK;
 }
 
+/* The nearest of dir and its parents that exists, when it is not a folder
+ * (g_free), else NULL. Reading and writing must say the same thing about
+ * a registry path that goes through a file: reading said "registry.db is
+ * absent", creating "Not a directory". */
+static char *file_in_the_way(const char *dir) {
+  char *p = g_strdup(dir);
+  while (!g_file_test(p, G_FILE_TEST_EXISTS)) {
+    char *up = g_path_get_dirname(p);
+    gboolean top = strcmp(up, p) == 0;
+    g_free(p);
+    p = up;
+    if (top) break;
+  }
+  if (g_file_test(p, G_FILE_TEST_EXISTS) && !g_file_test(p, G_FILE_TEST_IS_DIR)) return p;
+  g_free(p);
+  return NULL;
+}
+
 em_store *em_store_open(const char *dir, bool read_only, em_error *err) {
   if (!dir || !*dir) {
     em_error_set(err, EM_ERR_INVALID, "no registry folder given");
+    return NULL;
+  }
+  char *file = file_in_the_way(dir);
+  if (file) {
+    em_error_set(err, EM_ERR_IO,
+                 "the registry folder %s cannot be used: %s is a file, not a folder; move it "
+                 "aside, or point EMBER_HOME (or --registry, or the workbench's Preferences) at "
+                 "a folder",
+                 dir, file);
+    g_free(file);
     return NULL;
   }
   char db_path[PATH_MAX], art_dir[PATH_MAX];

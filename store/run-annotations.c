@@ -1,6 +1,6 @@
 /* run-annotations.c: what people and the trainer add to a run besides its
  * metrics: tags (key -> value), free-text notes, and events (divergence
- * rollbacks, resumes, ...). */
+ * rollbacks, resumes, ...); every run's tags in one query for a table. */
 #include "store-private.h"
 
 em_status em_store_run_tag(em_store *s, int64_t run, const char *key, const char *value,
@@ -91,4 +91,43 @@ void em_run_annotations_free(em_run_annotation *a, int n) {
     g_free(a[i].text);
   }
   g_free(a);
+}
+
+static void read_run_tag(em_store *s, sqlite3_stmt *q, void *elem) {
+  (void)s;
+  em_run_tag *t = elem;
+  *t = (em_run_tag){
+      .run = sqlite3_column_int64(q, 0),
+      .key = em_col_text(q, 1),
+      .value = em_col_text(q, 2),
+  };
+  if (!t->key) t->key = g_strdup("");
+  if (!t->value) t->value = g_strdup("");
+}
+
+em_status em_store_run_tags_all(em_store *s, em_run_tag **out, int *n, em_error *err) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *q = NULL;
+  em_status st =
+      EM_SQL_PREPARE(s, "SELECT run, key, value FROM run_tags ORDER BY run, key", &q, err);
+  if (st) return st;
+  em_run_tag *res = NULL;
+  int count = 0;
+  st = EM_SQL_COLLECT(s, q, sizeof *res, read_run_tag, &res, &count, err);
+  if (st) {
+    em_run_tags_free(res, count);
+    return st;
+  }
+  *out = res;
+  *n = count;
+  return EM_OK;
+}
+
+void em_run_tags_free(em_run_tag *t, int n) {
+  for (int i = 0; t && i < n; i++) {
+    g_free(t[i].key);
+    g_free(t[i].value);
+  }
+  g_free(t);
 }

@@ -187,6 +187,14 @@ typedef struct {
 em_status em_store_run_annotations(em_store *s, int64_t run, em_run_annotation **out, int *n,
                                    em_error *err);
 void em_run_annotations_free(em_run_annotation *a, int n);
+/* Every run's tags in one query (a table of thousands of runs must not
+ * ask once per run), ordered by run, then key. */
+typedef struct {
+  int64_t run;
+  char *key, *value;
+} em_run_tag;
+em_status em_store_run_tags_all(em_store *s, em_run_tag **out, int *n, em_error *err);
+void em_run_tags_free(em_run_tag *t, int n);
 
 /* ---- metrics ----------------------------------------------------------- */
 
@@ -342,7 +350,8 @@ em_status em_store_resolve_version(em_store *s, const char *ref, em_version_ref 
                                    em_error *err);
 void em_version_ref_clear(em_version_ref *r);
 
-/* Points alias at version; appends to the audit log. */
+/* Points alias at version; appends to the audit log. The version the
+ * alias already points at: EM_OK, and nothing changes or is logged. */
 em_status em_store_model_promote(em_store *s, const char *name, int version, const char *alias,
                                  em_error *err);
 /* Moves alias back to the version it pointed to before the last promote

@@ -145,6 +145,8 @@ static void test_promote_rollback(fixture *f, gconstpointer data) {
   g_assert_cmpint(em_store_model_promote(f->s, "m", 2, "production", &err), ==, EM_OK);
   g_assert_cmpint(em_store_model_promote(f->s, "m", 3, "production", &err), ==, EM_OK);
   g_assert_cmpint(em_store_model_promote(f->s, "m", 3, "staging", &err), ==, EM_OK);
+  /* promoting where the alias points already: nothing moves or is logged */
+  g_assert_cmpint(em_store_model_promote(f->s, "m", 3, "staging", &err), ==, EM_OK);
   g_assert_cmpint(em_store_model_rollback(f->s, "m", "production", &v, &err), ==, EM_OK);
   g_assert_cmpint(v, ==, 2);
   g_assert_cmpint(em_store_model_rollback(f->s, "m", "production", &v, &err), ==, EM_OK);

@@ -84,6 +84,28 @@ static void test_read_only(void) {
   g_free(dir);
 }
 
+/* A registry path that is (or goes through) a file: reading and writing
+ * say the same thing, and name the file (reading said "registry.db is
+ * absent", writing "Not a directory"). */
+static void test_dir_is_a_file(void) {
+  char *dir = st_tmpdir();
+  char *file = g_build_filename(dir, "plain", NULL);
+  g_assert_true(g_file_set_contents(file, "x", 1, NULL));
+  char *below = g_build_filename(file, "reg", NULL);
+  const char *paths[] = {file, below};
+  for (int i = 0; i < 2; i++)
+    for (int ro = 0; ro < 2; ro++) {
+      em_error err = {0};
+      g_assert_null(em_store_open(paths[i], ro, &err));
+      g_assert_nonnull(strstr(err.msg, "is a file, not a folder"));
+      g_assert_nonnull(strstr(err.msg, file));
+    }
+  g_free(below);
+  g_free(file);
+  st_rmrf(dir);
+  g_free(dir);
+}
+
 static void test_default_dir(void) {
   char *old_ember = g_strdup(g_getenv("EMBER_HOME"));
   char *old_xdg = g_strdup(g_getenv("XDG_DATA_HOME"));
@@ -404,6 +426,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/store/open/create", test_create);
   g_test_add_func("/store/open/read-only", test_read_only);
   g_test_add_func("/store/open/default-dir", test_default_dir);
+  g_test_add_func("/store/open/dir-is-a-file", test_dir_is_a_file);
   g_test_add_func("/store/open/refuse/random-bytes", test_refuse_random_bytes);
   g_test_add_func("/store/open/refuse/foreign-sqlite", test_refuse_foreign_sqlite);
   g_test_add_func("/store/open/refuse/newer-schema", test_refuse_newer_schema);

@@ -242,6 +242,31 @@ static void test_status_names(void) {
   g_assert_nonnull(strstr(err.msg, "completed"));
 }
 
+/* Every run's tags at once (the Runs page's table), by run then key;
+ * notes and events are not tags. */
+static void test_tags_all(fixture *f, gconstpointer data) {
+  (void)data;
+  em_error err = {0};
+  em_run_tag *t = NULL;
+  int n = -1;
+  g_assert_cmpint(em_store_run_tags_all(f->s, &t, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 0);
+  em_run_tags_free(t, n);
+  int64_t a = st_make_run(f->s, "mlp", "a"), b = st_make_run(f->s, "mlp", "b");
+  g_assert_cmpint(em_store_run_tag(f->s, b, "z", "1", &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_tag(f->s, b, "k", "2", &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_tag(f->s, a, "k", "3", &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_note(f->s, a, "a note", &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_tags_all(f->s, &t, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 3);
+  g_assert_cmpint(t[0].run, ==, a);
+  g_assert_cmpstr(t[0].value, ==, "3");
+  g_assert_cmpint(t[1].run, ==, b);
+  g_assert_cmpstr(t[1].key, ==, "k");
+  g_assert_cmpstr(t[2].key, ==, "z");
+  em_run_tags_free(t, n);
+}
+
 static void test_annotations_and_delete(fixture *f, gconstpointer data) {
   em_error err = {0};
   int64_t keep = st_make_run(f->s, "mlp", "keep");
@@ -676,6 +701,7 @@ int main(int argc, char **argv) {
   ADD("/store/runs/create-get", test_create_get);
   ADD("/store/runs/list-filter", test_list_filter);
   ADD("/store/runs/annotations-delete", test_annotations_and_delete);
+  ADD("/store/runs/tags-all", test_tags_all);
   ADD("/store/runs/stale-killed", test_stale_runs);
   ADD("/store/runs/vanished-read-as-killed", test_vanished_read_as_killed);
   ADD("/store/metrics/round-trip", test_metrics_round_trip);
