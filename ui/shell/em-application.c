@@ -1,6 +1,8 @@
 /* em-application.c: the workbench's application (see the header). */
 #include "em-application.h"
 
+#include <glib-unix.h>
+#include <signal.h>
 #include <string.h>
 
 #include "em-app-state.h"
@@ -30,6 +32,7 @@ struct _EmApplication {
   GSettings *interface;     /* org.gnome.desktop.interface, when it has color-scheme */
   gboolean system_dark;     /* GTK's own preference at startup (no desktop schema) */
   char *device;             /* --device: the training device of the first window, or NULL */
+  guint sigterm_id, sigint_id; /* the main loop's SIGTERM and SIGINT sources */
 };
 
 G_DEFINE_FINAL_TYPE(EmApplication, em_application, GTK_TYPE_APPLICATION)
@@ -111,6 +114,16 @@ static void quit_activated(GSimpleAction *a, GVariant *p, gpointer data) {
   g_application_quit(G_APPLICATION(app));
 }
 
+/* SIGTERM (a logout, `kill`) and SIGINT (Ctrl-C in the terminal) quit as
+ * Ctrl+Q does: the windows close, which stops a run and records its end
+ * with a final checkpoint, as `ember train` does on these signals. The
+ * default action killed the process and left the run to be found
+ * "killed". */
+static gboolean on_quit_signal(gpointer data) {
+  g_action_group_activate_action(G_ACTION_GROUP(data), "quit", NULL);
+  return G_SOURCE_CONTINUE;
+}
+
 static void preferences_activated(GSimpleAction *a, GVariant *p, gpointer data) {
   EmApplication *self = data;
   GtkWindow *parent = gtk_application_get_active_window(GTK_APPLICATION(self));
@@ -140,6 +153,8 @@ static void em_application_startup(GApplication *app) {
   G_APPLICATION_CLASS(em_application_parent_class)->startup(app);
   em_ui_register_resources();
   g_action_map_add_action_entries(G_ACTION_MAP(app), app_actions, G_N_ELEMENTS(app_actions), app);
+  self->sigterm_id = g_unix_signal_add(SIGTERM, on_quit_signal, app);
+  self->sigint_id = g_unix_signal_add(SIGINT, on_quit_signal, app);
   GtkApplication *ga = GTK_APPLICATION(app);
   static const char *const pages[] = {"builder", "data", "train", "memory",
                                       "profiler", "runs", "compare", "registry"};
@@ -234,6 +249,8 @@ static void em_application_finalize(GObject *obj) {
 
 static void em_application_dispose(GObject *obj) {
   EmApplication *self = EM_APPLICATION(obj);
+  g_clear_handle_id(&self->sigterm_id, g_source_remove);
+  g_clear_handle_id(&self->sigint_id, g_source_remove);
   g_clear_object(&self->settings);
   g_clear_object(&self->interface);
   G_OBJECT_CLASS(em_application_parent_class)->dispose(obj);

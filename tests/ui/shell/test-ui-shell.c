@@ -4,11 +4,13 @@
  * 2000-sample slice of Fashion-MNIST, or the synthetic set without it)
  * reaches the charts, pauses (no step while paused), resumes with a new
  * learning rate (recorded as a run event), stops, and is found in the
- * registry with status "stopped". While it trains, every frame interval
+ * registry with status "stopped"; SIGTERM to the process does the same
+ * (the application quits cleanly). While it trains, every frame interval
  * after the first second must stay under 50 ms (the main loop never waits
  * on the worker). Each page is rendered to workbench-<page>.png. */
 #include <glib/gstdio.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -424,6 +426,45 @@ static void test_close_while_paused(void) {
   em_store_close(st);
 }
 
+/* SIGTERM during a run: the application's quit path (the windows close,
+ * the run stops), not the default death that left the run "killed" with
+ * no final checkpoint. Without the handler this kills the test. */
+static void test_sigterm_stops_run(void) {
+  EmWindow *win = new_window();
+  EmAppState *state = em_window_get_state(win);
+  em_app_state_set_dataset(state, "synthetic", NULL);
+  ui_test_show(GTK_WIDGET(win), 1000, 700);
+  EmTrainPage *page = EM_TRAIN_PAGE(em_window_get_page(win, "train"));
+  em_train_page_set_value(page, "epochs", 50);
+  em_train_page_set_value(page, "threads", 1);
+  run_watch w = {.page = page};
+  g_signal_connect(state, "run-started", G_CALLBACK(on_started), &w);
+  g_signal_connect(state, "run-progress", G_CALLBACK(on_progress), &w);
+  g_assert_true(gtk_widget_activate_action(GTK_WIDGET(page), "train.start", NULL));
+  g_assert_true(ui_test_wait(has_points, &w, 60000));
+  g_signal_handlers_disconnect_by_data(state, &w);
+  g_object_add_weak_pointer(G_OBJECT(win), (gpointer *)&win);
+  raise(SIGTERM);
+  ui_test_spin(500); /* the signal source runs; quitting closes the window */
+  g_assert_null(win);
+  em_error err = {0};
+  em_store *st = em_store_open(g_home, true, &err);
+  g_assert_nonnull(st);
+  em_run r;
+  memset(&r, 0, sizeof r);
+  g_assert_cmpint(em_store_run_get(st, w.run_id, &r, &err), ==, EM_OK);
+  g_assert_cmpint(r.status, ==, EM_RUN_STOPPED);
+  em_run_clear(&r);
+  em_checkpoint_row *c = NULL;
+  int n = 0;
+  g_assert_cmpint(em_store_checkpoints_list(st, w.run_id, &c, &n, &err), ==, EM_OK);
+  gboolean final = FALSE;
+  for (int i = 0; i < n; i++) final |= strcmp(c[i].kind, "final") == 0;
+  g_assert_true(final);
+  em_checkpoint_rows_free(c, n);
+  em_store_close(st);
+}
+
 int main(int argc, char **argv) {
   g_home = g_dir_make_tmp("ember-ui-shell-XXXXXX", NULL);
   g_setenv("EMBER_HOME", g_home, TRUE);
@@ -440,6 +481,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/ui/shell/preferences", test_preferences);
   g_test_add_func("/ui/shell/train-run", test_train_run);
   g_test_add_func("/ui/shell/close-while-paused", test_close_while_paused);
+  g_test_add_func("/ui/shell/sigterm-stops-run", test_sigterm_stops_run); /* last: it quits */
   int rc = g_test_run();
   g_object_unref(g_app);
   char *cmd = g_strdup_printf("rm -rf '%s'", g_home);
