@@ -8,8 +8,10 @@
 
 #include "em-data.h"
 #include "em-plugin.h"
+#include "em-train.h"
 
 #define N_PREVIEWS 32
+#define MAX_CLASS_ROWS 100 /* class count rows listed; a line counts the rest */
 #define PREVIEW_PX 84
 
 static const char *fmnist_classes[] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -88,7 +90,9 @@ static em_dataset *open_dataset(const load_job *j, em_error *err) {
       em_error_set(err, EM_ERR_INVALID, "CSV needs a file: choose one with numeric columns and the label last");
       return NULL;
     }
-    return em_dataset_csv(j->path, NULL, err);
+    /* as the Train page's run opens it (the same columns, its training
+     * split), so what is shown here is what trains */
+    return em_dataset_open_named("csv", j->path, true, NULL, 0, 0, err);
   }
   if (!strcmp(j->name, "synthetic")) {
     int64_t shape[] = {1, 28, 28};
@@ -228,7 +232,7 @@ static void show_results(EmDataPage *self, load_job *j) {
   }
   gint64 most = 1;
   for (int k = 0; k < j->n_classes; k++) most = MAX(most, j->counts[k]);
-  for (int k = 0; k < j->n_classes && k < 100; k++) {
+  for (int k = 0; k < j->n_classes && k < MAX_CLASS_ROWS; k++) {
     GtkWidget *name = gtk_label_new(class_name(j->name, k, buf, sizeof buf));
     gtk_label_set_xalign(GTK_LABEL(name), 0);
     GtkWidget *bar = gtk_level_bar_new_for_interval(0, (double)most);
@@ -243,6 +247,19 @@ static void show_results(EmDataPage *self, load_job *j) {
     gtk_grid_attach(self->counts_grid, name, 0, k, 1, 1);
     gtk_grid_attach(self->counts_grid, bar, 1, k, 1, 1);
     gtk_grid_attach(self->counts_grid, num, 2, k, 1, 1);
+  }
+  if (j->n_classes > MAX_CLASS_ROWS) { /* the rest are counted, not listed */
+    gint64 rest = 0;
+    for (int k = MAX_CLASS_ROWS; k < j->n_classes; k++) rest += j->counts[k];
+    char *more = g_strdup_printf("… and %d more classes (%'lld samples)",
+                                 j->n_classes - MAX_CLASS_ROWS, (long long)rest);
+    GtkWidget *l = gtk_label_new(more);
+    g_free(more);
+    gtk_label_set_xalign(GTK_LABEL(l), 0);
+    gtk_label_set_wrap(GTK_LABEL(l), TRUE);
+    gtk_widget_add_css_class(l, "dim-label");
+    gtk_widget_set_name(l, "more-classes");
+    gtk_grid_attach(self->counts_grid, l, 0, MAX_CLASS_ROWS, 3, 1);
   }
   char *info = g_strdup_printf("%s: %'lld training samples of shape %s, %d classes%s%s",
                                j->name, (long long)j->n, j->shape, j->n_classes,
@@ -349,7 +366,7 @@ static void on_kind_changed(GtkDropDown *dd, GParamSpec *ps, EmDataPage *self) {
   guint k = gtk_drop_down_get_selected(dd);
   static const char *hints[] = {"default: /usr/share/datasets/fashion-mnist",
                                 "folder holding data_batch_1.bin .. 5 and test_batch.bin",
-                                "CSV file: numeric columns, the label last",
+                                "CSV file: numeric columns, the label last (1 row in 5 tests)",
                                 "seeded Gaussian blobs (no files)"};
   if (k < G_N_ELEMENTS(hints)) {
     gtk_entry_set_placeholder_text(self->path_entry, hints[k]);

@@ -27,6 +27,9 @@ struct _EmTrainPage {
   gboolean filling_devices; /* the selector's model is being replaced */
   em_device run_device;     /* the device of the session */
   char *last_warning;       /* the run's latest warning, kept under the status */
+  /* the model or the dataset changed while a run held the form: reloaded
+   * when it ends (the next Start must not train them with the old form) */
+  gboolean spec_stale, dataset_stale;
   /* charts and their series */
   GtkWidget *loss_chart, *acc_chart;
   int s_loss, s_test_loss, s_acc;
@@ -298,15 +301,15 @@ static void update_sensitivity(EmTrainPage *self) {
   gtk_widget_set_sensitive(self->clip, !running || paused);
 }
 
-/* text, and under it the run's latest warning while a session has one. */
+/* text, and under it the run's latest warning while a session has one.
+ * The label shows 8 lines at most: the whole text is its tooltip. */
 static void set_status(EmTrainPage *self, const char *text) {
-  if (self->session && self->last_warning) {
-    char *both = g_strdup_printf("%s\n%s", text, self->last_warning);
-    gtk_label_set_text(GTK_LABEL(self->status_label), both);
-    g_free(both);
-  } else {
-    gtk_label_set_text(GTK_LABEL(self->status_label), text);
-  }
+  char *both = self->session && self->last_warning
+                   ? g_strdup_printf("%s\n%s", text, self->last_warning)
+                   : g_strdup(text);
+  gtk_label_set_text(GTK_LABEL(self->status_label), both);
+  gtk_widget_set_tooltip_text(self->status_label, strlen(both) > 200 ? both : NULL);
+  g_free(both);
 }
 
 const char *em_train_page_get_status(EmTrainPage *self) {
@@ -452,6 +455,8 @@ static void finish_session(EmTrainPage *self, const em_train_drain *d) {
   em_line_chart_set_note(EM_LINE_CHART(self->loss_chart), NULL);
 #endif
   em_app_state_run_finished(self->state, d->run_id, d->status, d->message);
+  if (self->spec_stale || self->dataset_stale) load_spec(self, self->spec_stale);
+  self->spec_stale = self->dataset_stale = FALSE;
   update_sensitivity(self);
 }
 
@@ -609,15 +614,19 @@ GtkWidget *em_train_page_get_loss_chart(EmTrainPage *self) { return self->loss_c
 
 /* ---- the widget ------------------------------------------------------------------------ */
 
+/* During a run the form shows the run's settings: the new model's are
+ * loaded when it ends (finish_session). */
 static void on_spec_changed(EmAppState *state, gpointer data) {
   EmTrainPage *self = data;
   if (!self->session) load_spec(self, TRUE);
+  else self->spec_stale = TRUE;
 }
 
 /* A new dataset changes the model line, not the settings a person chose. */
 static void on_dataset_changed(EmAppState *state, gpointer data) {
   EmTrainPage *self = data;
   if (!self->session) load_spec(self, FALSE);
+  else self->dataset_stale = TRUE;
 }
 
 static void em_train_page_dispose(GObject *obj) {

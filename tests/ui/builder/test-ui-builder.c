@@ -356,18 +356,37 @@ static void test_data(void) {
   em_data_page_load(dp, "synthetic", NULL);
   g_assert_true(ui_test_wait(data_idle, dp, 10000));
   g_assert_cmpint(em_data_page_get_n_samples(dp), ==, 2000);
-  /* a CSV file: 3 features, the label last */
+  /* a CSV file: 3 features, the label last; the page shows the training
+   * split a run trains on (the 5th row is held out for testing) */
   char *csv = g_build_filename(tmp_dir, "points.csv", NULL);
-  g_assert_true(g_file_set_contents(csv, "0.1,0.2,0.3,0\n1,2,3,1\n4,5,6,2\n7,8,9,1\n", -1, NULL));
+  g_assert_true(g_file_set_contents(
+      csv, "0.1,0.2,0.3,0\n1,2,3,1\n4,5,6,2\n7,8,9,1\n2,2,2,0\n3,3,3,2\n", -1, NULL));
   em_data_page_load(dp, "csv", csv);
   g_assert_true(ui_test_wait(data_idle, dp, 10000));
   g_assert_null(em_data_page_get_error(dp));
-  g_assert_cmpint(em_data_page_get_n_samples(dp), ==, 4);
+  g_assert_cmpint(em_data_page_get_n_samples(dp), ==, 5);
   g_assert_cmpint(em_data_page_get_n_classes(dp), ==, 3);
+  g_assert_cmpint(em_data_page_get_class_count(dp, 0), ==, 1);
   g_assert_cmpint(em_data_page_get_class_count(dp, 1), ==, 2);
-  g_assert_cmpint(em_data_page_get_n_previews(dp), ==, 4);
+  g_assert_cmpint(em_data_page_get_n_previews(dp), ==, 5);
   g_assert_cmpstr(em_app_state_get_dataset_name(state), ==, "csv");
   g_assert_cmpstr(em_app_state_get_dataset_dir(state), ==, csv);
+  /* 300 classes: 100 listed and a line for the rest, in a scrolled list
+   * (the page grew to about 2000 px tall and said nothing of the rest) */
+  GString *many = g_string_new(NULL);
+  for (int i = 0; i < 1500; i++) g_string_append_printf(many, "%d,%d\n", i % 7, i % 300);
+  g_assert_true(g_file_set_contents(csv, many->str, -1, NULL));
+  g_string_free(many, TRUE);
+  em_data_page_load(dp, "csv", csv);
+  g_assert_true(ui_test_wait(data_idle, dp, 10000));
+  g_assert_null(em_data_page_get_error(dp));
+  g_assert_cmpint(em_data_page_get_n_classes(dp), ==, 300);
+  ui_test_spin(200);
+  GtkWidget *more = ui_test_find_named(page, "more-classes");
+  g_assert_nonnull(more);
+  g_assert_nonnull(strstr(gtk_label_get_text(GTK_LABEL(more)), "and 200 more classes"));
+  g_assert_cmpint(gtk_widget_get_height(GTK_WIDGET(win)), <=, 700);
+  g_free(ui_test_screenshot(page, "data-300-classes"));
   g_unlink(csv);
   g_free(csv);
   gtk_window_destroy(win);
