@@ -177,13 +177,23 @@ static void text_size(EmLineChart *self, const char *text, int *w, int *h) {
   g_object_unref(layout);
 }
 
-static void format_value(double v, double step, char *buf, size_t cap) {
+/* A tick label short enough for the fixed left gutter (M_LEFT): at most
+ * 8 characters, "-1.5e300" rather than "1e+291G" or 30 digits. */
+void em_line_chart_format_tick(double v, double step, char *buf, size_t cap) {
   if (fabs(v) < fabs(step) * 1e-9) v = 0;
   double a = fabs(v);
-  if (a >= 1e9) g_snprintf(buf, cap, "%.4gG", v / 1e9);
+  if (!isfinite(v)) g_snprintf(buf, cap, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+  else if (a >= 1e12 || (a != 0 && a < 1e-3)) {
+    int e = (int)floor(log10(a));
+    double m = v / pow(10.0, e);
+    if (fabs(m) >= 9.95) { /* 9.96 rounds to "10": one decade up */
+      m /= 10;
+      e++;
+    }
+    g_snprintf(buf, cap, "%.2ge%d", m, e);
+  } else if (a >= 1e9) g_snprintf(buf, cap, "%.4gG", v / 1e9);
   else if (a >= 1e6) g_snprintf(buf, cap, "%.4gM", v / 1e6);
   else if (a >= 1e4) g_snprintf(buf, cap, "%.4gk", v / 1e3);
-  else if (a != 0 && a < 1e-3) g_snprintf(buf, cap, "%.2g", v);
   else g_snprintf(buf, cap, "%.6g", v);
 }
 
@@ -207,7 +217,7 @@ static void draw_axes(EmLineChart *self, cairo_t *cr, const Frame *f, const GdkR
     cairo_move_to(cr, px, f->y);
     cairo_line_to(cr, px, f->y + f->h);
     cairo_stroke(cr);
-    format_value(t, xs, buf, sizeof buf);
+    em_line_chart_format_tick(t, xs, buf, sizeof buf);
     set_rgba(cr, fg, 0.75);
     int tw, th;
     text_size(self, buf, &tw, &th);
@@ -230,7 +240,7 @@ static void draw_axes(EmLineChart *self, cairo_t *cr, const Frame *f, const GdkR
     } else if (self->log_y) {
       g_snprintf(buf, sizeof buf, "%.3g", pow(10.0, t));
     } else {
-      format_value(t, ys, buf, sizeof buf);
+      em_line_chart_format_tick(t, ys, buf, sizeof buf);
     }
     set_rgba(cr, fg, 0.75);
     draw_text(self, cr, buf, f->x - 6, py, 1, 0.5, FALSE);
@@ -840,6 +850,11 @@ static void set_str(EmLineChart *self, char **field, const char *v) {
 void em_line_chart_set_title(EmLineChart *self, const char *title) {
   g_return_if_fail(EM_IS_LINE_CHART(self));
   set_str(self, &self->title, title);
+}
+
+const char *em_line_chart_get_title(EmLineChart *self) {
+  g_return_val_if_fail(EM_IS_LINE_CHART(self), NULL);
+  return self->title;
 }
 
 void em_line_chart_set_x_label(EmLineChart *self, const char *label) {

@@ -44,8 +44,12 @@ void em_line_chart_set_smoothing(EmLineChart *self, double alpha);
 double em_line_chart_get_smoothing(EmLineChart *self);
 
 void em_line_chart_set_title(EmLineChart *self, const char *title);
+const char *em_line_chart_get_title(EmLineChart *self); /* NULL: none */
 void em_line_chart_set_x_label(EmLineChart *self, const char *label);
 void em_line_chart_set_y_label(EmLineChart *self, const char *label);
+/* An axis tick's label for value v on a grid of step: 8 characters at
+ * most, whatever v is (the left gutter is fixed). */
+void em_line_chart_format_tick(double v, double step, char *buf, size_t cap);
 
 /* Back to fitting every point (follows new data again). */
 void em_line_chart_reset_view(EmLineChart *self);

@@ -81,12 +81,27 @@ static void diff_bind(GtkSignalListItemFactory *f, GtkListItem *item, gpointer d
   gtk_widget_set_tooltip_text(GTK_WIDGET(label), v);
 }
 
+/* A column's header does not ellipsize: a long title (a model named with
+ * 70 characters) would set the column's width and push the others off
+ * the page. The whole name is in the chart's legend. */
+#define MAX_TITLE_CHARS 28
+
 static void add_diff_column(EmComparePage *self, const char *title, int col) {
+  char *shown = g_utf8_substring(title, 0, MAX_TITLE_CHARS - 1);
+  if (g_utf8_strlen(title, -1) > MAX_TITLE_CHARS) {
+    char *cut = shown;
+    shown = g_strconcat(cut, "…", NULL);
+    g_free(cut);
+  } else {
+    g_free(shown);
+    shown = g_strdup(title);
+  }
   GtkListItemFactory *f = gtk_signal_list_item_factory_new();
   g_object_set_data(G_OBJECT(f), "column", GINT_TO_POINTER(col));
   g_signal_connect(f, "setup", G_CALLBACK(diff_setup), NULL);
   g_signal_connect_object(f, "bind", G_CALLBACK(diff_bind), self, 0);
-  GtkColumnViewColumn *c = gtk_column_view_column_new(title, f);
+  GtkColumnViewColumn *c = gtk_column_view_column_new(shown, f);
+  g_free(shown);
   gtk_column_view_column_set_resizable(c, TRUE);
   gtk_column_view_column_set_expand(c, TRUE);
   gtk_column_view_append_column(self->diff_view, c);
@@ -116,7 +131,12 @@ static json_t *flatten_run(const em_run *r, em_metric_summary *ms, int nms) {
   for (int i = 0; i < nms; i++) {
     char key[256];
     g_snprintf(key, sizeof key, "metrics.%s", ms[i].key);
-    json_object_set_new(flat, key, json_real(ms[i].last));
+    double v = ms[i].last;
+    /* json_real refuses what is not finite (it gave NULL, read as absent,
+     * so an infinite metric looked like a missing one) */
+    json_object_set_new(flat, key, isfinite(v) ? json_real(v)
+                                   : isinf(v) ? json_string(v > 0 ? "inf" : "-inf")
+                                              : json_string("nan"));
   }
   return flat;
 }
@@ -176,9 +196,10 @@ static void fill_differences(EmComparePage *self, GPtrArray *flats) {
 
 static void load_metric(EmComparePage *self, const char *key) {
   em_line_chart_clear(self->chart);
+  /* "(None)" chosen: no series and no title left from the metric before */
+  em_line_chart_set_title(self->chart, key && self->store ? key : NULL);
+  em_line_chart_set_y_label(self->chart, key && self->store ? key : NULL);
   if (!key || !self->store) return;
-  em_line_chart_set_title(self->chart, key);
-  em_line_chart_set_y_label(self->chart, key);
   for (guint i = 0; i < self->runs->len; i++) {
     CmpRun *r = &g_array_index(self->runs, CmpRun, i);
     int s = em_line_chart_add_series(self->chart, r->label, NULL);
@@ -456,6 +477,17 @@ const char *em_compare_page_get_difference_key(EmComparePage *self, guint i) {
   const char *s = gtk_string_object_get_string(o);
   g_object_unref(o); /* the store keeps it alive */
   return s;
+}
+
+const char *em_compare_page_get_difference(EmComparePage *self, const char *key, guint run) {
+  g_return_val_if_fail(EM_IS_COMPARE_PAGE(self), NULL);
+  char **values = g_hash_table_lookup(self->diff_values, key);
+  return values && run < g_strv_length(values) ? values[run] : NULL;
+}
+
+const char *em_compare_page_get_chart_title(EmComparePage *self) {
+  g_return_val_if_fail(EM_IS_COMPARE_PAGE(self), NULL);
+  return em_line_chart_get_title(self->chart);
 }
 
 const char *em_compare_page_get_message(EmComparePage *self) {

@@ -26,6 +26,10 @@ gboolean em_compare_page_set_metric(EmComparePage *self, const char *key);
 gint64 em_compare_page_get_n_points(EmComparePage *self, int run_index);
 guint em_compare_page_get_n_differences(EmComparePage *self);
 const char *em_compare_page_get_difference_key(EmComparePage *self, guint i);
+/* The value of difference key for the run-th run compared (NULL: no such
+ * difference), and the chart's title (NULL: none). */
+const char *em_compare_page_get_difference(EmComparePage *self, const char *key, guint run);
+const char *em_compare_page_get_chart_title(EmComparePage *self);
 const char *em_compare_page_get_message(EmComparePage *self);
 
 G_END_DECLS

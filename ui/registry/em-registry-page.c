@@ -3,6 +3,8 @@
  * writable one for that change, then announces "registry-changed". */
 #include "em-registry-page.h"
 
+#include "em-run-row.h"
+
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -187,9 +189,9 @@ static void load_runs(EmRegistryPage *self) {
   g_array_set_size(self->run_ids, 0);
   guint pick = 0;
   for (int i = 0; i < n; i++) {
-    char acc[32] = "";
-    if (!isnan(runs[i].final_test_accuracy))
-      g_snprintf(acc, sizeof acc, ", accuracy %.2f%%", 100 * runs[i].final_test_accuracy);
+    char acc[64] = "", value[32];
+    em_run_row_format_metric(runs[i].final_test_accuracy, TRUE, value, sizeof value);
+    if (value[0]) g_snprintf(acc, sizeof acc, ", accuracy %s", value);
     names[i] = g_strdup_printf("run %" G_GINT64_FORMAT " %s (%s%s)", (gint64)runs[i].id,
                                runs[i].model, em_run_status_name(runs[i].status), acc);
     gint64 id = runs[i].id;

@@ -86,10 +86,27 @@ void em_run_row_format(EmRunRow *self, const char *column, char *buf, size_t cap
   } else if (strcmp(column, "steps") == 0) {
     g_snprintf(buf, cap, "%" G_GINT64_FORMAT, (gint64)r->steps);
   } else if (strcmp(column, "accuracy") == 0) {
-    if (!isnan(r->final_test_accuracy)) g_snprintf(buf, cap, "%.2f%%", 100 * r->final_test_accuracy);
+    em_run_row_format_metric(r->final_test_accuracy, TRUE, buf, cap);
   } else if (strcmp(column, "loss") == 0) {
-    if (!isnan(r->final_test_loss)) g_snprintf(buf, cap, "%.4f", r->final_test_loss);
+    em_run_row_format_metric(r->final_test_loss, FALSE, buf, cap);
   } else if (strcmp(column, "tags") == 0) {
     g_snprintf(buf, cap, "%s", self->tags);
   }
+}
+
+void em_run_row_format_metric(double v, gboolean percent, char *buf, size_t cap) {
+  if (cap) buf[0] = 0;
+  if (isnan(v)) return;
+  if (isinf(v)) {
+    g_snprintf(buf, cap, "%s", v > 0 ? "inf" : "-inf");
+    return;
+  }
+  double x = percent ? 100 * v : v, a = fabs(x);
+  const char *unit = percent ? "%" : "";
+  /* fixed where it reads well; a plugin's or a diverged run's 1e300 would
+   * otherwise print as a 300-digit number */
+  if (x == 0 || (a >= (percent ? 0.01 : 1e-4) && a < 1e6))
+    g_snprintf(buf, cap, percent ? "%.2f%s" : "%.4f%s", x, unit);
+  else
+    g_snprintf(buf, cap, "%.4g%s", x, unit);
 }

@@ -20,5 +20,10 @@ const char *em_run_row_get_tags(EmRunRow *self);
 void em_run_row_set_tags(EmRunRow *self, const char *tags);
 /* "2026-11-29 21:50", "1m 12s", "51.67%", "1.3226" (or "" when absent). */
 void em_run_row_format(EmRunRow *self, const char *column, char *buf, size_t cap);
+/* A final metric for a table: "" when absent (NaN), "inf" / "-inf"
+ * (never "inf%"), 4 significant digits in exponent form when the fixed
+ * form would be long (1e300 is "1e+300", not 300 digits); percent: the
+ * value times 100 with "%" ("51.67%"). */
+void em_run_row_format_metric(double v, gboolean percent, char *buf, size_t cap);
 
 G_END_DECLS

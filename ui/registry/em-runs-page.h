@@ -4,7 +4,9 @@
  * hands the ids to the Compare page and switches to it ("win.page"
  * "compare"). Reads through its own read-only em_store on the main thread;
  * reloads on "registry-changed", at the end of a run, and every 2 s while
- * a run is training. */
+ * a run is training, but only while it is shown (mapped): a change seen
+ * while it is hidden is read when it is next shown. Every run's tags come
+ * from one query. */
 #pragma once
 
 #include <gtk/gtk.h>
@@ -32,5 +34,7 @@ void em_runs_page_select_ids(EmRunsPage *self, const gint64 *ids, int n);
 gint64 *em_runs_page_get_selected_ids(EmRunsPage *self, int *n);
 /* The message line (errors such as a refused delete; "" when none). */
 const char *em_runs_page_get_message(EmRunsPage *self);
+/* How many times the page has read the registry (for the tests). */
+guint em_runs_page_get_n_reloads(EmRunsPage *self);
 
 G_END_DECLS

@@ -8,6 +8,7 @@
  * chart-log-axis, chart-smoothing, chart-zoomed, chart-hover. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "em-line-chart.h"
 #include "em-series.h"
@@ -407,6 +408,29 @@ static void test_chart_interaction(void) {
   gtk_window_destroy(win);
 }
 
+/* Tick labels fit the fixed left gutter whatever the values (a diverged
+ * run's 1e300 printed as "1e+291G", clipped on the left). */
+static void test_tick_labels(void) {
+  char buf[64];
+  const double vs[] = {0, 0.5, 1234.5, -98765, 3e9, 1e12, 1e300, -1.7e308, 2.5e-7, -1e-300,
+                       9.96e20, INFINITY, -INFINITY, NAN};
+  for (size_t i = 0; i < G_N_ELEMENTS(vs); i++) {
+    em_line_chart_format_tick(vs[i], fabs(vs[i]) > 0 && isfinite(vs[i]) ? fabs(vs[i]) / 4 : 1,
+                              buf, sizeof buf);
+    g_assert_cmpuint(strlen(buf), <=, 8);
+  }
+  em_line_chart_format_tick(1e300, 1e299, buf, sizeof buf);
+  g_assert_cmpstr(buf, ==, "1e300");
+  em_line_chart_format_tick(-1.5e300, 1e299, buf, sizeof buf);
+  g_assert_cmpstr(buf, ==, "-1.5e300");
+  em_line_chart_format_tick(9.96e20, 1e20, buf, sizeof buf);
+  g_assert_cmpstr(buf, ==, "1e21");
+  em_line_chart_format_tick(25000, 5000, buf, sizeof buf);
+  g_assert_cmpstr(buf, ==, "25k");
+  em_line_chart_format_tick(0.25, 0.05, buf, sizeof buf);
+  g_assert_cmpstr(buf, ==, "0.25");
+}
+
 int main(int argc, char **argv) {
   ui_test_init(&argc, &argv);
   g_test_add_func("/chart/series/minmax", test_series_minmax);
@@ -416,5 +440,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/chart/widget/log-axis", test_chart_log_axis);
   g_test_add_func("/chart/widget/smoothing", test_chart_smoothing);
   g_test_add_func("/chart/widget/interaction", test_chart_interaction);
+  g_test_add_func("/chart/widget/tick-labels", test_tick_labels);
   return g_test_run();
 }
