@@ -2,8 +2,13 @@
 
 For each model (fmnist-mlp, fmnist-cnn) it runs, interleaved and
 repeated: Ember (`ember train`, 2 threads), PyTorch as a user runs it by
-default, and PyTorch in its best configuration on 2 cores
-(torch.set_num_threads(1), OpenBLAS at 2 threads). Same batch size,
+default, PyTorch with 2 intra-op threads (its default where it counts
+both cores, BASELINE.md's "default, 2 threads": on some virtual machines
+it counts one core and its plain default is then its best configuration;
+the intra-op thread count of each is printed), and PyTorch in its best
+configuration on 2 cores (torch.set_num_threads(1), OpenBLAS at 2
+threads). The 2-thread contender runs on the first --cores-limit samples
+(it is slow, and samples/s is a rate). Same batch size,
 optimiser and data (Fashion-MNIST preloaded in memory). It prints the
 median samples/s of each, Ember's ratio to each, effective GFLOP/s
 (3 x forward FLOPs per sample: forward, input grads, weight grads) as a
@@ -11,7 +16,8 @@ fraction of the GEMM library's ceiling on the model's shapes, and peak
 RSS.
 
 usage: /usr/bin/python3 tests/bench/bench_train.py [--build build]
-         [--models mlp,cnn] [--repeat 3] [--cnn-limit 20000] [--native-blas]
+         [--models mlp,cnn] [--repeat 3] [--cnn-limit 20000] [--cores-limit 10000]
+         [--native-blas]
 
 --native-blas unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for every
 contender (OpenBLAS then picks the processor's own kernels, AVX-512 where
@@ -84,6 +90,7 @@ def main():
     ap.add_argument("--models", default="mlp,cnn")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cnn-limit", type=int, default=20000)
+    ap.add_argument("--cores-limit", type=int, default=10000)
     ap.add_argument("--native-blas", action="store_true")
     ap.add_argument("--blas-core", default=None,
                     help="OPENBLAS_CORETYPE for every contender (e.g. Haswell, SkylakeX)")
@@ -102,21 +109,26 @@ def main():
         spec = json.load(open(spec_path))
         limit = a.cnn_limit if m == "cnn" else 0
         lim = ["--limit", str(limit)] if limit else []
-        res = {"ember": [], "torch-default": [], "torch-best": []}
+        res = {"ember": [], "torch-default": [], "torch-2threads": [], "torch-best": []}
         rss = {k: [] for k in res}
-        core = {}
+        core, tthreads = {}, {}
         for _ in range(a.repeat):
             e = run_json([ember, "train", spec_path, "--epochs", "1", "--threads", "2", "--quiet",
                           "--no-record"]
                          + lim, env)
             res["ember"].append(e["train_samples_per_sec"])
             rss["ember"].append(e["peak_rss_mb"])
-            for mode in ("default", "best"):
+            for mode, key in (("default", "torch-default"), ("cores", "torch-2threads"),
+                              ("best", "torch-best")):
+                tl = lim
+                if mode == "cores" and a.cores_limit and (not limit or a.cores_limit < limit):
+                    tl = ["--limit", str(a.cores_limit)]
                 t = run_json([sys.executable, os.path.join(HERE, "bench_torch.py"), spec_path,
-                              "--mode", mode, "--threads", "2"] + lim, env)
-                res["torch-" + mode].append(t["samples_per_sec"])
-                rss["torch-" + mode].append(t["peak_rss_mb"])
+                              "--mode", mode, "--threads", "2"] + tl, env)
+                res[key].append(t["samples_per_sec"])
+                rss[key].append(t["peak_rss_mb"])
                 core[mode] = t["blas_core"]
+                tthreads[key] = t["torch_threads"]
         flops = 3 * fwd_flops(spec)
         if m == "mlp":
             ceiling = statistics.median([v for k, v in ceil.items() if k.startswith("mlp.fc1") or k.startswith("mlp.fc2")])
@@ -127,19 +139,24 @@ def main():
             m, limit or 60000, spec["training"]["batch_size"], spec["training"]["optimizer"],
             core.get("best", "?")))
         for k in res:
-            print("  %-14s %9.0f samples/s  (runs: %s)  %6.1f GFLOP/s  peak RSS %4.0f MiB" % (
+            print("  %-14s %9.0f samples/s  (runs: %s)  %6.1f GFLOP/s  peak RSS %4.0f MiB%s" % (
                 k, med[k], ", ".join("%.0f" % v for v in res[k]), med[k] * flops * 1e-9,
-                statistics.median(rss[k])))
-        r_best = [e / t for e, t in zip(res["ember"], res["torch-best"])]
-        r_def = [e / t for e, t in zip(res["ember"], res["torch-default"])]
-        print("  ember / torch-best    %.2fx (per pair: %s)" % (statistics.median(r_best), ", ".join("%.2f" % r for r in r_best)))
-        print("  ember / torch-default %.2fx (per pair: %s)" % (statistics.median(r_def), ", ".join("%.2f" % r for r in r_def)))
+                statistics.median(rss[k]),
+                "  [torch threads %d]" % tthreads[k] if k in tthreads else ""))
+        ratios = {}
+        for k in ("torch-best", "torch-default", "torch-2threads"):
+            r = [e / t for e, t in zip(res["ember"], res[k])]
+            ratios[k] = statistics.median(r)
+            print("  ember / %-14s %.2fx (per pair: %s)" % (k, ratios[k],
+                                                          ", ".join("%.2f" % x for x in r)))
         print("  ember effective %.1f GFLOP/s = %.0f%% of the GEMM ceiling on its shapes (%.0f GFLOP/s)" % (
             med["ember"] * flops * 1e-9, 100 * med["ember"] * flops * 1e-9 / ceiling, ceiling))
         print("  peak RSS ember / torch-best: %.2f" % (statistics.median(rss["ember"]) / statistics.median(rss["torch-best"])))
         print()
-        rows.append({"model": m, "median_samples_per_sec": med, "ratio_best": statistics.median(r_best),
-                     "ratio_default": statistics.median(r_def),
+        rows.append({"model": m, "median_samples_per_sec": med, "ratio_best": ratios["torch-best"],
+                     "ratio_default": ratios["torch-default"],
+                     "ratio_2threads": ratios["torch-2threads"],
+                     "torch_threads": tthreads,
                      "peak_rss_mb": {k: statistics.median(v) for k, v in rss.items()}})
     print(json.dumps({"blas_core": gemm["core"], "results": rows}))
 
