@@ -454,6 +454,16 @@ em_status em_ddp_finish(em_ddp *d, em_error *err) {
 
 void em_ddp_get_stats(const em_ddp *d, em_ddp_stats *out) { *out = d->stats; }
 
+uint32_t em_ddp_layout_hash(const em_ddp *d) {
+  uint32_t h = 2166136261u; /* FNV-1a over each bucket's size and parameter count */
+  for (int k = 0; k < d->nb; k++) {
+    uint64_t v[2] = {(uint64_t)d->b[k].numel, (uint64_t)d->b[k].count};
+    const unsigned char *p = (const unsigned char *)v;
+    for (size_t i = 0; i < sizeof v; i++) h = (h ^ p[i]) * 16777619u;
+  }
+  return h;
+}
+
 /* One tensor through a host copy: for a device whose memory c cannot
  * read (a GPU under MPI). */
 static em_status broadcast_staged(em_comm *c, em_tensor *t, em_error *err) {

@@ -193,6 +193,9 @@ void em_ddp_backward_end(em_ddp *d);
 /* Waits for every bucket, divides by world and writes the gradients. */
 em_status em_ddp_finish(em_ddp *d, em_error *err);
 void em_ddp_get_stats(const em_ddp *d, em_ddp_stats *out);
+/* A hash of the bucket layout (each bucket's size and parameters): ranks
+ * whose layouts differ would issue mismatched all-reduces. */
+uint32_t em_ddp_layout_hash(const em_ddp *d);
 /* Broadcasts the tensors (f32 or f64, contiguous) from rank 0, e.g. the
  * initial weights so that every replica starts equal. A tensor on a
  * device whose memory c cannot read goes through a host copy. */

@@ -121,6 +121,28 @@ em_eval_metrics *em_eval_metrics_begin(const em_spec *spec, em_status *st, em_er
   return em;
 }
 
+void em_eval_metrics_names(const em_spec *spec, char *out, size_t cap) {
+  em_eval_metrics em; /* only its list */
+  em.n = 0;
+  json_t *tr = spec ? em_spec_training_json(spec) : NULL;
+  json_t *names = json_is_object(tr) ? json_object_get(tr, "metrics") : NULL;
+  size_t i;
+  json_t *x;
+  json_array_foreach(names, i, x) {
+    const em_metric_type *m = em_metric_find(json_string_value(x));
+    if (m) add_unique(&em, m);
+  }
+  pthread_mutex_lock(&lock);
+  for (int k = 0; k < n_selected; k++) add_unique(&em, selected[k]);
+  pthread_mutex_unlock(&lock);
+  size_t len = 0;
+  if (cap) out[0] = '\0';
+  for (int k = 0; k < em.n && len < cap; k++) {
+    int w = snprintf(out + len, cap - len, "%s%s", k ? "," : "", em.m[k]->name);
+    if (w > 0) len += (size_t)w;
+  }
+}
+
 em_status em_eval_metrics_add(em_eval_metrics *em, const em_tensor *out, const int64_t *y,
                               em_error *err) {
   if (out->ndim != 2)

@@ -25,6 +25,10 @@ bool em_dataset_name_is_builtin(const char *name);
  * when the spec names one that is not registered. */
 typedef struct em_eval_metrics em_eval_metrics;
 em_eval_metrics *em_eval_metrics_begin(const em_spec *spec, em_status *st, em_error *err);
+/* The names of the metrics em_eval_metrics_begin would compute, in its
+ * order, comma-separated ("" for none): what data-parallel ranks compare,
+ * since each metric adds a gather to every evaluation. */
+void em_eval_metrics_names(const em_spec *spec, char *out, size_t cap);
 /* One batch: out (N, K) float logits in dataset order, labels y (N). */
 em_status em_eval_metrics_add(em_eval_metrics *em, const em_tensor *out /* (N, K) */,
                               const int64_t *y /* (N) */, em_error *err);

@@ -4,8 +4,10 @@
  * epoch (the loader's distributed sampler: rank r takes every world-th
  * index of the epoch's permutation). What keeps the replicas equal and
  * the ranks in step:
- * - at the start of a run, every parameter and buffer is broadcast from
- *   rank 0, and the ranks check they stand at the same position;
+ * - at the start of a run, the ranks compare what drives their collectives
+ *   (position, model size, gradient buckets, data lengths, metrics) and
+ *   refuse to start when they differ; then every parameter and buffer is
+ *   broadcast from rank 0;
  * - each micro-batch's loss is averaged over the ranks before backward,
  *   so the loss watchdog decides the same on every rank, and the loss
  *   reported is the global one;
@@ -68,19 +70,133 @@ bool em_trainer_ddp_stats(const em_trainer *t, em_ddp_stats *out) {
 
 int em_trainer_world(const em_trainer *t) { return t->comm ? em_comm_world(t->comm) : 1; }
 
+/* ---- what the ranks must agree on -------------------------------------------
+ * Each rank's fingerprint of what drives the collectives: a rank whose
+ * buckets, data or metrics differ would issue other all-reduces than its
+ * peers (a crash inside MPI, or a truncated message steps later). */
+enum { F_EPOCH, F_BATCH, F_STEP, F_NUMEL, F_TENSORS, F_BUCKETS, F_LAYOUT, F_TRAIN, F_TEST, F_BPE,
+       F_METRICS, F_COUNT };
+
+static uint32_t text_hash(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+static void fingerprint(const em_trainer *t, const char *metrics, double *f /* (F_COUNT) */) {
+  int64_t numel = 0;
+  for (int i = 0; i < t->n_params; i++) numel += em_tensor_numel(t->params[i]);
+  em_ddp_stats ds = {0};
+  if (t->ddp) em_ddp_get_stats(t->ddp, &ds);
+  f[F_EPOCH] = (double)t->pos.epoch;
+  f[F_BATCH] = (double)t->pos.batch;
+  f[F_STEP] = (double)t->pos.step;
+  f[F_NUMEL] = (double)numel;
+  f[F_TENSORS] = em_model_tensor_count(t->model);
+  f[F_BUCKETS] = ds.n_buckets;
+  f[F_LAYOUT] = t->ddp ? em_ddp_layout_hash(t->ddp) : 0;
+  f[F_TRAIN] = (double)em_dataset_len(t->train);
+  f[F_TEST] = t->test ? (double)em_dataset_len(t->test) : -1;
+  f[F_BPE] = (double)em_loader_batches_per_epoch(t->loader);
+  f[F_METRICS] = text_hash(metrics);
+}
+
+/* The ranks in all (world rows) that differ from rank 0 in field k, as
+ * "rank 1 has 12, rank 3 has 9" (or "rank 1, rank 3" when values mean
+ * nothing to a reader). */
+static void differing(const double *all, int world, int k, bool values, char *out, size_t cap) {
+  size_t len = 0;
+  out[0] = '\0';
+  for (int r = 1; r < world && len < cap; r++) {
+    double v = all[r * F_COUNT + k];
+    if (v == all[k]) continue;
+    int w = values ? snprintf(out + len, cap - len, "%srank %d has %.0f", len ? ", " : "", r, v)
+                   : snprintf(out + len, cap - len, "%srank %d", len ? ", " : "", r);
+    if (w > 0) len += (size_t)w;
+  }
+}
+
+static em_status check_agreement(const em_trainer *t, const double *all, int world,
+                                 const char *metrics, em_error *err) {
+  int k = 0;
+  for (; k < F_COUNT; k++) {
+    bool same = true;
+    for (int r = 1; r < world; r++) same &= all[r * F_COUNT + k] == all[k];
+    if (!same) break;
+  }
+  if (k == F_COUNT) return EM_OK;
+  char who[512];
+  differing(all, world, k, k != F_LAYOUT && k != F_METRICS, who, sizeof who);
+  const char *lead = "the ranks disagree on what they train, so their collectives would not "
+                     "match";
+  switch (k) {
+  case F_EPOCH:
+  case F_BATCH:
+  case F_STEP: {
+    char pos[512];
+    size_t len = 0;
+    pos[0] = '\0';
+    for (int r = 1; r < world && len < sizeof pos; r++) {
+      const double *p = all + r * F_COUNT;
+      if (p[F_EPOCH] == all[F_EPOCH] && p[F_BATCH] == all[F_BATCH] && p[F_STEP] == all[F_STEP])
+        continue;
+      int w = snprintf(pos + len, sizeof pos - len, "%srank %d at epoch %.0f batch %.0f step %.0f",
+                       len ? ", " : "", r, p[F_EPOCH], p[F_BATCH], p[F_STEP]);
+      if (w > 0) len += (size_t)w;
+    }
+    return em_error_set(err, EM_ERR_INVALID,
+                        "%s: rank 0 stands at epoch %.0f batch %.0f step %.0f, %s: every rank "
+                        "must resume from the same checkpoint", lead, all[F_EPOCH], all[F_BATCH],
+                        all[F_STEP], pos);
+  }
+  case F_NUMEL:
+  case F_TENSORS:
+    return em_error_set(err, EM_ERR_INVALID,
+                        "%s: rank 0's model has %.0f %s, %s: every rank must build the same "
+                        "model (the same plugins for its layers)", lead, all[k],
+                        k == F_NUMEL ? "parameter values" : "tensors", who);
+  case F_BUCKETS:
+  case F_LAYOUT: {
+    char counts[512];
+    differing(all, world, F_BUCKETS, true, counts, sizeof counts);
+    return em_error_set(err, EM_ERR_INVALID,
+                        "%s: rank 0 reduces its gradients in %.0f buckets, %s%s: set "
+                        "EMBER_DDP_BUCKET_MB to the same value on every rank (or on none)",
+                        lead, all[F_BUCKETS], counts[0] ? counts : who,
+                        counts[0] ? "" : " buckets of other sizes");
+  }
+  case F_TRAIN:
+  case F_TEST:
+  case F_BPE:
+    return em_error_set(err, EM_ERR_INVALID,
+                        "%s: rank 0's %s has %.0f %s, %s: every rank must read the same "
+                        "dataset (the same files under --data-dir, the same --limit)", lead,
+                        k == F_TEST ? "test set" : "training set", all[k],
+                        k == F_BPE ? "batches per epoch" : "samples", who);
+  default:
+    return em_error_set(err, EM_ERR_INVALID,
+                        "%s: the plugin metrics an evaluation computes differ between rank 0 "
+                        "and %s (this is rank %d, computing %s%s%s): load the same plugins and "
+                        "--metric on every rank",
+                        lead, who, em_comm_rank(t->comm), metrics[0] ? "'" : "",
+                        metrics[0] ? metrics : "none", metrics[0] ? "'" : "");
+  }
+}
+
 em_status em_trainer_ddp_begin_run(em_trainer *t, em_error *err) {
   if (!t->comm) return EM_OK;
   em_comm *c = t->comm;
-  /* the same position everywhere (every rank resumed from the same file) */
-  int64_t pos[3] = {t->pos.epoch, t->pos.batch, t->pos.step}, root[3];
-  for (int i = 0; i < 3; i++) root[i] = pos[i];
-  EM_TRY(em_comm_broadcast(c, root, sizeof root, 0, err));
-  if (root[0] != pos[0] || root[1] != pos[1] || root[2] != pos[2])
-    return em_error_set(err, EM_ERR_INVALID,
-                        "rank %d stands at epoch %lld batch %lld step %lld, rank 0 at epoch %lld "
-                        "batch %lld step %lld: every rank must resume from the same checkpoint",
-                        em_comm_rank(c), (long long)pos[0], (long long)pos[1], (long long)pos[2],
-                        (long long)root[0], (long long)root[1], (long long)root[2]);
+  int world = em_comm_world(c), rank = em_comm_rank(c);
+  /* every rank's fingerprint, each in its row of a sum */
+  char metrics[512];
+  em_eval_metrics_names(em_model_spec(t->model), metrics, sizeof metrics);
+  double *all = calloc((size_t)world * F_COUNT, sizeof *all); /* (world, F_COUNT) */
+  if (!all) return em_error_set(err, EM_ERR_NOMEM, "out of memory comparing the ranks");
+  fingerprint(t, metrics, all + (size_t)rank * F_COUNT);
+  em_status st = em_comm_allreduce_sum_f64(c, all, (int64_t)world * F_COUNT, err);
+  if (st == EM_OK) st = check_agreement(t, all, world, metrics, err);
+  free(all);
+  EM_TRY(st);
   int n = em_model_tensor_count(t->model);
   for (int i = 0; i < n; i++) {
     em_tensor *w = em_model_tensor(t->model, i, NULL);
