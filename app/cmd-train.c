@@ -669,6 +669,7 @@ int cli_cmd_train(int argc, char **argv) {
       cli_die_usage("--ddp --device cuda: %s", derr.msg);
   }
   cli_train_opts_check_device(&o, cfg); /* exit 2 before anything is recorded */
+  if (rank != 0) cfg->checkpoint_every = 0; /* rank 0 writes the checkpoints */
   if (!record) {
     if (cfg->checkpoint_every > 0 && !o.checkpoint_dir)
       cli_die_usage("--checkpoint-every with --no-record needs --checkpoint-dir DIR (a "

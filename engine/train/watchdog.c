@@ -62,6 +62,11 @@ em_status em_trainer_diverged(em_trainer *t, em_watch_verdict v, double value, c
   bool have = t->last_ckpt[0] != '\0';
   bool rollback = c->on_divergence == EM_DIVERGENCE_ROLLBACK ||
                   (c->on_divergence == EM_DIVERGENCE_AUTO && have);
+  if (!rollback && t->comm) { /* the ranks cannot all reach rank 0's checkpoints to roll back */
+    snprintf(msg, cap, "%s; stopping (a data-parallel run does not roll back). Try a lower "
+             "learning rate (--lr) or gradient clipping (--clip-grad-norm)", what);
+    return em_error_set(err, EM_ERR_NUMERIC, "%s", msg);
+  }
   if (!rollback) {
     snprintf(msg, cap, "%s; stopping. Try a lower learning rate (--lr), gradient clipping "
              "(--clip-grad-norm), or periodic checkpoints (--checkpoint-every) so that the "
