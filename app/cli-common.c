@@ -16,10 +16,28 @@
 #include <time.h>
 #include <unistd.h>
 
+/* "ember: ", or "ember: rank N: " on a data-parallel rank other than 0 */
+static char g_prefix[48] = "ember: ";
+static bool g_hold;            /* errors are held, not printed */
+static char g_first[1400];     /* the first error reported */
+static bool g_first_printed;
+
+void cli_set_rank(int rank, bool hold_errors) {
+  if (rank > 0) snprintf(g_prefix, sizeof g_prefix, "ember: rank %d: ", rank);
+  g_hold = hold_errors;
+}
+
+const char *cli_first_error(void) { return g_first; }
+
+void cli_print_held(void) {
+  if (g_first[0] && !g_first_printed) fprintf(stderr, "%s%s\n", g_prefix, g_first);
+  g_first_printed = true;
+}
+
 void cli_die_usage(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "ember: ");
+  fprintf(stderr, "%s", g_prefix);
   vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n(run 'ember --help' for the commands and options)\n");
   va_end(ap);
@@ -39,8 +57,14 @@ static void report(const em_error *err, const char *what) {
         break;
       }
   }
-  fprintf(stderr, "ember: %s%s%s\n", what ? what : "", what ? ": " : "",
-          err->msg[0] ? err->msg : em_status_name(err->status));
+  char line[sizeof g_first];
+  snprintf(line, sizeof line, "%s%s%s", what ? what : "", what ? ": " : "",
+           err->msg[0] ? err->msg : em_status_name(err->status));
+  bool first = !g_first[0];
+  if (first) memcpy(g_first, line, sizeof line);
+  if (g_hold) return; /* cli_print_held, or rank 0, says the first */
+  if (first) g_first_printed = true;
+  fprintf(stderr, "%s%s\n", g_prefix, line);
 }
 
 int cli_fail(const em_error *err, const char *what) {
@@ -75,7 +99,7 @@ void cli_check_output_path(const char *flag, const char *path, bool atomic) {
 void cli_warn(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "ember: warning: ");
+  fprintf(stderr, "%swarning: ", g_prefix);
   vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n");
   va_end(ap);

@@ -28,6 +28,15 @@ int cli_fail(const em_error *err, const char *what);
 /* The same, always exit status 1: registry commands, where an unknown run
  * or alias is bad input rather than bad usage. */
 int cli_fail1(const em_error *err, const char *what);
+/* Data-parallel ranks other than 0: every message starts "ember: rank N: ";
+ * hold_errors: errors (cli_fail, cli_fail1) are kept, not printed, so that
+ * rank 0 prints them once for the job (the rank prints its own with
+ * cli_print_held when rank 0 does not answer). */
+void cli_set_rank(int rank, bool hold_errors);
+/* The first error reported ("what: message"), or "". */
+const char *cli_first_error(void);
+/* Prints the first error if it was held. */
+void cli_print_held(void);
 /* "ember: warning: ..." on stderr. */
 /* Exits with a usage error naming flag when path cannot be written: empty,
  * a folder, or in a folder that is missing or not writable; atomic: as

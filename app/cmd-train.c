@@ -19,9 +19,15 @@
  *   the spec or the registry, records, prints and checkpoints; it sends
  *   the spec, the config and the checkpoint to resume from to the other
  *   ranks (ddp_share), which train quietly. The recorded config carries
- *   "ddp_world" (the number of ranks; --batch is per rank). Any rank that
- *   fails ends the whole job (MPI_Abort) after rank 0 recorded the
- *   failure, so no rank is left waiting. */
+ *   "ddp_world" (the number of ranks; --batch is per rank). A rank that
+ *   fails tells the others (em_comm_say_failed): a peer waiting for it
+ *   stops at once, and rank 0 records the failure with that rank's
+ *   message. At the end every rank says how it ended (em_comm_end): rank
+ *   0 prints the other ranks' errors (theirs are held, so nothing is said
+ *   twice) and everyone takes the job's exit code; then, if any rank
+ *   failed, the job ends with MPI_Abort (collectives may still be in
+ *   flight). A stop agreed by all ranks is no failure: every rank exits
+ *   with the code of the signal that asked for it. */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -54,6 +60,7 @@
 typedef struct {
   em_spec *spec;
   char *spec_text;          /* as recorded */
+  int world;                /* --resume: the ranks the run trained on */
   char model[256];          /* the spec's file stem */
   em_train_config cfg;
   int64_t parent;           /* --resume: the run continued; 0 otherwise */
@@ -89,6 +96,8 @@ typedef struct {
   em_run_recorder rec;
   int64_t stop_after; /* --stop-after-steps */
   int64_t last_step;  /* the last optimiser step seen */
+  bool speaks;        /* not a data-parallel rank other than 0 (whose events
+                         are the same as rank 0's: said once) */
 } train_sinks;
 
 static bool on_event(const em_train_event *ev, void *user) {
@@ -96,7 +105,7 @@ static bool on_event(const em_train_event *ev, void *user) {
   cli_progress_event(ev, &s->prog);
   if (ev->kind == EM_EVENT_STEP && ev->step == s->last_step) return true; /* mid-accumulation */
   em_run_recorder_event(&s->rec, ev);
-  if (ev->kind == EM_EVENT_DIVERGENCE)
+  if (ev->kind == EM_EVENT_DIVERGENCE && s->speaks)
     fprintf(stderr, "ember: divergence at step %lld: %s\n", (long long)ev->step,
             ev->message ? ev->message : "the loss diverged");
   if (ev->kind == EM_EVENT_WARNING && ev->message)
@@ -207,6 +216,39 @@ static int ddp_share(em_comm *comm, bool ok, train_job *j) {
   }
   free(blob);
   return rc;
+}
+
+/* Rank 0: another rank's error, unless rank 0's own message said it. */
+static void print_peer_failure(void *user, int rank, const char *msg) {
+  (void)user;
+  const char *said = cli_first_error();
+  const char *rest = strstr(msg, ": "); /* "what: message": rank 0 may have said another what */
+  if (!msg[0] || (said[0] && (strstr(said, msg) || (rest && strstr(said, rest + 2))))) return;
+  fprintf(stderr, "ember: rank %d: %s\n", rank, msg);
+}
+
+/* The end of a data-parallel job (rc: this rank's exit code; failed: not
+ * an orderly end or stop): a rank's own failure is told to the others
+ * first (a peer stuck in a collective stops waiting for it), then the
+ * ranks agree on the ending (em_comm_end). A failed job ends here, with
+ * MPI_Abort; else the job's exit code is returned. */
+static int ddp_end(em_comm *comm, int rc, bool failed) {
+  int rank = em_comm_rank(comm);
+  bool echo = em_comm_peer_failed(comm) >= 0; /* it failed because a peer did */
+  if (failed && !echo) {
+    em_error e = {.status = rc == CLI_EXIT_USAGE ? EM_ERR_INVALID : EM_ERR_IO};
+    snprintf(e.msg, sizeof e.msg, "%s", cli_first_error());
+    em_comm_say_failed(comm, &e);
+  }
+  em_comm_ending end;
+  em_comm_end(comm, rc, failed, echo ? "" : cli_first_error(), print_peer_failure, NULL, &end);
+  if (rank != 0 && !end.heard) cli_print_held(); /* rank 0 did not answer: say it here */
+  if (end.failed) {
+    fflush(stdout);
+    fflush(stderr);
+    em_comm_abort(comm, end.code ? end.code : 1);
+  }
+  return end.code;
 }
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -327,6 +369,7 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
     rc = cli_fail1(&err, "--resume: the recorded config");
     goto out;
   }
+  j->world = world;
   if (world != o->world)
     cli_warn("run %lld trained on %d rank%s, this part on %d: the samples each step sees "
              "change, so the weights will differ from an uninterrupted run",
@@ -605,9 +648,15 @@ int cli_cmd_train(int argc, char **argv) {
   o.world = 1;
   if (o.ddp) {
     em_error cerr = {0};
-    if (!(comm = em_comm_mpi_new(&argc, &argv, &cerr))) return cli_fail1(&cerr, "--ddp");
+    if (!(comm = em_comm_mpi_new(&argc, &argv, &cerr))) return cli_fail(&cerr, "--ddp");
     rank = em_comm_rank(comm);
     o.world = em_comm_world(comm);
+    cli_set_rank(rank, rank != 0); /* rank 0 prints the job's errors (em_comm_end) */
+    em_ddp_options dopt; /* known before anything is recorded */
+    em_ddp_options_defaults(&dopt);
+    if (dopt.comm == EM_DDP_COMM_BAD)
+      cli_die_usage("EMBER_DDP_COMM is '%s': it takes auto, mpi or nccl (who reduces the "
+                    "gradients of a CUDA device)", getenv("EMBER_DDP_COMM"));
     if (rank != 0) { /* rank 0 records, prints, saves and checkpoints */
       o.quiet = true;
       o.save = NULL;
@@ -632,6 +681,7 @@ int cli_cmd_train(int argc, char **argv) {
   int64_t run = 0;
   char regdir[4096] = "";
   int rc = 0;
+  bool signalled = false; /* rc is 128 + a signal of an orderly stop */
 
   if (record || o.resume) {
     if (cli_registry_dir(o.registry, regdir, sizeof regdir, &err) != EM_OK) {
@@ -799,6 +849,12 @@ int cli_cmd_train(int argc, char **argv) {
   }
   if (j.parent) {
     if (em_trainer_load_checkpoint(tr, j.ckpt.path, &err) != EM_OK) {
+      if (rank == 0 && j.world > 0 && j.world != o.world) /* the likely cause: say it */
+        em_error_prefix(&err, "run %lld trained on %d rank%s and this part runs on %d, so the "
+                        "batches of an epoch are not those its checkpoint counted (resume a "
+                        "checkpoint from the middle of an epoch on %d rank%s: mpirun -np %d "
+                        "... --ddp)", (long long)j.parent, j.world, j.world == 1 ? "" : "s",
+                        o.world, j.world, j.world == 1 ? "" : "s", j.world);
       if (run) em_store_run_finish(store, run, EM_RUN_FAILED, err.msg, NULL);
       rc = cli_fail1(&err, "--resume");
       goto out;
@@ -837,6 +893,7 @@ int cli_cmd_train(int argc, char **argv) {
   cli_progress_init(&sinks.prog, o.quiet, em_spec_name(j.spec));
   em_run_recorder_init(&sinks.rec, writer, run, o.keep_checkpoints);
   sinks.stop_after = o.stop_after_steps;
+  sinks.speaks = rank == 0;
   sinks.last_step = j.parent ? j.ckpt.step : 0;
   if (run && !o.quiet) fprintf(stderr, "recording as run %lld in %s\n", (long long)run, regdir);
   if (j.cfg.amp == EM_AMP_BF16 && !o.quiet && em_device_is_cpu(j.cfg.device)) {
@@ -860,6 +917,9 @@ int cli_cmd_train(int argc, char **argv) {
   install_stop_handlers();
   em_status st = em_trainer_run(tr, on_event, &sinks, &err);
   atomic_store(&g_trainer, NULL);
+  /* the other ranks wait for rank 0's --save and records without the
+   * timeout (em_comm_end's answer ends it) */
+  if (comm && rank == 0) em_comm_say_busy(comm, true);
   cli_progress_finish(&sinks.prog);
   em_trainer_summary(tr, &sum);
 
@@ -881,8 +941,9 @@ int cli_cmd_train(int argc, char **argv) {
                st != EM_OK ? EM_RUN_FAILED : sum.stopped ? EM_RUN_STOPPED : EM_RUN_COMPLETED,
                st != EM_OK ? err.msg : NULL);
   if (st != EM_OK) {
-    rc = cli_fail(&err, sum.steps > 0 || sum.train_seconds > 0 ? "training stopped"
-                                                             : "training did not start");
+    rc = cli_fail(&err, rank != 0                                   ? NULL /* rank 0 says it */
+                        : sum.steps > 0 || sum.train_seconds > 0 ? "training stopped"
+                                                                 : "training did not start");
     goto out;
   }
   if (!saved) {
@@ -903,14 +964,12 @@ save: /* --epochs 0: the initial weights */
 report:
   if (rank == 0)
     print_result_json(cfg, &sum, em_spec_name(j.spec), em_spec_param_count(j.spec), run, &ws, tr);
-  if (g_signal) rc = 128 + g_signal;
-out:
-  /* data-parallel: a rank that fails ends the job, so that no other rank
-   * waits for it (after its failure is recorded and printed) */
-  if (comm && rc != 0 && em_comm_world(comm) > 1) {
-    fflush(stderr);
-    em_comm_abort(comm, rc);
+  if (g_signal) {
+    rc = 128 + g_signal;
+    signalled = true;
   }
+out:
+  if (comm && em_comm_world(comm) > 1) rc = ddp_end(comm, rc, rc != 0 && !signalled);
   if (writer) em_store_writer_free(writer, NULL);
   em_trainer_free(tr);
   em_model_free(model);

@@ -1,6 +1,7 @@
 /* comm.c: the communicator's generic half: the table call-through, the
  * blocking collectives made of a start and a bounded wait, and the
- * timeout every wait obeys. */
+ * timeout every wait obeys (suspended while a peer says it is busy; cut
+ * short by a peer's failure: comm-notice.c). */
 #include "dist-private.h"
 
 #include <math.h>
@@ -30,11 +31,19 @@ em_comm *em_comm_new(const em_comm_vtable *vt, void *ctx, int rank, int world, e
   c->ctx = ctx;
   c->rank = rank;
   c->world = world;
+  c->failed = -1;
   c->timeout_s = 30;
   const char *env = getenv("EMBER_DDP_TIMEOUT");
-  if (env) {
-    double v = strtod(env, NULL);
-    if (v > 0 && isfinite(v)) c->timeout_s = v;
+  if (env) { /* a misspelt value must not quietly become 30 s */
+    char *end;
+    double v = strtod(env, &end);
+    if (end == env || *end || !(v > 0) || !isfinite(v)) {
+      em_comm_free(c);
+      em_error_set(err, EM_ERR_INVALID, "EMBER_DDP_TIMEOUT is '%s': it takes the seconds a "
+                   "rank waits for the others, a number > 0 (default 30)", env);
+      return NULL;
+    }
+    c->timeout_s = v;
   }
   return c;
 }
@@ -42,6 +51,7 @@ em_comm *em_comm_new(const em_comm_vtable *vt, void *ctx, int rank, int world, e
 void em_comm_free(em_comm *c) {
   if (!c) return;
   if (c->vt->free) c->vt->free(c->ctx);
+  free(c->peers);
   free(c);
 }
 
@@ -69,7 +79,10 @@ em_status em_comm_test(em_comm *c, em_comm_req req, bool *done, em_error *err) {
 
 /* Polls req until done: a few yields first (a shared-memory all-reduce of
  * a small buffer takes microseconds), then short sleeps, so that a rank
- * waiting for a slower one leaves it the core. */
+ * waiting for a slower one leaves it the core. The notices that arrive
+ * meanwhile are taken: a peer's failure ends the wait with its message;
+ * while a peer is busy neither the timeout nor a stop request ends it,
+ * and the timeout starts again when the peer is back. */
 em_status em_comm_wait(em_comm *c, em_comm_req req, const char *what, em_error *err) {
   double t0 = em_dist_now(), deadline = t0 + c->timeout_s;
   for (int spin = 0;; spin++) {
@@ -78,13 +91,25 @@ em_status em_comm_wait(em_comm *c, em_comm_req req, const char *what, em_error *
     if (st != EM_OK) return em_error_prefix(err, "rank %d of %d, %s", c->rank, c->world, what);
     if (done) return EM_OK;
     double now = em_dist_now();
+    /* (always before giving up: a peer's failure explains the wait) */
+    bool late = now > deadline || (c->cancel && atomic_load(c->cancel) && now - t0 > 2.0);
+    if (((spin & 15) == 0 || late) && em_comm_take_notices(c, err) != EM_OK)
+      return em_error_prefix(err, "rank %d of %d, %s", c->rank, c->world, what);
+    if (c->failed >= 0) {
+      const em_comm_peer *p = &c->peers[c->failed];
+      return em_error_set(err, p->status, "rank %d: %s", c->failed, p->msg);
+    }
+    if (c->busy > 0) { /* a peer works alone (rank 0's checkpoint): it will come */
+      t0 = now;
+      deadline = now + c->timeout_s;
+    }
     if (c->cancel && atomic_load(c->cancel) && now - t0 > 2.0)
       return em_error_set(err, EM_ERR_CANCELLED,
                           "rank %d of %d: asked to stop while waiting for %s: another rank is "
                           "gone", c->rank, c->world, what);
     if (now > deadline)
       return em_error_set(err, EM_ERR_IO,
-                          "rank %d of %d: %s did not complete within %.0f s: another rank "
+                          "rank %d of %d: %s did not complete within %g s: another rank "
                           "probably died or hangs (the timeout is EMBER_DDP_TIMEOUT seconds)",
                           c->rank, c->world, what, c->timeout_s);
     if (spin < 64) continue;

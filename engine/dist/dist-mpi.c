@@ -5,19 +5,32 @@
  * and line) rather than ending the process from inside the library.
  * Collectives are the non-blocking ones (MPI_Iallreduce, MPI_Ibcast,
  * MPI_Ibarrier): comm.c waits on them with a timeout, so no call here
- * can block for ever. Requests live in a small table of slots. */
+ * can block for ever. Requests live in a small table of slots.
+ *
+ * The side channel of notices (comm-notice.c) is point-to-point on a
+ * duplicate of MPI_COMM_WORLD, so a notice never matches a collective:
+ * one receive from any rank is always posted, and sends go out with
+ * MPI_Isend from buffers of their own, completed as later calls test
+ * them. */
 #include "dist-private.h"
 
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MAX_REQS 256
+#define MAX_SENDS 64 /* notices in flight */
 
 typedef struct {
   MPI_Request reqs[MAX_REQS];
   bool used[MAX_REQS];
   bool we_initialised; /* MPI_Finalize is ours to call */
+  MPI_Comm side;       /* the notices' communicator, or MPI_COMM_NULL */
+  MPI_Request recv;    /* the posted receive of a notice */
+  char inbox[EM_COMM_NOTICE_MAX];
+  MPI_Request sends[MAX_SENDS];
+  char outbox[MAX_SENDS][EM_COMM_NOTICE_MAX];
 } mpi_ctx;
 
 static em_status mpi_fail(int rc, const char *call, const char *func, int line, em_error *err) {
@@ -106,6 +119,57 @@ static em_status mpi_test(void *ctx, em_comm_req req, bool *done, em_error *err)
   return EM_OK;
 }
 
+/* ---- notices ------------------------------------------------------------------ */
+static em_status mpi_notify(void *ctx, int to, const void *msg, int bytes, em_error *err) {
+  mpi_ctx *m = ctx;
+  if (m->side == MPI_COMM_NULL) return EM_OK;
+  if (bytes < 0 || bytes > EM_COMM_NOTICE_MAX)
+    return em_error_set(err, EM_ERR_INVALID, "MPI: a notice of %d bytes is too long", bytes);
+  for (int i = 0; i < MAX_SENDS; i++) {
+    if (m->sends[i] != MPI_REQUEST_NULL) {
+      int flag = 0;
+      EM_MPI_CHECK(MPI_Test(&m->sends[i], &flag, MPI_STATUS_IGNORE), err);
+      if (!flag) continue;
+    }
+    memcpy(m->outbox[i], msg, (size_t)bytes);
+    EM_MPI_CHECK(MPI_Isend(m->outbox[i], bytes, MPI_BYTE, to, 0, m->side, &m->sends[i]), err);
+    return EM_OK;
+  }
+  return em_error_set(err, EM_ERR_IO, "MPI: %d notices are still on their way", MAX_SENDS);
+}
+
+static em_status mpi_poll(void *ctx, void *msg, int cap, int *from, bool *got, em_error *err) {
+  mpi_ctx *m = ctx;
+  *got = false;
+  if (m->side == MPI_COMM_NULL) return EM_OK;
+  int flag = 0, n = 0;
+  MPI_Status status;
+  EM_MPI_CHECK(MPI_Test(&m->recv, &flag, &status), err);
+  if (!flag) return EM_OK;
+  MPI_Get_count(&status, MPI_BYTE, &n);
+  memset(msg, 0, (size_t)cap);
+  memcpy(msg, m->inbox, (size_t)(n < cap ? n : cap));
+  *from = status.MPI_SOURCE;
+  *got = true;
+  EM_MPI_CHECK(MPI_Irecv(m->inbox, EM_COMM_NOTICE_MAX, MPI_BYTE, MPI_ANY_SOURCE, 0, m->side,
+                         &m->recv),
+               err);
+  return EM_OK;
+}
+
+/* Withdraws the posted receive and lets the sends go (a peer that is
+ * gone never takes them). */
+static void side_close(mpi_ctx *m) {
+  if (m->side == MPI_COMM_NULL) return;
+  if (m->recv != MPI_REQUEST_NULL) {
+    MPI_Cancel(&m->recv);
+    MPI_Wait(&m->recv, MPI_STATUS_IGNORE);
+  }
+  for (int i = 0; i < MAX_SENDS; i++)
+    if (m->sends[i] != MPI_REQUEST_NULL) MPI_Request_free(&m->sends[i]);
+  MPI_Comm_free(&m->side);
+}
+
 static void mpi_abort(void *ctx, int code) {
   (void)ctx;
   MPI_Abort(MPI_COMM_WORLD, code);
@@ -113,11 +177,10 @@ static void mpi_abort(void *ctx, int code) {
 
 static void mpi_free(void *ctx) {
   mpi_ctx *m = ctx;
-  if (m && m->we_initialised) {
-    int fin = 0;
-    MPI_Finalized(&fin);
-    if (!fin) MPI_Finalize();
-  }
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (m && !fin) side_close(m);
+  if (m && m->we_initialised && !fin) MPI_Finalize();
   free(m);
 }
 
@@ -130,6 +193,8 @@ static const em_comm_vtable mpi_vtable = {
     .abort = mpi_abort,
     .free = mpi_free,
     .iallreduce_sum_f64 = mpi_iallreduce_f64,
+    .notify = mpi_notify,
+    .poll = mpi_poll,
 };
 
 bool em_comm_mpi_available(void) { return true; }
@@ -154,5 +219,17 @@ em_comm *em_comm_mpi_new(int *argc, char ***argv, em_error *err) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
+  m->side = MPI_COMM_NULL;
+  m->recv = MPI_REQUEST_NULL;
+  for (int i = 0; i < MAX_SENDS; i++) m->sends[i] = MPI_REQUEST_NULL;
+  /* the notices' channel (without it the ranks only time out) */
+  if (world > 1 && MPI_Comm_dup(MPI_COMM_WORLD, &m->side) == MPI_SUCCESS) {
+    MPI_Comm_set_errhandler(m->side, MPI_ERRORS_RETURN);
+    if (MPI_Irecv(m->inbox, EM_COMM_NOTICE_MAX, MPI_BYTE, MPI_ANY_SOURCE, 0, m->side,
+                  &m->recv) != MPI_SUCCESS) {
+      MPI_Comm_free(&m->side);
+      m->side = MPI_COMM_NULL;
+    }
+  }
   return em_comm_new(&mpi_vtable, m, rank, world, err);
 }

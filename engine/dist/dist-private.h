@@ -11,7 +11,23 @@ struct em_comm {
                        unless the implementation sets it after em_comm_new */
   double timeout_s;
   const atomic_bool *cancel;
+  /* what the other ranks said (comm-notice.c) */
+  struct em_comm_peer *peers; /* (world) */
+  int busy;                   /* peers busy now */
+  int failed;                 /* the first peer heard failing, or -1 */
+  bool ended;                 /* rank 0's ending arrived */
+  em_comm_ending ending;
 };
+
+typedef struct em_comm_peer {
+  bool busy, done, failed;
+  int code;
+  em_status status;
+  char msg[1024];
+} em_comm_peer;
+
+/* Takes every notice that arrived; EM_OK unless the side channel fails. */
+em_status em_comm_take_notices(em_comm *c, em_error *err);
 
 /* Monotonic seconds. */
 double em_dist_now(void);

@@ -15,6 +15,10 @@
  * with EM_ERR_IO and a message naming the call, so that a rank whose peer
  * died reports it instead of hanging. After such an error the caller
  * must em_comm_abort: a collective still in flight cannot be cancelled.
+ * Beside the collectives, ranks send short notices (comm-notice.c): a
+ * failure, "busy" while rank 0 writes a checkpoint (no timeout then), and
+ * how each rank ends (em_comm_end), so that the ranks agree on how a job
+ * ends before anyone aborts it.
  *
  * em_ddp is the gradient bucketer of DistributedDataParallel: the
  * parameters, in reverse order (the order backward finalises them), are
@@ -65,7 +69,15 @@ typedef struct em_comm_vtable {
    * through floats (em_comm_allreduce_sum_f64). */
   em_status (*iallreduce_sum_f64)(void *ctx, double *buf, int64_t n, em_comm_req *req,
                                   em_error *err);
+  /* The side channel of notices (below): sends the bytes (at most
+   * EM_COMM_NOTICE_MAX) to rank `to` without waiting, and takes one that
+   * arrived, if any (*got; *from its sender). Messages from one rank
+   * arrive in the order sent. NULL: none (nothing is said or heard). */
+  em_status (*notify)(void *ctx, int to, const void *msg, int bytes, em_error *err);
+  em_status (*poll)(void *ctx, void *msg, int cap, int *from, bool *got, em_error *err);
 } em_comm_vtable;
+
+#define EM_COMM_NOTICE_MAX 1100
 
 /* Takes ownership of ctx (vt->free releases it). */
 em_comm *em_comm_new(const em_comm_vtable *vt, void *ctx, int rank, int world, em_error *err);
@@ -100,7 +112,8 @@ const char *em_comm_name(const em_comm *c);
 /* Where the buffers of c's collectives live: the CPU (host memory; the
  * reference device's memory is host memory too) or cuda:N. */
 em_device em_comm_device(const em_comm *c);
-/* Seconds a wait may last before it fails (> 0). */
+/* Seconds a wait may last before it fails (> 0); EMBER_DDP_TIMEOUT sets
+ * it in em_comm_new, which refuses a value that is not a number > 0. */
 void em_comm_set_timeout(em_comm *c, double seconds);
 double em_comm_timeout(const em_comm *c);
 
@@ -122,11 +135,50 @@ em_status em_comm_wait(em_comm *c, em_comm_req req, const char *what, em_error *
  * already lasted 2 s give up with EM_ERR_CANCELLED: a process asked to
  * stop (mpirun sends SIGTERM when another rank died) stops waiting for
  * a peer that is gone instead of waiting out the timeout; peers that
- * were asked too reach the collective well within the 2 s. */
+ * were asked too reach the collective well within the 2 s. Not while a
+ * peer said it is busy (em_comm_say_busy): that peer is alive and will
+ * come. */
 void em_comm_set_cancel(em_comm *c, const atomic_bool *flag);
 /* Ends the whole job with code (MPI_Abort); returns only for a
  * communicator without peers to end. */
 void em_comm_abort(em_comm *c, int code);
+
+/* ---- notices (comm-notice.c) -------------------------------------------------
+ * Every wait takes the notices that arrived. A peer's failure makes the
+ * wait (and every later one) fail at once with the peer's status and
+ * "rank N: its message", instead of timing out on a peer that will not
+ * come. A peer that said it is busy (rank 0 writing a checkpoint) is
+ * waited for without the timeout until it says it is idle again; a
+ * frozen rank 0 in that window is not detected. */
+/* Tells every other rank that this one failed with e. */
+void em_comm_say_failed(em_comm *c, const em_error *e);
+/* Tells every other rank that this one works alone for a while (busy),
+ * or is back (idle: their timeout starts again). */
+void em_comm_say_busy(em_comm *c, bool busy);
+/* The first rank heard failing, or -1. */
+int em_comm_peer_failed(const em_comm *c);
+
+/* How a job ends, agreed by em_comm_end. */
+typedef struct {
+  int code;     /* the exit code every rank takes */
+  bool failed;  /* some rank failed (or did not say): end with em_comm_abort */
+  bool heard;   /* ranks other than 0: rank 0 answered within the timeout */
+} em_comm_ending;
+
+/* Called on rank 0 for each other rank that failed, with its message
+ * ("" when it only echoed another rank's failure). */
+typedef void (*em_comm_failure_fn)(void *user, int rank, const char *msg);
+
+/* The end of a job, called once by every rank when it is done: each rank
+ * says how it ends (code: its exit code; failed; msg: its error, or "")
+ * to rank 0, which waits for all of them (bounded by the timeout), hands
+ * the failed ones to report, and sends everyone the job's ending: the
+ * first failure's code, else rank 0's code when non-zero, else the first
+ * other non-zero code (a stop by a signal that reached one rank). Ranks
+ * other than 0 wait for that answer (without the timeout while rank 0 is
+ * busy). A rank that did not say in time counts as failed. */
+void em_comm_end(em_comm *c, int code, bool failed, const char *msg,
+                 em_comm_failure_fn report, void *user, em_comm_ending *out);
 
 /* ---- the gradient bucketer ------------------------------------------------- */
 typedef struct em_ddp em_ddp;

@@ -210,7 +210,12 @@ static em_status write_checkpoint(run_ctx *r, const char *kind, em_error *err) {
   em_trainer *t = r->t;
   EM_TRY(em_checkpoint_path(t->ckpt_path, sizeof t->ckpt_path, t->ckpt_dir, kind, t->pos.epoch,
                             t->pos.step, err));
-  EM_TRY(em_trainer_save_checkpoint(t, t->ckpt_path, err));
+  /* data-parallel: rank 0 writes while the others wait in the next
+   * collective; told it is busy, they wait for it without the timeout */
+  if (t->comm) em_comm_say_busy(t->comm, true);
+  em_status st = em_trainer_save_checkpoint(t, t->ckpt_path, err);
+  if (t->comm) em_comm_say_busy(t->comm, false);
+  EM_TRY(st);
   /* the epoch of the last batch trained (pos moves on after an epoch) */
   r->ev.epoch = t->pos.batch == 0 && t->pos.epoch > 0 ? t->pos.epoch - 1 : t->pos.epoch;
   r->ev.step = t->pos.step;
@@ -530,6 +535,9 @@ static em_status end_epoch(run_ctx *r, bool complete, em_error *err) {
   r->ev.samples_per_sec = r->train_time > 0 ? (double)r->samples / r->train_time : 0;
   emit(r, EM_EVENT_EPOCH_END);
   if (t->jumped) return EM_OK;
+  /* data-parallel: a stop asked since the last step must be agreed on
+   * here too, or one rank would evaluate (a collective) and the other not */
+  EM_TRY(em_trainer_ddp_agree_stop(t, err));
   bool last = epoch + 1 == c->epochs || atomic_load(&t->stop);
   bool due = c->eval_every > 0 && (epoch + 1) % c->eval_every == 0;
   bool evaluated = false;

@@ -175,7 +175,7 @@ static em_status fake_ibarrier(void *ctx, em_comm_req *req, em_error *err) {
   return em_error_set(err, EM_ERR_UNSUPPORTED, "fake: no barrier");
 }
 static const em_comm_vtable fake_vtable = {"fake", fake_iallreduce, fake_test, fake_ibcast,
-                                           fake_ibarrier, NULL, NULL, NULL};
+                                           fake_ibarrier, NULL, NULL, NULL, NULL, NULL};
 
 static const char *spec_json =
     "{\"name\": \"tiny\", \"input\": {\"shape\": [4]}, \"nodes\": ["
@@ -360,6 +360,36 @@ static void test_allreduce_f64_fallback(void) {
   em_comm_free(c);
 }
 
+/* EMBER_DDP_TIMEOUT: a fraction is kept and said as given (it read
+ * "within 0 s"); a value that is not a number > 0 is refused, not
+ * silently replaced by 30 s. */
+static em_status never_test(void *ctx, em_comm_req req, bool *done, em_error *err) {
+  *done = false;
+  return EM_OK;
+}
+static void test_timeout_setting(void) {
+  static const em_comm_vtable never = {.name = "never", .iallreduce_sum_f32 = fake_iallreduce,
+                                       .test = never_test};
+  em_error err = {0};
+  fake_comm f = {.peer = 0};
+  g_setenv("EMBER_DDP_TIMEOUT", "0.2", TRUE);
+  em_comm *c = em_comm_new(&never, &f, 0, 2, &err);
+  g_assert_nonnull(c);
+  float x = 1;
+  g_assert_cmpint(em_comm_allreduce_sum_f32(c, &x, 1, &err), ==, EM_ERR_IO);
+  g_assert_nonnull(strstr(err.msg, "did not complete within 0.2 s"));
+  em_comm_free(c);
+  for (int i = 0; i < 3; i++) {
+    const char *bad[] = {"abc", "0", "5s"};
+    g_setenv("EMBER_DDP_TIMEOUT", bad[i], TRUE);
+    err = (em_error){0};
+    g_assert_null(em_comm_new(&never, &f, 0, 2, &err));
+    g_assert_cmpint(err.status, ==, EM_ERR_INVALID);
+    g_assert_nonnull(strstr(err.msg, "EMBER_DDP_TIMEOUT is"));
+  }
+  g_unsetenv("EMBER_DDP_TIMEOUT");
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/dist/sampler/torch-pattern", test_sampler_torch_pattern);
@@ -372,5 +402,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/dist/bucketer/ref-device-no-backward", test_bucketer_ref_no_backward);
   g_test_add_func("/dist/bucketer/mixed-devices", test_bucketer_mixed_devices);
   g_test_add_func("/dist/comm/allreduce-f64-fallback", test_allreduce_f64_fallback);
+  g_test_add_func("/dist/comm/timeout-setting", test_timeout_setting);
   return g_test_run();
 }

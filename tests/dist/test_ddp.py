@@ -12,7 +12,21 @@
   non-zero, within 30 s, and the run is not left "running"; one rank
   frozen (SIGSTOP: mpirun sees nothing) makes the other give up after
   EMBER_DDP_TIMEOUT, record the run as failed with a message saying so,
-  and end the job.
+  and end the job; rank 0 frozen for longer than the timeout makes rank
+  1 time out first, and rank 0, told so, records the run failed with
+  rank 1's message. SIGTERM to rank 1 alone is an orderly stop: rank 0
+  records "stopped", prints the JSON line and writes --save, and the job
+  exits 143. Rank 0 writing a checkpoint is waited for: frozen in the
+  write past the timeout, with the whole job sent SIGTERM meanwhile, the
+  run still stops cleanly ("stopped", no temporary file left).
+- A 2-rank run checkpoints every N steps (rank 0 writes) and resumes from
+  them; resuming a mid-epoch checkpoint on another number of ranks says
+  that the number of ranks changed.
+- The ranks must agree on what drives their collectives: a rank with
+  another EMBER_DDP_BUCKET_MB makes the job fail at the start with one
+  message naming the ranks (rank 1 crashed inside MPI before).
+- Bad settings are usage errors before anything is recorded:
+  EMBER_DDP_TIMEOUT=abc, EMBER_DDP_COMM=bogus.
 
 - A plugin metric (macro-F1) of a 2-rank run is computed over the whole
   test set, gathered from the ranks' shards: the single process's value.
@@ -24,6 +38,7 @@
 
 usage: test_ddp.py EMBER SOURCE_ROOT MPIRUN PLUGIN_DIR   (run by /usr/bin/python3: torch)
 """
+import glob
 import json
 import os
 import shutil
@@ -178,10 +193,13 @@ class DDP(unittest.TestCase):
         self.assertGreater(self.sql("SELECT count(*) FROM checkpoints WHERE run = ?",
                                     runs[0][0])[0][0], 0)
 
-        part = self.ember(*common, "--stop-after-steps", "6", ranks=2)
+        # --checkpoint-every: rank 0 writes them (rank 1 exited 2 on it before)
+        part = self.ember(*common, "--stop-after-steps", "6", "--checkpoint-every", "4", ranks=2)
         self.assertTrue(json.loads(part.stdout.splitlines()[-1])["stopped"])
         stopped = self.sql("SELECT id, status FROM runs ORDER BY id")[-1]
         self.assertEqual(stopped[1], "stopped")
+        self.assertEqual(self.sql("SELECT step, kind FROM checkpoints WHERE run = ? AND "
+                                  "kind = 'step'", stopped[0]), [(4, "step")])
         self.ember("--resume", str(stopped[0]), "--save", self.path("resumed.safetensors"),
                    "--quiet", ranks=2)
         last = self.sql("SELECT status, parent_run FROM runs ORDER BY id")[-1]
@@ -191,11 +209,43 @@ class DDP(unittest.TestCase):
         print("max |w_full - w_resumed| = %.3g" % d)
         self.assertLess(d, 1e-6)
 
+    def test_resume_on_other_world_names_it(self):
+        """A mid-epoch checkpoint of one process resumed on 2 ranks: the
+        error says the number of ranks changed."""
+        self.ember(self.spec(), "--dataset", "synthetic", "--epochs", "1", "--limit", "512",
+                   "--batch", "16", "--threads", "1", "--quiet", "--stop-after-steps", "20")
+        p = self.ember("--resume", "latest", "--quiet", ranks=2, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("trained on 1 rank and this part runs on 2", p.stderr)
+        self.assertEqual(p.stderr.count("an epoch here has only"), 1, p.stderr)  # said once
+
+    # ---- what the ranks must agree on -------------------------------------------------
+    def test_ranks_must_agree(self):
+        args = [EMBER, "train", self.spec(), "--dataset", "synthetic", "--epochs", "1",
+                "--limit", "256", "--threads", "1", "--quiet", "--no-record", "--ddp"]
+        # rank 1 alone with other buckets (MPMD: each rank its own environment)
+        cmd = [MPIRUN, "--oversubscribe", "-np", "1"] + args + [
+            ":", "-np", "1", "env", "EMBER_DDP_BUCKET_MB=0.05"] + args
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=self.env)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("rank 0 reduces its gradients in 1 buckets, rank 1 has", p.stderr)
+        self.assertIn("EMBER_DDP_BUCKET_MB", p.stderr)
+        self.assertEqual(p.stderr.count("reduces its gradients"), 1, p.stderr)  # said once
+
+    def test_bad_settings_are_usage_errors(self):
+        for var, value in (("EMBER_DDP_TIMEOUT", "abc"), ("EMBER_DDP_COMM", "bogus")):
+            p = self.ember(self.spec(), "--dataset", "synthetic", "--epochs", "1", "--quiet",
+                           ranks=2, check=False, env={var: value})
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("%s is '%s'" % (var, value), p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.tmp, "registry.db")) and
+                             self.sql("SELECT count(*) FROM runs")[0][0], "a run was recorded")
+
     # ---- failure ------------------------------------------------------------------
-    def start_long_run(self, extra_env=None):
+    def start_long_run(self, extra_env=None, extra=()):
         env = dict(self.env, **(extra_env or {}))
         cmd = [MPIRUN, "--oversubscribe", "-np", "2", EMBER, "train", self.spec(), "--dataset",
-               "synthetic", "--epochs", "1000", "--threads", "1", "--quiet", "--ddp"]
+               "synthetic", "--epochs", "1000", "--threads", "1", "--quiet", "--ddp"] + list(extra)
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env, start_new_session=True)
         self.addCleanup(self.kill_ranks)
@@ -231,6 +281,7 @@ class DDP(unittest.TestCase):
             p.kill()
             p.communicate()
             self.fail("mpirun still ran %d s after the failure" % bound)
+        self.out = out
         return time.time() - t0, p.returncode, err
 
     def final_status(self):
@@ -272,6 +323,80 @@ class DDP(unittest.TestCase):
         runs = self.final_status()
         self.assertEqual(runs[0][0], "failed", runs)
         self.assertIn("did not complete within 4 s", runs[0][1])
+
+    def test_rank1_times_out_first(self):
+        """Rank 0 frozen past the timeout: rank 1 times out, and rank 0
+        (thawed) records the run failed with rank 1's message (rank 1 used to
+        abort the job at once, and the run was left 'killed')."""
+        p = self.start_long_run({"EMBER_DDP_TIMEOUT": "2"})
+        rank0 = rank_procs.rank_pid(EMBER, self.tmp, 0)
+        os.kill(rank0, signal.SIGSTOP)
+        time.sleep(3.5)
+        rank_procs.send(rank0, signal.SIGCONT)
+        took, rc, err = self.end_within(p, KILL_BOUND_S)
+        self.assertNotEqual(rc, 0)
+        runs = self.final_status()
+        print("rank 0 frozen: %s (%s)" % runs[0])
+        self.assertEqual(runs[0][0], "failed", runs)
+        self.assertIn("rank 1: ", runs[0][1])
+        self.assertIn("did not complete within 2 s", runs[0][1])
+
+    def test_sigterm_to_rank1_stops(self):
+        save = self.path("stopped.safetensors")
+        p = self.start_long_run(extra=("--save", save))
+        os.kill(rank_procs.rank_pid(EMBER, self.tmp, 1), signal.SIGTERM)
+        took, rc, err = self.end_within(p, KILL_BOUND_S)
+        out = self.out
+        self.assertEqual(rc, 128 + signal.SIGTERM, err[-3000:])
+        self.assertNotIn("MPI_ABORT", err)  # an orderly stop: no rank aborts the job
+        self.assertEqual(self.final_status()[0][0], "stopped")
+        self.assertTrue(os.path.exists(save), "no --save")
+        self.assertTrue(json.loads(out.splitlines()[-1])["stopped"])
+
+    def test_checkpoint_write_is_waited_for(self):
+        """Rank 0 frozen inside a checkpoint write for longer than the
+        timeout, the whole job sent SIGTERM meanwhile: rank 1 waits for the
+        write (it neither times out nor takes the stop for a dead peer), and
+        the run stops cleanly."""
+        spec = self.path("wide.json")
+        with open(spec, "w") as f:  # a checkpoint of 46 MB: its write is long enough to catch
+            json.dump({"name": "wide", "input": {"shape": [1, 28, 28]}, "nodes": [
+                {"name": "flatten", "type": "Flatten"},
+                {"name": "fc1", "type": "Linear", "out_features": 2048},
+                {"name": "relu1", "type": "ReLU"},
+                {"name": "fc2", "type": "Linear", "out_features": 2048},
+                {"name": "relu2", "type": "ReLU"},
+                {"name": "fc3", "type": "Linear", "out_features": 10}],
+                "loss": {"type": "cross_entropy"},
+                "training": {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9}}, f)
+        cmd = [MPIRUN, "--oversubscribe", "-np", "2", EMBER, "train", spec, "--dataset",
+               "synthetic", "--epochs", "1", "--limit", "1024", "--batch", "16",
+               "--checkpoint-every", "1", "--threads", "1", "--quiet", "--ddp"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(self.env, EMBER_DDP_TIMEOUT="1.5"), start_new_session=True)
+        self.addCleanup(self.kill_ranks)
+        pattern = os.path.join(self.tmp, "artifacts", "runs", "*", "checkpoints", "*.tmp-*")
+        deadline, caught = time.time() + 90, False
+        while not caught and time.time() < deadline and p.poll() is None:
+            if not glob.glob(pattern):
+                time.sleep(0.002)
+                continue
+            rank0 = rank_procs.rank_pids(EMBER, self.tmp).get(0)
+            if rank0 is None:
+                continue
+            os.kill(rank0, signal.SIGSTOP)
+            caught = bool(glob.glob(pattern))  # frozen inside the write
+            if not caught:
+                os.kill(rank0, signal.SIGCONT)
+        self.assertTrue(caught, "no checkpoint write was caught")
+        for pid in rank_procs.rank_pids(EMBER, self.tmp).values():
+            os.kill(pid, signal.SIGTERM)  # a whole-job stop; rank 0 sees it when thawed
+        time.sleep(3.0)  # past the timeout and the 2 s of the stop shortcut
+        os.kill(rank0, signal.SIGCONT)
+        took, rc, err = self.end_within(p, KILL_BOUND_S)
+        self.assertEqual(rc, 128 + signal.SIGTERM, err[-3000:])
+        self.assertEqual(self.final_status()[0][0], "stopped")
+        self.assertEqual(glob.glob(pattern), [], "a temporary file was left")
 
 
 if __name__ == "__main__":
