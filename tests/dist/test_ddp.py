@@ -242,9 +242,9 @@ class DDP(unittest.TestCase):
                              self.sql("SELECT count(*) FROM runs")[0][0], "a run was recorded")
 
     # ---- failure ------------------------------------------------------------------
-    def start_long_run(self, extra_env=None, extra=()):
+    def start_long_run(self, extra_env=None, extra=(), spec=None):
         env = dict(self.env, **(extra_env or {}))
-        cmd = [MPIRUN, "--oversubscribe", "-np", "2", EMBER, "train", self.spec(), "--dataset",
+        cmd = [MPIRUN, "--oversubscribe", "-np", "2", EMBER, "train", spec or self.spec(), "--dataset",
                "synthetic", "--epochs", "1000", "--threads", "1", "--quiet", "--ddp"] + list(extra)
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env, start_new_session=True)
@@ -328,7 +328,15 @@ class DDP(unittest.TestCase):
         """Rank 0 frozen past the timeout: rank 1 times out, and rank 0
         (thawed) records the run failed with rank 1's message (rank 1 used to
         abort the job at once, and the run was left 'killed')."""
-        p = self.start_long_run({"EMBER_DDP_TIMEOUT": "2"})
+        # no evaluation, hence no checkpoint, until the end: rank 0 frozen while
+        # it says it writes one would be waited for, by design
+        with open(self.spec()) as f:
+            spec = json.load(f)
+        spec["training"]["eval_every"] = 1000
+        path = self.path("no-eval.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        p = self.start_long_run({"EMBER_DDP_TIMEOUT": "2"}, spec=path)
         rank0 = rank_procs.rank_pid(EMBER, self.tmp, 0)
         os.kill(rank0, signal.SIGSTOP)
         time.sleep(3.5)
