@@ -65,6 +65,10 @@ struct em_trainer {
   em_tensor **grads; /* (n_params) scratch: the current gradients */
   em_rng rng; /* dropout and other training-time randomness */
   atomic_bool stop;
+  /* the stop as last agreed (em_trainer_ddp_agree_stop): what the loop
+   * decides by, since the flag itself may turn true on one rank just
+   * after the ranks agreed it was false */
+  bool stop_agreed;
   /* every stop request counts: an evaluation ends early when one comes
    * after it began (one asked before it, during training, lets it run) */
   atomic_uint stop_requests;
@@ -98,7 +102,9 @@ em_loader *em_trainer_loader_new(const em_trainer *t, const em_comm *comm, int b
 /* At the start of a run: rank 0's weights and buffers everywhere, and
  * the same position on every rank. */
 em_status em_trainer_ddp_begin_run(em_trainer *t, em_error *err);
-/* Between optimiser steps: a stop asked on any rank stops all. */
+/* Between optimiser steps: a stop asked on any rank stops all. Sets
+ * t->stop_agreed (without a communicator: the flag as it is now), which
+ * callers decide by, never the flag read again. */
 em_status em_trainer_ddp_agree_stop(em_trainer *t, em_error *err);
 /* The micro-batch's loss averaged over the ranks. */
 em_status em_trainer_ddp_mean_loss(em_trainer *t, double *loss, em_error *err);

@@ -207,10 +207,15 @@ em_status em_trainer_ddp_begin_run(em_trainer *t, em_error *err) {
 }
 
 em_status em_trainer_ddp_agree_stop(em_trainer *t, em_error *err) {
-  if (!t->comm) return EM_OK;
-  float f = atomic_load(&t->stop) ? 1.0f : 0.0f;
+  bool mine = atomic_load(&t->stop);
+  if (!t->comm) {
+    t->stop_agreed = mine;
+    return EM_OK;
+  }
+  float f = mine ? 1.0f : 0.0f;
   EM_TRY(em_comm_allreduce_sum_f32(t->comm, &f, 1, err));
-  if (f > 0) atomic_store(&t->stop, true);
+  t->stop_agreed = f > 0;
+  if (t->stop_agreed) atomic_store(&t->stop, true);
   return EM_OK;
 }
 

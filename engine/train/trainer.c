@@ -432,7 +432,7 @@ static em_status run_batches(run_ctx *r, em_error *err) {
   while (!t->jumped) {
     if (t->micro == 0) { /* data-parallel: the ranks agree on a stop */
       if ((st = em_trainer_ddp_agree_stop(t, err)) != EM_OK) break;
-      if (atomic_load(&t->stop)) break;
+      if (t->stop_agreed) break;
     }
     em_error lerr = {0};
     em_diag_batch_begin(t, &r->diag, err); /* the batch's step span holds its loading */
@@ -538,7 +538,7 @@ static em_status end_epoch(run_ctx *r, bool complete, em_error *err) {
   /* data-parallel: a stop asked since the last step must be agreed on
    * here too, or one rank would evaluate (a collective) and the other not */
   EM_TRY(em_trainer_ddp_agree_stop(t, err));
-  bool last = epoch + 1 == c->epochs || atomic_load(&t->stop);
+  bool last = epoch + 1 == c->epochs || t->stop_agreed;
   bool due = c->eval_every > 0 && (epoch + 1) % c->eval_every == 0;
   bool evaluated = false;
   if (t->test && (due || last)) {
@@ -626,7 +626,7 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   em_model_zero_grad(t->model);
   st = em_trainer_ddp_begin_run(t, err);
   while (st == EM_OK && t->pos.epoch < c->epochs &&
-         (st = em_trainer_ddp_agree_stop(t, err)) == EM_OK && !atomic_load(&t->stop)) {
+         (st = em_trainer_ddp_agree_stop(t, err)) == EM_OK && !t->stop_agreed) {
     t->jumped = false;
     t->micro = 0;
     em_loader_start_epoch_at(t->loader, t->pos.epoch, t->pos.batch);
@@ -651,7 +651,7 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   t->summary.train_seconds = r.train_time;
   t->summary.train_samples_per_sec = r.train_time > 0 ? (double)r.samples / r.train_time : 0;
   /* a stop asked for after the last step stopped nothing: the run is complete */
-  t->summary.stopped = atomic_load(&t->stop) && t->pos.epoch < c->epochs;
+  t->summary.stopped = t->stop_agreed && t->pos.epoch < c->epochs;
   if (st != EM_OK) return st;
   if (t->ckpt_dir[0]) EM_TRY(write_checkpoint(&r, "final", err));
   r.ev.elapsed_s = now_s() - r.t_start;
