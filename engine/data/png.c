@@ -1,78 +1,144 @@
-/* png.c: a PNG file into floats (C, H, W) in [0, 1], through libpng's
- * simplified reading API (which handles every bit depth, palettes,
- * interlacing and transparency). Used by `ember predict` for image input
- * and by datasets of image folders (plugins too). */
+/* png.c: a PNG file into floats (C, H, W) in [0, 1]: each stored value
+ * over its largest (v / 255 for 8 bits, v / 65535 for 16), as OpenCV,
+ * PIL and torchvision read them. Used by `ember predict` for image input
+ * and by datasets of image folders (plugins too).
+ *
+ * libpng's simplified API is not used: it takes 16-bit data without a
+ * gamma chunk as linear light and converts it to sRGB (32768 of 65535
+ * read as 0.73), and it composes alpha and makes grey in linear light too.
+ * Here the values are taken as stored (gAMA is ignored, as those readers
+ * do), palettes and 1-, 2- and 4-bit greys are expanded, alpha (its
+ * channel or a tRNS chunk) is composed onto black in the stored values
+ * (v * a), colour becomes grey with ITU-R 601 weights (0.299 R + 0.587 G
+ * + 0.114 B, OpenCV's and PIL's) and grey becomes colour by copying. */
 #include "em-data.h"
 #include "em-io.h"
 
 #include <errno.h>
 #include <png.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_SIDE 16384 /* larger images are refused, not allocated */
 
+typedef struct {
+  jmp_buf jmp;
+  char msg[200];
+} png_fail;
+
+static void on_error(png_structp png, png_const_charp msg) {
+  png_fail *f = png_get_error_ptr(png);
+  snprintf(f->msg, sizeof f->msg, "%s", msg);
+  longjmp(f->jmp, 1);
+}
+
+static void on_warning(png_structp png, png_const_charp msg) { (void)png, (void)msg; }
+
+/* What one read needs released, whichever way it ends. */
+typedef struct {
+  FILE *file;
+  png_structp png;
+  png_infop info;
+  png_bytep pixels;
+  png_bytepp rows;
+  float *data;
+} png_read;
+
+static void read_free(png_read *r, bool keep_data) {
+  if (r->png) png_destroy_read_struct(&r->png, r->info ? &r->info : NULL, NULL);
+  if (r->file) fclose(r->file);
+  free(r->pixels);
+  free(r->rows);
+  if (!keep_data) free(r->data);
+}
+
+/* The value of channel k of pixel p (of n channels, 8 or 16 bits) over its largest. */
+static inline float value_at(const png_byte *px, int depth, int n, size_t p, int k) {
+  size_t i = p * (size_t)n + (size_t)k;
+  if (depth == 16) return (float)((px[2 * i] << 8) | px[2 * i + 1]) / 65535.0f;
+  return (float)px[i] / 255.0f;
+}
+
 em_status em_image_read_png(const char *path, int want_channels, em_image *out, em_error *err) {
   memset(out, 0, sizeof *out);
   if (want_channels != 0 && want_channels != 1 && want_channels != 3)
     return em_error_set(err, EM_ERR_INVALID, "'%s': images have 1 or 3 channels, not %d", path,
                         want_channels);
-  FILE *f = em_fopen_read(path, false);
-  if (!f)
+  png_read r = {0};
+  if (!(r.file = em_fopen_read(path, false)))
     return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
-  png_image img;
-  memset(&img, 0, sizeof img);
-  img.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_stdio(&img, f)) {
-    em_status st = em_error_set(err, EM_ERR_FORMAT, "'%s' is not a readable PNG image: %s", path,
-                                img.message);
-    png_image_free(&img);
-    fclose(f);
-    return st;
+  png_byte sig[8];
+  if (fread(sig, 1, sizeof sig, r.file) != sizeof sig || png_sig_cmp(sig, 0, sizeof sig)) {
+    read_free(&r, false);
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is not a readable PNG image: not a PNG file",
+                        path);
   }
-  if (img.width == 0 || img.height == 0 || img.width > MAX_SIDE || img.height > MAX_SIDE) {
-    em_status st = em_error_set(err, EM_ERR_FORMAT, "'%s': %ux%u pixels is outside 1..%d a side",
-                                path, img.width, img.height, MAX_SIDE);
-    png_image_free(&img);
-    fclose(f);
-    return st;
-  }
-  bool color = (img.format & PNG_FORMAT_FLAG_COLOR) != 0;
-  int c = want_channels ? want_channels : (color ? 3 : 1);
-  img.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB; /* alpha composed on black */
-  size_t hw = (size_t)img.width * img.height;
-  png_bytep buf = malloc(hw * (size_t)c);
-  float *data = malloc(hw * (size_t)c * sizeof *data);
-  if (!buf || !data) {
-    free(buf);
-    free(data);
-    png_image_free(&img);
-    fclose(f);
+  png_fail fail = {.msg = ""};
+  r.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &fail, on_error, on_warning);
+  if (r.png) r.info = png_create_info_struct(r.png);
+  if (!r.png || !r.info) {
+    read_free(&r, false);
     return em_error_set(err, EM_ERR_NOMEM, "out of memory decoding '%s'", path);
   }
-  /* With a NULL background libpng composes alpha onto whatever the
-   * buffer holds (here: uninitialised memory); black is what the header
-   * promises. */
-  const png_color black = {0, 0, 0};
-  if (!png_image_finish_read(&img, &black, buf, 0, NULL)) {
-    em_status st = em_error_set(err, EM_ERR_FORMAT, "'%s': corrupt PNG data: %s", path,
-                                img.message);
-    free(buf);
-    free(data);
-    png_image_free(&img);
-    fclose(f);
-    return st;
+  /* volatile: read after a longjmp back into this frame */
+  png_read *volatile rv = &r;
+  volatile bool header_read = false;
+  if (setjmp(fail.jmp)) {
+    read_free(rv, false);
+    return em_error_set(err, EM_ERR_FORMAT, header_read ? "'%s': corrupt PNG data: %s"
+                                                       : "'%s' is not a readable PNG image: %s",
+                        path, fail.msg);
   }
-  fclose(f);
-  /* HWC bytes -> CHW floats. */
-  for (int ch = 0; ch < c; ch++)
-    for (size_t p = 0; p < hw; p++) data[(size_t)ch * hw + p] = buf[p * (size_t)c + (size_t)ch] / 255.0f;
-  free(buf);
+  png_init_io(r.png, r.file);
+  png_set_sig_bytes(r.png, sizeof sig);
+  png_read_info(r.png, r.info);
+  header_read = true;
+  png_uint_32 w = png_get_image_width(r.png, r.info), h = png_get_image_height(r.png, r.info);
+  int type = png_get_color_type(r.png, r.info), depth = png_get_bit_depth(r.png, r.info);
+  if (w == 0 || h == 0 || w > MAX_SIDE || h > MAX_SIDE) {
+    read_free(&r, false);
+    return em_error_set(err, EM_ERR_FORMAT, "'%s': %ux%u pixels is outside 1..%d a side", path,
+                        (unsigned)w, (unsigned)h, MAX_SIDE);
+  }
+  /* to 8- or 16-bit grey or RGB, with an alpha channel when it has one */
+  if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(r.png);
+  if (type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(r.png);
+  if (png_get_valid(r.png, r.info, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(r.png);
+  png_set_interlace_handling(r.png);
+  png_read_update_info(r.png, r.info);
+  int n = png_get_channels(r.png, r.info);
+  depth = png_get_bit_depth(r.png, r.info);
+  size_t row_bytes = png_get_rowbytes(r.png, r.info), hw = (size_t)w * h;
+  bool color = n >= 3, alpha = n == 2 || n == 4;
+  int c = want_channels ? want_channels : (color ? 3 : 1);
+  r.pixels = malloc(row_bytes * h);
+  r.rows = malloc(sizeof *r.rows * h);
+  r.data = malloc(hw * (size_t)c * sizeof *r.data);
+  if (!r.pixels || !r.rows || !r.data) {
+    read_free(&r, false);
+    return em_error_set(err, EM_ERR_NOMEM, "out of memory decoding '%s' (%ux%u)", path,
+                        (unsigned)w, (unsigned)h);
+  }
+  for (png_uint_32 y = 0; y < h; y++) r.rows[y] = r.pixels + y * row_bytes;
+  png_read_image(r.png, r.rows);
+  png_read_end(r.png, NULL);
+  /* HWC stored values -> CHW floats (row_bytes is w * n * depth / 8: no padding) */
+  int colors = color ? 3 : 1;
+  for (size_t p = 0; p < hw; p++) {
+    float a = alpha ? value_at(r.pixels, depth, n, p, colors) : 1.0f;
+    float v[3];
+    for (int k = 0; k < colors; k++) v[k] = value_at(r.pixels, depth, n, p, k) * a;
+    if (c == 1) r.data[p] = color ? 0.299f * v[0] + 0.587f * v[1] + 0.114f * v[2] : v[0];
+    else
+      for (int k = 0; k < 3; k++) r.data[(size_t)k * hw + p] = v[color ? k : 0];
+  }
   out->channels = c;
-  out->height = (int)img.height;
-  out->width = (int)img.width;
-  out->data = data;
+  out->height = (int)h;
+  out->width = (int)w;
+  out->data = r.data;
+  read_free(&r, true);
   return EM_OK;
 }
 

@@ -1,6 +1,6 @@
 /* test-png.c: em_image_read_png. PNG files written here with libpng's own
  * writer (grey, RGB, RGBA, 16-bit grey, palette), read back as
- * (C, H, W) floats pixel/255 in every channel conversion; a real
+ * (C, H, W) floats pixel/255 (16-bit: /65535) in every channel conversion; a real
  * Fashion-MNIST test image read as PNG equals the IDX dataset's sample
  * bit for bit; bad files (missing, not a PNG, truncated, too large, a
  * wrong channel count) are errors naming the file, none a crash. */
@@ -120,17 +120,36 @@ static void test_png_alpha(png_fixture *f, gconstpointer data) {
   g_free(p);
 }
 
-/* 16-bit grey (linear) and a palette image decode too. */
+/* 16-bit grey is value/65535 as stored, as OpenCV and PIL read it (this
+ * file says gamma 1.0: libpng's simplified reader made 32768 into 0.73);
+ * grey with alpha is composed onto black in the stored values; a palette
+ * image decodes, and its tRNS transparency is alpha too. */
 static void test_png_depths(png_fixture *f, gconstpointer data) {
-  uint16_t px16[3] = {0, 32768, 65535};
-  char *p = write_png(f->dir, "g16.png", 3, 1, PNG_FORMAT_LINEAR_Y, px16, NULL, 0);
+  uint16_t px16[4] = {0, 1000, 32768, 65535};
+  char *p = write_png(f->dir, "g16.png", 4, 1, PNG_FORMAT_LINEAR_Y, px16, NULL, 0);
   em_error err = {0};
   em_image img;
   g_assert_cmpint(em_image_read_png(p, 0, &img, &err), ==, EM_OK);
   g_assert_cmpint(img.channels, ==, 1);
-  g_assert_cmpfloat(img.data[0], ==, 0.0f);
-  g_assert_cmpfloat(img.data[2], ==, 1.0f);
-  g_assert_cmpfloat(img.data[1], >, 0.5f); /* linear 0.5 is lighter than sRGB 0.5 */
+  for (int i = 0; i < 4; i++) g_assert_cmpfloat(img.data[i], ==, (float)px16[i] / 65535.0f);
+  em_image_clear(&img);
+  g_free(p);
+
+  uint8_t ga[2 * 3] = {255, 128, 200, 255, 90, 0};
+  p = write_png(f->dir, "ga.png", 3, 1, PNG_FORMAT_GA, ga, NULL, 0);
+  g_assert_cmpint(em_image_read_png(p, 0, &img, &err), ==, EM_OK);
+  g_assert_cmpint(img.channels, ==, 1);
+  g_assert_cmpfloat(img.data[0], ==, (128 / 255.0f) * 1.0f);
+  g_assert_cmpfloat(img.data[1], ==, 200 / 255.0f);
+  g_assert_cmpfloat(img.data[2], ==, 0.0f);
+  em_image_clear(&img);
+  g_free(p);
+
+  /* pure red as grey: ITU-R 601's 0.299 (OpenCV, PIL), not linear light's 0.49 */
+  uint8_t red[3] = {255, 0, 0};
+  p = write_png(f->dir, "red.png", 1, 1, PNG_FORMAT_RGB, red, NULL, 0);
+  g_assert_cmpint(em_image_read_png(p, 1, &img, &err), ==, EM_OK);
+  g_assert_cmpfloat_with_epsilon(img.data[0], 0.299f, 1e-6);
   em_image_clear(&img);
   g_free(p);
 
@@ -143,6 +162,16 @@ static void test_png_depths(png_fixture *f, gconstpointer data) {
     g_assert_cmpfloat(img.data[i], ==, want_r[i] / 255.0f);
     g_assert_cmpfloat(img.data[8 + i], ==, want_b[i] / 255.0f);
   }
+  em_image_clear(&img);
+  g_free(p);
+
+  /* a palette with transparency (RGBA colormap: libpng writes tRNS) */
+  uint8_t cmap_a[2 * 4] = {255, 255, 255, 0, 100, 150, 200, 255}, idx_a[2] = {0, 1};
+  p = write_png(f->dir, "pal-trns.png", 2, 1, PNG_FORMAT_RGBA_COLORMAP, idx_a, cmap_a, 2);
+  g_assert_cmpint(em_image_read_png(p, 3, &img, &err), ==, EM_OK);
+  const float want_pa[3][2] = {{0, 100}, {0, 150}, {0, 200}};
+  for (int c = 0; c < 3; c++)
+    for (int i = 0; i < 2; i++) g_assert_cmpfloat(img.data[c * 2 + i], ==, want_pa[c][i] / 255.0f);
   em_image_clear(&img);
   g_free(p);
 }
