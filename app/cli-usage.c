@@ -99,6 +99,8 @@ const char *const cli_usage_text =
     "  --on-divergence P     rollback (to the last checkpoint, lower lr) | stop;\n"
     "                        default: rollback when checkpoints are written, else stop\n"
     "  --divergence-lr-factor X  a rollback multiplies the lr by X (default 0.5)\n"
+    "  --divergence-spike-factor X  a gradient norm over X times the largest of the last\n"
+    "                        50 steps is a divergence (default 10; 0: only NaN/inf are)\n"
     "diagnostics (they never change the numbers):\n"
     "  --profile FILE        profile a window of batches (after 5 warm-up batches) and\n"
     "                        write it as a Chrome trace (Perfetto); prints the op table\n"

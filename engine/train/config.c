@@ -140,6 +140,8 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
     } else if (strcmp(key, "schedule") == 0) sched = v;
     else if (strcmp(key, "clip_grad_norm") == 0)
       TRY(want_num(sec, key, v, &c->clip_grad_norm, err));
+    else if (strcmp(key, "divergence_spike_factor") == 0)
+      TRY(want_num(sec, key, v, &c->divergence_spike_factor, err));
     else if (strcmp(key, "accumulate") == 0) {
       TRY(want_int(sec, key, v, 1, 1 << 16, &i, err));
       c->accumulate = (int)i;
@@ -174,7 +176,8 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
       return em_error_set(err, EM_ERR_INVALID,
                           "\"training\": unknown key \"%s\"; known: dataset, data_dir, optimizer, "
                           "lr, momentum, dampening, nesterov, weight_decay, betas, eps, amsgrad, "
-                          "batch_size, epochs, schedule, clip_grad_norm, accumulate, seed, "
+                          "batch_size, epochs, schedule, clip_grad_norm, "
+                          "divergence_spike_factor, accumulate, seed, "
                           "shuffle, drop_last, workers, limit, eval_every, metrics, amp, "
                           "amp_scaler, amp_init_scale, device, auto_batch",
                           key);

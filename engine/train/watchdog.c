@@ -48,17 +48,18 @@ em_status em_trainer_diverged(em_trainer *t, em_watch_verdict v, double value, c
                               size_t cap, em_error *err) {
   const em_train_config *c = &t->cfg;
   long long at = (long long)t->pos.step + 1;
-  char what[256];
+  char what[512];
   const char *kind = isnan(value) ? "NaN" : "infinite";
   if (v == EM_WATCH_LOSS_NONFINITE)
     snprintf(what, sizeof what, "the loss became %s at step %lld (epoch %lld, batch %lld)", kind,
              at, (long long)t->pos.epoch + 1, (long long)t->pos.batch + 1);
   else if (v == EM_WATCH_NORM_NONFINITE)
     snprintf(what, sizeof what, "the gradient norm became %s at step %lld", kind, at);
-  else
+  else /* a converged run's norms shrink, so one hard batch can look like a spike */
     snprintf(what, sizeof what, "the gradient norm jumped to %.3g at step %lld, over %gx the "
-             "largest of the last %d steps (%.3g)", value, at, c->divergence_spike_factor,
-             t->watch.n, em_watchdog_max(&t->watch));
+             "largest of the last %d steps (%.3g; the norm before any clipping; if the run was "
+             "converging, not blowing up, raise --divergence-spike-factor or set it to 0)",
+             value, at, c->divergence_spike_factor, t->watch.n, em_watchdog_max(&t->watch));
   bool have = t->last_ckpt[0] != '\0';
   bool rollback = c->on_divergence == EM_DIVERGENCE_ROLLBACK ||
                   (c->on_divergence == EM_DIVERGENCE_AUTO && have);

@@ -236,6 +236,23 @@ class Divergence(Base):
         self.assertEqual(e.status(1), "failed")
 
 
+    def test_spike_check_can_be_set_off(self):
+        """The spike test can be tuned or switched off, by flag or in the spec (a
+        converged run's shrinking norms made one hard batch look like a blow-up,
+        with no way out), and the setting is recorded for --resume."""
+        e = self.e
+        spec = json.load(open(e.spec()))
+        spec.setdefault("training", {})["divergence_spike_factor"] = 0
+        path = os.path.join(self.tmp, "no-spike.json")
+        json.dump(spec, open(path, "w"))
+        quick = ["--epochs", "1", "--dataset", "synthetic", "--limit", "64", "--quiet"]
+        e.ok("train", path, *quick)
+        e.ok("train", e.spec(), *quick, "--divergence-spike-factor", "25")
+        got = [json.loads(c)["divergence_spike_factor"]
+               for (c,) in e.sql("SELECT config_json FROM runs ORDER BY id")]
+        self.assertEqual(got, [0, 25])
+
+
 class BadArguments(Base):
     def test_unknown_things_exit_1(self):
         e = self.e
@@ -286,6 +303,7 @@ class BadArguments(Base):
                 (["train", spec, "--checkpoint-dir", self.tmp], "--no-record"),
                 (["train", spec, "--on-divergence", "panic"], "panic"),
                 (["train", spec, "--divergence-lr-factor", "2"], "--divergence-lr-factor"),
+                (["train", spec, "--divergence-spike-factor", "0.5"], "above 1"),
                 (["train", spec, "--keep-checkpoints", "0"], "--keep-checkpoints"),
                 (["train", "--resume", "1", "--lr", "0.1"], "--lr"),
                 (["train", "--resume", "1", "--init", "w.st"], "--init"),
