@@ -310,7 +310,7 @@ static const em_dataset_vtable csv_vtable = {
 
 void em_csv_options_defaults(em_csv_options *o) {
   o->label_column = -1;
-  o->header = false;
+  o->header = EM_CSV_HEADER_NO;
   o->delimiter = ',';
   o->num_classes = 0;
 }
@@ -325,7 +325,7 @@ static em_dataset *csv_open(const char *path, const em_csv_options *o, int split
   em_csv_table_options to;
   em_csv_table_options_defaults(&to);
   to.label_column = opts.label_column < 0 ? EM_CSV_LAST_COLUMN : opts.label_column;
-  to.header = opts.header ? EM_CSV_HEADER_YES : EM_CSV_HEADER_NO;
+  to.header = opts.header;
   to.delimiter = opts.delimiter;
   em_csv_table t;
   em_status st = em_csv_table_read(path, &to, &t, err);

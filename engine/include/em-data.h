@@ -157,8 +157,8 @@ void em_csv_table_clear(em_csv_table *t); /* NULL is fine */
 
 /* CSV: numeric feature columns and one integer label column. */
 typedef struct {
-  int label_column; /* 0-based; -1 (the default) is the last column */
-  bool header;      /* skip the first non-blank line */
+  int label_column;     /* 0-based; -1 (the default) is the last column */
+  em_csv_header header; /* EM_CSV_HEADER_NO (the default), _YES or _AUTO */
   char delimiter;   /* ',' by default */
   int num_classes;  /* <= 0: largest label + 1 */
 } em_csv_options;

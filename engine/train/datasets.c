@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* "unknown dataset 'x'; known: ..., the plugins' kinds; where plugins were
  * looked for". */
@@ -46,8 +47,25 @@ em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
                    "the label last)");
       return NULL;
     }
-    /* the Data page's reading of the file (em-data-page.c opens it here too) */
-    return em_dataset_csv_split(d, NULL, train, err);
+    /* read twice (the training rows, then the held-out ones): a pipe
+     * would give its rows to the first reading only */
+    struct stat sb;
+    if (stat(d, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+      if (S_ISDIR(sb.st_mode))
+        em_error_set(err, EM_ERR_INVALID, "'%s' is a folder: the csv dataset's --data-dir is "
+                     "the CSV file itself", d);
+      else
+        em_error_set(err, EM_ERR_INVALID,
+                     "'%s' is not a regular file: training reads a CSV twice (its training and "
+                     "its held-out rows), so save it to a file first", d);
+      return NULL;
+    }
+    /* a first line with no number in it is a header, as `ember predict`
+     * reads CSV (the Data page opens it here too) */
+    em_csv_options o;
+    em_csv_options_defaults(&o);
+    o.header = EM_CSV_HEADER_AUTO;
+    return em_dataset_csv_split(d, &o, train, err);
   }
   if (strcmp(name, "synthetic") == 0)
     return em_dataset_synthetic_split(train ? 4096 : 1024, sample_ndim, sample_shape, classes,

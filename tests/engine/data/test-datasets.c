@@ -127,7 +127,7 @@ static void test_csv(void) {
   /* Header line, label in the first column, semicolons, fixed classes. */
   em_csv_options o;
   em_csv_options_defaults(&o);
-  o.header = true;
+  o.header = EM_CSV_HEADER_YES;
   o.label_column = 0;
   o.delimiter = ';';
   o.num_classes = 5;
@@ -157,7 +157,7 @@ static void test_csv(void) {
   dt_assert_msg(err.msg, "line 1, column 2", "empty value", NULL);
   g_assert_null(csv_try(dir, "1,nan,0\n", NULL, &err, NULL));
   dt_assert_msg(err.msg, "line 1, column 2", "not a finite", NULL);
-  o.header = false;
+  o.header = EM_CSV_HEADER_NO;
   o.delimiter = ',';
   o.label_column = -1;
   o.num_classes = 3;

@@ -4,6 +4,7 @@
  * one rank and on two); the files a named dataset reads, for lineage; a
  * CSV file opened by name (its training and held-out splits); a plugin's
  * dataset kind that fails without a message. */
+#include <sys/stat.h>
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <string.h>
@@ -165,6 +166,22 @@ static void test_csv_named(void) {
   g_assert_true(g_str_has_suffix(paths[0], "/rows.csv"));
   g_assert_cmpint(em_dataset_files_named("csv", csv, false, paths, 4, &n, &err), ==, EM_OK);
   g_assert_cmpint(n, ==, 0);
+  /* a header line (no number in it) is skipped, as predict skips it */
+  g_assert_true(g_file_set_contents(csv, "a,b,label\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n9,10,0\n",
+                                    -1, NULL));
+  train = em_dataset_open_named("csv", csv, true, shape, 1, 2, &err);
+  g_assert_nonnull(train);
+  g_assert_cmpint(em_dataset_len(train), ==, 4);
+  em_dataset_free(train);
+  /* a folder, and a pipe (read twice, it would give its rows to one split) */
+  g_assert_null(em_dataset_open_named("csv", dir, true, shape, 1, 2, &err));
+  g_assert_nonnull(strstr(err.msg, "is a folder"));
+  char *fifo = g_build_filename(dir, "rows.fifo", NULL);
+  g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+  g_assert_null(em_dataset_open_named("csv", fifo, true, shape, 1, 2, &err));
+  g_assert_nonnull(strstr(err.msg, "not a regular file"));
+  g_unlink(fifo);
+  g_free(fifo);
   /* too few rows to hold one out; no file given */
   g_assert_true(g_file_set_contents(csv, "1,0\n2,1\n", -1, NULL));
   g_assert_null(em_dataset_open_named("csv", csv, true, shape, 1, 2, &err));
