@@ -323,6 +323,25 @@ static int checkpoint_batch_size(const char *path) {
 /* --resume RUN|latest: the spec and config the run recorded, its threads
  * unless --threads is given, its newest valid checkpoint, and the batch
  * size it had reached there (--auto-batch may have halved it). */
+/* A resumed run reads its dataset's files again: when their SHA-256 is
+ * not the one the run it continues recorded, say so (the result will not
+ * be the uninterrupted run's). Datasets without files ("unknown") are
+ * not compared. */
+static void warn_if_data_changed(em_store *s, int64_t parent, int64_t run) {
+  em_run a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  if (em_store_run_get(s, parent, &a, NULL) == EM_OK &&
+      em_store_run_get(s, run, &b, NULL) == EM_OK && a.dataset_sha256 && b.dataset_sha256 &&
+      strcmp(a.dataset_sha256, EM_DATASET_SHA_UNKNOWN) &&
+      strcmp(a.dataset_sha256, b.dataset_sha256))
+    cli_warn("the dataset's files changed since run %lld read them (SHA-256 %.12s... then, "
+             "%.12s... now): the resumed run trains on other data than an uninterrupted run "
+             "would", (long long)parent, a.dataset_sha256, b.dataset_sha256);
+  em_run_clear(&a);
+  em_run_clear(&b);
+}
+
 static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
   em_error err = {0};
   int64_t id = 0;
@@ -824,6 +843,7 @@ int cli_cmd_train(int argc, char **argv) {
       cli_warn("the run's plugins are not recorded: %s", err.msg);
       em_error_clear(&err);
     }
+    if (j.parent) warn_if_data_changed(store, j.parent, run);
     char ckdir[4096];
     em_store_run_checkpoint_dir(store, run, ckdir, sizeof ckdir);
     if (strlen(ckdir) >= sizeof cfg->checkpoint_dir)

@@ -253,6 +253,45 @@ class Divergence(Base):
         self.assertEqual(got, [0, 25])
 
 
+class CsvResume(Base):
+    """A CSV run resumes from another folder (its --data-dir is recorded
+    absolute), and says so when the file changed since (it trained on)."""
+
+    def test_resume_elsewhere_and_changed_file(self):
+        e = self.e
+        data = os.path.join(self.tmp, "data")
+        os.makedirs(data)
+
+        def write_rows(scale):
+            with open(os.path.join(data, "rows.csv"), "w") as f:
+                for i in range(60):
+                    f.write("%g,%g,%d\n" % (scale * (i % 7), scale * (i % 5), i % 2))
+
+        write_rows(1.0)
+        spec = os.path.join(self.tmp, "lin.json")
+        json.dump({"name": "lin", "input": {"shape": [2]},
+                   "nodes": [{"name": "fc", "type": "Linear", "out_features": 2}],
+                   "training": {"epochs": 4, "batch_size": 4, "lr": 0.01}}, open(spec, "w"))
+        here = os.getcwd()
+        e.exe = os.path.abspath(e.exe)  # (given relative to the build folder)
+        try:
+            os.chdir(data)  # a relative --data-dir
+            p = e.ok("train", spec, "--dataset", "csv", "--data-dir", "rows.csv",
+                     "--stop-after-steps", "5", "--checkpoint-every", "5", "--quiet")
+        finally:
+            os.chdir(here)
+        (config,), = e.sql("SELECT config_json FROM runs WHERE id = 1")
+        self.assertEqual(json.loads(config)["data_dir"], os.path.join(data, "rows.csv"))
+        p = e.ok("train", "--resume", "1", "--quiet")  # from another folder
+        self.assertNotIn("changed", p.stderr)
+        # stopped again, the file rewritten: the resume says so
+        p = e.ok("train", spec, "--dataset", "csv", "--data-dir", os.path.join(data, "rows.csv"),
+                 "--stop-after-steps", "5", "--checkpoint-every", "5", "--quiet")
+        write_rows(2.0)
+        p = e.ok("train", "--resume", "3", "--quiet")
+        self.assertIn("the dataset's files changed since run 3 read them", p.stderr)
+
+
 class BadArguments(Base):
     def test_unknown_things_exit_1(self):
         e = self.e
