@@ -222,7 +222,11 @@ int em_cli_profile(int argc, char **argv) {
   char *txt = em_op_table_format(&t, o.top);
   printf("Top ops\n%s", txt ? txt : "(out of memory)\n");
   free(txt);
-  print_flops(&t, o.steps);
+  if (t.dropped && t.steps < o.steps) /* the ring kept the newest records only */
+    printf("(the profiler keeps %lld records: the tables, the FLOPs and the trace cover the "
+           "last %lld of the %d steps; profile fewer --steps to see them all)\n",
+           (long long)t.records, (long long)t.steps, o.steps);
+  print_flops(&t, t.steps > 0 ? (int)t.steps : o.steps); /* per step the records hold */
   em_op_table_free(&t);
 
   if (em_op_table_build(&t, EM_OP_TABLE_BY_LAYER, &err) == EM_OK) {

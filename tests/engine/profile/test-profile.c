@@ -721,6 +721,32 @@ static void test_cli(void) {
   g_assert_cmpfloat(mean, >, 0);
   g_assert_cmpfloat(mean, <, 10000); /* a few small steps, not the machine's uptime */
 
+  /* more steps than the profiler's records hold: the FLOPs per step are
+   * the records' (they were divided by the steps asked for, halving them),
+   * and the output says which steps the tables cover */
+  g_autofree char *mlp = g_build_filename(dir, "slow.json", NULL); /* batch 1: a small lr */
+  g_assert_true(g_file_set_contents(
+      mlp, "{\"name\": \"slow\", \"input\": {\"shape\": [1, 28, 28]}, \"nodes\": ["
+           "{\"name\": \"flat\", \"type\": \"Flatten\"}, {\"name\": \"fc\", "
+           "\"type\": \"Linear\", \"out_features\": 10}], \"training\": {\"lr\": 0.001}}",
+      -1, NULL));
+  double per_step[2] = {0, 0};
+  const int many[2] = {20, 6000};
+  for (int k = 0; k < 2; k++) {
+    g_autofree char *c = g_strdup_printf(
+        "%s profile %s --steps %d --warmup 1 --batch 1 --dataset synthetic --threads 1", exe, mlp,
+        many[k]);
+    g_autofree char *o = NULL, *e = NULL;
+    g_assert_true(g_spawn_command_line_sync(c, &o, &e, &status, NULL));
+    g_assert_cmpint(status, ==, 0);
+    const char *line = strstr(o, "\n  linear ");
+    g_assert_nonnull(line);
+    g_assert_cmpint(sscanf(line, "\n  linear %lf GFLOP/step", &per_step[k]), ==, 1);
+    if (k == 1) g_assert_nonnull(strstr(o, "cover the last"));
+  }
+  g_assert_cmpfloat_with_epsilon(per_step[1], per_step[0], 1e-6);
+  g_unlink(mlp);
+
   /* bad usage: exit 2 with a message that names the problem */
   g_autofree char *cmd2 = g_strdup_printf("%s profile %s --steps zero", exe, spec);
   g_autofree char *out2 = NULL, *err2 = NULL;
