@@ -35,8 +35,8 @@ static const char *usage =
     "                    (default total)\n"
     "  --batch N         batch size (default: the spec's)\n"
     "  --threads N       CPU threads\n"
-    "  --dataset NAME    fashion-mnist | cifar10 | synthetic\n"
-    "  --data-dir DIR    folder of the dataset's files\n"
+    "  --dataset NAME    fashion-mnist | cifar10 | csv | synthetic | a plugin's\n"
+    "  --data-dir DIR    folder of the dataset's files (csv: the file)\n"
     "  --seed N          seed for initialisation and shuffling\n"
     "  --detect-anomaly  stop at the first op that produces NaN or infinity\n";
 

@@ -223,8 +223,13 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
     }
     lineno++;
     if (strlen(line) != (size_t)len) {
-      st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld holds a NUL byte: it is not a text "
-                        "(CSV) file", path, (long long)lineno);
+      if (lineno == 1 && len >= 2 && (unsigned char)line[0] == 0x1f &&
+          (unsigned char)line[1] == 0x8b)
+        st = em_error_set(err, EM_ERR_FORMAT, "'%s' is gzip-compressed: decompress it first "
+                          "(gunzip -k)", path);
+      else
+        st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld holds a NUL byte: it is not a "
+                          "text (CSV) file", path, (long long)lineno);
       break;
     }
     char *text = line;

@@ -201,6 +201,12 @@ static void test_bad_files(void) {
   dt_assert_msg(err.msg, p, "line 2", "NUL byte", "not a text (CSV) file", NULL);
   g_free(p);
   em_csv_table_clear(&t);
+  /* gzip's bytes: said as such (a NUL byte on line 1 otherwise) */
+  g_assert_cmpint(table_try(dir, "\x1f\x8b\x08\x00\x00\x00", 6, NULL, &t, &err, &p), ==,
+                  EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, p, "gzip-compressed", NULL);
+  g_free(p);
+  em_csv_table_clear(&t);
   /* Labels must be whole numbers >= 0; values finite floats. */
   g_assert_cmpint(TRY("1,2,-1\n", NULL, &t, &err), ==, EM_ERR_FORMAT);
   dt_assert_msg(err.msg, "line 1, column 3", "label -1", NULL);
