@@ -54,11 +54,13 @@ static void read_free(png_read *r, bool keep_data) {
   if (!keep_data) free(r->data);
 }
 
-/* The value of channel k of pixel p (of n channels, 8 or 16 bits) over its largest. */
-static inline float value_at(const png_byte *px, int depth, int n, size_t p, int k) {
+/* The value of channel k of pixel p (of n channels, 8 or 16 bits) over
+ * its largest, in double: the sums below round once, to float, so a grey
+ * stored as RGB (r = g = b) reads exactly as the same grey stored as grey. */
+static inline double value_at(const png_byte *px, int depth, int n, size_t p, int k) {
   size_t i = p * (size_t)n + (size_t)k;
-  if (depth == 16) return (float)((px[2 * i] << 8) | px[2 * i + 1]) / 65535.0f;
-  return (float)px[i] / 255.0f;
+  if (depth == 16) return (double)((px[2 * i] << 8) | px[2 * i + 1]) / 65535.0;
+  return (double)px[i] / 255.0;
 }
 
 em_status em_image_read_png(const char *path, int want_channels, em_image *out, em_error *err) {
@@ -127,12 +129,12 @@ em_status em_image_read_png(const char *path, int want_channels, em_image *out, 
   /* HWC stored values -> CHW floats (row_bytes is w * n * depth / 8: no padding) */
   int colors = color ? 3 : 1;
   for (size_t p = 0; p < hw; p++) {
-    float a = alpha ? value_at(r.pixels, depth, n, p, colors) : 1.0f;
-    float v[3];
+    double a = alpha ? value_at(r.pixels, depth, n, p, colors) : 1.0;
+    double v[3];
     for (int k = 0; k < colors; k++) v[k] = value_at(r.pixels, depth, n, p, k) * a;
-    if (c == 1) r.data[p] = color ? 0.299f * v[0] + 0.587f * v[1] + 0.114f * v[2] : v[0];
+    if (c == 1) r.data[p] = (float)(color ? 0.299 * v[0] + 0.587 * v[1] + 0.114 * v[2] : v[0]);
     else
-      for (int k = 0; k < 3; k++) r.data[(size_t)k * hw + p] = v[color ? k : 0];
+      for (int k = 0; k < 3; k++) r.data[(size_t)k * hw + p] = (float)v[color ? k : 0];
   }
   out->channels = c;
   out->height = (int)h;
