@@ -296,6 +296,14 @@ static int setup_from_spec(const cli_train_opts *o, train_job *j) {
   if (em_train_config_from_spec(&j->cfg, j->spec, &err) != EM_OK)
     return cli_fail(&err, o->spec_path);
   cli_train_opts_apply(o, &j->cfg);
+  /* recorded absolute (--data-dir or the spec's "data_dir"), so that
+   * --resume from another folder finds the data */
+  if (j->cfg.data_dir[0] && j->cfg.data_dir[0] != '/') {
+    char *abs = realpath(j->cfg.data_dir, NULL);
+    if (abs && strlen(abs) < sizeof j->cfg.data_dir)
+      snprintf(j->cfg.data_dir, sizeof j->cfg.data_dir, "%s", abs);
+    free(abs);
+  }
   j->spec_text = read_text(o->spec_path);
   if (!j->spec_text) j->spec_text = json_dumps(em_spec_json(j->spec), JSON_INDENT(2));
   file_stem(o->spec_path, j->model, sizeof j->model);

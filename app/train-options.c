@@ -130,13 +130,7 @@ static void apply_one(int code, const char *arg, em_train_config *cfg) {
     break;
   case OPT_DATA_DIR:
     if (strlen(arg) >= sizeof cfg->data_dir) cli_die_usage("--data-dir: the path is too long");
-    snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", arg);
-    { /* recorded absolute, so that --resume from another folder finds it */
-      char *abs = realpath(arg, NULL);
-      if (abs && strlen(abs) < sizeof cfg->data_dir)
-        snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", abs);
-      free(abs);
-    }
+    snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", arg); /* made absolute by cmd-train */
     break;
   case OPT_CKPT_EVERY:
     cfg->checkpoint_every = cli_parse_int("--checkpoint-every", arg, 0, 1LL << 40);

@@ -352,33 +352,42 @@ static bool artifact_recorded(em_store *s, const char *rel_path) {
   return st || row; /* when in doubt, kept */
 }
 
-/* After a run's rows are gone: what is left in its folder (checkpoints
- * its writer had not recorded, temporaries of an unfinished write), so
- * that a later run given the same id starts in an empty folder. Only
- * plain files directly in artifacts/runs/<id>/checkpoints that no row
- * records are removed. */
-static void remove_run_folder(em_store *s, int64_t id) {
+/* Inside the deleting transaction (which keeps a new run from taking the
+ * id meanwhile): what is left in the run's folder that no row records
+ * (checkpoints its writer had not recorded, temporaries of an unfinished
+ * write), so that a later run given the same id starts in an empty
+ * folder. The files of the rows being deleted (`recorded`, unlinked once
+ * the transaction commits) are left alone, and so is anything that is
+ * not a plain file directly in artifacts/runs/<id>/checkpoints. */
+static void remove_unrecorded(em_store *s, int64_t id, const GPtrArray *recorded) {
   char dir[PATH_MAX + 64];
   em_store_run_checkpoint_dir(s, id, dir, sizeof dir);
   GDir *d = g_dir_open(dir, 0, NULL);
-  if (d) {
-    const char *name;
-    while ((name = g_dir_read_name(d))) {
-      g_autofree char *p = g_build_filename(dir, name, NULL);
-      g_autofree char *rel = g_strdup_printf("runs/%lld/checkpoints/%s", (long long)id, name);
-      struct stat sb;
-      if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && !artifact_recorded(s, rel) &&
-          unlink(p) != 0)
-        em_log_msg(EM_LOG_WARNING, "registry: cannot remove %s: %s (ember gc will retry)", p,
-                   strerror(errno));
-    }
-    g_dir_close(d);
-    rmdir(dir);
+  if (!d) return;
+  const char *name;
+  while ((name = g_dir_read_name(d))) {
+    g_autofree char *p = g_build_filename(dir, name, NULL);
+    g_autofree char *rel = g_strdup_printf("runs/%lld/checkpoints/%s", (long long)id, name);
+    bool keep = artifact_recorded(s, rel);
+    for (guint i = 0; !keep && i < recorded->len; i++)
+      keep = !strcmp(g_ptr_array_index(recorded, i), p);
+    struct stat sb;
+    if (!keep && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(p) != 0)
+      em_log_msg(EM_LOG_WARNING, "registry: cannot remove %s: %s (ember gc will retry)", p,
+                 strerror(errno));
   }
+  g_dir_close(d);
+}
+
+/* After the commit and the unlinks: the run's folders, when empty. */
+static void remove_run_dirs(em_store *s, int64_t id) {
+  char dir[PATH_MAX + 64];
+  em_store_run_checkpoint_dir(s, id, dir, sizeof dir);
+  rmdir(dir);
   char *slash = strrchr(dir, '/'); /* artifacts/runs/<id> */
   if (slash) {
     *slash = 0;
-    rmdir(dir); /* only when empty */
+    rmdir(dir);
   }
 }
 
@@ -412,11 +421,12 @@ em_status em_store_run_delete(em_store *s, int64_t id, em_error *err) {
     st = em_store_artifact_drop_if_unused(s, g_array_index(arts, int64_t, i), files, err);
   /* metrics, tags, notes and events go by ON DELETE CASCADE */
   if (!st) st = EM_SQL_RUN(s, err, "DELETE FROM runs WHERE id = ?", "i", id);
+  if (!st) remove_unrecorded(s, id, files);
   if (!st) st = EM_SQL_COMMIT(s, err);
   if (st) em_db_rollback(s);
   else { /* rows first, then files */
     em_store_unlink_files(files);
-    remove_run_folder(s, id);
+    remove_run_dirs(s, id);
   }
   g_ptr_array_unref(files);
   g_string_free(versions, TRUE);

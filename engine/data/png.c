@@ -30,7 +30,9 @@ typedef struct {
 
 static void on_error(png_structp png, png_const_charp msg) {
   png_fail *f = png_get_error_ptr(png);
-  snprintf(f->msg, sizeof f->msg, "%s", msg);
+  /* libpng's stdio reader says only "Read Error" at the end of the file */
+  snprintf(f->msg, sizeof f->msg, "%s",
+           strcmp(msg, "Read Error") ? msg : "the file ends early (truncated?)");
   longjmp(f->jmp, 1);
 }
 
@@ -46,12 +48,14 @@ typedef struct {
   float *data;
 } png_read;
 
-static void read_free(png_read *r, bool keep_data) {
+static void read_free(png_read *r, png_fail *fail, bool keep_data) {
   if (r->png) png_destroy_read_struct(&r->png, r->info ? &r->info : NULL, NULL);
   if (r->file) fclose(r->file);
   free(r->pixels);
   free(r->rows);
   if (!keep_data) free(r->data);
+  free(r);
+  free(fail);
 }
 
 /* The value of channel k of pixel p (of n channels, 8 or 16 bits) over
@@ -68,79 +72,89 @@ em_status em_image_read_png(const char *path, int want_channels, em_image *out, 
   if (want_channels != 0 && want_channels != 1 && want_channels != 3)
     return em_error_set(err, EM_ERR_INVALID, "'%s': images have 1 or 3 channels, not %d", path,
                         want_channels);
-  png_read r = {0};
-  if (!(r.file = em_fopen_read(path, false)))
+  /* on the heap: what is assigned after setjmp must not live in this
+   * frame, whose non-volatile locals are indeterminate after a longjmp */
+  png_read *r = calloc(1, sizeof *r);
+  png_fail *fail = calloc(1, sizeof *fail);
+  if (!r || !fail) {
+    free(r);
+    free(fail);
+    return em_error_set(err, EM_ERR_NOMEM, "out of memory decoding '%s'", path);
+  }
+  if (!(r->file = em_fopen_read(path, false))) {
+    free(r);
+    free(fail);
     return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
+  }
   png_byte sig[8];
-  if (fread(sig, 1, sizeof sig, r.file) != sizeof sig || png_sig_cmp(sig, 0, sizeof sig)) {
-    read_free(&r, false);
+  if (fread(sig, 1, sizeof sig, r->file) != sizeof sig || png_sig_cmp(sig, 0, sizeof sig)) {
+    read_free(r, fail, false);
     return em_error_set(err, EM_ERR_FORMAT, "'%s' is not a readable PNG image: not a PNG file",
                         path);
   }
-  png_fail fail = {.msg = ""};
-  r.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &fail, on_error, on_warning);
-  if (r.png) r.info = png_create_info_struct(r.png);
-  if (!r.png || !r.info) {
-    read_free(&r, false);
+  r->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, fail, on_error, on_warning);
+  if (r->png) r->info = png_create_info_struct(r->png);
+  if (!r->png || !r->info) {
+    read_free(r, fail, false);
     return em_error_set(err, EM_ERR_NOMEM, "out of memory decoding '%s'", path);
   }
-  /* volatile: read after a longjmp back into this frame */
-  png_read *volatile rv = &r;
-  volatile bool header_read = false;
-  if (setjmp(fail.jmp)) {
-    read_free(rv, false);
+  volatile bool header_read = false; /* read after a longjmp back into this frame */
+  if (setjmp(fail->jmp)) {
+    char why[sizeof fail->msg];
+    memcpy(why, fail->msg, sizeof why);
+    read_free(r, fail, false);
     return em_error_set(err, EM_ERR_FORMAT, header_read ? "'%s': corrupt PNG data: %s"
                                                        : "'%s' is not a readable PNG image: %s",
-                        path, fail.msg);
+                        path, why);
   }
-  png_init_io(r.png, r.file);
-  png_set_sig_bytes(r.png, sizeof sig);
-  png_read_info(r.png, r.info);
+  png_init_io(r->png, r->file);
+  png_set_sig_bytes(r->png, sizeof sig);
+  png_read_info(r->png, r->info);
   header_read = true;
-  png_uint_32 w = png_get_image_width(r.png, r.info), h = png_get_image_height(r.png, r.info);
-  int type = png_get_color_type(r.png, r.info), depth = png_get_bit_depth(r.png, r.info);
+  png_uint_32 w = png_get_image_width(r->png, r->info), h = png_get_image_height(r->png, r->info);
+  int type = png_get_color_type(r->png, r->info), depth = png_get_bit_depth(r->png, r->info);
   if (w == 0 || h == 0 || w > MAX_SIDE || h > MAX_SIDE) {
-    read_free(&r, false);
+    read_free(r, fail, false);
     return em_error_set(err, EM_ERR_FORMAT, "'%s': %ux%u pixels is outside 1..%d a side", path,
                         (unsigned)w, (unsigned)h, MAX_SIDE);
   }
   /* to 8- or 16-bit grey or RGB, with an alpha channel when it has one */
-  if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(r.png);
-  if (type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(r.png);
-  if (png_get_valid(r.png, r.info, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(r.png);
-  png_set_interlace_handling(r.png);
-  png_read_update_info(r.png, r.info);
-  int n = png_get_channels(r.png, r.info);
-  depth = png_get_bit_depth(r.png, r.info);
-  size_t row_bytes = png_get_rowbytes(r.png, r.info), hw = (size_t)w * h;
+  if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(r->png);
+  if (type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(r->png);
+  if (png_get_valid(r->png, r->info, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(r->png);
+  png_set_interlace_handling(r->png);
+  png_read_update_info(r->png, r->info);
+  int n = png_get_channels(r->png, r->info);
+  depth = png_get_bit_depth(r->png, r->info);
+  size_t row_bytes = png_get_rowbytes(r->png, r->info), hw = (size_t)w * h;
   bool color = n >= 3, alpha = n == 2 || n == 4;
   int c = want_channels ? want_channels : (color ? 3 : 1);
-  r.pixels = malloc(row_bytes * h);
-  r.rows = malloc(sizeof *r.rows * h);
-  r.data = malloc(hw * (size_t)c * sizeof *r.data);
-  if (!r.pixels || !r.rows || !r.data) {
-    read_free(&r, false);
+  r->pixels = malloc(row_bytes * h);
+  r->rows = malloc(sizeof *r->rows * h);
+  r->data = malloc(hw * (size_t)c * sizeof *r->data);
+  if (!r->pixels || !r->rows || !r->data) {
+    read_free(r, fail, false);
     return em_error_set(err, EM_ERR_NOMEM, "out of memory decoding '%s' (%ux%u)", path,
                         (unsigned)w, (unsigned)h);
   }
-  for (png_uint_32 y = 0; y < h; y++) r.rows[y] = r.pixels + y * row_bytes;
-  png_read_image(r.png, r.rows);
-  png_read_end(r.png, NULL);
+  for (png_uint_32 y = 0; y < h; y++) r->rows[y] = r->pixels + y * row_bytes;
+  png_read_image(r->png, r->rows);
+  png_read_end(r->png, NULL);
   /* HWC stored values -> CHW floats (row_bytes is w * n * depth / 8: no padding) */
   int colors = color ? 3 : 1;
   for (size_t p = 0; p < hw; p++) {
-    double a = alpha ? value_at(r.pixels, depth, n, p, colors) : 1.0;
+    double a = alpha ? value_at(r->pixels, depth, n, p, colors) : 1.0;
     double v[3];
-    for (int k = 0; k < colors; k++) v[k] = value_at(r.pixels, depth, n, p, k) * a;
-    if (c == 1) r.data[p] = (float)(color ? 0.299 * v[0] + 0.587 * v[1] + 0.114 * v[2] : v[0]);
+    for (int k = 0; k < colors; k++) v[k] = value_at(r->pixels, depth, n, p, k) * a;
+    if (c == 1) r->data[p] = (float)(color ? 0.299 * v[0] + 0.587 * v[1] + 0.114 * v[2] : v[0]);
     else
-      for (int k = 0; k < 3; k++) r.data[(size_t)k * hw + p] = (float)v[color ? k : 0];
+      for (int k = 0; k < 3; k++) r->data[(size_t)k * hw + p] = (float)v[color ? k : 0];
   }
   out->channels = c;
   out->height = (int)h;
   out->width = (int)w;
-  out->data = r.data;
-  read_free(&r, true);
+  out->data = r->data;
+  read_free(r, fail, true);
   return EM_OK;
 }
 

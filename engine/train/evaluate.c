@@ -70,8 +70,11 @@ static em_status evaluate(em_model *m, const em_dataset *ds, int batch_size, em_
   em_batch b;
   em_error lerr = {0};
   /* a stop is looked at before each batch: a closing window waits for one
-   * batch, not for the whole test set */
-  while (!(cut = go_on && !go_on(go_user)) && em_loader_next(ld, &b, &lerr)) {
+   * batch, not for the whole test set; the last batch is always finished
+   * (it is as long to finish as to cut, and the evaluation is then whole) */
+  int64_t batches = em_loader_batches_per_epoch(ld), done = 0;
+  while (em_loader_next(ld, &b, &lerr)) {
+    if ((cut = go_on && ++done < batches && !go_on(go_user))) break;
     em_scope *s = em_scope_begin();
     shape[0] = b.n;
     em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, nd + 1, shape, (void *)b.x);

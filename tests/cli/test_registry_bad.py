@@ -278,18 +278,25 @@ class CsvResume(Base):
             os.chdir(data)  # a relative --data-dir
             p = e.ok("train", spec, "--dataset", "csv", "--data-dir", "rows.csv",
                      "--stop-after-steps", "5", "--checkpoint-every", "5", "--quiet")
+            # the spec's own relative "data_dir" too
+            spec2 = os.path.join(self.tmp, "lin-csv.json")
+            json.dump({"name": "lin", "input": {"shape": [2]},
+                       "nodes": [{"name": "fc", "type": "Linear", "out_features": 2}],
+                       "training": {"epochs": 1, "batch_size": 4, "lr": 0.01,
+                                    "dataset": "csv", "data_dir": "rows.csv"}}, open(spec2, "w"))
+            e.ok("train", spec2, "--quiet")
         finally:
             os.chdir(here)
-        (config,), = e.sql("SELECT config_json FROM runs WHERE id = 1")
-        self.assertEqual(json.loads(config)["data_dir"], os.path.join(data, "rows.csv"))
+        for (config,) in e.sql("SELECT config_json FROM runs ORDER BY id"):
+            self.assertEqual(json.loads(config)["data_dir"], os.path.join(data, "rows.csv"))
         p = e.ok("train", "--resume", "1", "--quiet")  # from another folder
         self.assertNotIn("changed", p.stderr)
         # stopped again, the file rewritten: the resume says so
         p = e.ok("train", spec, "--dataset", "csv", "--data-dir", os.path.join(data, "rows.csv"),
                  "--stop-after-steps", "5", "--checkpoint-every", "5", "--quiet")
         write_rows(2.0)
-        p = e.ok("train", "--resume", "3", "--quiet")
-        self.assertIn("the dataset's files changed since run 3 read them", p.stderr)
+        p = e.ok("train", "--resume", "4", "--quiet")
+        self.assertIn("the dataset's files changed since run 4 read them", p.stderr)
 
 
 class BadArguments(Base):

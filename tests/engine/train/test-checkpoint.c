@@ -273,6 +273,26 @@ static void test_stop_during_eval(void) {
   g_assert_cmpstr(value, ==, "2"); /* still in the last epoch: the run is "stopped" */
   resume_and_compare(&s, &full, fin, 24);
   em_dataset_free(test);
+
+  /* asked while the last batch is read, the stop cuts nothing: that
+   * evaluation is whole, and the run (at its last step) completed */
+  th_record again;
+  th_record_init(&again);
+  ss = g_new0(stopping_set, 1);
+  *ss = (stopping_set){.inner = plain, .trainer = &t, .at = em_dataset_len(plain) - 1, .eval = 3};
+  test = em_dataset_new(&stopping_vt, ss, &err);
+  s.test = test;
+  again.hook = keep_trainer;
+  again.hook_user = &t;
+  char *dir_again = th_tmpdir();
+  g_assert_cmpint(th_run(&s, dir_again, NULL, 5, &again, &err), ==, EM_OK);
+  s.test = plain;
+  g_assert_cmpint(ss->reads, ==, 3);
+  g_assert_nonnull(th_find(&again, "eval", 24));
+  em_dataset_free(test);
+  th_record_clear(&again);
+  th_rm_rf(dir_again);
+  g_free(dir_again);
   th_record_clear(&full);
   th_record_clear(&stopped);
   th_rm_rf(dir_full);
