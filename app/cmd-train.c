@@ -736,6 +736,11 @@ int cli_cmd_train(int argc, char **argv) {
     }
     if (rc != 0) goto out;
   }
+  /* data-parallel: each rank now sets up alone (its data read, rank 0's
+   * dataset hashed and run recorded), however long that takes on a large
+   * folder or a slow registry: the first to finish waits for the others
+   * without the timeout, which starts again when they say they are done */
+  if (comm) em_comm_say_busy(comm, true);
   em_train_config *cfg = &j.cfg;
   if (comm && cfg->device.kind == EM_DEVICE_CUDA) { /* one process per GPU: its local rank's */
     em_error derr = {0};
@@ -943,6 +948,7 @@ int cli_cmd_train(int argc, char **argv) {
 
   atomic_store(&g_trainer, tr);
   install_stop_handlers();
+  if (comm) em_comm_say_busy(comm, false); /* set up: the collectives' timeout holds again */
   em_status st = em_trainer_run(tr, on_event, &sinks, &err);
   atomic_store(&g_trainer, NULL);
   /* the other ranks wait for rank 0's --save and records without the

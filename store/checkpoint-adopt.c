@@ -84,6 +84,9 @@ static GArray *newer_files(const char *dir, int64_t after, double started) {
     f.path = g_build_filename(dir, name, NULL);
     struct stat sb;
     if (stat(f.path, &sb) == 0 && (double)sb.st_mtime < started - 2.0) { /* 2 s: clock steps */
+      /* (a registry on another machine's disk, whose clock is behind, too) */
+      em_log_msg(EM_LOG_WARNING, "registry: %s is not taken as the run's: it was last written "
+                 "before the run started", f.path);
       g_free(f.path);
       continue;
     }

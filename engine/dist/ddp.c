@@ -455,7 +455,12 @@ em_status em_ddp_finish(em_ddp *d, em_error *err) {
 void em_ddp_get_stats(const em_ddp *d, em_ddp_stats *out) { *out = d->stats; }
 
 uint32_t em_ddp_layout_hash(const em_ddp *d) {
-  uint32_t h = 2166136261u; /* FNV-1a over each bucket's size and parameter count */
+  /* FNV-1a over who reduces (the job's MPI or a NCCL of its own: ranks on
+   * different transports would each wait for the other), whether buckets
+   * go through host memory, and each bucket's size and parameter count */
+  uint32_t h = 2166136261u;
+  h = (h ^ (d->rc == d->c ? 1u : 2u)) * 16777619u;
+  h = (h ^ (d->opt.staging ? 1u : 0u)) * 16777619u;
   for (int k = 0; k < d->nb; k++) {
     uint64_t v[2] = {(uint64_t)d->b[k].numel, (uint64_t)d->b[k].count};
     const unsigned char *p = (const unsigned char *)v;

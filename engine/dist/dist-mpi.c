@@ -135,7 +135,16 @@ static em_status mpi_notify(void *ctx, int to, const void *msg, int bytes, em_er
     EM_MPI_CHECK(MPI_Isend(m->outbox[i], bytes, MPI_BYTE, to, 0, m->side, &m->sends[i]), err);
     return EM_OK;
   }
-  return em_error_set(err, EM_ERR_IO, "MPI: %d notices are still on their way", MAX_SENDS);
+  /* every slot in flight (a job of more ranks than slots, told one thing
+   * each): wait for one, since a notice dropped is a peer that times out
+   * or an orderly end taken for a failure; a notice is a small message,
+   * sent eagerly, so the wait is short */
+  int i = MPI_UNDEFINED;
+  EM_MPI_CHECK(MPI_Waitany(MAX_SENDS, m->sends, &i, MPI_STATUS_IGNORE), err);
+  if (i == MPI_UNDEFINED) i = 0;
+  memcpy(m->outbox[i], msg, (size_t)bytes);
+  EM_MPI_CHECK(MPI_Isend(m->outbox[i], bytes, MPI_BYTE, to, 0, m->side, &m->sends[i]), err);
+  return EM_OK;
 }
 
 static em_status mpi_poll(void *ctx, void *msg, int cap, int *from, bool *got, em_error *err) {

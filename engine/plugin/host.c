@@ -228,12 +228,12 @@ static em_status load_locked(const char *path, em_error *err) {
   em_status st = EM_OK;
   void *dl = NULL;
   const em_plugin_table *t = NULL;
-  char why[256];
+  char cut_short[256];
   if (strlen(path) >= sizeof info->path)
     st = em_error_set(&e, EM_ERR_INVALID, "its path is longer than %zu bytes",
                       sizeof info->path - 1);
-  else if (!elf_whole(path, why, sizeof why))
-    st = em_error_set(&e, EM_ERR_FORMAT, "%s", why);
+  else if (!elf_whole(path, cut_short, sizeof cut_short))
+    st = em_error_set(&e, EM_ERR_FORMAT, "%s", cut_short);
   else if (!(dl = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
     const char *why = dlerror();
     st = em_error_set(&e, EM_ERR_IO, "cannot load it: %s", why ? why : "dlopen failed");

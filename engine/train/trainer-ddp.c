@@ -161,9 +161,10 @@ static em_status check_agreement(const em_trainer *t, const double *all, int wor
     differing(all, world, F_BUCKETS, true, counts, sizeof counts);
     return em_error_set(err, EM_ERR_INVALID,
                         "%s: rank 0 reduces its gradients in %.0f buckets, %s%s: set "
-                        "EMBER_DDP_BUCKET_MB to the same value on every rank (or on none)",
+                        "EMBER_DDP_BUCKET_MB, EMBER_DDP_COMM and EMBER_DDP_STAGING to the same "
+                        "values on every rank (or on none)",
                         lead, all[F_BUCKETS], counts[0] ? counts : who,
-                        counts[0] ? "" : " buckets of other sizes");
+                        counts[0] ? "" : " has buckets of other sizes");
   }
   case F_TRAIN:
   case F_TEST:

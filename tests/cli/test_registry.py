@@ -265,7 +265,8 @@ class Resume(Base):
         p = e.ok("gc")  # the first writing open finds the run killed (its files are new: kept)
         self.assertEqual(e.status(2), "killed")
         self.assertIn("final-step-000000040.safetensors", p.stderr)  # passed over, named
-        self.assertNotIn("step-000000050", p.stderr)
+        self.assertIn("step-000000050.safetensors is not taken as the run's", p.stderr)
+        self.assertNotIn(50, [c["step"] for c in e.checkpoints(2)])
         steps = [(c["step"], c["kind"]) for c in e.checkpoints(2)]
         self.assertEqual(steps[-1], (30, "step"), steps)
         e.check_checkpoints_whole()
