@@ -84,57 +84,56 @@ static bool add_unique(em_eval_metrics *em, const em_metric_type *m) {
   return true;
 }
 
+/* The metrics one evaluation computes, into em's list: the spec's
+ * "metrics" (names already checked, or skipped when unknown), then those
+ * --metric selected. False when they are more than the list holds. */
+static bool select_metrics(const em_spec *spec, em_eval_metrics *em) {
+  json_t *tr = spec ? em_spec_training_json(spec) : NULL;
+  json_t *names = json_is_object(tr) ? json_object_get(tr, "metrics") : NULL;
+  bool fit = true;
+  size_t i;
+  json_t *x;
+  json_array_foreach(names, i, x) {
+    const em_metric_type *m = json_is_string(x) ? em_metric_find(json_string_value(x)) : NULL;
+    if (m) fit &= add_unique(em, m);
+  }
+  pthread_mutex_lock(&lock);
+  for (int k = 0; k < n_selected; k++) fit &= add_unique(em, selected[k]);
+  pthread_mutex_unlock(&lock);
+  return fit;
+}
+
 em_eval_metrics *em_eval_metrics_begin(const em_spec *spec, em_status *st, em_error *err) {
   *st = EM_OK;
   json_t *tr = spec ? em_spec_training_json(spec) : NULL;
   json_t *names = json_is_object(tr) ? json_object_get(tr, "metrics") : NULL;
   if (names && (*st = em_metrics_check_json(names, err)) != EM_OK) return NULL;
-  pthread_mutex_lock(&lock);
-  int nsel = n_selected;
-  pthread_mutex_unlock(&lock);
-  if (!nsel && json_array_size(names) == 0) { /* none asked: none reported for this one */
-    pthread_mutex_lock(&lock);
-    n_last = 0;
-    serial++;
-    pthread_mutex_unlock(&lock);
-    return NULL;
-  }
   em_eval_metrics *em = calloc(1, sizeof *em);
   if (!em) {
     *st = em_error_set(err, EM_ERR_NOMEM, "out of memory for the evaluation's metrics");
     return NULL;
   }
-  size_t i;
-  json_t *x;
-  bool fit = true;
-  json_array_foreach(names, i, x) fit &= add_unique(em, em_metric_find(json_string_value(x)));
-  pthread_mutex_lock(&lock);
-  for (int k = 0; k < n_selected; k++) fit &= add_unique(em, selected[k]);
-  pthread_mutex_unlock(&lock);
-  if (!fit) {
+  if (!select_metrics(spec, em)) {
     *st = em_error_set(err, EM_ERR_INVALID, "the spec's \"metrics\" and --metric ask for more "
                        "than %d different metrics, the most one evaluation computes",
                        EM_EVAL_MAX_METRICS);
     em_eval_metrics_free(em);
     return NULL;
   }
+  if (em->n == 0) { /* none asked: none reported for this one */
+    em_eval_metrics_free(em);
+    pthread_mutex_lock(&lock);
+    n_last = 0;
+    serial++;
+    pthread_mutex_unlock(&lock);
+    return NULL;
+  }
   return em;
 }
 
 void em_eval_metrics_names(const em_spec *spec, char *out, size_t cap) {
-  em_eval_metrics em; /* only its list */
-  em.n = 0;
-  json_t *tr = spec ? em_spec_training_json(spec) : NULL;
-  json_t *names = json_is_object(tr) ? json_object_get(tr, "metrics") : NULL;
-  size_t i;
-  json_t *x;
-  json_array_foreach(names, i, x) {
-    const em_metric_type *m = em_metric_find(json_string_value(x));
-    if (m) add_unique(&em, m);
-  }
-  pthread_mutex_lock(&lock);
-  for (int k = 0; k < n_selected; k++) add_unique(&em, selected[k]);
-  pthread_mutex_unlock(&lock);
+  em_eval_metrics em = {.n = 0}; /* only its list */
+  select_metrics(spec, &em);
   size_t len = 0;
   if (cap) out[0] = '\0';
   for (int k = 0; k < em.n && len < cap; k++) {
