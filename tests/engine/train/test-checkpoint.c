@@ -208,16 +208,20 @@ static void test_resume_from_stop(void) {
 }
 
 /* A test set that asks the trainer to stop when its sample `at` is read
- * for the `eval`-th time (the loader reads on the trainer's thread:
- * workers 0), i.e. in the middle of that evaluation. */
+ * for the `eval`-th time, i.e. during that evaluation (the evaluation's
+ * loader reads ahead on its worker threads: when is not exact). Its first
+ * `len` samples of inner, or all when len is 0. */
 typedef struct {
   const em_dataset *inner;
   em_trainer **trainer;
-  int64_t at;
+  int64_t at, len;
   int eval, reads;
 } stopping_set;
 
-static int64_t ss_len(const void *impl) { return em_dataset_len(((const stopping_set *)impl)->inner); }
+static int64_t ss_len(const void *impl) {
+  const stopping_set *s = impl;
+  return s->len ? s->len : em_dataset_len(s->inner);
+}
 static int ss_shape(const void *impl, int64_t *shape) {
   return em_dataset_sample_shape(((const stopping_set *)impl)->inner, shape);
 }
@@ -275,11 +279,12 @@ static void test_stop_during_eval(void) {
   em_dataset_free(test);
 
   /* asked while the last batch is read, the stop cuts nothing: that
-   * evaluation is whole, and the run (at its last step) completed */
+   * evaluation is whole (here a test set of one batch, so whenever the
+   * request lands it is during the last batch) */
   th_record again;
   th_record_init(&again);
   ss = g_new0(stopping_set, 1);
-  *ss = (stopping_set){.inner = plain, .trainer = &t, .at = em_dataset_len(plain) - 1, .eval = 3};
+  *ss = (stopping_set){.inner = plain, .trainer = &t, .at = 31, .len = 32, .eval = 3};
   test = em_dataset_new(&stopping_vt, ss, &err);
   s.test = test;
   again.hook = keep_trainer;
