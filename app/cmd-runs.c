@@ -265,7 +265,8 @@ static json_t *run_json(const em_run *r) {
     json_t *d = json_object();
     json_object_set_new(d, "name", json_string(r->dataset_name));
     json_object_set_new(d, "path", json_string(r->dataset_path ? r->dataset_path : ""));
-    json_object_set_new(d, "sha256", json_string(r->dataset_sha256 ? r->dataset_sha256 : ""));
+    bool hashed = r->dataset_sha256 && strcmp(r->dataset_sha256, EM_DATASET_SHA_UNKNOWN);
+    json_object_set_new(d, "sha256", hashed ? json_string(r->dataset_sha256) : json_null());
     json_object_set_new(d, "size", json_integer(r->dataset_size));
     json_object_set_new(o, "dataset", d);
   } else {

@@ -177,7 +177,8 @@ em_status em_store_runs_list(em_store *s, const em_run_filter *f, em_run **runs,
                                 "WHERE (?4 IS NULL OR r.model = ?4) AND (?5 IS NULL OR r.status = ?5 OR "
                                 "(?5 = 'killed' AND r.status = 'running')) "
                                 "AND (?7 IS NULL OR r.dataset IN (SELECT id FROM datasets WHERE "
-                                "name = ?7 OR substr(sha256, 1, length(?7)) = lower(?7))) "
+                                "name = ?7 OR (sha256 <> '" EM_DATASET_SHA_UNKNOWN "' AND "
+                                "substr(sha256, 1, length(?7)) = lower(?7)))) "
                                 "AND (?8 IS NULL OR substr(r.spec_sha256, 1, length(?8)) = lower(?8)) "
                                 "ORDER BY r.id DESC LIMIT ?6",
                                 &q, err);
