@@ -211,6 +211,18 @@ static int model_move(int argc, char **argv, bool promote) {
   em_store *s = cli_store_open(registry, false);
   if (!s) return 1;
   em_error err = {0};
+  /* promoting the version the alias already points at changes nothing
+   * (and records nothing): say so rather than "promoted" */
+  bool same = false;
+  if (promote) {
+    char ref_text[300];
+    em_version_ref ref;
+    snprintf(ref_text, sizeof ref_text, "%s@%s", pos[0], alias);
+    if (em_store_resolve_version(s, ref_text, &ref, NULL) == EM_OK) {
+      same = ref.version == version;
+      em_version_ref_clear(&ref);
+    }
+  }
   em_status st = promote ? em_store_model_promote(s, pos[0], version, alias, &err)
                          : em_store_model_rollback(s, pos[0], alias, &version, &err);
   em_store_close(s);
@@ -220,7 +232,10 @@ static int model_move(int argc, char **argv, bool promote) {
     json_object_set_new(o, "model", json_string(pos[0]));
     json_object_set_new(o, "alias", json_string(alias));
     json_object_set_new(o, "version", json_integer(version));
+    json_object_set_new(o, "changed", json_boolean(!same));
     cli_json_print(o);
+  } else if (same) {
+    printf("%s: %s already points at version %d: nothing changed\n", pos[0], alias, version);
   } else {
     printf("%s: %s -> version %d%s\n", pos[0], alias, version, promote ? "" : " (rolled back)");
   }

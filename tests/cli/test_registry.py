@@ -383,6 +383,11 @@ class Models(Base):
         e.ok("model", "promote", "mlp", "1", "--alias", "production")
         e.ok("model", "promote", "mlp", "2", "--alias", "production")
         e.ok("model", "promote", "mlp", "3", "--alias", "staging")
+        # the version the alias already points at: nothing changes, and it says so
+        again = e.ok("model", "promote", "mlp", "3", "--alias", "staging")
+        self.assertIn("already points at version 3: nothing changed", again.stdout)
+        self.assertFalse(e.json("model", "promote", "mlp", "3", "--alias", "staging",
+                                "--json")["changed"])
         models = e.json("models", "--json")
         self.assertEqual(len(models), 1)
         self.assertIn("production=2", models[0]["aliases"])
