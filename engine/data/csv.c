@@ -166,12 +166,19 @@ static em_status csv_row(em_csv_table *t, csv_parse *p, char *line, int64_t line
 /* Fixes the column count (and with it the label column and the features)
  * from the first data line, or from the options before any line. */
 static em_status csv_columns(em_csv_table *t, csv_parse *p, int label_column, int64_t ncols,
-                             int64_t lineno, em_error *err) {
+                             int64_t lineno, const char *text, em_error *err) {
   p->ncols = ncols;
   bool labelled = label_column != EM_CSV_NO_LABEL;
-  if (labelled && ncols < 2)
+  if (labelled && ncols < 2) {
+    /* one column, but another separator in the line: say which */
+    const char *other = text ? strpbrk(text, ";\t|") : NULL;
     return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld: one column; a table with a label "
-                        "column needs feature columns beside it", p->path, (long long)lineno);
+                        "column needs feature columns beside it%s%s%s", p->path,
+                        (long long)lineno, other ? " (the line has " : "",
+                        other ? (*other == '\t' ? "tabs" : *other == ';' ? "semicolons" : "'|'")
+                              : "",
+                        other ? ": fields are separated by commas)" : "");
+  }
   p->label_col = !labelled ? -1 : label_column < 0 ? (int)(ncols - 1) : label_column;
   if (p->label_col >= ncols) {
     if (lineno > 0)
@@ -203,7 +210,7 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
   csv_parse p = {.path = path, .delim = opts.delimiter, .why = opts.columns_why};
   em_status st = EM_OK;
   if (opts.columns > 0 &&
-      (st = csv_columns(out, &p, opts.label_column, opts.columns, 0, err)) != EM_OK)
+      (st = csv_columns(out, &p, opts.label_column, opts.columns, 0, NULL, err)) != EM_OK)
     return st;
   FILE *fp = em_fopen_read(path, false);
   if (!fp)
@@ -253,7 +260,7 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
     } else {
       if (p.ncols == 0 &&
           (st = csv_columns(out, &p, opts.label_column, count_fields(text, p.delim), lineno,
-                            err)) != EM_OK)
+                            text, err)) != EM_OK)
         break;
       st = csv_row(out, &p, text, lineno, err);
     }

@@ -147,6 +147,13 @@ static void test_no_label(void) {
   g_assert_cmpint(TRY("1\n", &o, &t, &err), ==, EM_ERR_FORMAT);
   dt_assert_msg(err.msg, "line 1", "one column", NULL);
   em_csv_table_clear(&t);
+  /* ... and when another separator is there, it is named */
+  g_assert_cmpint(TRY("1;2;0\n3;4;1\n", &o, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "one column", "semicolons", "separated by commas", NULL);
+  em_csv_table_clear(&t);
+  g_assert_cmpint(TRY("1\t2\t0\n3\t4\t1\n", &o, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "tabs", NULL);
+  em_csv_table_clear(&t);
   dt_tmpdir_free(dir);
 }
 
