@@ -34,6 +34,11 @@ int cli_cmd_eval(int argc, char **argv) {
   em_quant_mode qmode = cli_parse_quantize(o.quantize);
   if (!o.spec_path) cli_die_usage("eval expects a SPEC file");
   if (!o.weights) cli_die_usage("eval needs --weights FILE");
+  const char *unused = cli_train_opts_eval_conflict(&o);
+  if (unused)
+    cli_die_usage("%s is an 'ember train' option: eval takes --weights, --batch, --threads, "
+                  "--dataset, --data-dir, --device, --label-smoothing, --quantize and --metric "
+                  "(it evaluates the whole test set in f32, or int8 with --quantize)", unused);
   em_error err = {0};
   em_spec *spec = em_spec_load(o.spec_path, &err);
   if (!spec) return cli_fail(&err, NULL);

@@ -16,8 +16,8 @@ enum {
   OPT_EPOCHS = 256, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD,
   OPT_SCHEDULE, OPT_WARMUP, OPT_CLIP, OPT_ACCUM, OPT_SMOOTH, OPT_SEED, OPT_THREADS, OPT_WORKERS,
   OPT_LIMIT, OPT_NO_SHUFFLE, OPT_DATASET, OPT_DATA_DIR, OPT_CKPT_EVERY, OPT_ON_DIVERGENCE,
-  OPT_DIV_LR_FACTOR, OPT_DIV_SPIKE, OPT_AMP, OPT_AMP_SCALER, OPT_AMP_INIT_SCALE, OPT_DEVICE, OPT_AUTO_BATCH,
-  OPT_LAST_SETTING,
+  OPT_DIV_LR_FACTOR, OPT_DIV_SPIKE, OPT_AMP, OPT_AMP_SCALER, OPT_AMP_INIT_SCALE, OPT_DEVICE,
+  OPT_AUTO_BATCH, OPT_LAST_SETTING,
   /* everything else */
   OPT_INIT, OPT_SAVE, OPT_QUIET, OPT_WEIGHTS, OPT_HELP, OPT_REGISTRY, OPT_NO_RECORD, OPT_NAME,
   OPT_CKPT_DIR, OPT_KEEP_CKPT, OPT_RESUME, OPT_STOP_AFTER, OPT_PROFILE, OPT_PROFILE_STEPS,
@@ -246,6 +246,26 @@ const char *cli_train_opts_resume_conflict(const cli_train_opts *o) {
     int c = o->settings[i].code; /* where it runs may change; what it computes may not */
     if (c != OPT_THREADS && c != OPT_DEVICE && c != OPT_AUTO_BATCH) return o->settings[i].flag;
   }
+  return NULL;
+}
+
+const char *cli_train_opts_eval_conflict(const cli_train_opts *o) {
+  for (int i = 0; i < o->n_settings; i++) {
+    int c = o->settings[i].code; /* what an evaluation reads */
+    if (c != OPT_BATCH && c != OPT_THREADS && c != OPT_DATASET && c != OPT_DATA_DIR &&
+        c != OPT_DEVICE && c != OPT_SMOOTH)
+      return o->settings[i].flag;
+  }
+  if (o->init) return "--init";
+  if (o->save) return "--save";
+  if (o->resume) return "--resume";
+  if (o->name) return "--name";
+  if (o->checkpoint_dir) return "--checkpoint-dir";
+  if (o->no_record) return "--no-record";
+  if (o->stop_after_steps) return "--stop-after-steps";
+  if (o->profile) return "--profile";
+  if (o->detect_anomaly) return "--detect-anomaly";
+  if (o->ddp) return "--ddp";
   return NULL;
 }
 

@@ -50,6 +50,12 @@ void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg);
  * what is computed: all but --threads, --device and --auto-batch), or
  * NULL. */
 const char *cli_train_opts_resume_conflict(const cli_train_opts *o);
+/* The first flag `ember eval` would not use (everything but --batch,
+ * --threads, --dataset, --data-dir, --device and --label-smoothing among
+ * the settings, and the training-only flags), or NULL: eval refuses it
+ * rather than ignore it (--amp bf16 or --limit 5 evaluated in f32 on the
+ * whole test set, silently). */
+const char *cli_train_opts_eval_conflict(const cli_train_opts *o);
 /* Exits with 2 and the reason when cfg's device cannot be used here (no
  * CUDA backend in this build, no GPU, cuda:N out of range). */
 void cli_train_opts_check_device(const cli_train_opts *o, const em_train_config *cfg);

@@ -331,6 +331,10 @@ class BadArguments(Base):
         for args, needle in (
                 (["runs", "--limit", "0"], "--limit"),
                 (["runs", "--status", "sleeping"], "sleeping"),
+                # eval refuses what it would not use (it evaluated in f32 on every sample)
+                (["eval", spec, "--weights", "w.st", "--amp", "bf16"], "--amp is an 'ember train'"),
+                (["eval", spec, "--weights", "w.st", "--limit", "5"], "--limit is an 'ember train'"),
+                (["eval", spec, "--weights", "w.st", "--save", "x.st"], "--save is an 'ember train'"),
                 (["runs", "--frobnicate"], "--frobnicate"),
                 (["runs", "extra"], "extra"),
                 (["run"], "run"),
