@@ -79,9 +79,10 @@ int cli_cmd_eval(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     if (qmode != EM_QUANT_NONE)
-      fprintf(stderr, "int8: %d Linear layers quantised (%s kernel), weights %.1f -> %.1f KiB\n",
+      fprintf(stderr, "int8: %d Linear layers quantised (%s kernel), weights %.1f -> %.1f KiB%s\n",
               qrep.layers_quantized, qrep.kernel, (double)qrep.weight_bytes_f32 / 1024,
-              (double)qrep.weight_bytes_int8 / 1024);
+              (double)qrep.weight_bytes_int8 / 1024,
+              qrep.layers_too_wide ? "; wider ones (over 65536 inputs) stay f32" : "");
     char mbuf[512];
     fprintf(stderr, "test loss %.4f, accuracy %.2f%%%s on %lld samples\n", loss, 100 * acc,
             app_metrics_text(mbuf, sizeof mbuf), (long long)em_dataset_len(test));

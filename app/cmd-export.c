@@ -38,8 +38,13 @@ static int export_model(const em_spec *spec, const char *weights, const char *ou
     rc = cli_fail(&err, "--quantize");
   else if (qmode != EM_QUANT_NONE && rep.layers_quantized == 0) {
     /* the file would say int8 and hold f32 only */
-    fprintf(stderr, "ember: --quantize int8: model '%s' has no Linear layer, the layers int8 "
-            "covers; export it without --quantize\n", em_spec_name(spec));
+    if (rep.layers_too_wide)
+      fprintf(stderr, "ember: --quantize int8: the Linear layers of model '%s' have more than %d "
+              "inputs, more than int8's exact int32 sums take: they stay f32; export it "
+              "without --quantize\n", em_spec_name(spec), EM_QUANT_MAX_INPUTS);
+    else
+      fprintf(stderr, "ember: --quantize int8: model '%s' has no Linear layer, the layers int8 "
+              "covers; export it without --quantize\n", em_spec_name(spec));
     rc = CLI_EXIT_USAGE;
   } else if (em_export_onnx(model, out, meta, &err) != EM_OK) rc = cli_fail(&err, out);
   em_model_free(model);

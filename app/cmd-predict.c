@@ -218,10 +218,11 @@ static int quantize(cli_model *m, em_quant_mode mode) {
   em_quant_report rep;
   memset(&rep, 0, sizeof rep);
   if (em_model_quantize(m->model, mode, &rep, &err) != EM_OK) return cli_fail(&err, m->label);
-  fprintf(stderr, "quantised %d Linear layer%s to int8 (%s kernel; weights %.1f -> %.1f KiB)\n",
+  fprintf(stderr, "quantised %d Linear layer%s to int8 (%s kernel; weights %.1f -> %.1f KiB)%s\n",
           rep.layers_quantized, rep.layers_quantized == 1 ? "" : "s",
           rep.kernel ? rep.kernel : "?", (double)rep.weight_bytes_f32 / 1024,
-          (double)rep.weight_bytes_int8 / 1024);
+          (double)rep.weight_bytes_int8 / 1024,
+          rep.layers_too_wide ? "; wider ones (over 65536 inputs) stay f32" : "");
   return 0;
 }
 

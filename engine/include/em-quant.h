@@ -29,6 +29,10 @@
 #include "em-error.h"
 #include "em-nn.h"
 
+/* A Linear layer with more inputs stays f32: its int8 products summed in
+ * int32 would no longer be exact. */
+#define EM_QUANT_MAX_INPUTS 65536
+
 typedef enum {
   EM_QUANT_NONE = 0,
   EM_QUANT_INT8_DYNAMIC, /* Linear layers: int8 weights per channel, uint8 activations per row */
@@ -36,7 +40,8 @@ typedef enum {
 
 typedef struct {
   int layers_quantized;    /* Linear nodes now running in int8 */
-  int layers_kept;         /* other nodes (f32) */
+  int layers_too_wide;     /* Linear nodes kept in f32: more than EM_QUANT_MAX_INPUTS inputs */
+  int layers_kept;         /* other nodes (f32), the too-wide Linear ones included */
   int64_t weight_bytes_f32;  /* of the quantised layers' weights before */
   int64_t weight_bytes_int8; /* after (int8 values + f32 scales) */
   const char *kernel;      /* the int8 GEMM kernel chosen: "avx512-vnni", "avx2", "scalar" */

@@ -171,6 +171,7 @@ em_status em_model_quantize(em_model *m, em_quant_mode mode, em_quant_report *re
     /* Linear layers too wide for exact int32 sums stay f32. */
     if (!is_linear(em_spec_node_type(spec, i)) || !w || w->shape[1] > EM_QUANT_MAX_FEATURES) {
       r.layers_kept++;
+      if (is_linear(em_spec_node_type(spec, i)) && w) r.layers_too_wide++;
       continue;
     }
     EM_ASSERT(em_tensor_is_contiguous(w) && (!b || em_tensor_is_contiguous(b)));

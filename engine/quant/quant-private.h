@@ -26,7 +26,7 @@
 
 #include "em-quant.h"
 
-#define EM_QUANT_MAX_FEATURES 65536
+#define EM_QUANT_MAX_FEATURES EM_QUANT_MAX_INPUTS
 /* Rows of the quantised activations are padded with zeros to a multiple
  * of this (the VNNI kernel's step of 4 bytes; the others' divide it). */
 #define EM_QUANT_K_ALIGN 4

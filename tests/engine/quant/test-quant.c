@@ -423,7 +423,23 @@ static void test_model_without_linear(void) {
   g_assert_cmpint(em_model_quantize(m, EM_QUANT_INT8_DYNAMIC, &rep, &err), ==, EM_OK);
   g_assert_cmpint(rep.layers_quantized, ==, 0);
   g_assert_cmpint(rep.layers_kept, ==, 1);
+  g_assert_cmpint(rep.layers_too_wide, ==, 0);
   em_model_quantize(m, EM_QUANT_INT8_DYNAMIC, NULL, &err); /* again: replaces the plan */
+  em_model_free(m);
+  em_spec_free(spec);
+
+  /* a Linear too wide for exact int32 sums stays f32, and is counted as such
+   * (export said the model had no Linear layer) */
+  char *wide = g_strdup_printf(
+      "{\"name\": \"wide\", \"input\": {\"shape\": [%d]}, \"nodes\": [{\"name\": \"fc\", "
+      "\"type\": \"Linear\", \"out_features\": 2}]}", EM_QUANT_MAX_INPUTS + 1);
+  spec = em_spec_parse(wide, "<test>", &err);
+  g_free(wide);
+  g_assert_nonnull(spec);
+  m = em_model_new(spec, 1, &err);
+  g_assert_cmpint(em_model_quantize(m, EM_QUANT_INT8_DYNAMIC, &rep, &err), ==, EM_OK);
+  g_assert_cmpint(rep.layers_quantized, ==, 0);
+  g_assert_cmpint(rep.layers_too_wide, ==, 1);
   em_model_free(m);
   em_spec_free(spec);
 }
