@@ -296,6 +296,10 @@ static int setup_from_spec(const cli_train_opts *o, train_job *j) {
   if (em_train_config_from_spec(&j->cfg, j->spec, &err) != EM_OK)
     return cli_fail(&err, o->spec_path);
   cli_train_opts_apply(o, &j->cfg);
+  for (int i = 0; i < o->n_settings; i++) /* the scaler's: without it, it was ignored */
+    if (!strcmp(o->settings[i].flag, "--amp-init-scale") && !j->cfg.amp_scaler)
+      cli_die_usage("--amp-init-scale sets the loss scaler's first scale: give --amp-scaler "
+                    "(and --amp bf16) as well");
   /* recorded absolute (--data-dir or the spec's "data_dir"), so that
    * --resume from another folder finds the data */
   if (j->cfg.data_dir[0] && j->cfg.data_dir[0] != '/') {

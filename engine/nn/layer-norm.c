@@ -51,7 +51,8 @@ static em_status batch_norm_check(const em_layer_node *node, int n_in, em_tensor
   if (ctx->training && x->shape[0] * x->shape[2] * x->shape[3] < 2)
     return em_error_set(err, EM_ERR_SHAPE,
                         "training needs more than one value per channel, got input [%lld, %lld, "
-                        "%lld, %lld] (use a batch of 2 or more)",
+                        "%lld, %lld] (use a batch of 2 or more; when it is an epoch's last, "
+                        "short batch, set \"drop_last\": true in the spec's \"training\")",
                         (long long)x->shape[0], (long long)x->shape[1], (long long)x->shape[2],
                         (long long)x->shape[3]);
   return EM_OK;

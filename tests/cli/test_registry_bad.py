@@ -335,6 +335,7 @@ class BadArguments(Base):
                 (["eval", spec, "--weights", "w.st", "--amp", "bf16"], "--amp is an 'ember train'"),
                 (["eval", spec, "--weights", "w.st", "--limit", "5"], "--limit is an 'ember train'"),
                 (["eval", spec, "--weights", "w.st", "--save", "x.st"], "--save is an 'ember train'"),
+                (["train", spec, "--amp-init-scale", "8"], "give --amp-scaler"),
                 (["runs", "--frobnicate"], "--frobnicate"),
                 (["runs", "extra"], "extra"),
                 (["run"], "run"),
