@@ -35,6 +35,9 @@ static void find_best(void) {
     return;
   best_kernel = EM_BF16_KERNEL_AVX512;
   const char *cap = getenv("EMBER_BF16_KERNEL");
+  if (cap && *cap && strcmp(cap, "none") && strcmp(cap, "avx512-bf16") && strcmp(cap, "amx-bf16"))
+    em_log_msg(EM_LOG_WARNING, "EMBER_BF16_KERNEL is '%s': it takes amx-bf16, avx512-bf16 or "
+               "none (a cap on the kernel); taking the best one here", cap);
   if (cap && strcmp(cap, "none") == 0) best_kernel = EM_BF16_KERNEL_NONE;
   else if (!(cap && strcmp(cap, "avx512-bf16") == 0) && em_amx_enable_())
     best_kernel = EM_BF16_KERNEL_AMX;
