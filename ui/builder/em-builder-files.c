@@ -14,9 +14,10 @@ static gboolean save_to(EmBuilderPage *self, const char *path, GError **error) {
   char *text = json_dumps(self->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   gboolean ok = text && g_file_set_contents(path, text, -1, error);
   free(text);
-  if (ok) {
+  if (ok) { /* path may be self->path itself (Save): copied before it is freed */
+    char *copy = g_strdup(path);
     g_free(self->path);
-    self->path = g_strdup(path);
+    self->path = copy;
     em_builder_reparse(self);
   }
   return ok;

@@ -87,13 +87,13 @@ static void diff_bind(GtkSignalListItemFactory *f, GtkListItem *item, gpointer d
 #define MAX_TITLE_CHARS 28
 
 static void add_diff_column(EmComparePage *self, const char *title, int col) {
-  char *shown = g_utf8_substring(title, 0, MAX_TITLE_CHARS - 1);
+  /* (g_utf8_substring reads past the end of a string shorter than its end) */
+  char *shown;
   if (g_utf8_strlen(title, -1) > MAX_TITLE_CHARS) {
-    char *cut = shown;
+    char *cut = g_utf8_substring(title, 0, MAX_TITLE_CHARS - 1);
     shown = g_strconcat(cut, "…", NULL);
     g_free(cut);
   } else {
-    g_free(shown);
     shown = g_strdup(title);
   }
   GtkListItemFactory *f = gtk_signal_list_item_factory_new();
