@@ -265,7 +265,7 @@ static json_t *run_json(const em_run *r) {
     json_t *d = json_object();
     json_object_set_new(d, "name", json_string(r->dataset_name));
     json_object_set_new(d, "path", json_string(r->dataset_path ? r->dataset_path : ""));
-    bool hashed = r->dataset_sha256 && strcmp(r->dataset_sha256, EM_DATASET_SHA_UNKNOWN);
+    bool hashed = em_dataset_sha_known(r->dataset_sha256);
     json_object_set_new(d, "sha256", hashed ? json_string(r->dataset_sha256) : json_null());
     json_object_set_new(d, "size", json_integer(r->dataset_size));
     json_object_set_new(o, "dataset", d);
@@ -297,7 +297,7 @@ static void print_header(const em_run *r) {
   if (r->dataset_name) {
     char size[32];
     cli_format_bytes(r->dataset_size, size, sizeof size);
-    bool hashed = r->dataset_sha256 && strcmp(r->dataset_sha256, EM_DATASET_SHA_UNKNOWN);
+    bool hashed = em_dataset_sha_known(r->dataset_sha256);
     printf("  dataset      %s at %s (%s, ", r->dataset_name,
            r->dataset_path && r->dataset_path[0] ? r->dataset_path : "-", size);
     if (hashed) printf("sha256 %.16s)\n", r->dataset_sha256);

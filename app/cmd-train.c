@@ -296,10 +296,7 @@ static int setup_from_spec(const cli_train_opts *o, train_job *j) {
   if (em_train_config_from_spec(&j->cfg, j->spec, &err) != EM_OK)
     return cli_fail(&err, o->spec_path);
   cli_train_opts_apply(o, &j->cfg);
-  for (int i = 0; i < o->n_settings; i++) /* the scaler's: without it, it was ignored */
-    if (!strcmp(o->settings[i].flag, "--amp-init-scale") && !j->cfg.amp_scaler)
-      cli_die_usage("--amp-init-scale sets the loss scaler's first scale: give --amp-scaler "
-                    "(and --amp bf16) as well");
+  cli_train_opts_check_amp(o, &j->cfg);
   /* recorded absolute (--data-dir or the spec's "data_dir"), so that
    * --resume from another folder finds the data */
   if (j->cfg.data_dir[0] && j->cfg.data_dir[0] != '/') {
@@ -344,9 +341,8 @@ static void warn_if_data_changed(em_store *s, int64_t parent, int64_t run) {
   memset(&a, 0, sizeof a);
   memset(&b, 0, sizeof b);
   if (em_store_run_get(s, parent, &a, NULL) == EM_OK &&
-      em_store_run_get(s, run, &b, NULL) == EM_OK && a.dataset_sha256 && b.dataset_sha256 &&
-      strcmp(a.dataset_sha256, EM_DATASET_SHA_UNKNOWN) &&
-      strcmp(a.dataset_sha256, b.dataset_sha256))
+      em_store_run_get(s, run, &b, NULL) == EM_OK && em_dataset_sha_known(a.dataset_sha256) &&
+      b.dataset_sha256 && strcmp(a.dataset_sha256, b.dataset_sha256))
     cli_warn("the dataset's files changed since run %lld read them (SHA-256 %.12s... then, "
              "%.12s... now): the resumed run trains on other data than an uninterrupted run "
              "would", (long long)parent, a.dataset_sha256, b.dataset_sha256);

@@ -269,6 +269,13 @@ const char *cli_train_opts_eval_conflict(const cli_train_opts *o) {
   return NULL;
 }
 
+void cli_train_opts_check_amp(const cli_train_opts *o, const em_train_config *cfg) {
+  for (int i = 0; i < o->n_settings; i++) /* the scaler's: without it, it was ignored */
+    if (o->settings[i].code == OPT_AMP_INIT_SCALE && !cfg->amp_scaler)
+      cli_die_usage("--amp-init-scale sets the loss scaler's first scale: give --amp-scaler "
+                    "(and --amp bf16) as well");
+}
+
 void cli_train_opts_check_device(const cli_train_opts *o, const em_train_config *cfg) {
   em_error err = {0};
   if (em_device_check(cfg->device, &err) != EM_OK) {

@@ -56,6 +56,9 @@ const char *cli_train_opts_resume_conflict(const cli_train_opts *o);
  * rather than ignore it (--amp bf16 or --limit 5 evaluated in f32 on the
  * whole test set, silently). */
 const char *cli_train_opts_eval_conflict(const cli_train_opts *o);
+/* Exits with 2 when --amp-init-scale was given without the loss scaler
+ * (it would be ignored). */
+void cli_train_opts_check_amp(const cli_train_opts *o, const em_train_config *cfg);
 /* Exits with 2 and the reason when cfg's device cannot be used here (no
  * CUDA backend in this build, no GPU, cuda:N out of range). */
 void cli_train_opts_check_device(const cli_train_opts *o, const em_train_config *cfg);

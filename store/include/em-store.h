@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <jansson.h>
 
@@ -87,6 +88,11 @@ typedef struct {
 /* The recorded SHA-256 of a dataset with no files (synthetic, a plugin's
  * kind): its contents are not identified. */
 #define EM_DATASET_SHA_UNKNOWN "unknown"
+/* Whether a recorded dataset SHA-256 identifies its contents (not NULL,
+ * not EM_DATASET_SHA_UNKNOWN). */
+static inline bool em_dataset_sha_known(const char *sha) {
+  return sha && strcmp(sha, EM_DATASET_SHA_UNKNOWN) != 0;
+}
 
 typedef struct {
   const char *name;           /* run name; NULL or "": "<model>-<id>" */

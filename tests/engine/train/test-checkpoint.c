@@ -247,6 +247,29 @@ static bool keep_trainer(em_trainer *t, const em_train_event *ev, void *user) {
  * ends it between batches: no EVAL, no "eval" checkpoint, the run stopped
  * with a final checkpoint at the end of the epoch's batches, and resuming
  * from it evaluates and ends exactly like the run that was not stopped. */
+/* Runs s with its test set wrapped to ask for a stop (as stopping_set
+ * says: at, len, eval) into rec and dir; returns how often the trigger
+ * sample was read. */
+static int run_stopping(th_setup *s, stopping_set how, th_record *rec, const char *dir) {
+  em_error err = {0};
+  em_trainer *t = NULL;
+  stopping_set *ss = g_new(stopping_set, 1);
+  *ss = how;
+  ss->inner = s->test;
+  ss->trainer = &t;
+  em_dataset *test = em_dataset_new(&stopping_vt, ss, &err);
+  g_assert_nonnull(test);
+  em_dataset *plain = s->test;
+  s->test = test;
+  rec->hook = keep_trainer;
+  rec->hook_user = &t;
+  g_assert_cmpint(th_run(s, dir, NULL, 5, rec, &err), ==, EM_OK);
+  s->test = plain;
+  int reads = ss->reads;
+  em_dataset_free(test);
+  return reads;
+}
+
 static void test_stop_during_eval(void) {
   th_setup s;
   mlp_setup(&s);
@@ -256,18 +279,9 @@ static void test_stop_during_eval(void) {
   th_record_init(&stopped);
   em_error err = {0};
   g_assert_cmpint(th_run(&s, dir_full, NULL, 5, &full, &err), ==, EM_OK);
-  em_trainer *t = NULL;
-  stopping_set *ss = g_new0(stopping_set, 1);
-  *ss = (stopping_set){.inner = s.test, .trainer = &t, .at = 20, .eval = 3}; /* 3 epochs */
-  em_dataset *test = em_dataset_new(&stopping_vt, ss, &err);
-  g_assert_nonnull(test);
-  em_dataset *plain = s.test;
-  s.test = test;
-  stopped.hook = keep_trainer;
-  stopped.hook_user = &t;
-  g_assert_cmpint(th_run(&s, dir_stop, NULL, 5, &stopped, &err), ==, EM_OK);
-  s.test = plain;
-  g_assert_cmpint(ss->reads, ==, 3);
+  /* 3 epochs: the stop comes in the third evaluation */
+  g_assert_cmpint(run_stopping(&s, (stopping_set){.at = 20, .eval = 3}, &stopped, dir_stop), ==,
+                  3);
   g_assert_null(th_find(&stopped, "eval", 24));
   g_assert_nonnull(th_find(&stopped, "eval", 16)); /* the evaluations before it ran whole */
   const char *fin = th_find(&stopped, "final", 24);
@@ -276,25 +290,16 @@ static void test_stop_during_eval(void) {
   g_assert_cmpint(em_checkpoint_read_meta(fin, "epoch", value, sizeof value, &err), ==, EM_OK);
   g_assert_cmpstr(value, ==, "2"); /* still in the last epoch: the run is "stopped" */
   resume_and_compare(&s, &full, fin, 24);
-  em_dataset_free(test);
 
   /* asked while the last batch is read, the stop cuts nothing: that
    * evaluation is whole (here a test set of one batch, so whenever the
    * request lands it is during the last batch) */
   th_record again;
   th_record_init(&again);
-  ss = g_new0(stopping_set, 1);
-  *ss = (stopping_set){.inner = plain, .trainer = &t, .at = 31, .len = 32, .eval = 3};
-  test = em_dataset_new(&stopping_vt, ss, &err);
-  s.test = test;
-  again.hook = keep_trainer;
-  again.hook_user = &t;
   char *dir_again = th_tmpdir();
-  g_assert_cmpint(th_run(&s, dir_again, NULL, 5, &again, &err), ==, EM_OK);
-  s.test = plain;
-  g_assert_cmpint(ss->reads, ==, 3);
+  g_assert_cmpint(run_stopping(&s, (stopping_set){.at = 31, .len = 32, .eval = 3}, &again,
+                               dir_again), ==, 3);
   g_assert_nonnull(th_find(&again, "eval", 24));
-  em_dataset_free(test);
   th_record_clear(&again);
   th_rm_rf(dir_again);
   g_free(dir_again);
