@@ -62,6 +62,10 @@ em_tensor *em_argmax(em_tensor *x, int dim, bool keepdim); /* i64, no grad */
 em_tensor *em_matmul(em_tensor *a, em_tensor *b);
 /* y = x @ w^T + b: x (N, D), w (K, D), b (K) or NULL -> y (N, K). */
 em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b);
+/* em_relu(em_linear(x, w, b)) with the ReLU done where the product is
+ * stored and its gradient mask where the bias's is summed: the same
+ * numbers, one op ("linear_relu") and one tensor fewer. */
+em_tensor *em_linear_relu(em_tensor *x, em_tensor *w, em_tensor *b);
 
 /* ---- neural-network ops ---------------------------------------------------- */
 typedef struct {

@@ -53,6 +53,15 @@ static em_tensor *linear_forward(const em_layer_node *node, int n_in, em_tensor 
   return em_reshape(em_linear(em_reshape(x, 2, flat), w, b), 3, back);
 }
 
+em_tensor *em_linear_relu_layer_forward(const em_layer_node *node, em_tensor *x,
+                                        em_tensor **params) {
+  em_tensor *w = params[0], *b = em_attr_bool(node, LIN_BIAS) ? params[1] : NULL;
+  if (x->ndim == 2) return em_linear_relu(x, w, b);
+  int64_t N = x->shape[0], L = x->shape[1], D = x->shape[2], K = w->shape[0];
+  int64_t flat[2] = {N * L, D}, back[3] = {N, L, K};
+  return em_reshape(em_linear_relu(em_reshape(x, 2, flat), w, b), 3, back);
+}
+
 const em_layer_type em_layer_linear = {
     .api_version = EM_LAYER_API_VERSION,
     .name = "Linear",

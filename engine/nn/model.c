@@ -9,7 +9,10 @@
  * so a steady training step does no malloc here. A quantised model
  * (em_model_quantize, engine/quant) runs its int8 Linear nodes through
  * the plan it holds, in inference only. em_model_to_device moves every
- * tensor to a device; forward then wants its input there. */
+ * tensor to a device; forward then wants its input there. A Linear node
+ * whose output only a ReLU node reads runs with it as one op
+ * (em_linear_relu: the same numbers, one tensor and one pass fewer); the
+ * profiler then shows the pair under the Linear's name. */
 #include "nn-private.h"
 #include "em-device.h"
 #include "em-profile.h"
@@ -31,7 +34,21 @@ struct em_model {
   em_rng rng;     /* dropout stream when the caller gives none */
   em_quant_plan *quant; /* int8 Linear layers (engine/quant), or NULL */
   em_device device;     /* where every tensor lives */
+  bool *fuse_relu;      /* node i is a Linear that node i + 1, a ReLU, alone reads */
 };
+
+/* Which Linear nodes run with the ReLU after them (see the top). */
+static void find_fusions(em_model *m) {
+  const em_spec *s = m->spec;
+  for (int i = 0; i + 1 < s->n_nodes && i < s->output; i++) {
+    const em_spec_node *nd = &s->nodes[i], *nx = &s->nodes[i + 1];
+    bool ok = nd->live && nx->live && nd->type == &em_layer_linear && nx->type == &em_layer_relu &&
+              nx->n_in == 1 && nx->in[0] == i;
+    for (int j = i + 2; ok && j < s->n_nodes; j++)
+      for (int k = 0; k < s->nodes[j].n_in; k++) ok = ok && s->nodes[j].in[k] != i;
+    m->fuse_relu[i] = ok;
+  }
+}
 
 static uint64_t name_hash(const char *s) {
   uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
@@ -90,7 +107,9 @@ em_model *em_model_new_with(const em_spec *spec, uint64_t seed, const em_model_o
   m->buffer = calloc(total + 1, sizeof *m->buffer);
   m->param_idx = calloc(total + 1, sizeof *m->param_idx);
   m->node_first = calloc(n_nodes, sizeof *m->node_first);
-  if (!m->tensors || !m->names || !m->buffer || !m->param_idx || !m->node_first) {
+  m->fuse_relu = calloc(n_nodes, sizeof *m->fuse_relu);
+  if (!m->tensors || !m->names || !m->buffer || !m->param_idx || !m->node_first ||
+      !m->fuse_relu) {
     em_model_free(m);
     em_error_set(err, EM_ERR_NOMEM, "out of memory");
     return NULL;
@@ -126,6 +145,7 @@ em_model *em_model_new_with(const em_spec *spec, uint64_t seed, const em_model_o
       }
     }
   }
+  find_fusions(m);
   em_rng_seed(&m->rng, seed ^ 0x5DEECE66Dull);
   return m;
 }
@@ -141,6 +161,7 @@ void em_model_free(em_model *m) {
   free(m->buffer);
   free(m->param_idx);
   free(m->node_first);
+  free(m->fuse_relu);
   em_quant_plan_free(m->quant);
   em_spec_free(m->spec);
   free(m);
@@ -251,10 +272,16 @@ em_tensor *em_model_forward(em_model *m, em_tensor *x, bool training, em_rng *rn
   }
   em_forward_ctx ctx = {training, rng ? rng : &m->rng};
   em_tensor **outs = em_scratch(sizeof *outs * (size_t)s->n_nodes);
+  bool relu_done = false;
   for (int i = 0; i <= s->output; i++) {
     const em_spec_node *nd = &s->nodes[i];
     outs[i] = NULL;
     if (!nd->live) continue;
+    if (relu_done) { /* this ReLU ran inside the Linear before it */
+      outs[i] = outs[i - 1];
+      relu_done = false;
+      continue;
+    }
     em_tensor *in[EM_LAYER_MAX_INPUTS];
     for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? x : outs[nd->in[k]];
     em_tensor **params = m->tensors + m->node_first[i];
@@ -270,8 +297,10 @@ em_tensor *em_model_forward(em_model *m, em_tensor *x, bool training, em_rng *rn
     /* the profiler and anomaly mode name the layer its ops ran in */
     int span = em_profile_layer_begin(nd->name);
     const em_quant_layer *ql = em_quant_plan_layer(m->quant, i);
-    em_tensor *y = ql ? em_quant_linear_forward(ql, m->quant->kernel, in[0])
-                      : nd->type->forward(&nd->view, nd->n_in, in, params, &ctx);
+    relu_done = !ql && m->fuse_relu[i];
+    em_tensor *y = ql          ? em_quant_linear_forward(ql, m->quant->kernel, in[0])
+                   : relu_done ? em_linear_relu_layer_forward(&nd->view, in[0], params)
+                               : nd->type->forward(&nd->view, nd->n_in, in, params, &ctx);
     em_profile_layer_end(span);
     /* what shape inference promised (a plugin's bug shows here, not later) */
     bool ok = y && y->ndim == nd->out.ndim && y->shape[0] == x->shape[0];

@@ -5,7 +5,8 @@
  * C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, row-major, or
  * + bias (a row added to every row of C: a Linear layer's, added where
  * the first block of the reduction is stored, instead of a pass that
- * copies it into C first).
+ * copies it into C first), and optionally max(C, 0) where the last block
+ * is stored (a Linear layer followed by a ReLU: no pass over C after).
  * C is cut into tiles of MR x NR (8 x 32: sixteen zmm accumulators) that
  * one micro-kernel computes with two loads of B and eight broadcasts of A
  * per step of the reduction, so it is bound by the FMA ports:
@@ -62,6 +63,7 @@ typedef struct {
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
   const float *bias; /* (n) or NULL */
+  bool relu;         /* max(., 0) where the last reduction block is stored */
   const float *a, *b;
   float *c;
   int64_t kc, nkb;    /* reduction block and block count */
@@ -85,12 +87,15 @@ static inline __mmask16 mask_of(int64_t w) {
 
 /* C tile rows [0, mr), columns under m0 | m1 = alpha * acc + bias when
  * there is a bias (its tile columns), else alpha * acc + beta * C (beta 0
- * overwrites whatever C held, NaN included). */
+ * overwrites whatever C held, NaN included); then max(., 0) when relu,
+ * as em_relu has it: NaN and -0 pass (max_ps returns its second operand
+ * when either is NaN or both are zeros). */
 static inline __attribute__((always_inline)) void tile_store(__m512 *c0, __m512 *c1, float *c,
                                                              int64_t ldc, int mr, __mmask16 m0,
                                                              __mmask16 m1, float alpha,
-                                                             float beta, const float *bias) {
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+                                                             float beta, const float *bias,
+                                                             bool relu) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
   __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
   if (bias) {
     b0 = _mm512_maskz_loadu_ps(m0, bias);
@@ -108,6 +113,10 @@ static inline __attribute__((always_inline)) void tile_store(__m512 *c0, __m512 
       v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), v0);
       v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), v1);
     }
+    if (relu) {
+      v0 = _mm512_max_ps(zero, v0);
+      v1 = _mm512_max_ps(zero, v1);
+    }
     _mm512_mask_storeu_ps(cr, m0, v0);
     _mm512_mask_storeu_ps(cr + 16, m1, v1);
   }
@@ -118,11 +127,11 @@ static inline __attribute__((always_inline)) void tile_store(__m512 *c0, __m512 
  * kernel_arow: A plain, row r of the tile is the k floats at a + r * lda.
  * kernel_apack: A packed, step kk of the tile is the MR floats at
  * a + kk * MR. B row kk is the NR floats at b + kk * b_ks (loaded under
- * m0, m1); C columns under s0, s1 are stored. */
+ * m0, m1); C columns under s0, s1 are stored (tile_store). */
 static inline __attribute__((always_inline)) void kernel_body(
     int64_t k, const float *a, int64_t lda, bool packed, const float *b, int64_t b_ks,
     __mmask16 m0, __mmask16 m1, float *c /* (mr, NR, ldc) */, int64_t ldc, __mmask16 s0,
-    __mmask16 s1, float alpha, float beta, const float *bias, const int mr) {
+    __mmask16 s1, float alpha, float beta, const float *bias, bool relu, const int mr) {
   __m512 c0[MR], c1[MR];
   const float *ap[MR];
 #pragma GCC unroll 8
@@ -142,7 +151,7 @@ static inline __attribute__((always_inline)) void kernel_body(
       c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
     }
   }
-  tile_store(c0, c1, c, ldc, mr, s0, s1, alpha, beta, bias);
+  tile_store(c0, c1, c, ldc, mr, s0, s1, alpha, beta, bias, relu);
 }
 
 #define KERNEL_INSTANCES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
@@ -150,20 +159,20 @@ static inline __attribute__((always_inline)) void kernel_body(
   static void kernel_arow_##R(int64_t k, const float *a, int64_t lda, const float *b,            \
                               int64_t b_ks, __mmask16 m0, __mmask16 m1, float *c, int64_t ldc,   \
                               __mmask16 s0, __mmask16 s1, float alpha, float beta,               \
-                              const float *bias) {                                               \
-    kernel_body(k, a, lda, false, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, bias, R);       \
+                              const float *bias, bool relu) {                                    \
+    kernel_body(k, a, lda, false, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, bias, relu, R); \
   }                                                                                              \
   static void kernel_apack_##R(int64_t k, const float *a, int64_t lda, const float *b,           \
                                int64_t b_ks, __mmask16 m0, __mmask16 m1, float *c, int64_t ldc,  \
                                __mmask16 s0, __mmask16 s1, float alpha, float beta,              \
-                               const float *bias) {                                              \
-    kernel_body(k, a, lda, true, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, bias, R);        \
+                               const float *bias, bool relu) {                                   \
+    kernel_body(k, a, lda, true, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, bias, relu, R);  \
   }
 KERNEL_INSTANCES(KERNEL_DEF)
 
 typedef void (*kernel_fn)(int64_t k, const float *a, int64_t lda, const float *b, int64_t b_ks,
                           __mmask16 m0, __mmask16 m1, float *c, int64_t ldc, __mmask16 s0,
-                          __mmask16 s1, float alpha, float beta, const float *bias);
+                          __mmask16 s1, float alpha, float beta, const float *bias, bool relu);
 #define KERNEL_AROW(R) kernel_arow_##R,
 #define KERNEL_APACK(R) kernel_apack_##R,
 static const kernel_fn kernels[2][MR] = {{KERNEL_INSTANCES(KERNEL_AROW)},
@@ -273,13 +282,14 @@ static void run_item(const gemm_job *g, int64_t t0, int64_t t1, int64_t p, float
     }
     float beta = kb == 0 ? g->beta : 1.f;
     const float *bias = kb == 0 && g->bias ? g->bias + j0 : NULL;
+    bool relu = g->relu && kb == g->nkb - 1;
     for (int64_t t = t0; t < t1; t++) {
       int64_t i0 = t * MR;
       int mr = g->m - i0 < MR ? (int)(g->m - i0) : MR;
       float *ct = g->c + i0 * g->ldc + j0;
       const float *at = g->ta ? apan + (t - t0) * g->k * MR + k0 * MR : g->a + i0 * g->lda + k0;
       kernels[g->ta][mr - 1](kl, at, g->lda, bp, b_ks, m0, m1, ct, g->ldc, s0, s1, g->alpha,
-                             beta, bias);
+                             beta, bias, relu);
     }
   }
 }
@@ -314,12 +324,13 @@ static void run_slots(void *ctx, int64_t t, int64_t end) {
 
 bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      const float *bias, float *c, int64_t ldc) {
+                      const float *bias, bool relu, float *c, int64_t ldc) {
   if (m < 1 || n < 1 || k < 1 || (double)m * (double)n * (double)k > MAX_MACS ||
       !em_scope_current())
     return false;
   gemm_job g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
-                .alpha = alpha, .beta = beta, .bias = bias, .a = a, .b = b, .c = c};
+                .alpha = alpha, .beta = beta, .bias = bias, .relu = relu, .a = a, .b = b,
+                .c = c};
   g.nkb = (k + KC - 1) / KC;
   g.kc = (k + g.nkb - 1) / g.nkb;
   g.n_mt = (m + MR - 1) / MR;
@@ -352,9 +363,9 @@ bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
 
 bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      const float *bias, float *c, int64_t ldc) {
+                      const float *bias, bool relu, float *c, int64_t ldc) {
   (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b;
-  (void)ldb, (void)beta, (void)bias, (void)c, (void)ldc;
+  (void)ldb, (void)beta, (void)bias, (void)relu, (void)c, (void)ldc;
   return false;
 }
 

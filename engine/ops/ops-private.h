@@ -2,6 +2,7 @@
 #pragma once
 
 #include "em-ops.h"
+#include "em-amp.h"
 #include "em-profile.h"
 #include "../device/dev-ops.h" /* the hand-offs to the device layer */
 
@@ -30,10 +31,20 @@ void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, dou
              const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
              int64_t ldc);
 /* C (m, n, ldc) = op(A) (m, k) @ op(B) (k, n) + bias (n values, contiguous,
- * added to every row), in dt: a Linear layer's forward. */
+ * added to every row; or NULL), then max(C, 0) when relu (NaN and -0 kept,
+ * as em_relu), in dt: a Linear layer's forward, or a Linear and ReLU's. */
 void em_gemm_bias(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
-                  int64_t lda, const void *b, int64_t ldb, const void *bias, void *c,
+                  int64_t lda, const void *b, int64_t ldb, const void *bias, bool relu, void *c,
                   int64_t ldc);
+/* em_gemm (alpha 1), or the bf16 GEMM (f32) when kern is not NONE. */
+void em_gemm_amp(em_bf16_kernel kern, em_dtype dt, bool ta, bool tb, int64_t m, int64_t n,
+                 int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
+                 void *c, int64_t ldc);
+/* Every row of C (m, n, ldc) = bias (n values of es bytes). */
+void em_fill_rows(void *c, int64_t m, int64_t n, int64_t ldc, const void *bias, size_t es);
+/* t itself when BLAS can take its dims (d0, d1) as they are (or, not 2-D,
+ * when it is contiguous), else a contiguous copy (outside autograd). */
+em_tensor *em_blas_ready(em_tensor *t, int d0, int d1);
 /* em_gemm without its profiler span (for a caller that records the op
  * and its FLOPs itself: the reference device's GEMM). */
 void em_gemm_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
@@ -201,14 +212,15 @@ static inline float em_logf(float x) {
 
 /* ---- gemm-fast.c: the f32 GEMM behind em_gemm on AVX-512 builds ---- */
 /* C (m, n, ldc) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, row-major,
- * or + bias (n values added to every row; beta is then ignored), split
+ * or + bias (n values added to every row; beta is then ignored), then
+ * max(C, 0) when relu (as em_gemm_bias), split
  * over the pool in a fixed way (same numbers for any thread count).
  * Needs an open scope (packing scratch). Returns false, touching nothing,
  * when it does not handle the call (no AVX-512, no scope, a size < 1, or
  * a product of over 2^26 multiply-adds); em_gemm then uses OpenBLAS. */
 bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      const float *bias, float *c, int64_t ldc);
+                      const float *bias, bool relu, float *c, int64_t ldc);
 
 /* Max and sum of x[0, n) (n >= 1) in float, with 16 lanes so that they
  * vectorise once n >= 64 (the row kernels of softmax and cross-entropy). */

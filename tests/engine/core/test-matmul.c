@@ -1,10 +1,21 @@
-/* test-matmul.c: em_linear and em_matmul against a loop reference and
- * finite differences. */
+/* test-matmul.c: em_linear, em_linear_relu and em_matmul against a loop
+ * reference, each other and finite differences. */
 #include <glib.h>
+#include <math.h>
+#include <string.h>
 
+#include "em-pool.h"
 #include "gradcheck.h"
 
 static em_tensor *f_linear(em_tensor **in, void *ctx) { return em_linear(in[0], in[1], in[2]); }
+static em_tensor *f_linear_relu(em_tensor **in, void *ctx) {
+  return em_linear_relu(in[0], in[1], in[2]);
+}
+/* x (1, D) broadcast to (4, D): a view BLAS cannot take as it is */
+static em_tensor *f_linear_expanded(em_tensor **in, void *ctx) {
+  int64_t shape[2] = {4, in[0]->shape[1]};
+  return em_linear(em_expand(in[0], 2, shape), in[1], in[2]);
+}
 static em_tensor *f_matmul(em_tensor **in, void *ctx) { return em_matmul(in[0], in[1]); }
 
 static void test_linear_forward(void) {
@@ -34,6 +45,75 @@ static void test_linear_backward(void) {
   g_assert_true(gradcheck("linear", f_linear, 3, in, NULL, NULL));
   /* a second backward without zero_grad accumulates */
   for (int i = 0; i < 3; i++) em_tensor_free(in[i]);
+}
+
+static void test_linear_relu_backward(void) {
+  int64_t xs[2] = {4, 6}, ws[2] = {5, 6}, bs[1] = {5};
+  em_tensor *in[3] = {gc_rand(EM_DTYPE_F64, 2, xs, -1, 1, 1, true),
+                      gc_rand(EM_DTYPE_F64, 2, ws, -1, 1, 2, true),
+                      gc_rand(EM_DTYPE_F64, 1, bs, -1, 1, 3, true)};
+  g_assert_true(gradcheck("linear_relu", f_linear_relu, 3, in, NULL, NULL));
+  for (int i = 0; i < 3; i++) em_tensor_free(in[i]);
+}
+
+/* The gradient reaches an input that went to BLAS as a copy (it went to
+ * the copy, and stopped there, before). */
+static void test_linear_copied_input(void) {
+  int64_t xs[2] = {1, 6}, ws[2] = {5, 6}, bs[1] = {5};
+  em_tensor *in[3] = {gc_rand(EM_DTYPE_F64, 2, xs, -1, 1, 4, true),
+                      gc_rand(EM_DTYPE_F64, 2, ws, -1, 1, 5, true),
+                      gc_rand(EM_DTYPE_F64, 1, bs, -1, 1, 6, true)};
+  g_assert_true(gradcheck("linear-expanded-input", f_linear_expanded, 3, in, NULL, NULL));
+  for (int i = 0; i < 3; i++) em_tensor_free(in[i]);
+}
+
+static void assert_same_bits(const em_tensor *a, const em_tensor *b) {
+  g_assert_nonnull(a);
+  g_assert_nonnull(b);
+  g_assert_cmpint(em_tensor_numel(a), ==, em_tensor_numel(b));
+  g_assert_true(memcmp(em_tensor_ptr((em_tensor *)a), em_tensor_ptr((em_tensor *)b),
+                       em_dtype_size(a->dtype) * (size_t)em_tensor_numel(a)) == 0);
+}
+
+/* em_linear_relu gives em_relu(em_linear(.)) bit for bit: the output and
+ * each input's gradient, fresh and then accumulated by a second backward;
+ * a NaN in x passes both alike. */
+static void check_fused_same(em_dtype dt, int64_t N, int64_t D, int64_t K, int threads) {
+  em_set_num_threads(threads);
+  int64_t xs[2] = {N, D}, ws[2] = {K, D}, bs[1] = {K}, ys[2] = {N, K};
+  em_tensor *in[2][3];
+  for (int v = 0; v < 2; v++) {
+    in[v][0] = gc_rand(dt, 2, xs, -1, 1, 11, true);
+    in[v][1] = gc_rand(dt, 2, ws, -0.2, 0.2, 12, true);
+    in[v][2] = gc_rand(dt, 1, bs, -0.2, 0.2, 13, true);
+    if (dt == EM_DTYPE_F32) em_f32(in[v][0])[D + 2] = NAN;
+    else em_f64(in[v][0])[D + 2] = NAN;
+  }
+  em_tensor *r = gc_rand(dt, 2, ys, -1, 1, 14, false);
+  for (int rep = 0; rep < 2; rep++) {
+    em_scope *s = em_scope_begin();
+    em_tensor *y0 = em_relu(em_linear(in[0][0], in[0][1], in[0][2]));
+    em_scope *s1 = em_scope_begin(); /* a tape of its own */
+    em_tensor *y1 = em_linear_relu(in[1][0], in[1][1], in[1][2]);
+    assert_same_bits(y0, y1);
+    em_backward_grad(y1, r);
+    em_scope_end(s1);
+    em_backward_grad(y0, r);
+    em_scope_end(s);
+    for (int i = 0; i < 3; i++) assert_same_bits(in[0][i]->grad, in[1][i]->grad);
+  }
+  em_tensor_free(r);
+  for (int v = 0; v < 2; v++)
+    for (int i = 0; i < 3; i++) em_tensor_free(in[v][i]);
+  em_set_num_threads(1);
+}
+
+static void test_linear_relu_same(void) {
+  /* fast kernels, 4 reduction blocks; the mask split over 2 threads */
+  check_fused_same(EM_DTYPE_F32, 64, 784, 200, 2);
+  check_fused_same(EM_DTYPE_F32, 64, 784, 200, 1);
+  check_fused_same(EM_DTYPE_F32, 5, 7, 3, 1);
+  check_fused_same(EM_DTYPE_F64, 9, 20, 6, 2); /* OpenBLAS, then the ReLU pass */
 }
 
 static void test_matmul_2d_transposed(void) {
@@ -77,6 +157,9 @@ int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/linear/forward", test_linear_forward);
   g_test_add_func("/engine/linear/backward", test_linear_backward);
+  g_test_add_func("/engine/linear/copied-input", test_linear_copied_input);
+  g_test_add_func("/engine/linear-relu/backward", test_linear_relu_backward);
+  g_test_add_func("/engine/linear-relu/same-as-two-ops", test_linear_relu_same);
   g_test_add_func("/engine/matmul/transposed-views", test_matmul_2d_transposed);
   g_test_add_func("/engine/matmul/backward", test_matmul_batched_backward);
   return g_test_run();

@@ -145,11 +145,14 @@ static void test_aligned_ld(void) {
 
 /* The fast path is taken on AVX-512 builds, and declines without a scope
  * and for big products (left to OpenBLAS). */
-/* em_gemm_bias (the bias added where the first reduction block is stored)
- * gives what filling C with the bias and em_gemm with beta 1 give, bit for
- * bit, on 1 and 2 threads, with padded rows left alone. */
-static void test_bias(void) {
-  static const dims shapes[] = {{128, 256, 784}, {128, 10, 128}, {7, 33, 300}, {1, 1, 1}};
+/* em_gemm_bias (the bias added where the first reduction block is stored,
+ * the ReLU where the last is) gives what filling C with the bias, em_gemm
+ * with beta 1, then em_relu's rule give, bit for bit, on 1 and 2 threads,
+ * with padded rows left alone; NaN passes the ReLU, as em_relu's. The last
+ * shape is too big for the fast kernels (OpenBLAS, then a pass). */
+static void check_bias(bool relu) {
+  static const dims shapes[] = {{128, 256, 784}, {128, 10, 128}, {7, 33, 300}, {1, 1, 1},
+                                {600, 600, 200}};
   for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
     int64_t m = shapes[si].m, n = shapes[si].n, k = shapes[si].k, ldc = n + 3;
     float *a = g_new(float, (size_t)(m * k)), *w = g_new(float, (size_t)(n * k));
@@ -158,14 +161,18 @@ static void test_bias(void) {
     for (int64_t i = 0; i < m * k; i++) a[i] = next_f();
     for (int64_t i = 0; i < n * k; i++) w[i] = next_f();
     for (int64_t i = 0; i < n; i++) bias[i] = next_f();
+    if (relu && n > 3) bias[3] = NAN;
     for (int t = 1; t <= 2; t++) {
       em_set_num_threads(t);
       for (int64_t i = 0; i < m * ldc; i++) want[i] = got[i] = (float)i;
       for (int64_t i = 0; i < m; i++) memcpy(want + i * ldc, bias, sizeof(float) * (size_t)n);
       em_scope *s = em_scope_begin();
       em_gemm(EM_DTYPE_F32, false, true, m, n, k, 1.0, a, k, w, k, 1.0, want, ldc);
-      em_gemm_bias(EM_DTYPE_F32, false, true, m, n, k, a, k, w, k, bias, got, ldc);
+      for (int64_t i = 0; relu && i < m; i++)
+        for (int64_t j = 0; j < n; j++) want[i * ldc + j] = want[i * ldc + j] < 0.f ? 0.f : want[i * ldc + j];
+      em_gemm_bias(EM_DTYPE_F32, false, true, m, n, k, a, k, w, k, bias, relu, got, ldc);
       em_scope_end(s);
+      if (relu && n > 3) g_assert_true(isnan(got[3]));
       g_assert_true(memcmp(want, got, sizeof(float) * (size_t)(m * ldc)) == 0);
     }
     g_free(a);
@@ -177,16 +184,19 @@ static void test_bias(void) {
   em_set_num_threads(1);
 }
 
+static void test_bias(void) { check_bias(false); }
+static void test_bias_relu(void) { check_bias(true); }
+
 static void test_dispatch(void) {
   float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4];
-  g_assert_false(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, c, 2));
+  g_assert_false(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
   em_scope *s = em_scope_begin();
 #if defined(__AVX512F__) && !defined(EM_GEMM_FAST_OFF)
-  g_assert_true(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, c, 2));
+  g_assert_true(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
   for (int i = 0; i < 4; i++) g_assert_cmpfloat(c[i], ==, a[i]);
-  g_assert_false(em_gemm_f32_fast(false, false, 1024, 1024, 1024, 1.f, a, 2, b, 2, 0.f, NULL, c, 2));
+  g_assert_false(em_gemm_f32_fast(false, false, 1024, 1024, 1024, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
 #else
-  g_assert_false(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, c, 2));
+  g_assert_false(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
 #endif
   em_scope_end(s);
 }
@@ -195,6 +205,7 @@ int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/gemm-fast/dispatch", test_dispatch);
   g_test_add_func("/engine/gemm-fast/bias", test_bias);
+  g_test_add_func("/engine/gemm-fast/bias-relu", test_bias_relu);
   g_test_add_func("/engine/gemm-fast/linear-shapes", test_linear_shapes);
   g_test_add_func("/engine/gemm-fast/transposes", test_all_transposes);
   g_test_add_func("/engine/gemm-fast/random", test_random_shapes);

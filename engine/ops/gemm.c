@@ -1,0 +1,169 @@
+/* gemm.c: the matrix product under every op that multiplies matrices
+ * (em_matmul, em_linear, em_linear_relu, the convolutions' GEMMs):
+ * gemm-fast.c's AVX-512 kernels where they take the call, OpenBLAS
+ * otherwise (f64, no AVX-512, big squares), the bf16 GEMM under autocast
+ * (em_gemm_amp), and the strides BLAS can take as they are
+ * (em_blas_operand_of, em_blas_ready). Each product is one profiler span
+ * ("gemm") carrying its FLOPs. */
+#include "ops-private.h"
+
+#include "em-amp.h"
+#include "em-pool.h"
+
+#include <cblas.h>
+#include <string.h>
+
+static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                     double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     double beta, const void *bias, bool relu, void *c, int64_t ldc);
+
+void em_fill_rows(void *c, int64_t m, int64_t n, int64_t ldc, const void *bias, size_t es) {
+  for (int64_t i = 0; i < m; i++) memcpy((char *)c + (size_t)(i * ldc) * es, bias, (size_t)n * es);
+}
+
+/* The profiler's span of a product: linear's and matmul's self time
+ * exclude it, and its FLOPs are counted where they are done. */
+static int gemm_span_begin(const char *name, int64_t m, int64_t n, int64_t k) {
+  const int tok = em_profile_hooks_on() ? em_op_begin_(name, 0, NULL) : -1;
+  if (tok >= 0) {
+    em_op_note_shape_(tok, 2, (int64_t[]){m, k});
+    em_op_note_shape_(tok, 2, (int64_t[]){k, n});
+    em_op_add_flops_(2.0 * (double)m * (double)n * (double)k);
+  }
+  return tok;
+}
+
+void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+             const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+             int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const int tok = gemm_span_begin("gemm", m, n, k);
+  gemm_run(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, NULL, false, c, ldc);
+  if (tok >= 0) em_op_end_(tok, NULL);
+}
+
+void em_gemm_bias(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                  int64_t lda, const void *b, int64_t ldb, const void *bias, bool relu, void *c,
+                  int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const int tok = gemm_span_begin("gemm", m, n, k);
+  gemm_run(dt, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, bias, relu, c, ldc);
+  if (tok >= 0) em_op_end_(tok, NULL);
+}
+
+void em_gemm_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                        double beta, void *c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  gemm_run(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, NULL, false, c, ldc);
+}
+
+void em_gemm_amp(em_bf16_kernel kern, em_dtype dt, bool ta, bool tb, int64_t m, int64_t n,
+                 int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
+                 void *c, int64_t ldc) {
+  if (kern == EM_BF16_KERNEL_NONE || dt != EM_DTYPE_F32) {
+    em_gemm(dt, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  if (m == 0 || n == 0) return;
+  const int tok = gemm_span_begin("gemm_bf16", m, n, k);
+  em_gemm_bf16(kern, ta, tb, m, n, k, a, lda, b, ldb, (float)beta, c, ldc);
+  if (tok >= 0) em_op_end_(tok, NULL);
+}
+
+/* C (m, n, ldc) = max(C, 0), NaN and -0 kept (as em_relu). */
+static void relu_rows(em_dtype dt, void *c, int64_t m, int64_t n, int64_t ldc) {
+  for (int64_t i = 0; i < m; i++) {
+    if (dt == EM_DTYPE_F32) {
+      float *r = (float *)c + i * ldc;
+      for (int64_t j = 0; j < n; j++) r[j] = r[j] < 0.f ? 0.f : r[j];
+    } else {
+      double *r = (double *)c + i * ldc;
+      for (int64_t j = 0; j < n; j++) r[j] = r[j] < 0. ? 0. : r[j];
+    }
+  }
+}
+
+static void gemm_blas(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                      double beta, const void *bias, void *c, int64_t ldc);
+
+/* C = alpha op(A) op(B) + (bias ? bias in every row : beta C), then
+ * max(C, 0) when relu. */
+static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                     double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     double beta, const void *bias, bool relu, void *c, int64_t ldc) {
+  if (dt == EM_DTYPE_F32 && k > 0 &&
+      em_gemm_f32_fast(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, bias, relu,
+                       c, ldc))
+    return;
+  gemm_blas(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, bias, c, ldc);
+  if (relu) relu_rows(dt, c, m, n, ldc);
+}
+
+/* gemm_run without the fast kernels or the ReLU. */
+static void gemm_blas(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                      double beta, const void *bias, void *c, int64_t ldc) {
+  if (bias) { /* the bias in every row of C, then C += the product */
+    em_fill_rows(c, m, n, ldc, bias, em_dtype_size(dt));
+    beta = 1.0;
+  }
+  if (k == 0) { /* BLAS may not scale C for k = 0 */
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        if (dt == EM_DTYPE_F32) {
+          float *p = (float *)c + i * ldc + j;
+          *p = beta == 0 ? 0.f : (float)(beta * *p);
+        } else {
+          double *p = (double *)c + i * ldc + j;
+          *p = beta == 0 ? 0.0 : beta * *p;
+        }
+      }
+    return;
+  }
+  /* f32 products gemm-fast.c did not take (no AVX-512, too big) and f64: OpenBLAS */
+  enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  em_pool_park(); /* the pool's workers leave the cores to OpenBLAS's threads */
+  if (dt == EM_DTYPE_F32)
+    cblas_sgemm(CblasRowMajor, TA, TB, (blasint)m, (blasint)n, (blasint)k, (float)alpha, a,
+                (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)ldc);
+  else if (dt == EM_DTYPE_F64)
+    cblas_dgemm(CblasRowMajor, TA, TB, (blasint)m, (blasint)n, (blasint)k, alpha, a,
+                (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
+  else
+    EM_ASSERT(!"gemm needs f32 or f64");
+}
+
+bool em_blas_operand_of(const em_tensor *t, int d0, int d1, int64_t offset_elems,
+                        em_blas_operand *out) {
+  int64_t rows = t->shape[d0], cols = t->shape[d1];
+  int64_t s0 = t->stride[d0], s1 = t->stride[d1];
+  const char *base = (const char *)t->data + (t->offset + offset_elems) * (int64_t)em_dtype_size(t->dtype);
+  out->ptr = base;
+  if ((s1 == 1 || cols == 1) && s0 >= (cols > 1 ? cols : 1)) {
+    out->trans = false;
+    out->ld = s0 > 0 ? s0 : 1;
+    if (rows == 1) out->ld = cols > 1 ? cols : 1;
+    return true;
+  }
+  if ((s0 == 1 || rows == 1) && s1 >= (rows > 1 ? rows : 1)) {
+    out->trans = true;
+    out->ld = s1 > 0 ? s1 : 1;
+    if (cols == 1) out->ld = rows > 1 ? rows : 1;
+    return true;
+  }
+  return false;
+}
+
+/* A 2-D-viewable operand: contiguous copy when BLAS cannot take the
+ * strides as they are. */
+em_tensor *em_blas_ready(em_tensor *t, int d0, int d1) {
+  em_blas_operand op;
+  if (t->ndim == 2 && em_blas_operand_of(t, d0, d1, 0, &op)) return t;
+  if (t->ndim != 2 && em_tensor_is_contiguous(t)) return t;
+  bool prev = em_no_grad_begin();
+  em_tensor *c = em_contiguous(t);
+  em_grad_mode_restore(prev);
+  return c;
+}
