@@ -932,9 +932,11 @@ int cli_cmd_train(int argc, char **argv) {
   if (j.cfg.amp == EM_AMP_BF16 && !o.quiet && em_device_is_cpu(j.cfg.device)) {
     /* which GEMM autocast runs on */
     em_bf16_kernel k = em_bf16_kernel_best();
-    fprintf(stderr, "amp bf16: %s\n", k == EM_BF16_KERNEL_NONE
-                                           ? "this CPU has no AVX512-BF16 or AMX: running f32"
-                                           : em_bf16_kernel_name(k));
+    const char *cap = getenv("EMBER_BF16_KERNEL");
+    fprintf(stderr, "amp bf16: %s\n",
+            k != EM_BF16_KERNEL_NONE    ? em_bf16_kernel_name(k)
+            : cap && !strcmp(cap, "none") ? "EMBER_BF16_KERNEL=none: running f32"
+                                          : "this CPU has no AVX512-BF16 or AMX: running f32");
   }
 
   em_train_diagnostics diag;
