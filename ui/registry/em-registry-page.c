@@ -338,9 +338,20 @@ static void action_promote(GtkWidget *w, const char *name, GVariant *p) {
   if (!s) return;
   em_error err = {0};
   char *alias = g_strdup(alias_text(self));
-  char *m = em_store_model_promote(s, self->model, v, alias, &err) == EM_OK
-                ? g_strdup_printf("%s: %s now points at v%d.", self->model, alias, v)
-                : NULL;
+  /* the version the alias already points at: say nothing changed (the
+   * store records nothing then), as `ember model promote` does */
+  char *ref_text = g_strdup_printf("%s@%s", self->model, alias);
+  em_version_ref ref;
+  bool same = false;
+  if (em_store_resolve_version(s, ref_text, &ref, NULL) == EM_OK) {
+    same = ref.version == v;
+    em_version_ref_clear(&ref);
+  }
+  g_free(ref_text);
+  char *m = em_store_model_promote(s, self->model, v, alias, &err) != EM_OK ? NULL
+            : same ? g_strdup_printf("%s: %s already points at v%d: nothing changed.",
+                                     self->model, alias, v)
+                   : g_strdup_printf("%s: %s now points at v%d.", self->model, alias, v);
   g_free(alias);
   change_done(self, s, m, &err);
 }
