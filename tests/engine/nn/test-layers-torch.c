@@ -116,6 +116,18 @@ static const torch_case cases[] = {
             " {'name': 'relu3', 'type': 'ReLU'},"
             " {'name': 'fc2', 'type': 'Linear', 'out_features': 10}]}",
      2, true},
+    /* Linear + ReLU pairs the model runs as one op (fc1 on [N, L, D], fc3
+     * at the output) and one it must not (fc2's output is read by 'sum') */
+    {"linear-relu-pairs", "{'name': 'lrp', 'input': {'shape': [3, 4]}, 'nodes': ["
+                          " {'name': 'fc1', 'type': 'Linear', 'out_features': 5},"
+                          " {'name': 'r1', 'type': 'ReLU'},"
+                          " {'name': 'fc2', 'type': 'Linear', 'out_features': 5},"
+                          " {'name': 'r2', 'type': 'ReLU'},"
+                          " {'name': 'sum', 'type': 'Add', 'inputs': ['r2', 'fc2']},"
+                          " {'name': 'flat', 'type': 'Flatten'},"
+                          " {'name': 'fc3', 'type': 'Linear', 'out_features': 6},"
+                          " {'name': 'r3', 'type': 'ReLU'}]}",
+     3, true},
     {"conv-bn-pool", "{'name': 'cbp', 'input': {'shape': [2, 8, 8]}, 'nodes': ["
                      " {'name': 'conv', 'type': 'Conv2d', 'out_channels': 4, 'kernel_size': 3},"
                      " {'name': 'bn', 'type': 'BatchNorm2d'},"
