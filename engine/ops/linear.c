@@ -11,7 +11,51 @@
 #include "em-amp.h"
 #include "em-pool.h"
 
-#include <string.h>
+/* Column sums of gy (N, K) into db, b's gradient (overwritten when fresh,
+ * else added to), in row order; with y, gy is first masked where the
+ * ReLU's output y is not above 0 (em_relu's backward: NaN outputs pass
+ * the gradient) into g, and the sums are of g. The pool splits the columns
+ * in blocks of 16, so the numbers do not depend on the thread count. */
+typedef struct {
+  em_dtype dt;
+  int64_t N, K;
+  const void *gy, *y; /* y: the ReLU's output, or NULL (no mask) */
+  void *g, *db;       /* g: the masked gy (with y); db: or NULL */
+  bool fresh;
+} cols_job;
+
+#define COLS(T)                                                                        \
+  do {                                                                                 \
+    const T *gy = j->gy, *y = j->y;                                                    \
+    T *g = j->g, *db = j->db;                                                          \
+    for (int64_t i = 0; i < j->N; i++) {                                               \
+      const T *r = gy + i * j->K;                                                      \
+      if (y) {                                                                         \
+        const T *yr = y + i * j->K;                                                    \
+        T *o = g + i * j->K;                                                           \
+        for (int64_t k = j0; k < j1; k++) o[k] = yr[k] <= (T)0 ? (T)0 : r[k];          \
+        r = o;                                                                         \
+      }                                                                                \
+      if (!db) continue;                                                               \
+      if (i == 0 && j->fresh)                                                          \
+        for (int64_t k = j0; k < j1; k++) db[k] = r[k];                                \
+      else                                                                             \
+        for (int64_t k = j0; k < j1; k++) db[k] += r[k];                               \
+    }                                                                                  \
+  } while (0)
+
+/* Blocks [b0, b1) of 16 columns. */
+static void cols_blocks(void *ctx, int64_t b0, int64_t b1) {
+  const cols_job *j = ctx;
+  int64_t j0 = 16 * b0, j1 = 16 * b1 < j->K ? 16 * b1 : j->K;
+  if (j->dt == EM_DTYPE_F32) COLS(float);
+  else COLS(double);
+}
+
+static void run_cols(cols_job *j) {
+  int64_t blocks = (j->K + 15) / 16; /* at least 4 a thread, and 8192 values in all */
+  em_parallel_for(blocks, j->N * j->K >= 8192 ? 4 : blocks, cols_blocks, j);
+}
 
 /* The gradients of y = x w^T + b given gy = dL/dy (N, K), contiguous, in
  * n's dtype: into x's and w's gradient buffers by two GEMMs; b's column
@@ -35,21 +79,8 @@ static void linear_grads(em_node *n, em_bf16_kernel kern, const void *gy, bool g
   }
   em_tensor *gb = b && !gb_done ? em_grad_acquire(b, &fresh) : NULL;
   if (gb) { /* db (K) = column sums of gy */
-    if (dt == EM_DTYPE_F32) {
-      float *d = em_f32(gb);
-      const float *g = gy;
-      if (fresh) memcpy(d, g, sizeof(float) * (size_t)K);
-      else for (int64_t k = 0; k < K; k++) d[k] += g[k];
-      for (int64_t i = 1; i < N; i++)
-        for (int64_t k = 0; k < K; k++) d[k] += g[i * K + k];
-    } else {
-      double *d = em_f64(gb);
-      const double *g = gy;
-      if (fresh) memcpy(d, g, sizeof(double) * (size_t)K);
-      else for (int64_t k = 0; k < K; k++) d[k] += g[k];
-      for (int64_t i = 1; i < N; i++)
-        for (int64_t k = 0; k < K; k++) d[k] += g[i * K + k];
-    }
+    cols_job j = {.dt = dt, .N = N, .K = K, .gy = gy, .db = em_tensor_ptr(gb), .fresh = fresh};
+    run_cols(&j);
   }
 }
 
@@ -60,55 +91,16 @@ static void linear_backward_bf16(em_node *n) {
   linear_grads(n, em_bf16_kernel_best(), em_tensor_ptr(n->out->grad), false);
 }
 
-/* gy masked where the ReLU's output y is not above 0 (em_relu's backward:
- * NaN outputs pass the gradient), and b's column sums of it in the same
- * pass, each column summed over the rows in order as linear_grads sums
- * them. Columns [j0, j1) of the (N, K) rows: the pool splits by columns,
- * so the numbers do not depend on the thread count. */
-typedef struct {
-  em_dtype dt;
-  int64_t N, K;
-  const void *gy, *y;
-  void *g, *db; /* db: b's gradient, or NULL */
-  bool fresh;   /* db is overwritten, not added to */
-} mask_job;
-
-#define MASK_COLS(T)                                                                   \
-  do {                                                                                 \
-    const T *gy = j->gy, *y = j->y;                                                    \
-    T *g = j->g, *db = j->db;                                                          \
-    for (int64_t i = 0; i < j->N; i++) {                                               \
-      const T *gr = gy + i * j->K, *yr = y + i * j->K;                                 \
-      T *o = g + i * j->K;                                                             \
-      for (int64_t k = j0; k < j1; k++) o[k] = yr[k] <= (T)0 ? (T)0 : gr[k];           \
-      if (!db) continue;                                                               \
-      if (i == 0 && j->fresh)                                                          \
-        for (int64_t k = j0; k < j1; k++) db[k] = o[k];                                \
-      else                                                                             \
-        for (int64_t k = j0; k < j1; k++) db[k] += o[k];                               \
-    }                                                                                  \
-  } while (0)
-
-static void mask_cols(const mask_job *j, int64_t j0, int64_t j1) {
-  if (j->dt == EM_DTYPE_F32) MASK_COLS(float);
-  else MASK_COLS(double);
-}
-
-/* Blocks [b0, b1) of 16 columns. */
-static void mask_blocks(void *ctx, int64_t b0, int64_t b1) {
-  const mask_job *j = ctx;
-  mask_cols(j, 16 * b0, 16 * b1 < j->K ? 16 * b1 : j->K);
-}
-
+/* The ReLU's mask and b's gradient in one pass (run_cols), then x's and
+ * w's gradients from the masked gy. */
 static void linear_relu_backward(em_node *n) {
   em_tensor *y = n->out, *b = n->in[2];
-  mask_job j = {.dt = y->dtype, .N = y->shape[0], .K = y->shape[1],
+  cols_job j = {.dt = y->dtype, .N = y->shape[0], .K = y->shape[1],
                 .gy = em_tensor_ptr(n->out->grad), .y = em_tensor_ptr(y)};
   j.g = em_scratch(em_dtype_size(j.dt) * (size_t)(j.N * j.K));
   em_tensor *gb = b ? em_grad_acquire(b, &j.fresh) : NULL;
   j.db = gb ? em_tensor_ptr(gb) : NULL;
-  /* columns in blocks of 16 (one vector), at least 64 a thread */
-  em_parallel_for((j.K + 15) / 16, j.N * j.K >= 8192 ? 4 : (j.K + 15) / 16, mask_blocks, &j);
+  run_cols(&j);
   linear_grads(n, EM_BF16_KERNEL_NONE, j.g, true);
 }
 

@@ -37,34 +37,24 @@ static void test_linear_forward(void) {
   em_tensor_free(b);
 }
 
-static void test_linear_backward(void) {
-  int64_t xs[2] = {4, 6}, ws[2] = {5, 6}, bs[1] = {5};
-  em_tensor *in[3] = {gc_rand(EM_DTYPE_F64, 2, xs, -1, 1, 1, true),
-                      gc_rand(EM_DTYPE_F64, 2, ws, -1, 1, 2, true),
-                      gc_rand(EM_DTYPE_F64, 1, bs, -1, 1, 3, true)};
-  g_assert_true(gradcheck("linear", f_linear, 3, in, NULL, NULL));
-  /* a second backward without zero_grad accumulates */
+/* gradcheck of f over x (rows, 6), w (5, 6), b (5), all f64 from seed. */
+static void check_linear_grads(const char *what, gc_fn f, int64_t rows, unsigned seed) {
+  int64_t xs[2] = {rows, 6}, ws[2] = {5, 6}, bs[1] = {5};
+  em_tensor *in[3] = {gc_rand(EM_DTYPE_F64, 2, xs, -1, 1, seed, true),
+                      gc_rand(EM_DTYPE_F64, 2, ws, -1, 1, seed + 1, true),
+                      gc_rand(EM_DTYPE_F64, 1, bs, -1, 1, seed + 2, true)};
+  g_assert_true(gradcheck(what, f, 3, in, NULL, NULL));
   for (int i = 0; i < 3; i++) em_tensor_free(in[i]);
 }
 
+static void test_linear_backward(void) { check_linear_grads("linear", f_linear, 4, 1); }
 static void test_linear_relu_backward(void) {
-  int64_t xs[2] = {4, 6}, ws[2] = {5, 6}, bs[1] = {5};
-  em_tensor *in[3] = {gc_rand(EM_DTYPE_F64, 2, xs, -1, 1, 1, true),
-                      gc_rand(EM_DTYPE_F64, 2, ws, -1, 1, 2, true),
-                      gc_rand(EM_DTYPE_F64, 1, bs, -1, 1, 3, true)};
-  g_assert_true(gradcheck("linear_relu", f_linear_relu, 3, in, NULL, NULL));
-  for (int i = 0; i < 3; i++) em_tensor_free(in[i]);
+  check_linear_grads("linear_relu", f_linear_relu, 4, 1);
 }
-
 /* The gradient reaches an input that went to BLAS as a copy (it went to
  * the copy, and stopped there, before). */
 static void test_linear_copied_input(void) {
-  int64_t xs[2] = {1, 6}, ws[2] = {5, 6}, bs[1] = {5};
-  em_tensor *in[3] = {gc_rand(EM_DTYPE_F64, 2, xs, -1, 1, 4, true),
-                      gc_rand(EM_DTYPE_F64, 2, ws, -1, 1, 5, true),
-                      gc_rand(EM_DTYPE_F64, 1, bs, -1, 1, 6, true)};
-  g_assert_true(gradcheck("linear-expanded-input", f_linear_expanded, 3, in, NULL, NULL));
-  for (int i = 0; i < 3; i++) em_tensor_free(in[i]);
+  check_linear_grads("linear-expanded-input", f_linear_expanded, 1, 4);
 }
 
 static void assert_same_bits(const em_tensor *a, const em_tensor *b) {
