@@ -43,23 +43,25 @@ static em_status linear_infer(const em_layer_node *node, int n_in, const em_shap
   return EM_OK;
 }
 
+/* em_linear (or em_linear_relu) over the last dimension of x. */
+static em_tensor *linear_apply(const em_layer_node *node, em_tensor *x, em_tensor **params,
+                               bool relu) {
+  em_tensor *w = params[0], *b = em_attr_bool(node, LIN_BIAS) ? params[1] : NULL;
+  em_tensor *(*op)(em_tensor *, em_tensor *, em_tensor *) = relu ? em_linear_relu : em_linear;
+  if (x->ndim == 2) return op(x, w, b); /* (N, D) */
+  int64_t N = x->shape[0], L = x->shape[1], D = x->shape[2], K = w->shape[0];
+  int64_t flat[2] = {N * L, D}, back[3] = {N, L, K}; /* (N, L, D) */
+  return em_reshape(op(em_reshape(x, 2, flat), w, b), 3, back);
+}
+
 static em_tensor *linear_forward(const em_layer_node *node, int n_in, em_tensor **in,
                                  em_tensor **params, const em_forward_ctx *ctx) {
-  em_tensor *x = in[0]; /* (N, D) or (N, L, D) */
-  em_tensor *w = params[0], *b = em_attr_bool(node, LIN_BIAS) ? params[1] : NULL;
-  if (x->ndim == 2) return em_linear(x, w, b);
-  int64_t N = x->shape[0], L = x->shape[1], D = x->shape[2], K = w->shape[0];
-  int64_t flat[2] = {N * L, D}, back[3] = {N, L, K};
-  return em_reshape(em_linear(em_reshape(x, 2, flat), w, b), 3, back);
+  return linear_apply(node, in[0], params, false);
 }
 
 em_tensor *em_linear_relu_layer_forward(const em_layer_node *node, em_tensor *x,
                                         em_tensor **params) {
-  em_tensor *w = params[0], *b = em_attr_bool(node, LIN_BIAS) ? params[1] : NULL;
-  if (x->ndim == 2) return em_linear_relu(x, w, b);
-  int64_t N = x->shape[0], L = x->shape[1], D = x->shape[2], K = w->shape[0];
-  int64_t flat[2] = {N * L, D}, back[3] = {N, L, K};
-  return em_reshape(em_linear_relu(em_reshape(x, 2, flat), w, b), 3, back);
+  return linear_apply(node, x, params, true);
 }
 
 const em_layer_type em_layer_linear = {
