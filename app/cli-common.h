@@ -37,12 +37,12 @@ void cli_set_rank(int rank, bool hold_errors);
 const char *cli_first_error(void);
 /* Prints the first error if it was held. */
 void cli_print_held(void);
-/* "ember: warning: ..." on stderr. */
 /* Exits with a usage error naming flag when path cannot be written: empty,
  * a folder, or in a folder that is missing or not writable; atomic: as
  * em_atomic_begin will write it (a device, a pipe, a link into a missing
  * folder are refused too). */
 void cli_check_output_path(const char *flag, const char *path, bool atomic);
+/* "ember: warning: ..." on stderr. */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Out of memory in the program itself: says so and exits 1. */
 void *cli_xmalloc(size_t n);

@@ -97,11 +97,7 @@ static void apply_one(int code, const char *arg, em_train_config *cfg) {
     else if (strcmp(arg, "adam") == 0) k = EM_OPTIM_ADAM;
     else if (strcmp(arg, "adamw") == 0) k = EM_OPTIM_ADAMW;
     else cli_die_usage("--optimizer expects sgd, adam or adamw, got '%s'", arg);
-    if (k != cfg->optim.kind) { /* switching kind: that optimiser's defaults, keep lr */
-      double lr = cfg->optim.lr;
-      em_optim_config_defaults(&cfg->optim, k);
-      cfg->optim.lr = lr;
-    }
+    if (k != cfg->optim.kind) em_optim_config_defaults(&cfg->optim, k); /* lr included */
     break;
   }
   case OPT_MOMENTUM: cfg->optim.momentum = cli_parse_num("--momentum", arg, 0, 1); break;
@@ -222,20 +218,36 @@ void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts
   if (optind < argc) cli_die_usage("%s: unexpected argument '%s'", cmd, argv[optind]);
 }
 
-/* --optimizer first, wherever it stands: choosing an optimiser resets
- * its settings to that optimiser's defaults (lr aside), so --momentum or
- * --weight-decay given before it were lost. Then the rest, in order. */
+/* The last --optimizer first, wherever it stands: choosing another
+ * optimiser than the spec's resets every setting to that optimiser's
+ * defaults, lr included (the spec's lr was chosen for its own optimiser:
+ * SGD's 0.1 diverges Adam), so --momentum, --weight-decay or --lr given
+ * before it were lost. Then the rest, in order. */
 void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg) {
-  bool momentum = false, nesterov = false;
+  bool momentum = false, nesterov = false, lr = false, warmup = false;
+  int last = -1;
   for (int i = 0; i < o->n_settings; i++)
-    if (o->settings[i].code == OPT_OPTIMIZER) apply_one(OPT_OPTIMIZER, o->settings[i].arg, cfg);
+    if (o->settings[i].code == OPT_OPTIMIZER) last = i;
+  double spec_lr = cfg->optim.lr;
+  em_optim_kind spec_kind = cfg->optim.kind;
+  if (last >= 0) apply_one(OPT_OPTIMIZER, o->settings[last].arg, cfg);
   for (int i = 0; i < o->n_settings; i++) {
     int c = o->settings[i].code;
     if (c == OPT_OPTIMIZER) continue;
     apply_one(c, o->settings[i].arg, cfg);
     momentum |= c == OPT_MOMENTUM;
     nesterov |= c == OPT_NESTEROV;
+    lr |= c == OPT_LR;
+    warmup |= c == OPT_WARMUP;
   }
+  if (warmup && cfg->schedule.kind != EM_SCHED_WARMUP &&
+      cfg->schedule.kind != EM_SCHED_WARMUP_COSINE)
+    cli_warn("--warmup-steps applies to the warmup and warmup-cosine schedules: %s does not use it",
+             em_schedule_kind_name(cfg->schedule.kind));
+  if (!lr && cfg->optim.kind != spec_kind && cfg->optim.lr != spec_lr)
+    cli_warn("--optimizer %s: lr %g, its default (the spec's %g was for %s; --lr sets another)",
+             em_optim_kind_name(cfg->optim.kind), cfg->optim.lr, spec_lr,
+             em_optim_kind_name(spec_kind));
   if ((momentum || nesterov) && cfg->optim.kind != EM_OPTIM_SGD)
     cli_warn("%s applies to SGD only: %s uses its betas, so it has no effect",
              momentum ? "--momentum" : "--nesterov", em_optim_kind_name(cfg->optim.kind));

@@ -36,7 +36,7 @@ em_status em_store_run_require(em_store *s, int64_t run, em_error *err) {
   if (!st) st = EM_SQL_STEP(s, q, &row, err);
   if (q) sqlite3_reset(q);
   if (!st && !row)
-    st = em_error_set(err, EM_ERR_INVALID, "no run %lld in the registry (ember runs list shows them)",
+    st = em_error_set(err, EM_ERR_INVALID, "no run %lld in the registry (`ember runs` lists them)",
                       (long long)run);
   return st;
 }
@@ -266,7 +266,7 @@ em_status em_store_run_get(em_store *s, int64_t id, em_run *out, em_error *err) 
   }
   sqlite3_reset(q);
   if (!st && !row)
-    st = em_error_set(err, EM_ERR_INVALID, "no run %lld in the registry (ember runs list shows them)",
+    st = em_error_set(err, EM_ERR_INVALID, "no run %lld in the registry (`ember runs` lists them)",
                       (long long)id);
   return st;
 }

@@ -68,7 +68,9 @@ em_status em_schedule_check(const em_schedule *s, em_error *err) {
     break;
   case EM_SCHED_STEP:
     if (s->step_size <= 0)
-      return em_error_set(err, EM_ERR_INVALID, "schedule step: step_size must be > 0, got %lld",
+      return em_error_set(err, EM_ERR_INVALID,
+                          "schedule step: step_size must be > 0, got %lld (set it in the spec: "
+                          "\"schedule\": {\"type\": \"step\", \"step_size\": N, \"gamma\": G})",
                           (long long)s->step_size);
     if (!finite_nonneg(s->gamma))
       return em_error_set(err, EM_ERR_INVALID, "schedule step: gamma must be >= 0, got %g",
@@ -77,7 +79,9 @@ em_status em_schedule_check(const em_schedule *s, em_error *err) {
   case EM_SCHED_WARMUP:
   case EM_SCHED_WARMUP_COSINE:
     if (s->warmup_steps <= 0)
-      return em_error_set(err, EM_ERR_INVALID, "schedule %s: warmup_steps must be > 0, got %lld",
+      return em_error_set(err, EM_ERR_INVALID,
+                          "schedule %s: warmup_steps must be > 0, got %lld (--warmup-steps N, or "
+                          "\"warmup_steps\" in the spec's \"schedule\" object)",
                           what, (long long)s->warmup_steps);
     if (!(s->warmup_start_factor > 0 && s->warmup_start_factor <= 1))
       return em_error_set(err, EM_ERR_INVALID,

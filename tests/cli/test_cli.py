@@ -173,6 +173,39 @@ class FlagOrder(Base):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("--momentum applies to SGD only", p.stderr)
 
+    def train_blob(self, name, *flags):
+        w = os.path.join(self.tmp, name + ".safetensors")
+        p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--dataset", "synthetic",
+                "--limit", "256", "--batch", "32", "--seed", "4", "--threads", "1", "--no-record",
+                "--quiet", "--save", w, *flags)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(w, "rb") as f:
+            return f.read(), p.stderr
+
+    def test_optimizer_takes_its_defaults(self):
+        """Another optimiser than the spec's takes all its defaults, lr included (the
+        spec's SGD lr 0.1 is not Adam's), and says so; the last --optimizer wins."""
+        adam, err = self.train_blob("adam", "--optimizer", "adam")
+        self.assertIn("--optimizer adam: lr 0.001, its default", err)
+        adam_lr, err = self.train_blob("adam-lr", "--lr", "0.001", "--optimizer", "adam")
+        self.assertNotIn("its default", err)
+        self.assertTrue(adam == adam_lr, "--optimizer adam did not take lr 0.001")
+        plain, _ = self.train_blob("plain")
+        last, _ = self.train_blob("last", "--optimizer", "adam", "--optimizer", "sgd")
+        self.assertTrue(plain == last, "an earlier --optimizer still reset the spec's settings")
+
+    def test_schedule_flags_say_where_settings_go(self):
+        """A schedule's parameters come from the spec: the errors say where; --warmup-steps
+        for a schedule without a warm-up is said to do nothing."""
+        spec = spec_path("fmnist-mlp.json")
+        self.fails(["train", spec, "--epochs", "1", "--limit", "64", "--no-record",
+                    "--schedule", "step"], '"schedule": {"type": "step", "step_size": N', code=2)
+        self.fails(["train", spec, "--epochs", "1", "--limit", "64", "--no-record",
+                    "--schedule", "warmup"], "--warmup-steps N", code=2)
+        p = run("train", spec, "--epochs", "0", "--no-record", "--warmup-steps", "5")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("--warmup-steps applies to the warmup and warmup-cosine schedules", p.stderr)
+
 
 class RunEdges(Base):
     ARGS = ["--dataset", "synthetic", "--threads", "1", "--no-record", "--quiet"]
