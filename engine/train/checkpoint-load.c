@@ -396,6 +396,7 @@ static em_status restore(em_trainer *t, const char *path, bool keep_scale, em_er
     t->jumped = true;
     char *abs = realpath(path, NULL);
     snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", abs ? abs : path);
+    t->last_ckpt_step = t->pos.step;
     free(abs);
     free(t->last_ckpt_meta);
     t->last_ckpt_meta = NULL;

@@ -163,6 +163,7 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
     /* Absolute, so that a later chdir does not lose it for rollbacks. */
     char *abs = realpath(path, NULL);
     snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", abs ? abs : path);
+    t->last_ckpt_step = t->pos.step;
     free(abs);
   }
 out:

@@ -85,6 +85,7 @@ struct em_trainer {
   bool jumped;      /* a checkpoint was loaded: the loop restarts at pos */
   bool running;     /* inside em_trainer_run */
   char last_ckpt[4096]; /* the checkpoint last written or loaded; "" none */
+  int64_t last_ckpt_step; /* the step it holds the state after */
   char *last_ckpt_meta; /* the metadata this trainer last wrote there; NULL after a load */
   char ckpt_dir[4096];  /* cfg.checkpoint_dir made absolute at run start */
   char ckpt_path[4096]; /* the file of the CHECKPOINT event being sent */

@@ -80,6 +80,21 @@ em_status em_trainer_diverged(em_trainer *t, em_watch_verdict v, double value, c
              "learning rate (--lr) or clip gradients (--clip-grad-norm)", what);
     return em_error_set(err, EM_ERR_NUMERIC, "%s", msg);
   }
+  if (v != EM_WATCH_NORM_SPIKE && t->last_ckpt_step == t->pos.step) {
+    /* no step since the checkpoint: restoring it gives this step the same
+     * weights and batch, and a step's loss and gradients do not depend on
+     * the learning rate it is about to use, so it would fail again (a
+     * spike is another matter: after a rollback the step is taken, at the
+     * lower rate, while the emptied window cannot judge it) */
+    snprintf(msg, cap, "%s; the last checkpoint holds the state just before this step, so "
+             "rolling back to it would repeat the step exactly (a step's loss and gradients do "
+             "not depend on its learning rate); stopping. Lower the learning rate (--lr) or "
+             "clip gradients (--clip-grad-norm)%s", what,
+             c->checkpoint_every == 1 ? ", or write checkpoints less often than every step so "
+                                        "that a rollback reruns steps at the lower rate"
+                                      : "");
+    return em_error_set(err, EM_ERR_NUMERIC, "%s", msg);
+  }
   if (t->rollbacks >= c->max_rollbacks) {
     snprintf(msg, cap, "%s; stopping after %d rollbacks (lr scale %g). Lower the learning rate "
              "(--lr) or clip gradients (--clip-grad-norm)", what, t->rollbacks, t->lr_scale);
