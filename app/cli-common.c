@@ -6,6 +6,7 @@
 #include "em-io.h"
 
 #include <errno.h>
+#include <float.h>
 #include <libgen.h>
 #include <math.h>
 #include <sched.h>
@@ -134,7 +135,10 @@ double cli_parse_num(const char *flag, const char *s, double lo, double hi) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+  /* a decimal number: strtod also reads hexadecimal ("0x10" is 16), and
+   * reports underflow (1e-320) as a range error though the value is fine */
+  bool hex = strpbrk(s, "xX") != NULL, underflow = errno == ERANGE && fabs(v) <= DBL_MIN;
+  if ((errno && !underflow) || hex || end == s || *end || !isfinite(v) || v < lo || v > hi)
     cli_die_usage("%s expects a number from %g to %g, got '%s'", flag, lo, hi, s);
   return v;
 }

@@ -660,6 +660,7 @@ static void check_usage(const cli_train_opts *o) {
     return;
   }
   if (!o->spec_path) cli_die_usage("train expects a SPEC file (or --resume RUN)");
+  cli_train_opts_warn_unrecorded(o);
   if (!o->no_record && o->checkpoint_dir)
     cli_die_usage("--checkpoint-dir is for --no-record runs: a recorded run keeps its "
                   "checkpoints in the registry (artifacts/runs/<id>/checkpoints)");

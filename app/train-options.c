@@ -142,6 +142,9 @@ static void apply_one(int code, const char *arg, em_train_config *cfg) {
     break;
   case OPT_DIV_SPIKE:
     cfg->divergence_spike_factor = cli_parse_num("--divergence-spike-factor", arg, 0, 1e12);
+    if (cfg->divergence_spike_factor > 0 && cfg->divergence_spike_factor <= 1)
+      cli_die_usage("--divergence-spike-factor must be above 1 (a norm that many times the "
+                    "recent largest is a divergence) or 0 (off), got '%s'", arg);
     break;
   case OPT_AMP: {
     em_error err = {0};
@@ -196,6 +199,7 @@ void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts
     case OPT_CKPT_DIR: o->checkpoint_dir = optarg; break;
     case OPT_KEEP_CKPT:
       o->keep_checkpoints = (int)cli_parse_int("--keep-checkpoints", optarg, 1, 1000000);
+      o->keep_given = true;
       break;
     case OPT_RESUME: o->resume = optarg; break;
     case OPT_PROFILE: o->profile = optarg; break;
@@ -224,7 +228,7 @@ void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts
  * SGD's 0.1 diverges Adam), so --momentum, --weight-decay or --lr given
  * before it were lost. Then the rest, in order. */
 void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg) {
-  bool momentum = false, nesterov = false, lr = false, warmup = false;
+  bool momentum = false, nesterov = false, lr = false, warmup = false, smooth = false;
   int last = -1;
   for (int i = 0; i < o->n_settings; i++)
     if (o->settings[i].code == OPT_OPTIMIZER) last = i;
@@ -239,7 +243,11 @@ void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg) {
     nesterov |= c == OPT_NESTEROV;
     lr |= c == OPT_LR;
     warmup |= c == OPT_WARMUP;
+    smooth |= c == OPT_SMOOTH;
   }
+  if (smooth && cfg->loss == EM_LOSS_MSE && cfg->label_smoothing > 0)
+    cli_warn("--label-smoothing applies to the cross_entropy loss: this spec's loss is mse, so it "
+             "has no effect");
   if (warmup && cfg->schedule.kind != EM_SCHED_WARMUP &&
       cfg->schedule.kind != EM_SCHED_WARMUP_COSINE)
     cli_warn("--warmup-steps applies to the warmup and warmup-cosine schedules: %s does not use it",
@@ -251,6 +259,22 @@ void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg) {
   if ((momentum || nesterov) && cfg->optim.kind != EM_OPTIM_SGD)
     cli_warn("%s applies to SGD only: %s uses its betas, so it has no effect",
              momentum ? "--momentum" : "--nesterov", em_optim_kind_name(cfg->optim.kind));
+}
+
+void cli_train_opts_warn_unrecorded(const cli_train_opts *o) {
+  if (!o->no_record) return;
+  const char *unused = o->name       ? "--name"
+                       : o->registry ? "--registry"
+                       : o->keep_given ? "--keep-checkpoints"
+                                       : NULL;
+  if (unused) cli_warn("%s is for recorded runs: with --no-record it has no effect", unused);
+  bool rollback = false;
+  for (int i = 0; i < o->n_settings; i++)
+    if (o->settings[i].code == OPT_ON_DIVERGENCE)
+      rollback = strcmp(o->settings[i].arg, "rollback") == 0;
+  if (rollback && !o->checkpoint_dir)
+    cli_warn("--on-divergence rollback with --no-record needs --checkpoint-dir DIR (and "
+             "--checkpoint-every N): without checkpoints there is nothing to roll back to");
 }
 
 const char *cli_train_opts_resume_conflict(const cli_train_opts *o) {

@@ -29,6 +29,7 @@ typedef struct {
   bool no_preflight;        /* --no-preflight: skip the device memory estimate */
   const char *quantize;     /* --quantize MODE (eval only); NULL when absent */
   int keep_checkpoints;     /* --keep-checkpoints; default 3 */
+  bool keep_given;          /* --keep-checkpoints was given */
   int64_t stop_after_steps; /* --stop-after-steps (for tests); 0: off */
   const char *profile;      /* --profile FILE: a Chrome trace of a window of batches */
   int64_t profile_steps;    /* --profile-steps; 0: the default window (20) */
@@ -40,6 +41,9 @@ typedef struct {
   int n_settings;
 } cli_train_opts;
 
+/* With --no-record: warns of the flags that then do nothing (--name,
+ * --registry, --keep-checkpoints; rollback without --checkpoint-dir). */
+void cli_train_opts_warn_unrecorded(const cli_train_opts *o);
 /* Parses argv[2..] (cmd: "train" or "eval", for messages). Bad flags and
  * values are usage errors (exit 2); --help prints the usage (exit 0). */
 void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts *o);

@@ -213,6 +213,33 @@ class RunEdges(Base):
     def last_json(self, p):
         return json.loads(p.stdout.strip().splitlines()[-1])
 
+    def test_flags_that_do_nothing_say_so(self):
+        """A flag that cannot act in this run warns; numbers parse as decimals."""
+        spec = spec_path("fmnist-mlp.json")
+        with open(spec) as f:
+            mse = json.load(f)
+        mse["loss"] = {"type": "mse"}
+        mse_path = self.write("mse.json", json.dumps(mse))
+        for args, needle in (
+                ([mse_path, "--label-smoothing", "0.1"], "--label-smoothing applies to the "
+                                                         "cross_entropy loss"),
+                ([spec, "--name", "x"], "--name is for recorded runs"),
+                ([spec, "--keep-checkpoints", "2"], "--keep-checkpoints is for recorded runs"),
+                ([spec, "--on-divergence", "rollback"], "nothing to roll back to")):
+            p = run("train", *args, "--epochs", "0", "--no-record")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(needle, p.stderr)
+        p = run("train", spec, "--epochs", "1", "--limit", "256", "--profile",
+                os.path.join(self.tmp, "p.json"), *self.ARGS)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("the run had 2 batches, and the profiled window starts after 5", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "p.json")))
+        p = run("train", spec, "--epochs", "0", "--no-record", "--lr", "1e-320")
+        self.assertEqual(p.returncode, 0, p.stderr)  # underflows to a subnormal: still a number
+        self.fails(["train", spec, "--epochs", "0", "--no-record", "--lr", "0x10"], "--lr", code=2)
+        self.fails(["train", spec, "--epochs", "0", "--no-record", "--divergence-spike-factor",
+                    "1"], "--divergence-spike-factor must be above 1", code=2)
+
     def test_outputs_checked_before_training(self):
         for args, needle in ((["--save", ""], "needs a file name"),
                              (["--save", self.tmp], "is a folder"),
