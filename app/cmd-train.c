@@ -379,6 +379,17 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
     rc = 1;
     goto out;
   }
+  if (r.status == EM_RUN_FAILED) { /* by divergence: the same settings come back with it */
+    em_run_annotation *ann = NULL;
+    int n_ann = 0;
+    if (em_store_run_annotations(s, id, &ann, &n_ann, NULL) == EM_OK && n_ann > 0 &&
+        strcmp(ann[n_ann - 1].kind, "divergence") == 0)
+      cli_warn("run %lld stopped on a divergence (%s); a resumed run keeps its settings, so it "
+               "will most likely diverge the same way: a new run with a lower --lr (or "
+               "--clip-grad-norm) is the way on",
+               (long long)id, r.message ? r.message : "");
+    em_run_annotations_free(ann, n_ann);
+  }
   app_plugins_restore(s, id); /* before the spec: it may name their layers */
   char src[64];
   snprintf(src, sizeof src, "the spec recorded with run %lld", (long long)id);

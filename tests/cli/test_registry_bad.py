@@ -226,6 +226,9 @@ class Divergence(Base):
         self.assertTrue(all(k == "divergence" for k, _ in events), events)
         self.assertIn("rolled back", events[0][1])
         self.assertEqual(e.integrity(), "ok")
+        # resuming it brings its settings back: said before it diverges again
+        p = self.fails(["train", "--resume", "1", "--quiet"], "stopped on a divergence")
+        self.assertIn("a new run with a lower --lr", p.stderr)
 
     def test_stop_policy(self):
         e = self.e
