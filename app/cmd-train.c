@@ -98,6 +98,7 @@ typedef struct {
   int64_t last_step;  /* the last optimiser step seen */
   bool speaks;        /* not a data-parallel rank other than 0 (whose events
                          are the same as rank 0's: said once) */
+  char said[1024];    /* the last divergence printed (the run's error repeats it) */
 } train_sinks;
 
 static bool on_event(const em_train_event *ev, void *user) {
@@ -105,9 +106,11 @@ static bool on_event(const em_train_event *ev, void *user) {
   cli_progress_event(ev, &s->prog);
   if (ev->kind == EM_EVENT_STEP && ev->step == s->last_step) return true; /* mid-accumulation */
   em_run_recorder_event(&s->rec, ev);
-  if (ev->kind == EM_EVENT_DIVERGENCE && s->speaks)
+  if (ev->kind == EM_EVENT_DIVERGENCE && s->speaks) {
     fprintf(stderr, "ember: divergence at step %lld: %s\n", (long long)ev->step,
             ev->message ? ev->message : "the loss diverged");
+    snprintf(s->said, sizeof s->said, "%s", ev->message ? ev->message : "");
+  }
   if (ev->kind == EM_EVENT_WARNING && ev->message)
     fprintf(stderr, "ember: warning at step %lld: %s\n", (long long)ev->step, ev->message);
   if (ev->kind == EM_EVENT_PROFILE && !s->prog.quiet && ev->path && ev->path[0])
@@ -988,6 +991,12 @@ int cli_cmd_train(int argc, char **argv) {
     finish_run(regdir, run,
                st != EM_OK ? EM_RUN_FAILED : sum.stopped ? EM_RUN_STOPPED : EM_RUN_COMPLETED,
                st != EM_OK ? err.msg : NULL);
+  if (st != EM_OK && !o.ddp && sinks.said[0] && strcmp(sinks.said, err.msg) == 0) {
+    /* not its text again (a data-parallel job keeps it: it tells the other ranks) */
+    fprintf(stderr, "ember: training stopped on that divergence\n");
+    rc = 1;
+    goto out;
+  }
   if (st != EM_OK) {
     rc = cli_fail(&err, rank != 0                                   ? NULL /* rank 0 says it */
                         : sum.steps > 0 || sum.train_seconds > 0 ? "training stopped"

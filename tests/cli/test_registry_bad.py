@@ -217,6 +217,10 @@ class Divergence(Base):
         p = self.fails(["train", e.spec(), *self.ARGS, "--checkpoint-every", "3",
                         "--divergence-lr-factor", "0.5"], "divergence at step", "NaN")
         self.assertIn("rolled back", p.stderr)
+        # the last divergence's text once, then that the run stopped on it
+        last = [l for l in p.stderr.splitlines() if "divergence at step" in l][-1]
+        self.assertEqual(p.stderr.count(last.split(": ", 2)[2]), 1, p.stderr)
+        self.assertIn("training stopped on that divergence", p.stderr)
         (status, message), = e.sql("SELECT status, message FROM runs WHERE id = 1")
         self.assertEqual(status, "failed")
         self.assertIn("NaN", message)
