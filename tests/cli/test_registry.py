@@ -224,6 +224,10 @@ class Resume(Base):
         ann = e.json("run", "show", "3", "--json")["annotations"]
         self.assertIn(("resumed", 30, "resumed from run 2 step 30"),
                       [(a["kind"], a["step"], a["text"]) for a in ann])
+        # run 2 again: another continuation of it, said (run 3 is where it got to)
+        p = e.run("train", "--resume", "2", "--quiet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("run 2 was resumed before, as run 3", p.stderr)
 
     def test_killed_run_records_the_checkpoints_its_writer_missed(self):
         """A process killed while its registry writer was behind leaves checkpoint files
