@@ -385,8 +385,11 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
   if (r.status == EM_RUN_FAILED) { /* by divergence: the same settings come back with it */
     em_run_annotation *ann = NULL;
     int n_ann = 0;
-    if (em_store_run_annotations(s, id, &ann, &n_ann, NULL) == EM_OK && n_ann > 0 &&
-        strcmp(ann[n_ann - 1].kind, "divergence") == 0)
+    bool diverged = false; /* the run's error is one of its divergence events */
+    if (em_store_run_annotations(s, id, &ann, &n_ann, NULL) == EM_OK)
+      for (int i = 0; i < n_ann && r.message; i++)
+        diverged |= strcmp(ann[i].kind, "divergence") == 0 && strcmp(ann[i].text, r.message) == 0;
+    if (diverged)
       cli_warn("run %lld stopped on a divergence (%s); a resumed run keeps its settings, so it "
                "will most likely diverge the same way: a new run with a lower --lr (or "
                "--clip-grad-norm) is the way on",

@@ -11,6 +11,8 @@
 #include "em-amp.h"
 #include "em-pool.h"
 
+#include <string.h>
+
 /* Column sums of gy (N, K) into db, b's gradient (overwritten when fresh,
  * else added to), in row order; with y, gy is first masked where the
  * ReLU's output y is not above 0 (em_relu's backward: NaN outputs pass
@@ -53,6 +55,8 @@ static void cols_blocks(void *ctx, int64_t b0, int64_t b1) {
 }
 
 static void run_cols(cols_job *j) {
+  if (j->N == 0 && j->db && j->fresh) /* no rows: a fresh gradient sums nothing */
+    memset(j->db, 0, em_dtype_size(j->dt) * (size_t)j->K);
   int64_t blocks = (j->K + 15) / 16; /* at least 4 a thread, and 8192 values in all */
   em_parallel_for(blocks, j->N * j->K >= 8192 ? 4 : blocks, cols_blocks, j);
 }

@@ -86,7 +86,8 @@ em_status em_diag_window_end(em_trainer *t, em_diag_state *d, char **table, em_e
 em_status em_diag_end(em_trainer *t, em_diag_state *d, char **table, em_error *err) {
   if (t->diag.detect_anomaly) em_anomaly_set(false);
   const em_train_diagnostics *g = &t->diag;
-  if ((g->trace_path[0] || g->profile) && !d->profiled && !d->profiling && d->batches > 0)
+  if ((g->trace_path[0] || g->profile) && !d->profiled && !d->profiling && d->batches > 0 &&
+      d->batches <= g->start_batch) /* (not when another session held the profiler) */
     em_log_msg(EM_LOG_WARNING,
                "profile: the run had %lld batches, and the profiled window starts after %lld "
                "warm-up batches: nothing was profiled%s",

@@ -230,9 +230,12 @@ class Divergence(Base):
         self.assertTrue(all(k == "divergence" for k, _ in events), events)
         self.assertIn("rolled back", events[0][1])
         self.assertEqual(e.integrity(), "ok")
-        # resuming it brings its settings back: said before it diverges again
+        # resuming it brings its settings back: said before it diverges again,
+        # also after a note and a resume were added to it
         p = self.fails(["train", "--resume", "1", "--quiet"], "stopped on a divergence")
         self.assertIn("a new run with a lower --lr", p.stderr)
+        self.assertEqual(e.run("run", "note", "1", "looked at it").returncode, 0)
+        self.fails(["train", "--resume", "1", "--quiet"], "stopped on a divergence")
 
     def test_stop_policy(self):
         e = self.e

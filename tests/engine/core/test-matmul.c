@@ -106,6 +106,33 @@ static void test_linear_relu_same(void) {
   check_fused_same(EM_DTYPE_F64, 9, 20, 6, 2); /* OpenBLAS, then the ReLU pass */
 }
 
+/* A batch of no rows after a zero_grad: the bias's fresh gradient is 0
+ * (it kept the last step's sums), fused or not. */
+static void test_linear_empty_batch(void) {
+  for (int fused = 0; fused < 2; fused++) {
+    int64_t ws[2] = {2, 3}, bs[1] = {2};
+    em_tensor *w = gc_rand(EM_DTYPE_F32, 2, ws, 0.1, 1, 21, true); /* y > 0: no mask */
+    em_tensor *b = gc_rand(EM_DTYPE_F32, 1, bs, 0.1, 1, 22, true);
+    for (int64_t rows = 1; rows >= 0; rows--) {
+      int64_t xs[2] = {rows, 3}, ys[2] = {rows, 2};
+      em_tensor *x = gc_rand(EM_DTYPE_F32, 2, xs, 0.5, 1, 23, false);
+      em_tensor *g = em_tensor_new(EM_DTYPE_F32, 2, ys, NULL);
+      for (int64_t k = 0; k < rows * 2; k++) em_f32(g)[k] = 5.f;
+      em_scope *s = em_scope_begin();
+      em_tensor *y = fused ? em_linear_relu(x, w, b) : em_linear(x, w, b);
+      em_backward_grad(y, g);
+      em_scope_end(s);
+      for (int k = 0; k < 2; k++) g_assert_cmpfloat(em_f32(b->grad)[k], ==, (rows ? 5.f : 0.f));
+      b->flags |= EM_TENSOR_GRAD_STALE; /* zero_grad */
+      w->flags |= EM_TENSOR_GRAD_STALE;
+      em_tensor_free(x);
+      em_tensor_free(g);
+    }
+    em_tensor_free(w);
+    em_tensor_free(b);
+  }
+}
+
 static void test_matmul_2d_transposed(void) {
   int64_t as[2] = {6, 4}, bs[2] = {5, 6};
   em_tensor *a = gc_rand(EM_DTYPE_F64, 2, as, -1, 1, 4, true);
@@ -148,6 +175,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/linear/forward", test_linear_forward);
   g_test_add_func("/engine/linear/backward", test_linear_backward);
   g_test_add_func("/engine/linear/copied-input", test_linear_copied_input);
+  g_test_add_func("/engine/linear/empty-batch", test_linear_empty_batch);
   g_test_add_func("/engine/linear-relu/backward", test_linear_relu_backward);
   g_test_add_func("/engine/linear-relu/same-as-two-ops", test_linear_relu_same);
   g_test_add_func("/engine/matmul/transposed-views", test_matmul_2d_transposed);

@@ -603,6 +603,17 @@ static void test_anomaly_forward(void) {
   g_assert_true(isfinite(mlp_step(m)));
   g_assert_cmpint(em_anomaly_check(&err), ==, EM_OK);
 
+  /* fc1 overflows to -inf, which the ReLU after it turns into 0: the
+   * pair runs as two ops in anomaly mode, so the Linear's output is seen */
+  int w1 = em_model_tensor_find(m, "fc1.weight");
+  em_tensor *fc1w = em_model_tensor(m, w1, NULL);
+  for (int64_t k = 0; k < em_tensor_numel(fc1w); k++) em_f32(fc1w)[k] = -3e38f;
+  g_assert_true(isfinite(mlp_step(m)));
+  g_assert_cmpint(em_anomaly_check(&err), ==, EM_ERR_NUMERIC);
+  g_test_message("%s", err.msg);
+  g_assert_true(g_str_has_prefix(err.msg, "layer 'fc1', op 'linear' (forward) produced infinity"));
+  em_anomaly_clear();
+
   /* an op outside the model, inside a named layer: log of a negative */
   em_scope *s = em_scope_begin();
   int span = em_profile_layer_begin("logits");
