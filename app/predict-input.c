@@ -245,9 +245,10 @@ static em_status csv_open(const predict_inputs *in, in_item *it, int label_colum
   bool labelled = label_column != EM_CSV_NO_LABEL;
   int64_t want = in->numel + (labelled ? 1 : 0);
   if (labelled && label_column != EM_CSV_LAST_COLUMN && (label_column < 0 || label_column >= want))
-    return em_error_set(err, EM_ERR_INVALID, "--label-column %d: '%s' has %lld columns (the "
-                        "model's %lld features and the label)", label_column, it->path,
-                        (long long)want, (long long)in->numel);
+    return em_error_set(err, EM_ERR_INVALID, "--label-column %d: a labelled row of '%s' has "
+                        "%lld columns (the model's %lld features and the label), so the label "
+                        "column is 0 to %lld", label_column, it->path, (long long)want,
+                        (long long)in->numel, (long long)want - 1);
   char why[128];
   snprintf(why, sizeof why, "the model takes %lld features%s", (long long)in->numel,
            labelled ? ", plus the label column" : "");

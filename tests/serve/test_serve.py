@@ -291,6 +291,7 @@ class ServeTest(unittest.TestCase):
             (variant(data=[[0.5] * 784, 1, 2]), "786 elements"),
             (variant(data=[0.5] * 784 + [None] * 784), "not a number"),
             (variant(data=[1e39] * 1568), "FP32"),
+            (variant(data=[1e300] * 1568, datatype="FP64"), "does not fit FP32, the model's"),
             (variant(data=[3e38] * 1568), "far outside"),  # the output overflows: the input's doing
             (b"[1, 2]", "JSON object"),
             (json.dumps({"inputs": []}).encode(), "inputs"),
