@@ -396,20 +396,11 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
                (long long)id, r.message ? r.message : "");
     em_run_annotations_free(ann, n_ann);
   }
-  { /* resumed before: this is a second continuation of the same point */
-    em_run_filter f = {.any_status = true};
-    em_run *all = NULL;
-    int n_all = 0;
-    if (em_store_runs_list(s, &f, &all, &n_all, NULL) == EM_OK)
-      for (int i = n_all - 1; i >= 0; i--) /* oldest first */
-        if (all[i].parent_run == id) {
-          cli_warn("run %lld was resumed before, as run %lld: this is another continuation "
-                   "of it, from its last checkpoint (resume run %lld to go on from where "
-                   "that one got to)", (long long)id, (long long)all[i].id, (long long)all[i].id);
-          break;
-        }
-    em_runs_free(all, n_all);
-  }
+  int64_t child = 0; /* resumed before: this is a second continuation of the same point */
+  if (em_store_run_first_child(s, id, &child, NULL) == EM_OK && child)
+    cli_warn("run %lld was resumed before, as run %lld: this is another continuation of it, "
+             "from its last checkpoint (resume run %lld to go on from where that one got to)",
+             (long long)id, (long long)child, (long long)child);
   app_plugins_restore(s, id); /* before the spec: it may name their layers */
   char src[64];
   snprintf(src, sizeof src, "the spec recorded with run %lld", (long long)id);

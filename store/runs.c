@@ -271,6 +271,19 @@ em_status em_store_run_get(em_store *s, int64_t id, em_run *out, em_error *err) 
   return st;
 }
 
+em_status em_store_run_first_child(em_store *s, int64_t run, int64_t *child, em_error *err) {
+  sqlite3_stmt *q;
+  bool row = false;
+  *child = 0;
+  em_status st = EM_SQL_PREPARE(s, "SELECT id FROM runs WHERE parent_run = ?1 ORDER BY id LIMIT 1",
+                                &q, err);
+  if (!st) sqlite3_bind_int64(q, 1, run);
+  if (!st) st = EM_SQL_STEP(s, q, &row, err);
+  if (!st && row) *child = sqlite3_column_int64(q, 0);
+  if (q) sqlite3_reset(q);
+  return st;
+}
+
 em_status em_store_run_latest_with_checkpoint(em_store *s, int64_t *id, em_error *err) {
   sqlite3_stmt *q;
   bool row = false;
