@@ -84,7 +84,8 @@ static int put_number(walk *w, bool is_int, int64_t i, double d) {
                   "needs", (long long)w->n, d, w->dt->name);
     if (isfinite(d) && fabs(d) > 3.4028234663852886e38) /* any type: the model reads FP32 */
       return fail(w->msg, w->cap, "input 'input': element %lld (%g) does not fit FP32%s",
-                  (long long)w->n, d, strcmp(w->dt->name, "FP32") ? ", the model's input type" : "");
+                  (long long)w->n, d,
+                  strcmp(w->dt->name, "FP32") ? ", the model's input type" : "");
   }
   ((float *)w->out)[w->n++] = (float)d;
   return 0;

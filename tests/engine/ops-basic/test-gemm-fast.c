@@ -169,7 +169,10 @@ static void check_bias(bool relu) {
       em_scope *s = em_scope_begin();
       em_gemm(EM_DTYPE_F32, false, true, m, n, k, 1.0, a, k, w, k, 1.0, want, ldc);
       for (int64_t i = 0; relu && i < m; i++)
-        for (int64_t j = 0; j < n; j++) want[i * ldc + j] = want[i * ldc + j] < 0.f ? 0.f : want[i * ldc + j];
+        for (int64_t j = 0; j < n; j++) {
+          float *v = &want[i * ldc + j];
+          *v = *v < 0.f ? 0.f : *v;
+        }
       em_gemm_bias(EM_DTYPE_F32, false, true, m, n, k, a, k, w, k, bias, relu, got, ldc);
       em_scope_end(s);
       if (relu && n > 3) g_assert_true(isnan(got[3]));
@@ -194,7 +197,8 @@ static void test_dispatch(void) {
 #if defined(__AVX512F__) && !defined(EM_GEMM_FAST_OFF)
   g_assert_true(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
   for (int i = 0; i < 4; i++) g_assert_cmpfloat(c[i], ==, a[i]);
-  g_assert_false(em_gemm_f32_fast(false, false, 1024, 1024, 1024, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
+  g_assert_false(
+      em_gemm_f32_fast(false, false, 1024, 1024, 1024, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
 #else
   g_assert_false(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
 #endif

@@ -223,7 +223,8 @@ static void test_registry_page(void) {
   /* promoting it again changes nothing, and says so */
   gtk_widget_activate_action(GTK_WIDGET(page), "registry.promote", NULL);
   g_assert_cmpint(alias_version("fmnist", "production"), ==, 2);
-  g_assert_nonnull(strstr(em_registry_page_get_message(page), "already points at v2: nothing changed"));
+  g_assert_nonnull(
+      strstr(em_registry_page_get_message(page), "already points at v2: nothing changed"));
   gtk_widget_activate_action(GTK_WIDGET(page), "registry.rollback", NULL);
   g_assert_cmpint(alias_version("fmnist", "production"), ==, 1);
   g_assert_true(strstr(em_registry_page_get_message(page), "rolled back to v1") != NULL);
