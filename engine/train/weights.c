@@ -56,7 +56,7 @@ static em_status check_finite(const em_tensor *t, const char *name, const char *
 }
 
 static em_status unknown_tensor(const char *path, const char *name, em_error *err) {
-  return em_error_set(err, EM_ERR_FORMAT,
+  return em_error_set(err, EM_ERR_INVALID, /* a misfit, as a missing or reshaped one */
                       "'%s' holds a tensor '%s' that this model does not have; was it saved "
                       "from another model?", path, name);
 }

@@ -363,8 +363,25 @@ class BadData(Base):
         cnn = os.path.join(self.tmp, "cnn.safetensors")
         p = run("train", spec_path("fmnist-cnn.json"), "--epochs", "0", "--save", cnn)
         self.assertEqual(p.returncode, 0, p.stderr)
+        # another model's tensors do not fit this one: a usage error (exit 2), as a
+        # wrong shape or a missing tensor is
         self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", cnn],
-                   "cnn.safetensors")
+                   "cnn.safetensors", code=2)
+        # this model's weights and one tensor more
+        mlp = os.path.join(self.tmp, "mlp.safetensors")
+        p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--save", mlp)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(mlp, "rb") as f:
+            raw = f.read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+        header["extra.weight"] = {"dtype": "F32", "shape": [1],
+                                  "data_offsets": [len(data), len(data) + 4]}
+        text = json.dumps(header).encode()
+        with open(mlp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + data + b"\0\0\0\0")
+        self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", mlp],
+                   "'extra.weight' that this model does not have", code=2)
 
 
 @unittest.skipUnless(HAVE_DATA, "Fashion-MNIST not installed")
