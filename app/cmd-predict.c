@@ -286,7 +286,7 @@ int cli_cmd_predict(int argc, char **argv) {
     rc = cli_fail(&err, m.label);
   } else {
     o.in.classes = (int)out[0];
-    if (!(in = predict_inputs_open(np - 1, pos + 1, &o.in, &err))) rc = cli_fail1(&err, NULL);
+    if (!(in = predict_inputs_open(np - 1, pos + 1, &o.in, &err))) rc = cli_fail(&err, NULL);
   }
   if (rc == 0 && qmode != EM_QUANT_NONE) rc = quantize(&m, qmode);
   if (rc == 0 && em_model_to_device(m.model, dev, &err) != EM_OK) rc = cli_fail(&err, "--device");

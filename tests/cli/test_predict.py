@@ -317,12 +317,12 @@ class Predict(unittest.TestCase):
         self.assertFails(m + [TEST_IMAGES, "--labels", TEST_IMAGES], "not an IDX labels")
         self.assertFails(m + [good, "--labels", TEST_LABELS], "--labels")
         self.assertFails(m + [self.tmp], "folder")
-        self.assertFails(m + [good, "--label-column", "0"], "--label-column")
+        self.assertFails(m + [good, "--label-column", "0"], "--label-column", codes=(2,))
         # out of range: the columns a labelled row needs, not said to be the file's
         with open(bad, "w") as f:
             f.write(",".join(["0.5"] * 784) + "\n")
         self.assertFails(m + [bad, "--label-column", "999"],
-                         "a labelled row of", "785 columns", "0 to 784")
+                         "a labelled row of", "785 columns", "0 to 784", codes=(2,))
         # Usage: --top-k 0, no input, a non-number, --weights missing.
         self.assertFails(m + [TEST_IMAGES, "--top-k", "0"], "--top-k", codes=(2,))
         self.assertFails(m, "INPUT", codes=(2,))
