@@ -222,37 +222,36 @@ void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts
   if (optind < argc) cli_die_usage("%s: unexpected argument '%s'", cmd, argv[optind]);
 }
 
+/* The last setting of that flag given, or NULL. */
+static const cli_setting *last_given(const cli_train_opts *o, int code) {
+  for (int i = o->n_settings - 1; i >= 0; i--)
+    if (o->settings[i].code == code) return &o->settings[i];
+  return NULL;
+}
+
 /* The last --optimizer first, wherever it stands: choosing another
  * optimiser than the spec's resets every setting to that optimiser's
  * defaults, lr included (the spec's lr was chosen for its own optimiser:
  * SGD's 0.1 diverges Adam), so --momentum, --weight-decay or --lr given
  * before it were lost. Then the rest, in order. */
 void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg) {
-  bool momentum = false, nesterov = false, lr = false, warmup = false, smooth = false;
-  int last = -1;
-  for (int i = 0; i < o->n_settings; i++)
-    if (o->settings[i].code == OPT_OPTIMIZER) last = i;
   double spec_lr = cfg->optim.lr;
   em_optim_kind spec_kind = cfg->optim.kind;
-  if (last >= 0) apply_one(OPT_OPTIMIZER, o->settings[last].arg, cfg);
+  const cli_setting *opt = last_given(o, OPT_OPTIMIZER);
+  if (opt) apply_one(OPT_OPTIMIZER, opt->arg, cfg);
   for (int i = 0; i < o->n_settings; i++) {
-    int c = o->settings[i].code;
-    if (c == OPT_OPTIMIZER) continue;
-    apply_one(c, o->settings[i].arg, cfg);
-    momentum |= c == OPT_MOMENTUM;
-    nesterov |= c == OPT_NESTEROV;
-    lr |= c == OPT_LR;
-    warmup |= c == OPT_WARMUP;
-    smooth |= c == OPT_SMOOTH;
+    const cli_setting *st = &o->settings[i];
+    if (st->code != OPT_OPTIMIZER) apply_one(st->code, st->arg, cfg);
   }
-  if (smooth && cfg->loss == EM_LOSS_MSE && cfg->label_smoothing > 0)
+  bool momentum = last_given(o, OPT_MOMENTUM), nesterov = last_given(o, OPT_NESTEROV);
+  if (last_given(o, OPT_SMOOTH) && cfg->loss == EM_LOSS_MSE && cfg->label_smoothing > 0)
     cli_warn("--label-smoothing applies to the cross_entropy loss: this spec's loss is mse, so it "
              "has no effect");
-  if (warmup && cfg->schedule.kind != EM_SCHED_WARMUP &&
+  if (last_given(o, OPT_WARMUP) && cfg->schedule.kind != EM_SCHED_WARMUP &&
       cfg->schedule.kind != EM_SCHED_WARMUP_COSINE)
     cli_warn("--warmup-steps applies to the warmup and warmup-cosine schedules: %s does not use it",
              em_schedule_kind_name(cfg->schedule.kind));
-  if (!lr && cfg->optim.kind != spec_kind && cfg->optim.lr != spec_lr)
+  if (!last_given(o, OPT_LR) && cfg->optim.kind != spec_kind && cfg->optim.lr != spec_lr)
     cli_warn("--optimizer %s: lr %g, its default (the spec's %g was for %s; --lr sets another)",
              em_optim_kind_name(cfg->optim.kind), cfg->optim.lr, spec_lr,
              em_optim_kind_name(spec_kind));
@@ -268,11 +267,8 @@ void cli_train_opts_warn_unrecorded(const cli_train_opts *o) {
                        : o->keep_given ? "--keep-checkpoints"
                                        : NULL;
   if (unused) cli_warn("%s is for recorded runs: with --no-record it has no effect", unused);
-  bool rollback = false;
-  for (int i = 0; i < o->n_settings; i++)
-    if (o->settings[i].code == OPT_ON_DIVERGENCE)
-      rollback = strcmp(o->settings[i].arg, "rollback") == 0;
-  if (rollback && !o->checkpoint_dir)
+  const cli_setting *div = last_given(o, OPT_ON_DIVERGENCE);
+  if (div && strcmp(div->arg, "rollback") == 0 && !o->checkpoint_dir)
     cli_warn("--on-divergence rollback with --no-record needs --checkpoint-dir DIR (and "
              "--checkpoint-every N): without checkpoints there is nothing to roll back to");
 }

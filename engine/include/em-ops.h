@@ -64,7 +64,8 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b);
 em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b);
 /* em_relu(em_linear(x, w, b)) with the ReLU done where the product is
  * stored and its gradient mask where the bias's is summed: the same
- * numbers, one op ("linear_relu") and one tensor fewer. */
+ * numbers, one op ("linear_relu") and one tensor fewer. On a device, under
+ * bf16 autocast and in anomaly mode it is the two ops. */
 em_tensor *em_linear_relu(em_tensor *x, em_tensor *w, em_tensor *b);
 
 /* ---- neural-network ops ---------------------------------------------------- */

@@ -11,9 +11,8 @@
  * the plan it holds, in inference only. em_model_to_device moves every
  * tensor to a device; forward then wants its input there. A Linear node
  * whose output only a ReLU node reads runs with it as one op
- * (em_linear_relu: the same numbers, one tensor and one pass fewer),
- * except in anomaly mode; the profiler then shows the pair under the
- * Linear's name. */
+ * (em_linear_relu: the same numbers, one tensor and one pass fewer); the
+ * profiler then shows the pair under the Linear's name. */
 #include "nn-private.h"
 #include "em-device.h"
 #include "em-profile.h"
@@ -298,9 +297,7 @@ em_tensor *em_model_forward(em_model *m, em_tensor *x, bool training, em_rng *rn
     /* the profiler and anomaly mode name the layer its ops ran in */
     int span = em_profile_layer_begin(nd->name);
     const em_quant_layer *ql = em_quant_plan_layer(m->quant, i);
-    /* anomaly mode checks each op's output: the Linear's own must be seen
-     * (the ReLU would turn a -inf there into 0) */
-    relu_done = !ql && m->fuse_relu[i] && !em_anomaly_enabled();
+    relu_done = !ql && m->fuse_relu[i];
     em_tensor *y = ql          ? em_quant_linear_forward(ql, m->quant->kernel, in[0])
                    : relu_done ? em_linear_relu_layer_forward(&nd->view, in[0], params)
                                : nd->type->forward(&nd->view, nd->n_in, in, params, &ctx);

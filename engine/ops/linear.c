@@ -154,9 +154,11 @@ em_tensor *em_linear(em_tensor *x, em_tensor *w, em_tensor *b) {
 }
 
 em_tensor *em_linear_relu(em_tensor *x, em_tensor *w, em_tensor *b) {
-  /* on a device, and under bf16 autocast (its GEMM has no ReLU), the two ops */
-  if (EM_ON_DEVICE(x, w, b) || (em_autocast_kernel() != EM_BF16_KERNEL_NONE &&
-                                x->dtype == EM_DTYPE_F32))
+  /* the two ops on a device, under bf16 autocast (its GEMM has no ReLU),
+   * and in anomaly mode, which checks every op's output: the Linear's own
+   * must be seen (the ReLU would turn a -inf there into 0) */
+  if (EM_ON_DEVICE(x, w, b) || em_anomaly_enabled() ||
+      (em_autocast_kernel() != EM_BF16_KERNEL_NONE && x->dtype == EM_DTYPE_F32))
     return em_relu(em_linear(x, w, b));
   return linear_apply("linear_relu", x, w, b, true);
 }
