@@ -15,8 +15,9 @@
  *    transposes; a plain B is read where it lies (masked loads at the
  *    right edge) unless its row stride maps rows onto few cache sets,
  *    then it is copied into the panel too.
- *  - A is read through eight row pointers when plain; a transposed A
- *    (dW's gy^T) is packed once into (k, MR) panels.
+ *  - A is read through eight row pointers when plain, the next tile's
+ *    rows prefetched as it goes; a transposed A (dW's gy^T) is packed
+ *    once into (k, MR) panels.
  * C is split in a fixed way into items (column panels, times row groups
  * when there are too few panels to share, or when A is transposed), and
  * the items into one contiguous range per thread of the pool. Thread t
@@ -131,7 +132,8 @@ static inline __attribute__((always_inline)) void tile_store(__m512 *c0, __m512 
 static inline __attribute__((always_inline)) void kernel_body(
     int64_t k, const float *a, int64_t lda, bool packed, const float *b, int64_t b_ks,
     __mmask16 m0, __mmask16 m1, float *c /* (mr, NR, ldc) */, int64_t ldc, __mmask16 s0,
-    __mmask16 s1, float alpha, float beta, const float *bias, bool relu, const int mr) {
+    __mmask16 s1, float alpha, float beta, const float *bias, bool relu, const float *pfa,
+    const int mr) {
   __m512 c0[MR], c1[MR];
   const float *ap[MR];
 #pragma GCC unroll 8
@@ -140,15 +142,22 @@ static inline __attribute__((always_inline)) void kernel_body(
     ap[r] = a + (packed ? r : r * lda);
   }
   const int64_t a_ks = packed ? MR : 1;
-  for (int64_t kk = 0; kk < k; kk++) {
-    __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
-    b += b_ks;
+  for (int64_t k0 = 0; k0 < k; k0 += 16) {
+    if (!packed && pfa) { /* the next tile's rows (at pfa), a cache line each per 16 steps */
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) {
-      if (r >= mr) break;
-      __m512 av = _mm512_set1_ps(ap[r][kk * a_ks]);
-      c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
-      c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+      for (int r = 0; r < MR; r++) _mm_prefetch((const char *)(pfa + r * lda + k0), _MM_HINT_T0);
+    }
+    const int64_t k1 = k - k0 < 16 ? k : k0 + 16;
+    for (int64_t kk = k0; kk < k1; kk++) {
+      __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+      b += b_ks;
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; r++) {
+        if (r >= mr) break;
+        __m512 av = _mm512_set1_ps(ap[r][kk * a_ks]);
+        c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
+        c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+      }
     }
   }
   tile_store(c0, c1, c, ldc, mr, s0, s1, alpha, beta, bias, relu);
@@ -159,20 +168,23 @@ static inline __attribute__((always_inline)) void kernel_body(
   static void kernel_arow_##R(int64_t k, const float *a, int64_t lda, const float *b,            \
                               int64_t b_ks, __mmask16 m0, __mmask16 m1, float *c, int64_t ldc,   \
                               __mmask16 s0, __mmask16 s1, float alpha, float beta,               \
-                              const float *bias, bool relu) {                                    \
-    kernel_body(k, a, lda, false, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, bias, relu, R); \
+                              const float *bias, bool relu, const float *pfa) {                  \
+    kernel_body(k, a, lda, false, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, bias, relu, pfa, \
+                R);                                                                              \
   }                                                                                              \
   static void kernel_apack_##R(int64_t k, const float *a, int64_t lda, const float *b,           \
                                int64_t b_ks, __mmask16 m0, __mmask16 m1, float *c, int64_t ldc,  \
                                __mmask16 s0, __mmask16 s1, float alpha, float beta,              \
-                               const float *bias, bool relu) {                                   \
-    kernel_body(k, a, lda, true, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, bias, relu, R);  \
+                               const float *bias, bool relu, const float *pfa) {                 \
+    kernel_body(k, a, lda, true, b, b_ks, m0, m1, c, ldc, s0, s1, alpha, beta, bias, relu, pfa,  \
+                R);                                                                              \
   }
 KERNEL_INSTANCES(KERNEL_DEF)
 
 typedef void (*kernel_fn)(int64_t k, const float *a, int64_t lda, const float *b, int64_t b_ks,
                           __mmask16 m0, __mmask16 m1, float *c, int64_t ldc, __mmask16 s0,
-                          __mmask16 s1, float alpha, float beta, const float *bias, bool relu);
+                          __mmask16 s1, float alpha, float beta, const float *bias, bool relu,
+                          const float *pfa);
 #define KERNEL_AROW(R) kernel_arow_##R,
 #define KERNEL_APACK(R) kernel_apack_##R,
 static const kernel_fn kernels[2][MR] = {{KERNEL_INSTANCES(KERNEL_AROW)},
@@ -259,6 +271,20 @@ static void pack_a(const gemm_job *g, int64_t t0, int64_t n_t, float *dst) {
   }
 }
 
+/* A plain: the tile whose rows to prefetch while tile t of [t0, t1) runs
+ * on columns [k0, k0 + kl): the next tile, or after the last one the
+ * first tile of the next reduction block (when it is as long); NULL when
+ * there is none, or when it is short of rows or columns (its kl floats a
+ * row would reach past A). Each row's kl floats are a run too short for
+ * the hardware prefetcher, and the first panel reads them from L3 (a
+ * batch the loader just wrote). */
+static const float *next_a_tile(const gemm_job *g, int64_t t, int64_t t0, int64_t t1, int64_t k0,
+                                int64_t kl) {
+  if (t + 1 < t1) return (t + 2) * MR <= g->m ? g->a + (t + 1) * MR * g->lda + k0 : NULL;
+  if (g->k - (k0 + kl) < kl || (t0 + 1) * MR > g->m) return NULL;
+  return g->a + t0 * MR * g->lda + k0 + kl;
+}
+
 /* C rows of tiles [t0, t1) by columns of panel p, A packed in apan
  * (from tile t0) when transposed, B panels packed into bpan. */
 static void run_item(const gemm_job *g, int64_t t0, int64_t t1, int64_t p, float *bpan,
@@ -288,8 +314,9 @@ static void run_item(const gemm_job *g, int64_t t0, int64_t t1, int64_t p, float
       int mr = g->m - i0 < MR ? (int)(g->m - i0) : MR;
       float *ct = g->c + i0 * g->ldc + j0;
       const float *at = g->ta ? apan + (t - t0) * g->k * MR + k0 * MR : g->a + i0 * g->lda + k0;
+      const float *pfa = g->ta ? NULL : next_a_tile(g, t, t0, t1, k0, kl);
       kernels[g->ta][mr - 1](kl, at, g->lda, bp, b_ks, m0, m1, ct, g->ldc, s0, s1, g->alpha,
-                             beta, bias, relu);
+                             beta, bias, relu, pfa);
     }
   }
 }
