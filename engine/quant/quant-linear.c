@@ -32,6 +32,16 @@ static void row_range(const float *x, int64_t D, float *lo_out, float *hi_out) {
   *hi_out = hi;
 }
 
+/* A row's scale, (hi - lo) / 255: in double when hi - lo overflows f32
+ * (a row spanning more than +-1.7e38; the f32 difference gave an
+ * infinite scale and the layer NaN), else in f32 as always; FLT_MIN for
+ * an all-zero row. */
+static float row_scale(float lo, float hi) {
+  float s = (hi - lo) / 255.f;
+  if (isinf(s)) s = (float)(((double)hi - (double)lo) / 255.0);
+  return s >= FLT_MIN ? s : FLT_MIN;
+}
+
 void em_quant_rows_ref(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
                        int32_t *zp) {
   for (int64_t m = 0; m < M; m++) {
@@ -39,8 +49,7 @@ void em_quant_rows_ref(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t
     uint8_t *ar = a + m * Dp;    /* (Dp) */
     float lo, hi;
     row_range(xr, D, &lo, &hi);
-    float s = (hi - lo) / 255.f;
-    if (!(s >= FLT_MIN)) s = FLT_MIN; /* an all-zero row (and NaN) */
+    float s = row_scale(lo, hi);
     float z = rintf(-lo / s);
     z = z > 0.f ? z : 0.f; /* NaN (an infinite input) -> 0 */
     z = z < 255.f ? z : 255.f;
@@ -92,8 +101,7 @@ static __attribute__((target("avx512f,avx512bw"))) void rows_avx512(const float 
       hi = _mm512_max_ps(v, hi);
     }
     float l = _mm512_reduce_min_ps(lo), h = _mm512_reduce_max_ps(hi);
-    float s = (h - l) / 255.f;
-    if (!(s >= FLT_MIN)) s = FLT_MIN;
+    float s = row_scale(l, h);
     float z = rintf(-l / s);
     z = z > 0.f ? z : 0.f; /* NaN (an infinite input) -> 0 */
     z = z < 255.f ? z : 255.f;

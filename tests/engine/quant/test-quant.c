@@ -251,6 +251,50 @@ static void test_linear_error_bound(void) {
   g_rand_free(r);
 }
 
+/* A row spanning more than +-1.7e38 (its hi - lo overflows f32) gets a
+ * finite scale, the same from both quantisers, and the layer's output
+ * is within the error bound (it was NaN). */
+static void test_huge_range_rows(void) {
+  GRand *r = g_rand_new_with_seed(31);
+  const int64_t M = 3, D = 37, K = 5;
+  float *x = rand_floats(r, M * D, -3e38, 3e38), *w = rand_floats(r, K * D, -1e-3, 1e-3);
+  x[0] = 3.2e38f, x[1] = -3.2e38f; /* row 0 spans 6.4e38 */
+  for (int64_t d = 0; d < D; d++) x[D + d] = fabsf(x[D + d]); /* row 1: [0, 3e38], no overflow */
+  for (int64_t d = 0; d < D; d++) x[2 * D + d] = frand(r, -1, 1);
+  em_quant_layer L;
+  layer_make(&L, em_qgemm_kernel_best(), w, NULL, K, D);
+  uint8_t *a1 = g_new0(uint8_t, M * L.Dp), *a2 = g_new0(uint8_t, M * L.Dp);
+  float s1[3], s2[3];
+  int32_t z1[3], z2[3];
+  em_quant_rows(x, M, D, L.Dp, a1, s1, z1);
+  em_quant_rows_ref(x, M, D, L.Dp, a2, s2, z2);
+  g_assert_cmpmem(a1, M * L.Dp, a2, M * L.Dp);
+  g_assert_cmpmem(s1, sizeof s1, s2, sizeof s2);
+  g_assert_cmpmem(z1, sizeof z1, z2, sizeof z2);
+  g_assert_true(isfinite(s1[0]));
+  g_assert_cmpfloat(fabs(s1[0] - 6.4e38 / 255), <=, 0.01 * 6.4e38 / 255);
+  float *y = g_new(float, M * K);
+  em_scope *s = em_scope_begin();
+  em_quant_linear_run(&L, em_qgemm_kernel_best(), x, M, y);
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t k = 0; k < K; k++) {
+      double ref = 0, sum_x = 0, sum_w = 0;
+      for (int64_t d = 0; d < D; d++) {
+        ref += (double)x[m * D + d] * w[k * D + d];
+        sum_x += fabs(x[m * D + d]);
+        sum_w += fabs(w[k * D + d]);
+      }
+      double bound = sum_x * L.w_scale[k] / 2 + sum_w * s1[m] / 2 +
+                     (double)D * s1[m] * L.w_scale[k] / 4;
+      g_assert_true(isfinite(y[m * K + k]));
+      g_assert_cmpfloat(fabs(y[m * K + k] - ref), <=, bound * 1.001 + 1e-5 * fabs(ref) + 1e-6);
+    }
+  em_scope_end(s);
+  em_quant_layer_clear(&L);
+  g_free(a1), g_free(a2), g_free(y), g_free(x), g_free(w);
+  g_rand_free(r);
+}
+
 /* ---- models ---------------------------------------------------------------------------- */
 
 static const char *spec_json =
@@ -451,6 +495,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/quant/rows-fast-vs-ref", test_rows_fast_vs_ref);
   g_test_add_func("/engine/quant/weights-round-trip", test_weights_round_trip);
   g_test_add_func("/engine/quant/linear-error-bound", test_linear_error_bound);
+  g_test_add_func("/engine/quant/huge-range-rows", test_huge_range_rows);
   g_test_add_func("/engine/quant/batch-independence", test_batch_independence);
   g_test_add_func("/engine/quant/wide-layer-columns", test_wide_layer_columns);
   g_test_add_func("/engine/quant/model-api", test_model_api);
