@@ -303,6 +303,50 @@ static enum MHD_Result answer_get(req_ctx *c, const route *r) {
   }
 }
 
+static int hex_digit(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+/* The URL's %XX escapes decoded in place, except %00: libmicrohttpd's own
+ * decoding turned it into a NUL that ended the path early, so that
+ * "/v2/health/live%00x" was answered as "/v2/health/live". Kept as the
+ * three characters, it matches no route and no model name. */
+static size_t unescape_but_nul(void *cls, struct MHD_Connection *conn, char *s) {
+  (void)cls;
+  (void)conn;
+  size_t w = 0;
+  for (size_t r = 0; s[r];) {
+    int hi, lo;
+    if (s[r] == '%' && (hi = hex_digit(s[r + 1])) >= 0 && (lo = hex_digit(s[r + 2])) >= 0 &&
+        (hi | lo) != 0) {
+      s[w++] = (char)(hi * 16 + lo);
+      r += 3;
+    } else {
+      s[w++] = s[r++];
+    }
+  }
+  s[w] = '\0';
+  return w;
+}
+
+typedef struct {
+  const char *first; /* the first Content-Length's value */
+  bool conflict;
+} length_scan;
+
+static enum MHD_Result scan_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+  length_scan *ls = cls;
+  (void)kind;
+  if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0 || !value) return MHD_YES;
+  if (!ls->first) ls->first = value;
+  else if (strcmp(ls->first, value) != 0) ls->conflict = true;
+  return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -320,6 +364,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     c->state = ST_BODY;
+    /* Two different lengths leave the body's end in doubt (a proxy in front
+     * may take the other one): refused, as RFC 9112 asks (section 6.3). */
+    length_scan ls = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_length, &ls);
+    if (ls.conflict)
+      return respond_error(c, 400, NULL, "the request has Content-Length headers that differ: "
+                           "send one");
     unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
     if (n > srv->http.max_body_bytes) {
       /* Answer before the body when the client waits for "100 Continue" or
@@ -417,7 +468,8 @@ em_status serve_http_start(serve_server *srv, em_error *err) {
   srv->daemon = MHD_start_daemon(
       flags, (uint16_t)srv->http.port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
       ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+      MHD_OPTION_UNESCAPE_CALLBACK, unescape_but_nul, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)120, MHD_OPTION_LISTEN_BACKLOG_SIZE,
       (unsigned)1024, pool ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, pool,
       MHD_OPTION_END);
   freeaddrinfo(ai);

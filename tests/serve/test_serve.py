@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -365,6 +366,44 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(st, 200, r)
         self.assertClose(r["outputs"][0]["data"],
                          torch_logits(self.weights[int(r["model_version"])], x))
+
+    def raw(self, request):
+        """Status line and body of one request sent byte for byte."""
+        with socket.create_connection((self.srv.host, int(self.srv.port)), timeout=30) as so:
+            so.sendall(request)
+            out = b""
+            while True:
+                d = so.recv(65536)
+                if not d:
+                    break
+                out += d
+        head, _, body = out.partition(b"\r\n\r\n")
+        return head.split(b"\r\n")[0].decode(), body.decode()
+
+    def test_request_framing(self):
+        # %00 in a path is no path (it was decoded into a NUL that ended the
+        # path early: "live%00x" was answered as "live")
+        for path in (b"/v2/health/live%00x", b"/v2/models/mlp%00/ready"):
+            status, body = self.raw(b"GET " + path + b" HTTP/1.1\r\nHost: a\r\n"
+                                    b"Connection: close\r\n\r\n")
+            self.assertIn(" 404 ", status, path)
+            self.assertIn("error", json.loads(body))
+        status, body = self.raw(b"GET /v2/health/%6Cive HTTP/1.1\r\nHost: a\r\n"
+                                b"Connection: close\r\n\r\n")  # other escapes decode
+        self.assertEqual(json.loads(body), {"live": True})
+        # two Content-Lengths that differ: refused, whichever the body matches
+        doc = b'{"inputs": []}'
+        status, body = self.raw(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: a\r\n"
+                                b"Content-Length: 14\r\nContent-Length: 5\r\n"
+                                b"Connection: close\r\n\r\n" + doc)
+        self.assertIn(" 400 ", status)
+        self.assertIn("Content-Length", json.loads(body)["error"])
+        # the same length twice is one length (RFC 9112): the request goes on
+        status, body = self.raw(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: a\r\n"
+                                b"Content-Length: 14\r\ncontent-length: 14\r\n"
+                                b"Connection: close\r\n\r\n" + doc)
+        self.assertIn(" 400 ", status)
+        self.assertIn("inputs", json.loads(body)["error"])
 
     # ---- metrics -------------------------------------------------------------------------
     def test_metrics(self):
