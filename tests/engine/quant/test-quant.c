@@ -213,6 +213,32 @@ static void test_weights_round_trip(void) {
 
 /* ---- a layer against f32 ------------------------------------------------------------- */
 
+/* Asserts that every y (M, L->K) of the layer L (weights w, bias b or
+ * NULL) on x (M, L->D), whose rows were quantised with scales sx, is
+ * within the error bound of int8 rounding of the f64 product:
+ * y - y32 = sum x ew + ex w + ex ew, |ex| <= sx/2, |ew| <= sw/2.
+ * Returns the worst error / bound. */
+static double check_error_bound(const em_quant_layer *L, const float *x, const float *w,
+                                const float *b, const float *sx, const float *y, int64_t M) {
+  const int64_t D = L->D, K = L->K;
+  double worst = 0;
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t k = 0; k < K; k++) {
+      double ref = b ? b[k] : 0, sum_x = 0, sum_w = 0;
+      for (int64_t d = 0; d < D; d++) {
+        ref += (double)x[m * D + d] * w[k * D + d];
+        sum_x += fabs(x[m * D + d]);
+        sum_w += fabs(w[k * D + d]);
+      }
+      double bound = sum_x * L->w_scale[k] / 2 + sum_w * sx[m] / 2 +
+                     (double)D * sx[m] * L->w_scale[k] / 4;
+      double e = fabs(y[m * K + k] - ref);
+      g_assert_cmpfloat(e, <=, bound * 1.001 + 1e-5 * fabs(ref) + 1e-6);
+      worst = MAX(worst, e / bound);
+    }
+  return worst;
+}
+
 static void test_linear_error_bound(void) {
   GRand *r = g_rand_new_with_seed(7);
   const int64_t M = 40, D = 333, K = 70;
@@ -227,22 +253,7 @@ static void test_linear_error_bound(void) {
   int32_t *zp = g_new(int32_t, M);
   uint8_t *a = g_new(uint8_t, M * L.Dp);
   em_quant_rows(x, M, D, L.Dp, a, sx, zp);
-  double worst = 0;
-  for (int64_t m = 0; m < M; m++)
-    for (int64_t k = 0; k < K; k++) {
-      /* y - y32 = sum x ew + ex w + ex ew, |ex| <= sx/2, |ew| <= sw/2 */
-      double ref = b[k], sum_x = 0, sum_w = 0;
-      for (int64_t d = 0; d < D; d++) {
-        ref += (double)x[m * D + d] * w[k * D + d];
-        sum_x += fabs(x[m * D + d]);
-        sum_w += fabs(w[k * D + d]);
-      }
-      double bound = sum_x * L.w_scale[k] / 2 + sum_w * sx[m] / 2 +
-                     (double)D * sx[m] * L.w_scale[k] / 4;
-      double e = fabs(y[m * K + k] - ref);
-      g_assert_cmpfloat(e, <=, bound * 1.001 + 1e-5 * fabs(ref) + 1e-6);
-      worst = MAX(worst, e / bound);
-    }
+  double worst = check_error_bound(&L, x, w, b, sx, y, M);
   g_test_message("worst error / bound: %.3f", worst);
   g_assert_cmpfloat(worst, >, 0.01); /* the bound is not vacuous */
   em_scope_end(s);
@@ -276,19 +287,8 @@ static void test_huge_range_rows(void) {
   float *y = g_new(float, M * K);
   em_scope *s = em_scope_begin();
   em_quant_linear_run(&L, em_qgemm_kernel_best(), x, M, y);
-  for (int64_t m = 0; m < M; m++)
-    for (int64_t k = 0; k < K; k++) {
-      double ref = 0, sum_x = 0, sum_w = 0;
-      for (int64_t d = 0; d < D; d++) {
-        ref += (double)x[m * D + d] * w[k * D + d];
-        sum_x += fabs(x[m * D + d]);
-        sum_w += fabs(w[k * D + d]);
-      }
-      double bound = sum_x * L.w_scale[k] / 2 + sum_w * s1[m] / 2 +
-                     (double)D * s1[m] * L.w_scale[k] / 4;
-      g_assert_true(isfinite(y[m * K + k]));
-      g_assert_cmpfloat(fabs(y[m * K + k] - ref), <=, bound * 1.001 + 1e-5 * fabs(ref) + 1e-6);
-    }
+  for (int64_t i = 0; i < M * K; i++) g_assert_true(isfinite(y[i]));
+  check_error_bound(&L, x, w, NULL, s1, y, M);
   em_scope_end(s);
   em_quant_layer_clear(&L);
   g_free(a1), g_free(a2), g_free(y), g_free(x), g_free(w);
