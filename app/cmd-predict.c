@@ -121,6 +121,27 @@ static void print_sample(const char *source, const scored *s, int top_k, int64_t
   putchar('\n');
 }
 
+/* A sample whose outputs hold a NaN or an infinity (its input overflows
+ * the model in f32): no classes to rank, said in place of them. */
+static const char overflow_msg[] = "the model's output holds NaN or Inf (the input overflows it)";
+
+static bool row_finite(const float *v, int n) {
+  for (int i = 0; i < n; i++)
+    if (!isfinite(v[i])) return false;
+  return true;
+}
+
+static void print_overflow(const char *source, bool as_json) {
+  if (as_json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "source", json_text(source));
+    json_object_set_new(o, "error", json_string(overflow_msg));
+    print_json(o);
+    return;
+  }
+  printf("%s  error: %s\n", source, overflow_msg);
+}
+
 typedef struct {
   int top_k, batch, threads;
   int64_t limit;
@@ -143,7 +164,7 @@ static int predict_all(cli_model *m, predict_inputs *in, const predict_opts *o) 
   float *x = cli_xmalloc(sizeof(float) * (size_t)(o->batch * numel)); /* (B, ...sample) */
   int64_t *y = cli_xmalloc(sizeof(int64_t) * (size_t)o->batch);       /* (B) */
   scored *s = cli_xmalloc(sizeof(scored) * (size_t)classes);          /* (K) */
-  int64_t labelled = 0, correct = 0;
+  int64_t labelled = 0, correct = 0, overflowed = 0;
   em_error err = {0};
   int rc = 0;
   char source[4200];
@@ -170,12 +191,17 @@ static int predict_all(cli_model *m, predict_inputs *in, const predict_opts *o) 
     } else {
       const float *logits = em_f32(em_contiguous(out)); /* (n, K) */
       for (int64_t i = 0; i < n; i++) {
+        predict_inputs_source(in, first + i, source, sizeof source);
+        if (!row_finite(logits + i * classes, classes)) {
+          overflowed++;
+          print_overflow(source, o->json);
+          continue;
+        }
         softmax_sorted(logits + i * classes, classes, s);
         if (y[i] >= 0) {
           labelled++;
           correct += s[0].k == y[i];
         }
-        predict_inputs_source(in, first + i, source, sizeof source);
         print_sample(source, s, top_k, y[i], names, o->json);
       }
     }
@@ -200,6 +226,7 @@ static int predict_all(cli_model *m, predict_inputs *in, const predict_opts *o) 
       json_object_set_new(sum, "correct", json_integer(correct));
       json_object_set_new(sum, "accuracy", cli_json_num(acc));
     }
+    if (sum && overflowed) json_object_set_new(sum, "overflowed", json_integer(overflowed));
     if (sum) print_json(sum);
   }
   fprintf(stderr, "predicted %lld sample%s in %.3f s (%.0f samples/s, batch %d, %d thread%s)",
@@ -209,6 +236,12 @@ static int predict_all(cli_model *m, predict_inputs *in, const predict_opts *o) 
     fprintf(stderr, "; accuracy %.2f%% (%lld of %lld labelled)", 100 * acc, (long long)correct,
             (long long)labelled);
   fputc('\n', stderr);
+  if (overflowed) {
+    fprintf(stderr, "ember: %lld sample%s got no answer: %s; %s marked 'error' above\n",
+            (long long)overflowed, overflowed == 1 ? "" : "s", overflow_msg,
+            overflowed == 1 ? "it is" : "they are");
+    return 1;
+  }
   return 0;
 }
 

@@ -3,7 +3,9 @@
  * (the formulas of engine/quant/quant-private.h, op for op in f32):
  *
  *   lo = Min(ReduceMin(x, axes=[-1]), 0)      hi = Max(ReduceMax(x), 0)
- *   sx = Max((hi - lo) / 255, FLT_MIN)        (.., 1) per row
+ *   sx = Max((hi * 0.5 - lo * 0.5) / 127.5, FLT_MIN)
+ *        + ReduceSum(x * 0, axes=[-1])        (.., 1) per row; NaN for a row
+ *                                             with a NaN or an infinity
  *   zp = Clip(Round(Neg(lo) / sx), 0, 255)
  *   qa = Cast<uint8>(Clip(Round(x * (1 / sx)) + zp, 0, 255))
  *   acc = MatMulInteger(qa, Wq^T) - Cast<int32>(zp) * wsum   int32
@@ -44,6 +46,8 @@ em_status em_onnx_quant_linear(em_onnx_builder *b, const char *name, const char 
   char *n_sum = em_onnx_printf(b, "%s_colsum", weight_name);
   char *c0 = em_onnx_printf(b, "%s/zero", name), *c255 = em_onnx_printf(b, "%s/qmax", name);
   char *ctiny = em_onnx_printf(b, "%s/tiny", name), *c1 = em_onnx_printf(b, "%s/one", name);
+  char *chalf = em_onnx_printf(b, "%s/half", name), *cstep = em_onnx_printf(b, "%s/qmax_half", name);
+  char *caxes = em_onnx_printf(b, "%s/last_axis", name);
   if (b->failed) goto nomem;
   for (int64_t k = 0; k < K; k++)
     for (int64_t d = 0; d < D; d++) wt[d * K + k] = L->wq[k * D + d];
@@ -56,6 +60,10 @@ em_status em_onnx_quant_linear(em_onnx_builder *b, const char *name, const char 
   em_onnx_init_scalar(b, c255, 255.f);
   em_onnx_init_scalar(b, ctiny, FLT_MIN);
   em_onnx_init_scalar(b, c1, 1.f);
+  em_onnx_init_scalar(b, chalf, 0.5f);
+  em_onnx_init_scalar(b, cstep, 127.5f);
+  const int64_t last_axis = -1;
+  em_onnx_init_i64s(b, caxes, 1, &last_axis);
   if (b->failed) goto nomem;
 
   /* per-row scale and zero point (.., 1) */
@@ -70,9 +78,16 @@ em_status em_onnx_quant_linear(em_onnx_builder *b, const char *name, const char 
   em_onnx_attr_int(b, g->node[g->n_node - 1], "keepdims", 1);
   const char *lo = OP("Min", "lo", NULL, lo_r, c0);
   const char *hi = OP("Max", "hi", NULL, hi_r, c0);
-  const char *range = lo && hi ? OP("Sub", "range", NULL, hi, lo) : NULL;
-  const char *s0 = range ? OP("Div", "step", NULL, range, c255) : NULL;
-  const char *sx = s0 ? OP("Max", "x_scale", NULL, s0, ctiny) : NULL;
+  const char *hh = hi ? OP("Mul", "hi_half", NULL, hi, chalf) : NULL;
+  const char *lh = lo ? OP("Mul", "lo_half", NULL, lo, chalf) : NULL;
+  const char *range = lh && hh ? OP("Sub", "range_half", NULL, hh, lh) : NULL;
+  const char *s0 = range ? OP("Div", "step", NULL, range, cstep) : NULL;
+  const char *s1 = s0 ? OP("Max", "step_min", NULL, s0, ctiny) : NULL;
+  const char *x0 = OP("Mul", "x_times_zero", NULL, x, c0);
+  const char *nf = x0 ? OP("ReduceSum", "nonfinite", NULL, x0, caxes) : NULL;
+  if (!nf) goto nomem;
+  em_onnx_attr_int(b, g->node[g->n_node - 1], "keepdims", 1);
+  const char *sx = s1 ? OP("Add", "x_scale", NULL, s1, nf) : NULL;
   const char *nlo = lo ? OP("Neg", "neg_lo", NULL, lo) : NULL;
   const char *zq = nlo && sx ? OP("Div", "zp_div", NULL, nlo, sx) : NULL;
   const char *zr = zq ? OP("Round", "zp_round", NULL, zq) : NULL;

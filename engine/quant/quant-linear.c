@@ -20,26 +20,27 @@
  * worker costs tens of microseconds on this machine. */
 #define PAR_MACS 4.0e6
 
-/* The min and max of a row, 0 included (the plain loop; rows_avx512
- * below is the fast path). */
-static void row_range(const float *x, int64_t D, float *lo_out, float *hi_out) {
-  float lo = 0.f, hi = 0.f;
+/* The min and max of a row, 0 included, and whether all of it is finite
+ * (the plain loop; rows_avx512 below is the fast path). */
+static bool row_range(const float *x, int64_t D, float *lo_out, float *hi_out) {
+  float lo = 0.f, hi = 0.f, nf = 0.f;
   for (int64_t d = 0; d < D; d++) {
     lo = x[d] < lo ? x[d] : lo; /* a NaN is skipped */
     hi = x[d] > hi ? x[d] : hi;
+    nf += x[d] * 0.f; /* NaN from a NaN or an infinity */
   }
   *lo_out = lo;
   *hi_out = hi;
+  return nf == 0.f;
 }
 
-/* A row's scale, (hi - lo) / 255: in double when hi - lo overflows f32
- * (a row spanning more than +-1.7e38; the f32 difference gave an
- * infinite scale and the layer NaN), else in f32 as always; FLT_MIN for
- * an all-zero row. */
-static float row_scale(float lo, float hi) {
-  float s = (hi - lo) / 255.f;
-  if (isinf(s)) s = (float)(((double)hi - (double)lo) / 255.0);
-  return s >= FLT_MIN ? s : FLT_MIN;
+/* A row's scale from its range (quant-private.h): (hi - lo) / 255 by
+ * halves, FLT_MIN for an all-zero row; NaN for a row that holds a NaN or
+ * an infinity (finite false). */
+static float row_scale(float lo, float hi, bool finite) {
+  float s = (hi * 0.5f - lo * 0.5f) / 127.5f;
+  s = s >= FLT_MIN ? s : FLT_MIN;
+  return finite ? s : NAN;
 }
 
 void em_quant_rows_ref(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
@@ -48,10 +49,10 @@ void em_quant_rows_ref(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t
     const float *xr = x + m * D; /* (D) */
     uint8_t *ar = a + m * Dp;    /* (Dp) */
     float lo, hi;
-    row_range(xr, D, &lo, &hi);
-    float s = row_scale(lo, hi);
+    bool finite = row_range(xr, D, &lo, &hi);
+    float s = row_scale(lo, hi, finite);
     float z = rintf(-lo / s);
-    z = z > 0.f ? z : 0.f; /* NaN (an infinite input) -> 0 */
+    z = z > 0.f ? z : 0.f; /* NaN (a row holding a NaN or an infinity) -> 0 */
     z = z < 255.f ? z : 255.f;
     const float inv = 1.f / s;
     for (int64_t d = 0; d < D; d++) {
@@ -80,6 +81,7 @@ static __attribute__((target("avx512f,avx512bw"))) void rows_avx512(const float 
     const float *xr = x + m * D; /* (D) */
     uint8_t *ar = a + m * Dp;    /* (Dp) */
     __m512 lo = zero, hi = zero, lo2 = zero, hi2 = zero; /* two chains: min/max latency */
+    __m512 nf = zero; /* v * 0 summed: NaN once a NaN or an infinity passed */
     int64_t d = 0;
     for (; d + 32 <= D; d += 32) {
       __m512 v = _mm512_loadu_ps(xr + d), v2 = _mm512_loadu_ps(xr + d + 16);
@@ -87,6 +89,7 @@ static __attribute__((target("avx512f,avx512bw"))) void rows_avx512(const float 
       hi = _mm512_max_ps(v, hi);
       lo2 = _mm512_min_ps(v2, lo2);
       hi2 = _mm512_max_ps(v2, hi2);
+      nf = _mm512_fmadd_ps(v, zero, _mm512_fmadd_ps(v2, zero, nf));
     }
     lo = _mm512_min_ps(lo2, lo);
     hi = _mm512_max_ps(hi2, hi);
@@ -94,16 +97,19 @@ static __attribute__((target("avx512f,avx512bw"))) void rows_avx512(const float 
       __m512 v = _mm512_loadu_ps(xr + d);
       lo = _mm512_min_ps(v, lo); /* a NaN keeps lo */
       hi = _mm512_max_ps(v, hi);
+      nf = _mm512_fmadd_ps(v, zero, nf);
     }
     if (d < D) { /* the lanes past D load as 0, which the range holds anyway */
       __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << (D - d)) - 1), xr + d);
       lo = _mm512_min_ps(v, lo);
       hi = _mm512_max_ps(v, hi);
+      nf = _mm512_fmadd_ps(v, zero, nf);
     }
     float l = _mm512_reduce_min_ps(lo), h = _mm512_reduce_max_ps(hi);
-    float s = row_scale(l, h);
+    bool finite = _mm512_cmp_ps_mask(nf, zero, _CMP_EQ_OQ) == 0xFFFF;
+    float s = row_scale(l, h, finite);
     float z = rintf(-l / s);
-    z = z > 0.f ? z : 0.f; /* NaN (an infinite input) -> 0 */
+    z = z > 0.f ? z : 0.f; /* NaN (a row holding a NaN or an infinity) -> 0 */
     z = z < 255.f ? z : 255.f;
     const __m512 inv = _mm512_set1_ps(1.f / s), zv = _mm512_set1_ps(z);
     for (d = 0; d < D; d += 16) {

@@ -5,7 +5,7 @@
  * x_m of its input (a sample, or one position of an (N, L, D) input):
  *
  *   lo_m = min(0, min_d x_md)   hi_m = max(0, max_d x_md)
- *   sx_m = max((hi_m - lo_m) / 255, FLT_MIN)
+ *   sx_m = max((hi_m * 0.5 - lo_m * 0.5) / 127.5, FLT_MIN) + nf_m
  *   zp_m = clamp(rint(-lo_m / sx_m), 0, 255)                   (NaN -> 0)
  *   qa_md = clamp(rint(x_md * (1 / sx_m)) + zp_m, 0, 255)      uint8
  *   acc_mk = sum_d qa_md qw_kd - zp_m wsum_k                   int32
@@ -13,6 +13,12 @@
  *
  * with qw_kd = clamp(rint(w_kd / sw_k), -127, 127) (int8), sw_k =
  * max_d |w_kd| / 127 (1 for an all-zero row) and wsum_k = sum_d qw_kd.
+ * The halves give (hi - lo) / 255 bit for bit (halving is exact, short of
+ * ranges so small that FLT_MIN takes over) without overflowing for a row
+ * that spans more than +-1.7e38 (whose f32 difference was infinite, and
+ * the layer's answer that of zero inputs). nf_m = sum_d x_md * 0 is 0, or
+ * NaN when the row holds a NaN or an infinity: such a row's outputs are
+ * NaN, as in f32, rather than those of its values quantised to zero.
  * Every step is one IEEE operation in f32 (rint: ties to even), in this
  * order, so the ONNX form (onnx-quant.c) computes the very same numbers.
  * (x * (1 / sx) rather than x / sx: a division per value cost as much as

@@ -18,6 +18,7 @@ usage: test_predict.py EMBER SOURCE_ROOT
 """
 import gzip
 import json
+import math
 import os
 import shutil
 import struct
@@ -230,6 +231,30 @@ class Predict(unittest.TestCase):
         self.assertEqual(summary["count"], n)
         self.assertNotIn("label", rows[0])
         self.assertSameRows(rows, idx_rows, tol=1e-7)
+
+    def test_output_overflow(self):
+        # finite inputs whose outputs overflow f32: said per sample, not ranked (NaN
+        # probabilities, exit 0, before); the other samples keep their answers; exit 1
+        rows = self.path("overflow.csv")
+        with open(rows, "w") as f:
+            f.write(",".join(["3e38"] * 784) + "\n")
+            f.write(",".join(["0.5"] * 784) + "\n")
+            f.write(",".join(["2e38", "-2e38"] + ["0"] * 782) + "\n")
+        for quant in ([], ["--quantize", "int8"]):
+            p = self.e.run("predict", self.spec, "--weights", self.weights, rows, "--json",
+                           *quant)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            out, summary = parse_json_lines(p.stdout)
+            self.assertEqual(out[0], {"source": rows + ":0", "error": out[0].get("error")})
+            self.assertIn("NaN or Inf", out[0]["error"])
+            for r in out[1:]:
+                self.assertTrue(all(math.isfinite(v) for v in r["probs"]), (quant, r))
+            self.assertEqual(summary["overflowed"], 1)
+            self.assertIn("1 sample got no answer", p.stderr)
+            p = self.e.run("predict", self.spec, "--weights", self.weights, rows, *quant)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(rows + ":0  error: the model's output holds NaN or Inf", p.stdout)
+            self.assertNotIn("nan", p.stdout.lower().replace("holds nan", ""))
 
     # ---- the registry ------------------------------------------------------------
     def test_registered_alias(self):

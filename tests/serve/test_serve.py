@@ -564,6 +564,12 @@ class ServeTest(unittest.TestCase):
             # int8 weights and activations: close to f32, not equal
             self.assertLess((got - want).abs().max().item(), 0.05 * want.abs().max().item())
             self.assertEqual(got.argmax(1).tolist(), want.argmax(1).tolist())
+            # an input whose output overflows f32 is refused as in f32 (int8 answered 200
+            # with the bias alone: its activations, infinite, were quantised to zero)
+            x = torch.full((1, 1, 28, 28), 3e38)
+            st, r = srv.infer(x, model="fmnist-mlp")
+            self.assertEqual(st, 400, r)
+            self.assertIn("NaN or Inf", r["error"])
         finally:
             rc, err = srv.stop()
             self.assertEqual(rc, 0, err)

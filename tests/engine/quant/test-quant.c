@@ -264,19 +264,24 @@ static void test_linear_error_bound(void) {
 
 /* A row spanning more than +-1.7e38 (its hi - lo overflows f32) gets a
  * finite scale, the same from both quantisers, and the layer's output
- * is within the error bound (it was NaN). */
+ * is within the error bound (it was NaN); a row holding an infinity or a
+ * NaN gives NaN outputs, as f32 does (not those of its values quantised
+ * to zero). */
 static void test_huge_range_rows(void) {
   GRand *r = g_rand_new_with_seed(31);
-  const int64_t M = 3, D = 37, K = 5;
+  const int64_t M = 5, D = 37, K = 5;
   float *x = rand_floats(r, M * D, -3e38, 3e38), *w = rand_floats(r, K * D, -1e-3, 1e-3);
   x[0] = 3.2e38f, x[1] = -3.2e38f; /* row 0 spans 6.4e38 */
   for (int64_t d = 0; d < D; d++) x[D + d] = fabsf(x[D + d]); /* row 1: [0, 3e38], no overflow */
   for (int64_t d = 0; d < D; d++) x[2 * D + d] = frand(r, -1, 1);
+  for (int64_t d = 0; d < 2 * D; d++) x[3 * D + d] = frand(r, -1, 1);
+  x[3 * D + 4] = -INFINITY;
+  x[4 * D + 30] = NAN;
   em_quant_layer L;
   layer_make(&L, em_qgemm_kernel_best(), w, NULL, K, D);
   uint8_t *a1 = g_new0(uint8_t, M * L.Dp), *a2 = g_new0(uint8_t, M * L.Dp);
-  float s1[3], s2[3];
-  int32_t z1[3], z2[3];
+  float s1[5], s2[5];
+  int32_t z1[5], z2[5];
   em_quant_rows(x, M, D, L.Dp, a1, s1, z1);
   em_quant_rows_ref(x, M, D, L.Dp, a2, s2, z2);
   g_assert_cmpmem(a1, M * L.Dp, a2, M * L.Dp);
@@ -287,8 +292,9 @@ static void test_huge_range_rows(void) {
   float *y = g_new(float, M * K);
   em_scope *s = em_scope_begin();
   em_quant_linear_run(&L, em_qgemm_kernel_best(), x, M, y);
-  for (int64_t i = 0; i < M * K; i++) g_assert_true(isfinite(y[i]));
-  check_error_bound(&L, x, w, NULL, s1, y, M);
+  for (int64_t i = 0; i < 3 * K; i++) g_assert_true(isfinite(y[i]));
+  check_error_bound(&L, x, w, NULL, s1, y, 3);
+  for (int64_t i = 3 * K; i < M * K; i++) g_assert_true(isnan(y[i]));
   em_scope_end(s);
   em_quant_layer_clear(&L);
   g_free(a1), g_free(a2), g_free(y), g_free(x), g_free(w);
