@@ -33,7 +33,7 @@ static int export_model(const em_spec *spec, const char *weights, const char *ou
   int rc = 0;
   em_quant_report rep = {0};
   if (!model) rc = cli_fail(&err, NULL);
-  else if (em_model_load(model, weights, &err) != EM_OK) rc = cli_fail1(&err, weights);
+  else if (em_model_load(model, weights, &err) != EM_OK) rc = cli_fail(&err, weights);
   else if (qmode != EM_QUANT_NONE && em_model_quantize(model, qmode, &rep, &err) != EM_OK)
     rc = cli_fail(&err, "--quantize");
   else if (qmode != EM_QUANT_NONE && rep.layers_quantized == 0) {
@@ -113,6 +113,7 @@ int cli_cmd_export(int argc, char **argv) {
                           {0}};
   cli_parse_args(argc, argv, 2, opts, pos, 1, 1, "export");
   em_quant_mode qmode = cli_parse_quantize(quantize);
+  if (out) cli_check_output_path("-o", out, true); /* a folder, /dev/null: before any work */
   if (em_version_ref_looks_like(pos[0]) && !weights)
     return export_registry(pos[0], out, registry, qmode);
   if (!weights) cli_die_usage("export SPEC needs --weights FILE (or use NAME@ALIAS)");

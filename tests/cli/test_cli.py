@@ -367,6 +367,13 @@ class BadData(Base):
         # wrong shape or a missing tensor is
         self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", cnn],
                    "cnn.safetensors", code=2)
+        # export says so as eval and predict do (it exited 1)
+        self.fails(["export", spec_path("fmnist-mlp.json"), "--weights", cnn, "-o",
+                    os.path.join(self.tmp, "x.onnx")], "cnn.safetensors", code=2)
+        # and an -o that is no file is refused before any work, as train --save's is
+        for bad in (self.tmp, os.devnull):
+            self.fails(["export", spec_path("fmnist-cnn.json"), "--weights", cnn, "-o", bad],
+                       bad, code=2)
         # this model's weights and one tensor more
         mlp = os.path.join(self.tmp, "mlp.safetensors")
         p = run("train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--save", mlp)
