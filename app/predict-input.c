@@ -249,9 +249,9 @@ static em_status csv_open(const predict_inputs *in, in_item *it, int label_colum
                         "%lld columns (the model's %lld features and the label), so the label "
                         "column is 0 to %lld", label_column, it->path, (long long)want,
                         (long long)in->numel, (long long)want - 1);
-  char why[128];
+  char why[160];
   snprintf(why, sizeof why, "the model takes %lld features%s", (long long)in->numel,
-           labelled ? ", plus the label column" : "");
+           labelled ? ", plus the label column" : "; --label-column names a label column");
   em_csv_table_options o;
   em_csv_table_options_defaults(&o);
   o.label_column = label_column;

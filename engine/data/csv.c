@@ -74,6 +74,43 @@ static bool is_header(const char *line, char delim) {
   }
 }
 
+/* The longest line read: a row of a million features. A longer one is no
+ * table of numbers (a binary file, or text with no line ends): refused
+ * before the whole file sits in memory as one line. */
+#define MAX_LINE ((size_t)64 << 20)
+
+/* Reads the next line of fp into *buf (grown; '\0'-terminated, its '\n'
+ * kept), stopping at a NUL byte or past MAX_LINE bytes. Returns the
+ * bytes read, 0 at the end of the file, -1 on a read error, -2 at a NUL
+ * byte (*buf then holds what came before it, when anything did), -3 for
+ * a line over MAX_LINE. */
+static ssize_t read_line(FILE *fp, char **buf, size_t *cap) {
+  size_t n = 0;
+  int c = EOF;
+  flockfile(fp);
+  while ((c = getc_unlocked(fp)) != EOF) {
+    if (c == '\0' || n == MAX_LINE) break;
+    if (n + 2 > *cap) {
+      size_t nc = *cap ? *cap * 2 : 4096;
+      char *nb = realloc(*buf, nc);
+      if (!nb) {
+        funlockfile(fp);
+        return -1;
+      }
+      *buf = nb;
+      *cap = nc;
+    }
+    (*buf)[n++] = (char)c;
+    if (c == '\n') break;
+  }
+  funlockfile(fp);
+  if (n) (*buf)[n] = '\0'; /* also what came before a NUL */
+  if (c == '\0') return -2;
+  if (n == MAX_LINE && c != '\n' && c != EOF) return -3;
+  if (c == EOF && ferror(fp)) return -1;
+  return (ssize_t)n;
+}
+
 typedef struct {
   const char *path;
   int64_t cap;
@@ -83,6 +120,16 @@ typedef struct {
   const char *why;
 } csv_parse;
 
+/* " (the line has semicolons: fields are separated by commas)" when a line
+ * read as one field holds another common separator, else "". */
+static const char *other_separator(const char *text, int64_t fields) {
+  const char *other = fields == 1 && text ? strpbrk(text, ";\t|") : NULL;
+  if (!other) return "";
+  return *other == '\t' ? " (the line has tabs: fields are separated by commas)"
+         : *other == ';' ? " (the line has semicolons: fields are separated by commas)"
+                         : " (the line has '|': fields are separated by commas)";
+}
+
 /* strtod reads C's hexadecimal floats ("0x1p3"); a CSV number is decimal
  * (as Python, NumPy and pandas read it), so "0x2" is a typo, not 2. */
 static bool hex_float(const char *v) { return strpbrk(v, "xXpP") != NULL; }
@@ -91,11 +138,14 @@ static bool hex_float(const char *v) { return strpbrk(v, "xXpP") != NULL; }
 static em_status csv_row(em_csv_table *t, csv_parse *p, char *line, int64_t lineno,
                          em_error *err) {
   int64_t nf = count_fields(line, p->delim);
-  if (nf != p->ncols)
-    return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld: %lld column%s, expected %lld (%s)",
+  if (nf != p->ncols) { /* another separator in the line says more than the expected count */
+    const char *sep = other_separator(line, nf);
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld: %lld column%s, expected %lld%s%s%s",
                         p->path, (long long)lineno, (long long)nf, nf == 1 ? "" : "s",
-                        (long long)p->ncols,
-                        p->why ? p->why : "as on the first data line");
+                        (long long)p->ncols, *sep ? sep : " (",
+                        *sep ? "" : p->why ? p->why : "as on the first data line",
+                        *sep ? "" : ")");
+  }
   if (t->rows == p->cap) {
     int64_t nc = p->cap ? p->cap * 2 : 256;
     bool ok = true;
@@ -169,16 +219,10 @@ static em_status csv_columns(em_csv_table *t, csv_parse *p, int label_column, in
                              int64_t lineno, const char *text, em_error *err) {
   p->ncols = ncols;
   bool labelled = label_column != EM_CSV_NO_LABEL;
-  if (labelled && ncols < 2) {
-    /* one column, but another separator in the line: say which */
-    const char *other = text ? strpbrk(text, ";\t|") : NULL;
+  if (labelled && ncols < 2) /* one column, but another separator in the line: say which */
     return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld: one column; a table with a label "
-                        "column needs feature columns beside it%s%s%s", p->path,
-                        (long long)lineno, other ? " (the line has " : "",
-                        other ? (*other == '\t' ? "tabs" : *other == ';' ? "semicolons" : "'|'")
-                              : "",
-                        other ? ": fields are separated by commas)" : "");
-  }
+                        "column needs feature columns beside it%s", p->path, (long long)lineno,
+                        other_separator(text, ncols));
   p->label_col = !labelled ? -1 : label_column < 0 ? (int)(ncols - 1) : label_column;
   if (p->label_col >= ncols) {
     if (lineno > 0)
@@ -222,21 +266,28 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
   int64_t header_cols = 0, header_line = 0;
   while (st == EM_OK) {
     errno = 0;
-    ssize_t len = getline(&line, &linecap, fp);
-    if (len < 0) {
-      if (ferror(fp))
-        st = em_error_set(err, EM_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    ssize_t len = read_line(fp, &line, &linecap);
+    if (len == 0) break;
+    lineno++;
+    if (len == -1) {
+      st = em_error_set(err, errno == ENOMEM ? EM_ERR_NOMEM : EM_ERR_IO, "cannot read '%s': %s",
+                        path, strerror(errno ? errno : EIO));
       break;
     }
-    lineno++;
-    if (strlen(line) != (size_t)len) {
-      if (lineno == 1 && len >= 2 && (unsigned char)line[0] == 0x1f &&
+    if (len == -2) {
+      if (lineno == 1 && line && strlen(line) >= 2 && (unsigned char)line[0] == 0x1f &&
           (unsigned char)line[1] == 0x8b)
         st = em_error_set(err, EM_ERR_FORMAT, "'%s' is gzip-compressed: decompress it first "
                           "(gunzip -k)", path);
       else
         st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld holds a NUL byte: it is not a "
                           "text (CSV) file", path, (long long)lineno);
+      break;
+    }
+    if (len == -3) {
+      st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld is longer than %zu MiB: it is not "
+                        "a table of numbers (a binary file, or text without line ends?)", path,
+                        (long long)lineno, MAX_LINE >> 20);
       break;
     }
     char *text = line;
@@ -265,8 +316,9 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
       st = csv_row(out, &p, text, lineno, err);
     }
     /* a header names the data's columns: one that does not is most likely
-     * not a header (or the wrong file) */
-    if (st == EM_OK && header_cols && p.ncols && header_cols != p.ncols) {
+     * not a header (or the wrong file); with the width given (opts.columns)
+     * the first data line says what is wrong, as it has the data's width */
+    if (st == EM_OK && header_cols && p.ncols && header_cols != p.ncols && !opts.columns) {
       st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, taken as the header, has %lld "
                         "column%s where the data has %lld", path, (long long)header_line,
                         (long long)header_cols, header_cols == 1 ? "" : "s", (long long)p.ncols);

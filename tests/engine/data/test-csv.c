@@ -5,6 +5,9 @@
 #include "data-test-util.h"
 #include "em-data.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 /* Reads text written to dir/t.csv; returns the status, *t filled. */
 static em_status table_try(const char *dir, const char *text, size_t n,
                            const em_csv_table_options *o, em_csv_table *t, em_error *err,
@@ -172,6 +175,21 @@ static void test_columns(void) {
   g_assert_cmpint(TRY("1,2\n", &o, &t, &err), ==, EM_ERR_FORMAT);
   dt_assert_msg(err.msg, "line 1", "2 columns, expected 3", "the model takes 2 features", NULL);
   em_csv_table_clear(&t);
+  /* With the count given, a header and data one column wider: the data
+   * line says so (the header's check claimed the data had the expected
+   * count), and a line of another separator is said to be one. */
+  o.header = EM_CSV_HEADER_AUTO;
+  o.label_column = EM_CSV_NO_LABEL;
+  o.columns = 2;
+  o.columns_why = "the model takes 2 features";
+  g_assert_cmpint(TRY("label,a,b\n0,1,2\n", &o, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "line 2", "3 columns, expected 2", "the model takes 2 features", NULL);
+  em_csv_table_clear(&t);
+  g_assert_cmpint(TRY("1;2\n3;4\n", &o, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "1 column, expected 2", "the line has semicolons", NULL);
+  em_csv_table_clear(&t);
+  o.header = EM_CSV_HEADER_NO;
+  o.label_column = EM_CSV_LAST_COLUMN;
   /* Without a count, lines are held to the first data line. */
   o.columns = 0;
   o.columns_why = NULL;
@@ -214,6 +232,33 @@ static void test_bad_files(void) {
   dt_assert_msg(err.msg, p, "gzip-compressed", NULL);
   g_free(p);
   em_csv_table_clear(&t);
+  /* A line too long to be a row of numbers, and a big file with no line
+   * end: refused without holding them in memory (the reader read a whole
+   * line first: a 1 GiB file of zeros took 1 GiB before its NUL error). */
+  struct rusage ru0, ru1;
+  getrusage(RUSAGE_SELF, &ru0);
+  char *big = g_build_filename(dir, "big.csv", NULL);
+  FILE *f = fopen(big, "wb");
+  g_assert_nonnull(f);
+  g_assert_cmpint(ftruncate(fileno(f), (off_t)1 << 30), ==, 0); /* 1 GiB of NUL bytes */
+  fclose(f);
+  g_assert_cmpint(em_csv_table_read(big, NULL, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "line 1", "NUL byte", NULL);
+  em_csv_table_clear(&t);
+  f = fopen(big, "wb");
+  g_assert_nonnull(f);
+  char *mib = g_strnfill(1 << 20, '1');
+  for (int i = 0; i < 65; i++) /* 65 MiB of digits, no line end */
+    g_assert_cmpuint(fwrite(mib, 1, 1 << 20, f), ==, 1 << 20);
+  g_free(mib);
+  fclose(f);
+  g_assert_cmpint(em_csv_table_read(big, NULL, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "line 1", "longer than 64 MiB", "not a table of numbers", NULL);
+  em_csv_table_clear(&t);
+  remove(big);
+  g_free(big);
+  getrusage(RUSAGE_SELF, &ru1);
+  g_assert_cmpint(ru1.ru_maxrss - ru0.ru_maxrss, <, 200 * 1024); /* KiB */
   /* Labels must be whole numbers >= 0; values finite floats. */
   g_assert_cmpint(TRY("1,2,-1\n", NULL, &t, &err), ==, EM_ERR_FORMAT);
   dt_assert_msg(err.msg, "line 1, column 3", "label -1", NULL);
