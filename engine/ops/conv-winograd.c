@@ -370,6 +370,14 @@ static void pass_chunks(void *vctx, int64_t unused0, int64_t unused1) {
     float *dst = p->dst + n0 * cout_tot * w->OH * w->OW;
     for (int64_t grp = 0; grp < w->G; grp++) {
       input_transform(w, src, nb, cin_tot, grp * w->cin, V);
+      /* The last panel's lanes past T: zeros, not whatever the scratch held
+       * (the products there are dropped, but a denormal among them made
+       * every FMA of the panel take a microcode assist: evaluation inside
+       * a recorded fmnist-cnn run took 8 times as long). */
+      const int64_t Tr = round_up(T, NR);
+      for (int pos = 0; pos < 16 && Tr > T; pos++)
+        for (int64_t c = 0; c < w->cin; c++)
+          memset(V + pos * v_stride(w) + p->row_off[c] + T, 0, sizeof(float) * (size_t)(Tr - T));
       for (int pos = 0; pos < 16; pos++) { /* M (16, mp, Tp) = U V, per position */
         const float *Up = p->U + pos * per_pos + grp * mp * w->cin;
         const float *Vp = V + pos * v_stride(w);

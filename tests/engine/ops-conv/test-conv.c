@@ -6,6 +6,11 @@
 
 #include "conv-check.h"
 #include "conv-private.h"
+#include "em-pool.h"
+
+#if defined(__x86_64__)
+#include <xmmintrin.h> /* MXCSR */
+#endif
 
 typedef struct {
   const char *name;
@@ -275,6 +280,44 @@ static void test_steady_state_allocations(void) {
   }
 }
 
+/* No product reads scratch memory left as it was: the caching
+ * allocator's free blocks are filled with the smallest denormal, and a
+ * forward and backward of the fast paths on one thread (MXCSR's flags are
+ * per thread) must not raise the denormal-operand flag. Winograd's last
+ * panel read lanes past its tiles that no transform wrote: products that
+ * were dropped, but a denormal among them made every FMA of the panel
+ * take a microcode assist (8 times as long). */
+#if defined(__x86_64__)
+static void test_no_stale_scratch(void) {
+  int threads = em_get_num_threads();
+  em_set_num_threads(1);
+  const conv_case *cases[3] = {&fast_cases[0], &fast_cases[1], &fast_cases[2]};
+  for (int i = 0; i < 3; i++) {
+    const conv_case *c = cases[i];
+    em_tensor *in[3];
+    make_inputs(c, EM_DTYPE_F32, 71, in);
+    em_tensor *gy = make_gy(c, 72);
+    conv_result r = run(c, false, in, gy); /* the allocator now holds the blocks the conv takes */
+    result_free(&r);
+    em_scope *s = em_scope_begin();
+    for (size_t n = 64; n <= ((size_t)4 << 20); n += n / 32 > 64 ? n / 32 : 64) {
+      uint32_t *b = em_scratch(n);
+      for (size_t k = 0; k < n / 4; k++) b[k] = 1; /* 1.4e-45 */
+    }
+    em_scope_end(s); /* every class's free list starts with a poisoned block */
+    _mm_setcsr(_mm_getcsr() & ~0x3Fu);
+    r = run(c, false, in, gy);
+    unsigned flags = _mm_getcsr();
+    result_free(&r);
+    if (flags & 0x2) g_test_message("%s: a denormal operand", c->name);
+    g_assert_cmpuint(flags & 0x2, ==, 0);
+    em_tensor_free(gy);
+    free_inputs(in);
+  }
+  em_set_num_threads(threads);
+}
+#endif
+
 /* ---- against PyTorch -------------------------------------------------------------- */
 
 static const conv_case torch_cases[] = {
@@ -342,6 +385,9 @@ int main(int argc, char **argv) {
     g_test_add_data_func(path, &accumulate_cases[i], test_accumulate_and_views);
   }
   g_test_add_func("/engine/conv2d/steady-state-allocations", test_steady_state_allocations);
+#if defined(__x86_64__)
+  g_test_add_func("/engine/conv2d/no-stale-scratch", test_no_stale_scratch);
+#endif
   g_test_add_func("/engine/conv2d/torch", test_torch);
   return g_test_run();
 }
