@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli-commands.h"
 #include "cli-common.h"
@@ -65,6 +66,11 @@ typedef struct {
   em_train_config cfg;
   int64_t parent;           /* --resume: the run continued; 0 otherwise */
   em_checkpoint_row ckpt;   /* --resume: the checkpoint it continues from */
+  /* --resume from a "final" checkpoint: what a divergence rolls back to
+   * (rollback_path NULL: none), see rollback_point */
+  bool set_rollback;
+  char *rollback_path;
+  int64_t rollback_step;
   bool ran_here;            /* --resume on the device it trained on: no pre-flight */
 } train_job;
 
@@ -332,9 +338,46 @@ static int checkpoint_batch_size(const char *path) {
   return batch;
 }
 
-/* --resume RUN|latest: the spec and config the run recorded, its threads
- * unless --threads is given, its newest valid checkpoint, and the batch
- * size it had reached there (--auto-batch may have halved it). */
+/* A stopped run's "final" checkpoint is where it resumes, but not what a
+ * divergence after the resume rolls back to: the run that never stopped
+ * wrote no checkpoint there, and rolled back to the one before (with the
+ * stop's own, one step back, the resumed run gave up where it went on).
+ * That one is the newest checkpoint other than a "final" at or before
+ * the resume's step, of the run or else of the runs it continued. */
+static void rollback_point(em_store *s, train_job *j) {
+  char kind[16];
+  int64_t step;
+  const char *slash = strrchr(j->ckpt.path, '/');
+  if (!em_checkpoint_name_parse(slash ? slash + 1 : j->ckpt.path, kind, sizeof kind, &step) ||
+      strcmp(kind, "final") != 0)
+    return; /* a periodic checkpoint: itself, as the trainer takes it */
+  j->set_rollback = true;
+  em_error err = {0};
+  for (int64_t run = j->parent, hops = 0; run > 0 && hops < 1000; hops++) {
+    em_checkpoint_row *rows = NULL;
+    int n = 0;
+    if (em_store_checkpoints_list(s, run, &rows, &n, &err) != EM_OK) break;
+    const em_checkpoint_row *best = NULL;
+    for (int i = 0; i < n; i++)
+      if (strcmp(rows[i].kind, "final") != 0 && rows[i].step <= j->ckpt.step &&
+          access(rows[i].path, R_OK) == 0 &&
+          (!best || rows[i].step > best->step ||
+           (rows[i].step == best->step && rows[i].id > best->id)))
+        best = &rows[i];
+    if (best) {
+      j->rollback_path = cli_xstrdup(best->path);
+      j->rollback_step = best->step;
+    }
+    em_checkpoint_rows_free(rows, n);
+    em_run r;
+    memset(&r, 0, sizeof r);
+    if (best || em_store_run_get(s, run, &r, NULL) != EM_OK) break;
+    run = r.parent_run;
+    em_run_clear(&r);
+  }
+  em_error_clear(&err);
+}
+
 /* A resumed run reads its dataset's files again: when their SHA-256 is
  * not the one the run it continues recorded, say so (the result will not
  * be the uninterrupted run's). Datasets without files ("unknown") are
@@ -353,6 +396,9 @@ static void warn_if_data_changed(em_store *s, int64_t parent, int64_t run) {
   em_run_clear(&b);
 }
 
+/* --resume RUN|latest: the spec and config the run recorded, its threads
+ * unless --threads is given, its newest valid checkpoint, and the batch
+ * size it had reached there (--auto-batch may have halved it). */
 static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
   em_error err = {0};
   int64_t id = 0;
@@ -475,6 +521,7 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
     em_checkpoint_rows_free(rows, n);
   }
   em_error_clear(&err);
+  rollback_point(s, j);
   /* A run that halved its batch goes on at the halved batch: its position
    * (batches done in the epoch) counts in that size, and an uninterrupted
    * run would have kept it. */
@@ -915,6 +962,7 @@ int cli_cmd_train(int argc, char **argv) {
       rc = cli_fail1(&err, "--resume");
       goto out;
     }
+    if (j.set_rollback) em_trainer_set_rollback_point(tr, j.rollback_path, j.rollback_step);
     char detail[160];
     snprintf(detail, sizeof detail, "resumed from run %lld step %lld", (long long)j.parent,
              (long long)j.ckpt.step);
@@ -1042,6 +1090,7 @@ out:
   em_dataset_free(test);
   em_spec_free(j.spec);
   free(j.spec_text);
+  free(j.rollback_path);
   em_checkpoint_row_clear(&j.ckpt);
   em_store_close(store);
   em_comm_free(comm);

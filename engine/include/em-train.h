@@ -251,6 +251,12 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
  * truncated or corrupted file is an EM_ERR_FORMAT error, a mismatch
  * EM_ERR_INVALID; both name the file, and the trainer is left unchanged. */
 em_status em_trainer_load_checkpoint(em_trainer *t, const char *path, em_error *err);
+/* After loading a "final" checkpoint (the one a stopped run wrote as it
+ * stopped), the checkpoint a divergence rolls back to: the one the run
+ * had written before it, at `step` (path NULL: none), as the run that
+ * never stopped would have it. Without this, the stop's own checkpoint,
+ * which an uninterrupted run never wrote, became the rollback target. */
+void em_trainer_set_rollback_point(em_trainer *t, const char *path, int64_t step);
 /* Reads only a checkpoint's metadata value (NULL-terminated copy into out);
  * EM_ERR_FORMAT when the file is not an Ember checkpoint. */
 em_status em_checkpoint_read_meta(const char *path, const char *key, char *out, size_t cap,

@@ -419,6 +419,13 @@ em_status em_trainer_load_checkpoint(em_trainer *t, const char *path, em_error *
   return em_trainer_restore(t, path, false, err);
 }
 
+void em_trainer_set_rollback_point(em_trainer *t, const char *path, int64_t step) {
+  snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", path ? path : "");
+  t->last_ckpt_step = path ? step : -1;
+  free(t->last_ckpt_meta);
+  t->last_ckpt_meta = NULL;
+}
+
 em_status em_checkpoint_read_meta(const char *path, const char *key, char *out, size_t cap,
                                   em_error *err) {
   em_error e = {0};

@@ -229,6 +229,31 @@ class Resume(Base):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("run 2 was resumed before, as run 3", p.stderr)
 
+    def test_resume_rolls_back_where_the_uninterrupted_run_does(self):
+        """A divergence after a resume rolls back to the checkpoint the run had before
+        it stopped, not to the stop's own "final" one (the uninterrupted run never wrote
+        that: from it, one step back, rolling back would repeat the step, and the
+        resumed run gave up where the uninterrupted one went on)."""
+        e = self.e
+        spec = json.load(open(e.spec()))
+        spec["name"] = "mlp-boom"  # lr x200 at step 25: a spike at 27, infinities at 34
+        spec["training"]["schedule"] = {"type": "step", "step_size": 25, "gamma": 200}
+        path = self.path("boom.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        args = ["--epochs", "3", "--limit", "3000", "--checkpoint-every", "5", "--threads", "1",
+                "--quiet"]
+        a, b = self.path("a.safetensors"), self.path("b.safetensors")
+        ra = e.train(path, *args, "--save", a)
+        self.assertEqual(ra["steps"], 72)
+        for stops in (["33"], ["29", "33"]):  # a chain too: its runs are searched
+            e.train(path, *args, "--stop-after-steps", stops[0])
+            for stop in stops[1:]:
+                e.train("--resume", "latest", "--stop-after-steps", stop)
+            rb = e.train("--resume", "latest", "--save", b)
+            self.assertEqual(rb["steps"], 72, stops)
+            self.assertSameWeights(a, b)
+
     def test_killed_run_records_the_checkpoints_its_writer_missed(self):
         """A process killed while its registry writer was behind leaves checkpoint files
         newer than its rows; the registry records the newest whole one when it finds the
