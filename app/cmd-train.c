@@ -79,13 +79,20 @@ typedef struct {
 static _Atomic(em_trainer *) g_trainer;
 static volatile sig_atomic_t g_signal;
 
+static bool g_say_stop; /* the first signal is answered on stderr (rank 0 alone) */
+
 static void on_stop_signal(int sig) {
+  static const char msg[] = "\nember: stopping after this step, with a checkpoint (press Ctrl-C "
+                            "again to quit at once, losing the steps since the last one)\n";
+  if (g_say_stop && write(STDERR_FILENO, msg, sizeof msg - 1) < 0) { /* nothing to do */ }
   g_signal = sig;
   em_trainer *t = atomic_load(&g_trainer);
   if (t) em_trainer_request_stop(t);
 }
 
 static void install_stop_handlers(void) {
+  const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+  g_say_stop = !rank || strcmp(rank, "0") == 0;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop_signal;

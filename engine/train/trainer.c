@@ -541,7 +541,10 @@ static em_status end_epoch(run_ctx *r, bool complete, em_error *err) {
   bool last = epoch + 1 == c->epochs || t->stop_agreed;
   bool due = c->eval_every > 0 && (epoch + 1) % c->eval_every == 0;
   bool evaluated = false;
-  if (t->test && (due || last)) {
+  /* A stop in the middle of an epoch ends after its step, as asked: no
+   * evaluation of the whole test set first (seconds, with nothing said,
+   * while a second Ctrl-C ended the process without a checkpoint). */
+  if (t->test && (due || last) && !(t->stop_agreed && !complete)) {
     char *table = NULL;
     EM_TRY(em_diag_window_end(t, &r->diag, &table, err));
     if (table) emit_profile(r, table);
@@ -652,6 +655,8 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   t->summary.train_samples_per_sec = r.train_time > 0 ? (double)r.samples / r.train_time : 0;
   /* a stop asked for after the last step stopped nothing: the run is complete */
   t->summary.stopped = t->stop_agreed && t->pos.epoch < c->epochs;
+  /* a stopped run's test figures are those of its weights, or none */
+  if (t->summary.stopped && !r.fresh_eval) t->summary.evaluated = false;
   if (st != EM_OK) return st;
   if (t->ckpt_dir[0]) EM_TRY(write_checkpoint(&r, "final", err));
   r.ev.elapsed_s = now_s() - r.t_start;

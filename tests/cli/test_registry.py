@@ -339,6 +339,13 @@ class Resume(Base):
         self.assertTrue(res["stopped"])
         self.assertLess(res["steps"], ru["steps"])
         self.assertIn("--resume 1", err)
+        self.assertIn("stopping after this step", err)  # said at once, on the signal
+        # mid-epoch: the stop ends after its step, with no evaluation of the test set
+        # first (it ran one, seconds long, saying nothing)
+        self.assertLess(res["steps"], 469)
+        self.assertIsNone(res["test_loss"])
+        p = e.run("metrics", "1", "test_loss")
+        self.assertIn("has no metric 'test_loss'", p.stderr)
         self.assertEqual(e.status(1), "stopped")
         final = [c for c in e.checkpoints(1) if c["kind"] == "final"]
         self.assertEqual([c["step"] for c in final], [res["steps"]])
