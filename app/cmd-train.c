@@ -1064,6 +1064,15 @@ int cli_cmd_train(int argc, char **argv) {
     rc = cli_fail(&err, rank != 0                                   ? NULL /* rank 0 says it */
                         : sum.steps > 0 || sum.train_seconds > 0 ? "training stopped"
                                                                  : "training did not start");
+    /* A checkpoint that could not be written (a full disk) leaves the
+     * weights whole: --save, the user's own output, still gets them. */
+    if (err.status == EM_ERR_IO && o.save && rank == 0 && sum.steps > 0) {
+      if (em_model_save(model, o.save, &serr) == EM_OK)
+        fprintf(stderr, "ember: the weights as training left them (step %lld) are in %s all the "
+                "same\n", (long long)sum.steps, o.save);
+      else
+        cli_fail(&serr, o.save);
+    }
     goto out;
   }
   if (!saved) {

@@ -359,6 +359,28 @@ class BadData(Base):
         self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", ck],
                    os.path.basename(ck), "corrupt")
 
+    def test_checkpoint_write_failure_keeps_save(self):
+        """A checkpoint that cannot be written (files capped at 1.5 MB: a checkpoint
+        holds the weights and the optimiser's state, 1.9 MB; the weights alone are
+        0.9 MB) fails the run, but --save still gets the trained weights (it was not
+        written: the training was lost)."""
+        import resource
+        import signal as sig
+        d, w = os.path.join(self.tmp, "ck"), os.path.join(self.tmp, "kept.safetensors")
+
+        def cap():
+            sig.signal(sig.SIGXFSZ, sig.SIG_IGN)  # a write past the cap fails (EFBIG)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1500000, 1500000))
+        p = subprocess.run([EMBER, "train", spec_path("fmnist-mlp.json"), "--epochs", "1",
+                            "--dataset", "synthetic", "--no-record", "--checkpoint-dir", d,
+                            "--save", w, "--quiet", "--threads", "1"],
+                           capture_output=True, text=True, timeout=600, preexec_fn=cap)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("cannot write", p.stderr)
+        self.assertIn("are in %s all the same" % w, p.stderr)
+        q = run("eval", spec_path("fmnist-mlp.json"), "--weights", w, "--dataset", "synthetic")
+        self.assertEqual(q.returncode, 0, q.stderr)
+
     def test_weights_of_another_model(self):
         cnn = os.path.join(self.tmp, "cnn.safetensors")
         p = run("train", spec_path("fmnist-cnn.json"), "--epochs", "0", "--save", cnn)
