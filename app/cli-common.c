@@ -291,6 +291,16 @@ int cli_usable_cores(void) {
   return n > 0 ? (int)n : 1;
 }
 
+em_status cli_quant_check(const em_quant_report *rep, const char *name, em_error *err) {
+  if (rep->layers_quantized > 0) return EM_OK;
+  if (rep->layers_too_wide)
+    return em_error_set(err, EM_ERR_INVALID, "the Linear layers of model '%s' have more than %d "
+                        "inputs, more than int8's exact int32 sums take: they stay f32; run it "
+                        "without --quantize", name, EM_QUANT_MAX_INPUTS);
+  return em_error_set(err, EM_ERR_INVALID, "model '%s' has no Linear layer, the layers int8 "
+                      "covers; run it without --quantize", name);
+}
+
 em_quant_mode cli_parse_quantize(const char *text) {
   em_quant_mode mode = EM_QUANT_NONE;
   em_error err = {0};

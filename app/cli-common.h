@@ -93,3 +93,7 @@ double cli_mono_now(void);
 int cli_usable_cores(void);
 /* --quantize's value (NULL: EM_QUANT_NONE); a bad one exits with 2. */
 em_quant_mode cli_parse_quantize(const char *text);
+/* EM_ERR_INVALID, saying why, when --quantize int8 quantised no layer of
+ * model `name` (rep from em_model_quantize): a model without a Linear
+ * layer, or with only ones too wide, would run f32 under an int8 label. */
+em_status cli_quant_check(const em_quant_report *rep, const char *name, em_error *err);

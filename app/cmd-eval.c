@@ -66,8 +66,9 @@ int cli_cmd_eval(int argc, char **argv) {
     rc = cli_fail(&err, NULL);
   else if (!(model = em_model_new(spec, cfg.seed, &err))) rc = cli_fail(&err, o.spec_path);
   else if (em_model_load(model, o.weights, &err) != EM_OK) rc = cli_fail(&err, o.weights);
-  else if (qmode != EM_QUANT_NONE && em_model_quantize(model, qmode, &qrep, &err) != EM_OK)
-    rc = cli_fail(&err, "--quantize");
+  else if (qmode != EM_QUANT_NONE && (em_model_quantize(model, qmode, &qrep, &err) != EM_OK ||
+                                      cli_quant_check(&qrep, em_spec_name(spec), &err) != EM_OK))
+    rc = cli_fail(&err, "--quantize int8");
   else if (em_model_to_device(model, cfg.device, &err) != EM_OK)
     rc = cli_fail(&err, "--device");
   else {

@@ -36,17 +36,9 @@ static int export_model(const em_spec *spec, const char *weights, const char *ou
   else if (em_model_load(model, weights, &err) != EM_OK) rc = cli_fail(&err, weights);
   else if (qmode != EM_QUANT_NONE && em_model_quantize(model, qmode, &rep, &err) != EM_OK)
     rc = cli_fail(&err, "--quantize");
-  else if (qmode != EM_QUANT_NONE && rep.layers_quantized == 0) {
-    /* the file would say int8 and hold f32 only */
-    if (rep.layers_too_wide)
-      fprintf(stderr, "ember: --quantize int8: the Linear layers of model '%s' have more than %d "
-              "inputs, more than int8's exact int32 sums take: they stay f32; export it "
-              "without --quantize\n", em_spec_name(spec), EM_QUANT_MAX_INPUTS);
-    else
-      fprintf(stderr, "ember: --quantize int8: model '%s' has no Linear layer, the layers int8 "
-              "covers; export it without --quantize\n", em_spec_name(spec));
-    rc = CLI_EXIT_USAGE;
-  } else if (em_export_onnx(model, out, meta, &err) != EM_OK) rc = cli_fail(&err, out);
+  else if (qmode != EM_QUANT_NONE && cli_quant_check(&rep, em_spec_name(spec), &err) != EM_OK)
+    rc = cli_fail(&err, "--quantize int8"); /* the file would say int8 and hold f32 only */
+  else if (em_export_onnx(model, out, meta, &err) != EM_OK) rc = cli_fail(&err, out);
   em_model_free(model);
   return rc;
 }

@@ -251,6 +251,8 @@ static int quantize(cli_model *m, em_quant_mode mode) {
   em_quant_report rep;
   memset(&rep, 0, sizeof rep);
   if (em_model_quantize(m->model, mode, &rep, &err) != EM_OK) return cli_fail(&err, m->label);
+  if (cli_quant_check(&rep, em_spec_name(m->spec), &err) != EM_OK)
+    return cli_fail(&err, "--quantize int8");
   fprintf(stderr, "quantised %d Linear layer%s to int8 (%s kernel; weights %.1f -> %.1f KiB)%s\n",
           rep.layers_quantized, rep.layers_quantized == 1 ? "" : "s",
           rep.kernel ? rep.kernel : "?", (double)rep.weight_bytes_f32 / 1024,

@@ -46,7 +46,9 @@ serve_model *serve_model_new(cli_model *cm, const char *name, const char *versio
     free(m);
     return NULL;
   }
-  if (quant != EM_QUANT_NONE && em_model_quantize(m->cm.model, quant, NULL, err) != EM_OK) {
+  em_quant_report rep;
+  if (quant != EM_QUANT_NONE && (em_model_quantize(m->cm.model, quant, &rep, err) != EM_OK ||
+                                 cli_quant_check(&rep, name, err) != EM_OK)) {
     cli_model_close(&m->cm);
     free(m);
     return NULL;

@@ -147,7 +147,7 @@ def check_refusals(tmp):
     fifo = os.path.join(tmp, "pipe.onnx")
     os.mkfifo(fifo)
     p = run([EMBER, "export", spec, "--weights", w, "-o", fifo], ok=False)
-    assert p.returncode == 1 and "not a regular file" in p.stderr, p.stderr
+    assert p.returncode == 2 and "not a regular file" in p.stderr, p.stderr  # as train --save
     assert os.path.exists(fifo) and not os.path.isfile(fifo)
     link, target = os.path.join(tmp, "link.onnx"), os.path.join(tmp, "target.onnx")
     os.symlink("target.onnx", link)
@@ -166,6 +166,14 @@ def check_refusals(tmp):
              "--quantize", "int8"], ok=False)
     assert p.returncode == 2 and "no Linear layer" in p.stderr, p.stderr
     assert not os.path.exists(os.path.join(tmp, "c8.onnx"))
+    # and so do eval and predict (they ran f32 and labelled the result int8)
+    rows = os.path.join(tmp, "rows16.csv")
+    with open(rows, "w") as f:
+        f.write(",".join(["0.5"] * 16) + "\n")
+    for cmd in (["eval", conv, "--weights", cw, "--dataset", "synthetic"],
+                ["predict", conv, "--weights", cw, rows]):
+        p = run([EMBER, *cmd, "--quantize", "int8"], ok=False)
+        assert p.returncode == 2 and "no Linear layer" in p.stderr, (cmd, p.stderr)
 
 
 def check_registry(tmp):
