@@ -873,7 +873,10 @@ int cli_cmd_train(int argc, char **argv) {
     rc = 1;
     goto out;
   }
-  if (!(train = open_data(j.spec, cfg, true, &rc)) || !(test = open_data(j.spec, cfg, false, &rc)))
+  /* --epochs 0 writes the initial weights: no data to read (a spec the
+   * dataset cannot feed, an Embedding's indices say, still gets them) */
+  if (cfg->epochs > 0 && (!(train = open_data(j.spec, cfg, true, &rc)) ||
+                          !(test = open_data(j.spec, cfg, false, &rc))))
     goto out;
   model = em_model_new(j.spec, cfg->seed, &err);
   if (!model) {

@@ -213,6 +213,30 @@ class RunEdges(Base):
     def last_json(self, p):
         return json.loads(p.stdout.strip().splitlines()[-1])
 
+    def test_epochs_0_reads_no_data(self):
+        """--epochs 0 --save writes the initial weights without reading a dataset: a
+        spec no dataset here feeds (an Embedding's i64 indices) gets them too (it was
+        refused by the dataset check, so such a model had no way to weights)."""
+        emb = self.write("emb.json", json.dumps({
+            "name": "emb", "input": {"shape": [6], "dtype": "i64"}, "nodes": [
+                {"name": "e", "type": "Embedding", "num_embeddings": 50, "embedding_dim": 8},
+                {"name": "f", "type": "Flatten"},
+                {"name": "fc", "type": "Linear", "out_features": 10}]}))
+        w = os.path.join(self.tmp, "emb.safetensors")
+        p = run("train", emb, "--epochs", "0", "--save", w, "--no-record", "--data-dir",
+                os.path.join(self.tmp, "nothing-here"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(w, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+        self.assertEqual(header["e.weight"]["shape"], [50, 8])
+        p = run("export", emb, "--weights", w, "-o", os.path.join(self.tmp, "emb.onnx"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # training it still needs data that fits
+        p = run("train", emb, "--epochs", "1", "--no-record", "--dataset", "synthetic")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("i64", p.stderr)
+
     def test_flags_that_do_nothing_say_so(self):
         """A flag that cannot act in this run warns; numbers parse as decimals."""
         spec = spec_path("fmnist-mlp.json")
