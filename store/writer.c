@@ -148,6 +148,18 @@ static em_status key_id(em_store_writer *w, int32_t idx, const char *const *name
   return st;
 }
 
+/* A transaction that failed on another process's lock, held past the
+ * busy timeout: tried again, up to this many times more (a minute in
+ * all), before its rows are reported lost. Meanwhile the queue fills and
+ * then holds the trainer (wait_for_room): waiting beats losing rows. */
+#define BUSY_RETRIES 5
+
+/* Whether the connection's last failure was another process's lock. */
+static bool was_busy(em_store *s) {
+  int rc = sqlite3_errcode(s->db) & 0xff;
+  return rc == SQLITE_BUSY || rc == SQLITE_LOCKED;
+}
+
 /* A transaction that failed as a whole: key ids it created are gone. */
 static void forget_key_ids(em_store_writer *w) {
   if (w->key_ids) memset(w->key_ids, 0, w->n_key_ids * sizeof(int64_t));
@@ -171,8 +183,8 @@ static int by_run_key_step(const void *pa, const void *pb) {
 /* One transaction: the rows grouped by run and key, each group merged
  * into its chunks under a savepoint, so a group the database refuses (a
  * run that does not exist) is skipped and the others are kept. */
-static void commit_metrics(em_store_writer *w, const metric_item *m, size_t n,
-                           const char *const *names, batch_result *r) {
+static bool commit_metrics(em_store_writer *w, const metric_item *m, size_t n,
+                           const char *const *names, bool last_try, batch_result *r) {
   em_store *s = w->s;
   em_error err = {0};
   double t0 = mono_now();
@@ -214,11 +226,15 @@ static void commit_metrics(em_store_writer *w, const metric_item *m, size_t n,
     g = end;
   }
   if (!st) st = EM_SQL_COMMIT(s, &err);
+  bool retry = false;
   if (st) {
+    retry = !last_try && was_busy(s);
     em_db_rollback(s);
     forget_key_ids(w);
-    em_error_prefix(&err, "the store writer lost %zu metric points", n);
-    note(r, &err);
+    if (!retry) {
+      em_error_prefix(&err, "the store writer lost %zu metric points", n);
+      note(r, &err);
+    }
   } else {
     r->rows += (int64_t)done;
     r->transactions++;
@@ -226,9 +242,11 @@ static void commit_metrics(em_store_writer *w, const metric_item *m, size_t n,
   g_free(pts);
   g_free(it);
   r->commit_seconds += mono_now() - t0;
+  return retry;
 }
 
-static void commit_events(em_store_writer *w, const event_item *e, size_t n, batch_result *r) {
+static bool commit_events(em_store_writer *w, const event_item *e, size_t n, bool last_try,
+                          batch_result *r) {
   em_store *s = w->s;
   em_error err = {0};
   double t0 = mono_now();
@@ -251,18 +269,24 @@ static void commit_events(em_store_writer *w, const event_item *e, size_t n, bat
     }
   }
   if (!st) st = EM_SQL_COMMIT(s, &err);
+  bool retry = false;
   if (st) {
+    retry = !last_try && was_busy(s);
     em_db_rollback(s);
-    em_error_prefix(&err, "the store writer lost %zu run events", n);
-    note(r, &err);
+    if (!retry) {
+      em_error_prefix(&err, "the store writer lost %zu run events", n);
+      note(r, &err);
+    }
   } else {
     r->rows += (int64_t)done;
     r->transactions++;
   }
   r->commit_seconds += mono_now() - t0;
+  return retry;
 }
 
-static void commit_checkpoint(em_store_writer *w, const ckpt_item *c, batch_result *r) {
+static bool commit_checkpoint(em_store_writer *w, const ckpt_item *c, bool last_try,
+                              batch_result *r) {
   em_store *s = w->s;
   em_error err = {0};
   double t0 = mono_now();
@@ -274,11 +298,15 @@ static void commit_checkpoint(em_store_writer *w, const ckpt_item *c, batch_resu
   if (!st)
     st = em_store_checkpoints_prune(s, c->run, c->keep_last, c->lower_is_better, unlink, &err);
   if (!st) st = EM_SQL_COMMIT(s, &err);
+  bool retry = false;
   if (st) {
+    retry = !last_try && was_busy(s);
     em_db_rollback(s);
-    em_error_prefix(&err, "checkpoint %s (run %lld, step %lld) was not recorded", c->path,
-                    (long long)c->run, (long long)c->step);
-    note(r, &err);
+    if (!retry) {
+      em_error_prefix(&err, "checkpoint %s (run %lld, step %lld) was not recorded", c->path,
+                      (long long)c->run, (long long)c->step);
+      note(r, &err);
+    }
   } else {
     em_store_unlink_files(unlink); /* after the commit that deleted their rows */
     r->rows++;
@@ -286,21 +314,22 @@ static void commit_checkpoint(em_store_writer *w, const ckpt_item *c, batch_resu
   }
   g_ptr_array_unref(unlink);
   r->commit_seconds += mono_now() - t0;
+  return retry;
 }
 
 static void commit_batch(em_store_writer *w, batch *b, const char *const *names,
                          batch_result *r) {
   for (size_t i = 0; i < b->nm; i += EM_STORE_WRITER_BATCH) {
     size_t n = MIN((size_t)EM_STORE_WRITER_BATCH, b->nm - i);
-    commit_metrics(w, b->m + i, n, names, r);
+    for (int a = 0; commit_metrics(w, b->m + i, n, names, a == BUSY_RETRIES, r); a++) {}
   }
-  if (b->ne) commit_events(w, b->e, b->ne, r);
+  for (int a = 0; b->ne && commit_events(w, b->e, b->ne, a == BUSY_RETRIES, r); a++) {}
   for (size_t i = 0; i < b->nc; i++) {
     /* hashed before taking the write lock: files can be large */
     em_error e = {0};
     ckpt_item *c = &b->c[i];
     if (em_store_file_sha256(c->path, c->sha, &c->size, &e) == EM_OK) {
-      commit_checkpoint(w, c, r);
+      for (int a = 0; commit_checkpoint(w, c, a == BUSY_RETRIES, r); a++) {}
     } else {
       em_error_prefix(&e, "checkpoint of run %lld at step %lld was not recorded",
                       (long long)c->run, (long long)c->step);

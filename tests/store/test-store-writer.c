@@ -109,6 +109,36 @@ static void test_errors(fixture *f, gconstpointer data) {
   g_assert_nonnull(strstr(err.msg, "no key"));
 }
 
+static gpointer release_lock_later(gpointer db) {
+  g_usleep(12 * G_USEC_PER_SEC); /* past the writer's 10 s busy timeout */
+  g_assert_cmpint(st_raw_exec(db, "COMMIT", NULL), ==, SQLITE_OK);
+  return NULL;
+}
+
+/* Another process holds the registry's write lock past the busy timeout
+ * (a long transaction, a tool, a backup): the writer tries the batch
+ * again rather than losing it (910 metric points of a run were dropped,
+ * its epoch's test_loss among them, and the run read "completed"). */
+static void test_lock_held_past_timeout(fixture *f, gconstpointer data) {
+  em_error err = {0};
+  int64_t run = st_make_run(f->s, "mlp", NULL);
+  em_store_writer *w = em_store_writer_new(f->dir, 20, &err);
+  g_assert_nonnull(w);
+  sqlite3 *raw = st_raw_open(f->dir);
+  g_assert_cmpint(st_raw_exec(raw, "BEGIN EXCLUSIVE", NULL), ==, SQLITE_OK);
+  GThread *t = g_thread_new("lock", release_lock_later, raw);
+  for (int i = 0; i < 300; i++) em_store_writer_metric(w, run, i, "loss", 1.0 / (i + 1), 0);
+  em_store_writer_event(w, run, 299, "note", "while locked");
+  g_assert_cmpint(em_store_writer_flush(w, &err), ==, EM_OK);
+  g_thread_join(t);
+  sqlite3_close(raw);
+  g_assert_cmpint(count_metrics(f->dir), ==, 300);
+  raw = st_raw_open(f->dir);
+  g_assert_cmpint(st_raw_int(raw, "SELECT count(*) FROM run_events WHERE kind = 'note'"), ==, 1);
+  sqlite3_close(raw);
+  g_assert_cmpint(em_store_writer_free(w, &err), ==, EM_OK);
+}
+
 static char *ckpt_file(const char *dir, int64_t run, int step) {
   char *p = g_strdup_printf("%s/artifacts/ckpt/run%lld-step%d.safetensors", dir, (long long)run,
                             step);
@@ -351,6 +381,7 @@ int main(int argc, char **argv) {
 #define ADD(path, fn) g_test_add(path, fixture, NULL, st_fixture_setup, fn, st_fixture_teardown)
   ADD("/store/writer/batching", test_batching);
   ADD("/store/writer/errors", test_errors);
+  ADD("/store/writer/lock-held-past-timeout", test_lock_held_past_timeout);
   ADD("/store/checkpoints/prune", test_prune);
   ADD("/store/checkpoints/latest-valid", test_latest_valid);
   ADD("/store/writer/concurrency", test_concurrency);
