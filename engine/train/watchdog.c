@@ -61,8 +61,10 @@ em_status em_trainer_diverged(em_trainer *t, em_watch_verdict v, double value, c
              "converging, not blowing up, raise --divergence-spike-factor or set it to 0)",
              value, at, c->divergence_spike_factor, t->watch.n, em_watchdog_max(&t->watch));
   bool have = t->last_ckpt[0] != '\0';
+  /* auto rolls back where checkpoints are written: before the first one,
+   * the message says that (not to turn on the checkpoints already on) */
   bool rollback = c->on_divergence == EM_DIVERGENCE_ROLLBACK ||
-                  (c->on_divergence == EM_DIVERGENCE_AUTO && have);
+                  (c->on_divergence == EM_DIVERGENCE_AUTO && (have || t->ckpt_dir[0]));
   if (!rollback && t->comm) { /* the ranks cannot all reach rank 0's checkpoints to roll back */
     snprintf(msg, cap, "%s; stopping (a data-parallel run does not roll back). Try a lower "
              "learning rate (--lr) or gradient clipping (--clip-grad-norm)", what);

@@ -213,6 +213,18 @@ class RunEdges(Base):
     def last_json(self, p):
         return json.loads(p.stdout.strip().splitlines()[-1])
 
+    def test_divergence_before_the_first_checkpoint(self):
+        """With checkpoints on, a divergence before the first one says so, rather than
+        advising to turn on the checkpoints already on."""
+        spec = json.load(open(spec_path("fmnist-mlp.json")))
+        spec["training"]["schedule"] = {"type": "step", "step_size": 2, "gamma": 1e9}
+        boom = self.write("boom.json", json.dumps(spec))
+        p = run("train", boom, "--epochs", "1", "--checkpoint-every", "50", "--checkpoint-dir",
+                os.path.join(self.tmp, "ck"), *self.ARGS)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("before any checkpoint was written", p.stderr)
+        self.assertNotIn("or periodic checkpoints (--checkpoint-every)", p.stderr)
+
     def test_epochs_0_reads_no_data(self):
         """--epochs 0 --save writes the initial weights without reading a dataset: a
         spec no dataset here feeds (an Embedding's i64 indices) gets them too (it was
