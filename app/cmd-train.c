@@ -100,6 +100,7 @@ static void install_stop_handlers(void) {
   sa.sa_flags = SA_RESETHAND | SA_RESTART; /* a second signal ends the process */
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL); /* its terminal closed: stopped as by Ctrl-C, not killed */
 }
 
 /* ---- the event sink ------------------------------------------------------ */

@@ -312,6 +312,29 @@ class Resume(Base):
                       [(x["kind"], x["step"], x["text"])
                        for x in e.json("run", "show", "3", "--json")["annotations"]])
 
+    def test_hangup_stops_like_ctrl_c(self):
+        """The terminal closing (SIGHUP) stops the run with a checkpoint, as Ctrl-C does
+        (it killed the process: the run read killed, with no checkpoint)."""
+        e = self.e
+        p = e.popen("train", e.spec(), "--epochs", "3", "--threads", "1", "--quiet",
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None:
+            q = e.run("runs", "--json")
+            if q.returncode == 0 and q.stdout.strip().startswith("[") and \
+                    any(r["steps"] >= 10 for r in json.loads(q.stdout)):
+                break
+            time.sleep(0.02)
+        self.assertIsNone(p.poll(), "the run ended before it could be interrupted")
+        p.send_signal(signal.SIGHUP)
+        out, err = p.communicate(timeout=120)
+        check_no_crash(p.returncode, err)
+        self.assertEqual(p.returncode, 128 + signal.SIGHUP, err)
+        self.assertEqual(e.status(1), "stopped")
+        res = json.loads(out.strip().splitlines()[-1])
+        self.assertEqual([c["step"] for c in e.checkpoints(1) if c["kind"] == "final"],
+                         [res["steps"]])
+
     def test_ctrl_c_stops_with_a_checkpoint_and_resumes(self):
         e = self.e
         u = self.path("u.safetensors")
