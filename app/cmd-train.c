@@ -1087,6 +1087,10 @@ int cli_cmd_train(int argc, char **argv) {
     fprintf(stderr, "ember: run %lld stopped at step %lld%s; continue it with: ember train "
             "--resume %lld\n",
             (long long)run, (long long)sum.steps, g_signal ? " by a signal" : "", (long long)run);
+  else if (sum.stopped && cfg->checkpoint_dir[0] && rank == 0)
+    fprintf(stderr, "ember: stopped at step %lld%s; the checkpoint is in %s (--init takes its "
+            "weights; a recorded run, without --no-record, can be resumed exactly)\n",
+            (long long)sum.steps, g_signal ? " by a signal" : "", cfg->checkpoint_dir);
   goto report;
 
 save: /* --epochs 0: the initial weights */
