@@ -47,8 +47,11 @@ bool cli_progress_event(const em_train_event *ev, void *user) {
   }
   case EM_EVENT_EPOCH_END:
     if (p->tty) fprintf(stderr, "\n");
-    fprintf(stderr, "epoch %lld/%lld: train loss %.4f, %.0f samples/s\n", (long long)ev->epoch + 1,
-            (long long)ev->epochs, ev->loss, ev->samples_per_sec);
+    fprintf(stderr, "epoch %lld/%lld: train loss %.4f", (long long)ev->epoch + 1,
+            (long long)ev->epochs, ev->loss);
+    if (ev->samples_per_sec > 0) /* none when a resume found the epoch's batches done */
+      fprintf(stderr, ", %.0f samples/s", ev->samples_per_sec);
+    fputc('\n', stderr);
     break;
   case EM_EVENT_EVAL:
   {
