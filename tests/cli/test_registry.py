@@ -312,22 +312,30 @@ class Resume(Base):
                       [(x["kind"], x["step"], x["text"])
                        for x in e.json("run", "show", "3", "--json")["annotations"]])
 
-    def test_hangup_stops_like_ctrl_c(self):
-        """The terminal closing (SIGHUP) stops the run with a checkpoint, as Ctrl-C does
-        (it killed the process: the run read killed, with no checkpoint)."""
+    def train_then_signal(self, args, steps, signum):
+        """Trains e.spec() with args, sends signum once `steps` steps are recorded;
+        (stdout, stderr, the process)."""
         e = self.e
-        p = e.popen("train", e.spec(), "--epochs", "3", "--threads", "1", "--quiet",
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = e.popen("train", e.spec(), *args, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60
         while time.time() < deadline and p.poll() is None:
             q = e.run("runs", "--json")
             if q.returncode == 0 and q.stdout.strip().startswith("[") and \
-                    any(r["steps"] >= 10 for r in json.loads(q.stdout)):
+                    any(r["steps"] >= steps for r in json.loads(q.stdout)):
                 break
             time.sleep(0.02)
         self.assertIsNone(p.poll(), "the run ended before it could be interrupted")
-        p.send_signal(signal.SIGHUP)
+        p.send_signal(signum)
         out, err = p.communicate(timeout=120)
+        return out, err, p
+
+    def test_hangup_stops_like_ctrl_c(self):
+        """The terminal closing (SIGHUP) stops the run with a checkpoint, as Ctrl-C does
+        (it killed the process: the run read killed, with no checkpoint)."""
+        e = self.e
+        out, err, p = self.train_then_signal(["--epochs", "3", "--threads", "1", "--quiet"], 10,
+                                             signal.SIGHUP)
         check_no_crash(p.returncode, err)
         self.assertEqual(p.returncode, 128 + signal.SIGHUP, err)
         self.assertEqual(e.status(1), "stopped")
@@ -343,19 +351,7 @@ class Resume(Base):
         if SANITIZED:
             args += ["--limit", "2000"]
         ru = e.train(e.spec(), *args, "--no-record", "--save", u)
-        p = e.popen("train", e.spec(), *args, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 60
-        # wait for some steps to be recorded, then Ctrl-C
-        while time.time() < deadline and p.poll() is None:
-            q = e.run("runs", "--json")
-            if q.returncode == 0 and q.stdout.strip().startswith("[") and \
-                    any(r["steps"] >= (20 if SANITIZED else 60) for r in json.loads(q.stdout)):
-                break
-            time.sleep(0.02)
-        self.assertIsNone(p.poll(), "the run ended before it could be interrupted")
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=120)
+        out, err, p = self.train_then_signal(args, 20 if SANITIZED else 60, signal.SIGINT)
         check_no_crash(p.returncode, err)
         self.assertEqual(p.returncode, 128 + signal.SIGINT, err)
         res = json.loads(out.strip().splitlines()[-1])
