@@ -63,17 +63,29 @@ static em_status cifar_append(cifar_set *s, const char *path, em_error *err) {
   gzFile f;
   em_status st = em_gz_open(path, &f, err);
   if (st != EM_OK) return st;
+  /* Its size first, read through without keeping it: a file of the wrong
+   * size is refused before it is loaded (a gzip of 1.5 MB held 1.5 GB). */
+  uint64_t size;
+  if ((st = em_gz_measure(f, path, &size, err)) != EM_OK) {
+    gzclose(f);
+    return st;
+  }
+  if (size == 0 || size % CIFAR_RECORD != 0) {
+    gzclose(f);
+    if (size == 0) return em_error_set(err, EM_ERR_FORMAT, "'%s' is empty", path);
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is %llu bytes, not a whole number of %d-byte "
+                        "CIFAR-10 records (truncated or not a CIFAR-10 batch)", path,
+                        (unsigned long long)size, CIFAR_RECORD);
+  }
   uint8_t *data;
   size_t n;
   st = em_gz_read_rest(f, path, &data, &n, err);
   gzclose(f);
   if (st != EM_OK) return st;
-  if (n == 0 || n % CIFAR_RECORD != 0) {
+  if (n != size) {
     free(data);
-    if (n == 0) return em_error_set(err, EM_ERR_FORMAT, "'%s' is empty", path);
-    return em_error_set(err, EM_ERR_FORMAT, "'%s' is %zu bytes, not a whole number of %d-byte "
-                        "CIFAR-10 records (truncated or not a CIFAR-10 batch)", path, n,
-                        CIFAR_RECORD);
+    return em_error_set(err, EM_ERR_IO, "'%s' changed while it was read (%llu bytes, then %zu)",
+                        path, (unsigned long long)size, n);
   }
   int64_t m = (int64_t)(n / CIFAR_RECORD);
   for (int64_t r = 0; r < m; r++) {

@@ -45,6 +45,10 @@ uint8_t *em_gz_whole(const char *path, size_t size);
 
 /* Reads the rest of the file into a new malloc'd buffer (*n its size). */
 em_status em_gz_read_rest(gzFile f, const char *path, uint8_t **out, size_t *n, em_error *err);
+/* The size of f's (decompressed) contents, read through in small pieces
+ * and not kept; f is rewound to its start. For a reader that can tell a
+ * wrong size before it loads the file. */
+em_status em_gz_measure(gzFile f, const char *path, uint64_t *n, em_error *err);
 
 /* EM_ERR_FORMAT when the file has bytes left ("'path' has extra bytes
  * after <what>"), or a gzip error at its end (a bad checksum). */

@@ -128,6 +128,26 @@ em_status em_gz_read_alloc(gzFile f, const char *path, size_t n, const char *wha
   return EM_OK;
 }
 
+em_status em_gz_measure(gzFile f, const char *path, uint64_t *n, em_error *err) {
+  *n = 0;
+  enum { CHUNK = 1 << 18 };
+  uint8_t *buf = malloc(CHUNK);
+  if (!buf) return em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", path);
+  for (;;) {
+    int64_t r = gz_read_some(f, buf, CHUNK);
+    if (r < 0) {
+      free(buf);
+      em_status st = gz_stream_error(f, path, err);
+      return st != EM_OK ? st : em_error_set(err, EM_ERR_IO, "cannot read '%s'", path);
+    }
+    *n += (uint64_t)r;
+    if (r < CHUNK) break;
+  }
+  free(buf);
+  if (gzrewind(f) != 0) return em_error_set(err, EM_ERR_IO, "cannot read '%s' again", path);
+  return EM_OK;
+}
+
 em_status em_gz_read_rest(gzFile f, const char *path, uint8_t **out, size_t *n, em_error *err) {
   *out = NULL;
   *n = 0;

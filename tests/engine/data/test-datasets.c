@@ -1,6 +1,8 @@
 /* test-datasets.c: CIFAR-10 binary and CSV datasets on small generated
  * files, and the synthetic set. */
 #include <math.h>
+#include <sys/resource.h>
+#include <zlib.h>
 
 #include "data-test-util.h"
 #include "em-data.h"
@@ -62,6 +64,28 @@ static void test_cifar(void) {
   g_assert_cmpint(em_dataset_len(ds), ==, 2);
   em_dataset_free(ds);
 
+  /* A gzip of 92 MB of zeros and one byte more, 90 KB on disk: refused
+   * without loading it (a 1.5 MB one took 1.5 GB before its error). */
+  {
+    char *gzp = g_build_filename(dir, "data_batch_2.bin", NULL);
+    gzFile gz = gzopen(gzp, "wb9");
+    g_assert_nonnull(gz);
+    char *zeros = g_malloc0(REC * 1000);
+    for (int i = 0; i < 30; i++) g_assert_cmpint(gzwrite(gz, zeros, REC * 1000), ==, REC * 1000);
+    g_assert_cmpint(gzwrite(gz, zeros, 1), ==, 1);
+    g_free(zeros);
+    gzclose(gz);
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_SELF, &ru0);
+    g_assert_null(em_dataset_cifar10(dir, true, &err));
+    getrusage(RUSAGE_SELF, &ru1);
+    dt_assert_msg(err.msg, gzp, "92190001 bytes", "not a whole number of 3073-byte", NULL);
+    g_assert_cmpint(ru1.ru_maxrss - ru0.ru_maxrss, <, 32 * 1024); /* KiB */
+    GByteArray *ok = cifar_bytes(3, 2);
+    g_free(dt_write(dir, "data_batch_2.bin", ok->data, ok->len, false));
+    g_byte_array_unref(ok);
+    g_free(gzp);
+  }
   /* A truncated batch, a bad label, a missing file. */
   GByteArray *b = cifar_bytes(3, 0);
   char *p = dt_write(dir, "data_batch_4.bin", b->data, b->len - 100, false);
