@@ -46,10 +46,6 @@ struct predict_inputs {
 
 static const uint8_t png_signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
-static uint32_t be32(const uint8_t *b) {
-  return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-}
-
 static bool ends_with(const char *s, const char *suffix) {
   size_t a = strlen(s), b = strlen(suffix);
   if (a < b) return false;
@@ -122,19 +118,10 @@ static em_status detect_kind(const char *path, in_kind *kind, em_error *err) {
 /* Reads the header (signature and IHDR) only: the size is checked before
  * anything is predicted; the pixels are decoded batch by batch. */
 static em_status png_check(const predict_inputs *in, const char *path, em_error *err) {
-  FILE *f = em_fopen_read(path, true);
-  if (!f) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
-  uint8_t b[24];
-  size_t n = fread(b, 1, sizeof b, f);
-  fclose(f);
-  if (n < sizeof b || memcmp(b + 12, "IHDR", 4) != 0)
-    return em_error_set(err, EM_ERR_FORMAT, "'%s' is a truncated or corrupt PNG image (no "
-                        "header chunk)", path);
-  int64_t w = be32(b + 16), h = be32(b + 20);
-  if (w < 1 || h < 1 || w > INT32_MAX || h > INT32_MAX) /* the PNG format's bounds */
-    return em_error_set(err, EM_ERR_FORMAT, "'%s' is a corrupt PNG image: its header says %lld "
-                        "x %lld pixels (each side must be 1 to 2^31 - 1)", path, (long long)w,
-                        (long long)h);
+  int iw, ih, ic;
+  em_status st = em_image_png_header(path, &iw, &ih, &ic, err);
+  if (st != EM_OK) return st;
+  int64_t w = iw, h = ih;
   bool fits = in->png_h < 0 ? w * h == in->numel : (h == in->png_h && w == in->png_w);
   if (!fits) {
     char want[96];

@@ -67,6 +67,37 @@ static inline double value_at(const png_byte *px, int depth, int n, size_t p, in
   return (double)px[i] / 255.0;
 }
 
+static uint32_t be32(const uint8_t *b) {
+  return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+em_status em_image_png_header(const char *path, int *width, int *height, int *channels,
+                              em_error *err) {
+  FILE *f = em_fopen_read(path, false);
+  if (!f) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
+  uint8_t b[26]; /* signature, IHDR's length and type, width, height, depth, colour type */
+  size_t n = fread(b, 1, sizeof b, f);
+  fclose(f);
+  if (n < 8 || png_sig_cmp(b, 0, 8))
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is not a readable PNG image: not a PNG file",
+                        path);
+  if (n < sizeof b || memcmp(b + 12, "IHDR", 4) != 0)
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is a truncated or corrupt PNG image (no "
+                        "header chunk)", path);
+  uint32_t w = be32(b + 16), h = be32(b + 20);
+  if (w == 0 || h == 0 || w > INT32_MAX || h > INT32_MAX) /* the PNG format's bounds */
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is a corrupt PNG image: its header says %u x "
+                        "%u pixels (each side must be 1 to 2^31 - 1)", path, (unsigned)w,
+                        (unsigned)h);
+  if (w > MAX_SIDE || h > MAX_SIDE)
+    return em_error_set(err, EM_ERR_FORMAT, "'%s': %ux%u pixels is outside 1..%d a side", path,
+                        (unsigned)w, (unsigned)h, MAX_SIDE);
+  *width = (int)w;
+  *height = (int)h;
+  *channels = b[25] & PNG_COLOR_MASK_COLOR ? 3 : 1; /* palette included, as decoded */
+  return EM_OK;
+}
+
 em_status em_image_read_png(const char *path, int want_channels, em_image *out, em_error *err) {
   memset(out, 0, sizeof *out);
   if (want_channels != 0 && want_channels != 1 && want_channels != 3)

@@ -200,6 +200,11 @@ typedef struct {
  * Clear out with em_image_clear. */
 em_status em_image_read_png(const char *path, int want_channels, em_image *out, em_error *err);
 void em_image_clear(em_image *img); /* NULL is fine */
+/* A PNG file's size and the channels em_image_read_png gives it with
+ * want_channels 0 (1 grey, 3 colour), from its header alone: a reader can
+ * refuse a file of the wrong size before decoding it. */
+em_status em_image_png_header(const char *path, int *width, int *height, int *channels,
+                              em_error *err);
 
 /* ---- the data loader ------------------------------------------------------ */
 typedef struct {

@@ -8,9 +8,13 @@
  * (without them both splits read DIR). Class names sorted (strcmp) give the
  * labels 0, 1, ...; the test split uses the training split's classes.
  * Images are decoded with em_image_read_png (libpng): grey when the first
- * image is grey, else RGB (every image is converted to that), and all
- * must share the first image's size, else the error names the file.
- * Samples are (C, H, W) floats pixel/255, kept in memory as bytes.
+ * image of the training split is grey, else RGB (every image of both
+ * splits is converted to that), and all must share the first image's
+ * size, else the error names the file (read from its header, before it
+ * is decoded). Samples are (C, H, W) floats exactly as em_image_read_png
+ * gives them (pixel/255; 16-bit value/65535, alpha on black, colour to
+ * grey), as `ember predict` reads an image: kept in memory as bytes while
+ * every value is a whole byte's, else as floats.
  * This file is the example to copy for a dataset plugin. */
 #include <dirent.h>
 #include <errno.h>
@@ -27,8 +31,10 @@
 typedef struct {
   int64_t n;
   int c, h, w, classes;
-  uint8_t *pixels; /* (N, C, H, W) */
-  int64_t *labels; /* (N) */
+  int want_c;       /* channels of the training split's first image; 0: the first image's own */
+  uint8_t *pixels;  /* (N, C, H, W) bytes, value * 255, while every value is a whole byte's */
+  float *fpixels;   /* (N, C, H, W) values, once one is not (pixels is then NULL) */
+  int64_t *labels;  /* (N) */
 } png_folder;
 
 typedef struct {
@@ -90,6 +96,7 @@ static void pf_free(void *impl) {
   png_folder *p = impl;
   if (!p) return;
   free(p->pixels);
+  free(p->fpixels);
   free(p->labels);
   free(p);
 }
@@ -110,8 +117,12 @@ static em_status pf_get(const void *impl, int64_t i, float *x /* (C, H, W) */, i
                         em_error *err) {
   const png_folder *p = impl;
   size_t per = (size_t)p->c * (size_t)p->h * (size_t)p->w;
-  const uint8_t *src = p->pixels + (size_t)i * per;
-  for (size_t k = 0; k < per; k++) x[k] = (float)src[k] / 255.0f;
+  if (p->fpixels) {
+    memcpy(x, p->fpixels + (size_t)i * per, per * sizeof *x);
+  } else {
+    const uint8_t *src = p->pixels + (size_t)i * per;
+    for (size_t k = 0; k < per; k++) x[k] = (float)src[k] / 255.0f;
+  }
   *y = p->labels[i];
   return EM_OK;
 }
@@ -125,43 +136,102 @@ static const em_dataset_vtable pf_vtable = {
     .free = pf_free,
 };
 
-/* Decodes one image into sample slot i (growing the arrays), checking its
- * size against the first image's. */
+/* Whether every value of v is a whole byte's (b / 255 for a byte b). */
+static bool whole_bytes(const float *v, size_t n) {
+  for (size_t k = 0; k < n; k++)
+    if ((float)lrintf(v[k] * 255.0f) / 255.0f != v[k]) return false;
+  return true;
+}
+
+/* The samples so far as floats, from bytes: an image with a value that
+ * is not a whole byte's came (16-bit, alpha, colour made grey). */
+static bool to_floats(png_folder *p, int64_t cap, size_t per) {
+  float *f = malloc((size_t)cap * per * sizeof *f);
+  if (!f) return false;
+  for (size_t k = 0; k < (size_t)p->n * per; k++) f[k] = (float)p->pixels[k] / 255.0f;
+  free(p->pixels);
+  p->pixels = NULL;
+  p->fpixels = f;
+  return true;
+}
+
+/* Decodes one image into sample slot p->n (growing the arrays), its size
+ * checked against the first image's from its header first. */
 static em_status add_image(png_folder *p, const char *path, int64_t label, int64_t *cap,
                            em_error *err) {
+  if (p->n) {
+    int w, h, c;
+    em_status st = em_image_png_header(path, &w, &h, &c, err);
+    if (st != EM_OK) return st;
+    if (h != p->h || w != p->w)
+      return em_error_set(err, EM_ERR_SHAPE,
+                          "'%s' is %dx%d pixels but the images before it are %dx%d: every image "
+                          "of a png-folder dataset must have the same size",
+                          path, w, h, p->w, p->h);
+  }
   em_image img;
-  em_status st = em_image_read_png(path, p->n ? p->c : 0, &img, err);
+  em_status st = em_image_read_png(path, p->n ? p->c : p->want_c, &img, err);
   if (st != EM_OK) return st;
   if (!p->n) {
     p->c = img.channels;
     p->h = img.height;
     p->w = img.width;
-  } else if (img.height != p->h || img.width != p->w) {
-    st = em_error_set(err, EM_ERR_SHAPE,
-                      "'%s' is %dx%d pixels but the images before it are %dx%d: every image of "
-                      "a png-folder dataset must have the same size",
-                      path, img.width, img.height, p->w, p->h);
-    em_image_clear(&img);
-    return st;
   }
   size_t per = (size_t)p->c * (size_t)p->h * (size_t)p->w;
   if (p->n == *cap) {
     int64_t nc = *cap ? 2 * *cap : 256;
-    uint8_t *px = realloc(p->pixels, (size_t)nc * per);
-    if (px) p->pixels = px;
-    int64_t *lb = px ? realloc(p->labels, (size_t)nc * sizeof *lb) : NULL;
+    bool ok;
+    if (p->fpixels) {
+      float *px = realloc(p->fpixels, (size_t)nc * per * sizeof *px);
+      if ((ok = px != NULL)) p->fpixels = px;
+    } else {
+      uint8_t *px = realloc(p->pixels, (size_t)nc * per);
+      if ((ok = px != NULL)) p->pixels = px;
+    }
+    int64_t *lb = ok ? realloc(p->labels, (size_t)nc * sizeof *lb) : NULL;
     if (lb) p->labels = lb;
-    if (!px || !lb) {
+    if (!ok || !lb) {
       em_image_clear(&img);
       return em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", path);
     }
     *cap = nc;
   }
-  uint8_t *dst = p->pixels + (size_t)p->n * per;
-  for (size_t k = 0; k < per; k++) dst[k] = (uint8_t)lrintf(img.data[k] * 255.0f);
+  if (!p->fpixels && !whole_bytes(img.data, per) && !to_floats(p, *cap, per)) {
+    em_image_clear(&img);
+    return em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", path);
+  }
+  if (p->fpixels) {
+    memcpy(p->fpixels + (size_t)p->n * per, img.data, per * sizeof *img.data);
+  } else {
+    uint8_t *dst = p->pixels + (size_t)p->n * per;
+    for (size_t k = 0; k < per; k++) dst[k] = (uint8_t)lrintf(img.data[k] * 255.0f);
+  }
   p->labels[p->n++] = label;
   em_image_clear(&img);
   return EM_OK;
+}
+
+/* The channels of the training split's first image (class folders and
+ * files in sorted order, as it reads them), from its header: the test
+ * split converts to them, so both give samples of one shape; 0 when
+ * there is none (the training split then says so). */
+static int first_image_channels(const char *class_root, const str_list *classes) {
+  str_list files = {0};
+  int c = 0;
+  em_error e = {0};
+  for (size_t i = 0; !c && i < classes->n; i++) {
+    char cdir[4096 + 256];
+    snprintf(cdir, sizeof cdir, "%s/%s", class_root, classes->v[i]);
+    list_free(&files);
+    if (list_dir(cdir, false, &files, &e) != EM_OK || files.n == 0) continue;
+    char path[4096 + 512];
+    snprintf(path, sizeof path, "%s/%s", cdir, files.v[0]);
+    int w, h;
+    if (em_image_png_header(path, &w, &h, &c, &e) != EM_OK) c = 0;
+    break;
+  }
+  list_free(&files);
+  return c;
 }
 
 static em_dataset *pf_open(const char *dir, bool train, const void *options, em_error *err) {
@@ -203,6 +273,8 @@ static em_dataset *pf_open(const char *dir, bool train, const void *options, em_
                           "png-folder: class folder '%s/%s' has no counterpart in '%s'", root,
                           here.v[i], class_root);
   }
+  if (st == EM_OK && strcmp(root, class_root) != 0)
+    p->want_c = first_image_channels(class_root, &classes);
   int64_t cap = 0;
   for (size_t c = 0; st == EM_OK && c < classes.n; c++) {
     char cdir[4096 + 256];

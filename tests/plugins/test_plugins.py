@@ -258,6 +258,55 @@ def check_png_errors(env, tmp, data):
     print("png-folder errors name the file; RGB folders give (3, H, W) samples")
 
 
+def check_png_values(env, tmp):
+    """png-folder samples are the values `ember predict` reads, not rounded to 8 bits
+    (16-bit images, colour made grey: training saw byte-rounded values), and a test
+    split of colour images is converted to the training split's grey (it took its own
+    first image's channels, and neither model fit). Checked through `ember eval` of a
+    random Linear model against PyTorch on the exact values."""
+    rng = np.random.default_rng(3)
+    root = os.path.join(tmp, "pvals")
+    want = {}
+    for split in ("train", "test"):
+        xs, ys = [], []
+        for c, name in enumerate(["a", "b"]):
+            os.makedirs(os.path.join(root, split, name))
+            for i in range(4):
+                path = os.path.join(root, split, name, "%d.png" % i)
+                if split == "train":  # 16-bit grey
+                    img = rng.integers(0, 65536, (8, 8), dtype=np.uint16)
+                    x = img.astype(np.float64) / 65535
+                else:  # 8-bit colour (cv2: BGR), made grey as the README says
+                    img = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+                    b, g, r = (img[:, :, k].astype(np.float64) / 255 for k in range(3))
+                    x = 0.299 * r + 0.587 * g + 0.114 * b
+                assert cv2.imwrite(path, img)
+                xs.append(x.astype(np.float32))
+                ys.append(c)
+        want[split] = (torch.tensor(np.stack(xs)).reshape(len(xs), -1), torch.tensor(ys))
+    spec = os.path.join(tmp, "pvals.json")
+    json.dump({"name": "pvals", "input": {"shape": [1, 8, 8]},
+               "nodes": [{"name": "f", "type": "Flatten"},
+                         {"name": "fc", "type": "Linear", "out_features": 2}],
+               "training": {"dataset": "png-folder"}}, open(spec, "w"))
+    w = os.path.join(tmp, "pvals.safetensors")
+    run([EMBER, "train", spec, "--epochs", "0", "--save", w, "--no-record"], env)
+    t = safetensors_io.load(w)
+    t = {k: v.double() * 40 for k, v in t.items()}  # large weights: rounding shows
+    safetensors_io.save(w, {k: v.float() for k, v in t.items()})
+    for split, data in (("test", root), ("train", os.path.join(root, "train"))):
+        # the train/ folder alone has no split: both splits read it
+        p = run([EMBER, "eval", spec, "--weights", w, "--plugin-dir", GOOD, "--data-dir", data],
+                env)
+        got = json.loads(p.stdout.strip().splitlines()[-1])["test_loss"]
+        x, y = want[split]
+        ref = torch.nn.functional.cross_entropy(
+            x.double() @ t["fc.weight"].T + t["fc.bias"], y).item()
+        assert abs(got - ref) <= 1e-5 * max(1.0, abs(ref)), (split, got, ref)
+    print("png-folder: 16-bit and colour-to-grey samples as predict reads them; a colour test "
+          "split converted to the training split's grey")
+
+
 def check_odd_dataset(env, tmp):
     """A plugin dataset whose test split is empty is refused before training (it was
     found after a whole epoch); one claiming 2^50 samples is refused by its length."""
@@ -363,6 +412,7 @@ def main():
         check_listing(env)
         check_unknown_type(env, tmp)
         check_odd_dataset(env, tmp)
+        check_png_values(env, tmp)
         check_against_torch(env, tmp)
         if os.path.exists(FMNIST + "/t10k-images-idx3-ubyte.gz"):
             data, _, _ = check_training(env, tmp)
