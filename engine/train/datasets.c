@@ -65,6 +65,9 @@ em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
     em_csv_options o;
     em_csv_options_defaults(&o);
     o.header = EM_CSV_HEADER_AUTO;
+    /* a label past the model's outputs is named by its line (it read as a
+     * model that needs more outputs, a typo's 7 making 8 classes) */
+    if (classes > 0) o.num_classes = classes;
     return em_dataset_csv_split(d, &o, train, err);
   }
   if (strcmp(name, "synthetic") == 0)

@@ -395,6 +395,20 @@ class BadData(Base):
         self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "0", "--init", ck],
                    os.path.basename(ck), "corrupt")
 
+    def test_csv_label_past_the_outputs_names_its_line(self):
+        """A CSV label the model has no output for is named by its line, not read as a
+        model that needs more outputs ("the last layer needs 8 outputs")."""
+        rows = os.path.join(self.tmp, "typo.csv")
+        with open(rows, "w") as f:
+            for i in range(50):
+                f.write("0.1,0.2,0.3,0.4,%d\n" % (7 if i == 33 else i % 3))
+        spec = os.path.join(self.tmp, "csvlin.json")
+        with open(spec, "w") as f:
+            json.dump({"name": "csvlin", "input": {"shape": [4]},
+                       "nodes": [{"name": "fc", "type": "Linear", "out_features": 3}]}, f)
+        self.fails(["train", spec, "--dataset", "csv", "--data-dir", rows, "--no-record"],
+                   "line 34, column 5: label 7 is out of range for 3 classes", code=1)
+
     def test_checkpoint_write_failure_keeps_save(self):
         """A checkpoint that cannot be written (files capped at 1.5 MB: a checkpoint
         holds the weights and the optimiser's state, 1.9 MB; the weights alone are
