@@ -74,6 +74,11 @@ static bool is_header(const char *line, char delim) {
   }
 }
 
+/* Labels are class indices below this: a table's classes are counted
+ * (the Data page keeps a count per class), and a stray 1e9 asked for a
+ * billion of them. */
+#define MAX_CLASSES (1 << 20)
+
 /* The longest line read: a row of a million features. A longer one is no
  * table of numbers (a binary file, or text with no line ends): refused
  * before the whole file sits in memory as one line. */
@@ -191,10 +196,10 @@ static em_status csv_row(em_csv_table *t, csv_parse *p, char *line, int64_t line
       if (*end != '\0' || errno == ERANGE)
         return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %lld: label '%.40s' is "
                             "not an integer", p->path, (long long)lineno, (long long)col + 1, v);
-      if (lab < 0 || lab > (1 << 30))
+      if (lab < 0 || lab >= MAX_CLASSES) /* past it, most likely a typo or not a label */
         return em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, column %lld: label %lld is out "
-                            "of range (labels are 0 to num_classes - 1)", p->path,
-                            (long long)lineno, (long long)col + 1, lab);
+                            "of range (labels are class indices 0 to %d at most)", p->path,
+                            (long long)lineno, (long long)col + 1, lab, MAX_CLASSES - 1);
       t->labels[t->rows] = lab;
     } else {
       double d = strtod(v, &end);

@@ -263,6 +263,12 @@ static void test_bad_files(void) {
   g_assert_cmpint(TRY("1,2,-1\n", NULL, &t, &err), ==, EM_ERR_FORMAT);
   dt_assert_msg(err.msg, "line 1, column 3", "label -1", NULL);
   em_csv_table_clear(&t);
+  /* a class index past a million: a typo, not a count to allocate for */
+  g_assert_cmpint(TRY("1,2,0\n1,2,1048575\n", NULL, &t, &err), ==, EM_OK);
+  em_csv_table_clear(&t);
+  g_assert_cmpint(TRY("1,2,0\n1,2,1048576\n", NULL, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "line 2, column 3", "label 1048576 is out of range", "0 to 1048575", NULL);
+  em_csv_table_clear(&t);
   g_assert_cmpint(TRY("1,1e39,0\n", NULL, &t, &err), ==, EM_ERR_FORMAT);
   dt_assert_msg(err.msg, "line 1, column 2", "not a finite float", NULL);
   em_csv_table_clear(&t);
