@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 typedef struct {
@@ -240,12 +241,22 @@ em_dataset *em_dataset_idx(const char *images_path, const char *labels_path, int
   return em_dataset_new(&idx_vtable, s, err);
 }
 
-/* The two files of a split in dir, as the openers below name them. */
+/* The two files of a split in dir, as the openers below name them: the
+ * .gz names, or the names without .gz where only those are there (a
+ * folder of decompressed files, as many downloads leave them). */
 static int idx_dir_files(const char *dir, bool train, char (*paths)[4096]) {
   const char *split = train ? "train" : "t10k";
   int a = snprintf(paths[0], sizeof paths[0], "%s/%s-images-idx3-ubyte.gz", dir, split);
   int b = snprintf(paths[1], sizeof paths[1], "%s/%s-labels-idx1-ubyte.gz", dir, split);
-  return a < 0 || b < 0 || (size_t)a >= sizeof paths[0] || (size_t)b >= sizeof paths[1] ? -1 : 2;
+  if (a < 0 || b < 0 || (size_t)a >= sizeof paths[0] || (size_t)b >= sizeof paths[1]) return -1;
+  for (int i = 0; i < 2; i++) {
+    char plain[4096];
+    size_t n = strlen(paths[i]) - 3; /* without ".gz" */
+    memcpy(plain, paths[i], n);
+    plain[n] = '\0';
+    if (access(paths[i], F_OK) != 0 && access(plain, F_OK) == 0) memcpy(paths[i], plain, n + 1);
+  }
+  return 2;
 }
 
 static em_dataset *idx_from_dir(const char *dir, bool train, int num_classes, em_error *err) {

@@ -174,6 +174,24 @@ static void test_idx_small(idx_fixture *f, gconstpointer data) {
   g_byte_array_unref(flat);
 }
 
+/* A Fashion-MNIST folder of decompressed files (the names without .gz)
+ * reads as the .gz one does (it was "cannot open ...gz"). */
+static void test_idx_plain_folder(idx_fixture *f, gconstpointer data) {
+  g_free(dt_write(f->dir, "t10k-images-idx3-ubyte", f->images->data, f->images->len, false));
+  g_free(dt_write(f->dir, "t10k-labels-idx1-ubyte", f->labels->data, f->labels->len, false));
+  em_error err = {0};
+  em_dataset *ds = em_dataset_fashion_mnist(f->dir, false, &err);
+  g_assert_nonnull(ds);
+  g_assert_cmpint(em_dataset_len(ds), ==, 5);
+  em_dataset_free(ds);
+  char paths[2][4096];
+  g_assert_cmpint(em_dataset_fashion_mnist_files(f->dir, false, paths), ==, 2);
+  g_assert_true(g_str_has_suffix(paths[0], "/t10k-images-idx3-ubyte"));
+  /* the training split is not there: its .gz name is the one said */
+  g_assert_null(em_dataset_fashion_mnist(f->dir, true, &err));
+  dt_assert_msg(err.msg, "train-images-idx3-ubyte.gz", NULL);
+}
+
 static void test_idx_truncated(idx_fixture *f, gconstpointer data) {
   for (int gz = 0; gz < 2; gz++) {
     em_error err = {0};
@@ -496,6 +514,8 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/data/idx/fashion-mnist-train", test_fmnist_train);
   g_test_add_func("/engine/data/idx/fashion-mnist-test", test_fmnist_test);
   g_test_add("/engine/data/idx/small", idx_fixture, NULL, idx_setup, test_idx_small, idx_teardown);
+  g_test_add("/engine/data/idx/plain-folder", idx_fixture, NULL, idx_setup, test_idx_plain_folder,
+             idx_teardown);
   g_test_add("/engine/data/idx/truncated", idx_fixture, NULL, idx_setup, test_idx_truncated,
              idx_teardown);
   g_test_add("/engine/data/idx/bad-header", idx_fixture, NULL, idx_setup, test_idx_bad_header,
