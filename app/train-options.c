@@ -255,6 +255,9 @@ void cli_train_opts_apply(const cli_train_opts *o, em_train_config *cfg) {
     cli_warn("--optimizer %s: lr %g, its default (the spec's %g was for %s; --lr sets another)",
              em_optim_kind_name(cfg->optim.kind), cfg->optim.lr, spec_lr,
              em_optim_kind_name(spec_kind));
+  if (last_given(o, OPT_DATA_DIR) && strcmp(cfg->dataset, "synthetic") == 0)
+    cli_warn("--data-dir is not read by the synthetic dataset (it makes its samples): it has no "
+             "effect");
   if ((momentum || nesterov) && cfg->optim.kind != EM_OPTIM_SGD)
     cli_warn("%s applies to SGD only: %s uses its betas, so it has no effect",
              momentum ? "--momentum" : "--nesterov", em_optim_kind_name(cfg->optim.kind));

@@ -259,6 +259,8 @@ class RunEdges(Base):
         for args, needle in (
                 ([mse_path, "--label-smoothing", "0.1"], "--label-smoothing applies to the "
                                                          "cross_entropy loss"),
+                ([spec, "--dataset", "synthetic", "--data-dir", self.tmp],
+                 "--data-dir is not read by the synthetic"),
                 ([spec, "--name", "x"], "--name is for recorded runs"),
                 ([spec, "--keep-checkpoints", "2"], "--keep-checkpoints is for recorded runs"),
                 ([spec, "--on-divergence", "rollback"], "nothing to roll back to")):
