@@ -104,7 +104,7 @@ static void fit_view(EmLineChart *self, double *x0, double *x1, double *y0, doub
   if (!isfinite(xmin)) { xmin = 0; xmax = 1; }
   if (xmax <= xmin) { xmin -= 0.5; xmax += 0.5; }
   if (!isfinite(ymin)) { ymin = 0; ymax = 1; }
-  if (ymax <= ymin) {
+  if (ymax - ymin <= fmax(fabs(ymin), fabs(ymax)) * 1e-9) { /* constant, to rounding */
     double d = fabs(ymin) > 0 ? fabs(ymin) * 0.1 : 0.5;
     ymin -= d;
     ymax += d;
@@ -205,13 +205,23 @@ static double nice_step(double span, double want) {
   return (norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10) * mag;
 }
 
+int em_chart_tick_count(double v0, double v1, double step, double *k0) {
+  if (!(step > 0) || !isfinite(v0) || !isfinite(v1)) return 0;
+  double a = ceil(v0 / step), b = floor(v1 / step + 1e-9);
+  if (!(b >= a) || fabs(a) > 0x1p52 || fabs(b) > 0x1p52) return 0;
+  *k0 = a;
+  return (int)MIN(b - a + 1, EM_CHART_MAX_TICKS);
+}
+
 static void draw_axes(EmLineChart *self, cairo_t *cr, const Frame *f, const GdkRGBA *fg) {
   char buf[64];
   cairo_set_line_width(cr, 1);
   /* x ticks */
   double xs = nice_step(f->vx1 - f->vx0, f->w / 90);
   if (self->integer_x && xs < 1) xs = 1;
-  for (double t = ceil(f->vx0 / xs) * xs; t <= f->vx1 + xs * 1e-9; t += xs) {
+  double k0 = 0;
+  for (int i = 0, n = em_chart_tick_count(f->vx0, f->vx1, xs, &k0); i < n; i++) {
+    double t = (k0 + i) * xs;
     double px = round(px_of(f, t)) + 0.5;
     set_rgba(cr, fg, 0.12);
     cairo_move_to(cr, px, f->y);
@@ -228,7 +238,8 @@ static void draw_axes(EmLineChart *self, cairo_t *cr, const Frame *f, const GdkR
   double span = f->vy1 - f->vy0;
   gboolean decades = self->log_y && span >= 2;
   double ys = decades ? ceil(span / MAX(f->h / 40, 1)) : nice_step(span, f->h / 40);
-  for (double t = ceil(f->vy0 / ys) * ys; t <= f->vy1 + ys * 1e-9; t += ys) {
+  for (int i = 0, n = em_chart_tick_count(f->vy0, f->vy1, ys, &k0); i < n; i++) {
+    double t = (k0 + i) * ys;
     double py = round(py_of(f, t)) + 0.5;
     set_rgba(cr, fg, 0.12);
     cairo_move_to(cr, f->x, py);
@@ -247,8 +258,10 @@ static void draw_axes(EmLineChart *self, cairo_t *cr, const Frame *f, const GdkR
   }
   if (decades) { /* minor ticks 2..9 inside each decade */
     set_rgba(cr, fg, 0.35);
-    for (double d = floor(f->vy0); d <= f->vy1; d += 1)
+    double d0 = 0;
+    for (int i = 0, n = em_chart_tick_count(floor(f->vy0), f->vy1, 1, &d0); i < n; i++)
       for (int m = 2; m < 10; m++) {
+        double d = d0 + i;
         double a = d + log10(m);
         if (a < f->vy0 || a > f->vy1) continue;
         double py = round(py_of(f, a)) + 0.5;

@@ -50,6 +50,14 @@ void em_line_chart_set_y_label(EmLineChart *self, const char *label);
 /* An axis tick's label for value v on a grid of step: 8 characters at
  * most, whatever v is (the left gutter is fixed). */
 void em_line_chart_format_tick(double v, double step, char *buf, size_t cap);
+/* The ticks k * step over [v0, v1] that an axis draws: *k0 the first k,
+ * and how many (at most EM_CHART_MAX_TICKS). None when k is past what a
+ * double counts exactly: a step below the values' precision (a view
+ * zoomed in far, or a series between 0.3 and 0.30000000000000004),
+ * where t += step did not move t and the loop drawing the ticks ran on
+ * until memory ran out. Draw tick i at (k0 + i) * step. */
+#define EM_CHART_MAX_TICKS 200
+int em_chart_tick_count(double v0, double v1, double step, double *k0);
 
 /* Back to fitting every point (follows new data again). */
 void em_line_chart_reset_view(EmLineChart *self);

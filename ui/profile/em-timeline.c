@@ -1,5 +1,6 @@
 /* em-timeline.c: see the header. */
 #include "em-timeline.h"
+#include "em-line-chart.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -225,7 +226,9 @@ static void draw(EmTimeline *self, GtkSnapshot *snap, int W, int H) {
   double step = pow(10, floor(log10((self->v1 - self->v0) / 5)));
   if ((self->v1 - self->v0) / step > 10) step *= 2;
   cairo_set_source_rgba(cr, fg.red, fg.green, fg.blue, 0.7);
-  for (double t = ceil(self->v0 / step) * step; t <= self->v1; t += step) {
+  double k0 = 0;
+  for (int i = 0, n = em_chart_tick_count(self->v0, self->v1, step, &k0); i < n; i++) {
+    double t = (k0 + i) * step;
     double x = LABEL_W + (t - self->v0) * scale;
     cairo_rectangle(cr, x, y_axis - 3, 1, 4);
     cairo_fill(cr);

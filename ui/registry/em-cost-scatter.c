@@ -1,6 +1,7 @@
 /* em-cost-scatter.c: see the header. Few points (one per run): drawn
  * directly in snapshot(). */
 #include "em-cost-scatter.h"
+#include "em-line-chart.h"
 
 #include <math.h>
 #include <pango/pangocairo.h>
@@ -100,7 +101,9 @@ G_GNUC_END_IGNORE_DEPRECATIONS
   char buf[64];
   /* x: decades on a log axis, else a 1-2-5 step */
   double xstep = logx ? 1 : nice_step((ax1 - ax0) / 4);
-  for (double a = ceil(ax0 / xstep) * xstep; a <= ax1; a += xstep) {
+  double k0 = 0;
+  for (int i = 0, n = em_chart_tick_count(ax0, ax1, xstep, &k0); i < n; i++) {
+    double a = (k0 + i) * xstep;
     double px = L + (a - ax0) / (ax1 - ax0) * pw;
     format_cost(logx ? pow(10, a) : a, self->x_unit, buf, sizeof buf);
     cairo_set_source_rgba(cr, fg.red, fg.green, fg.blue, 0.12);
@@ -112,7 +115,8 @@ G_GNUC_END_IGNORE_DEPRECATIONS
   }
   /* y: ticks at a 1-2-5 step */
   double step = nice_step((ay1 - ay0) / 5);
-  for (double b = ceil(ay0 / step) * step; b <= ay1; b += step) {
+  for (int i = 0, n = em_chart_tick_count(ay0, ay1, step, &k0); i < n; i++) {
+    double b = (k0 + i) * step;
     double py = T + ph - (b - ay0) / (ay1 - ay0) * ph;
     g_snprintf(buf, sizeof buf, "%.4g", fabs(b) < step * 1e-9 ? 0 : b);
     cairo_set_source_rgba(cr, fg.red, fg.green, fg.blue, 0.12);

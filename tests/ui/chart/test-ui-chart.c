@@ -309,6 +309,33 @@ static void test_chart_log_axis(void) {
   g_free(y);
 }
 
+/* A series between 0.3 and 0.30000000000000004 (two runs' lr, compared):
+ * its ticks' step is below a double's precision there, and the loop that
+ * drew them never ended (t += step left t as it was), the process growing
+ * until memory ran out. It renders now, without ticks it cannot tell
+ * apart; the count helper gives none where k * step is not exact. */
+static void test_chart_ticks_below_precision(void) {
+  double k0 = -1;
+  g_assert_cmpint(em_chart_tick_count(0.3, 0.30000000000000004, 1e-18, &k0), ==, 0);
+  g_assert_cmpint(em_chart_tick_count(0, 1, 0.25, &k0), ==, 5);
+  g_assert_cmpfloat(k0, ==, 0);
+  g_assert_cmpint(em_chart_tick_count(-1e300, 1e300, 1e-300, &k0), ==, 0);
+  g_assert_cmpint(em_chart_tick_count(0, 1e9, 1, &k0), ==, EM_CHART_MAX_TICKS);
+  g_assert_cmpint(em_chart_tick_count(0, 1, 0, &k0), ==, 0);
+  GtkWidget *chart = em_line_chart_new();
+  EmLineChart *c = EM_LINE_CHART(chart);
+  em_line_chart_set_title(c, "lr of two runs");
+  int a = em_line_chart_add_series(c, "0.3", NULL), b = em_line_chart_add_series(c, "0.3+", NULL);
+  double x[2] = {0, 100}, ya[2] = {0.3, 0.3}, yb[2] = {0.30000000000000004, 0.30000000000000004};
+  em_line_chart_append(c, a, x, ya, 2);
+  em_line_chart_append(c, b, x, yb, 2);
+  GtkWindow *win = ui_test_show(chart, 500, 300);
+  char *png = ui_test_screenshot(chart, "chart-ticks-below-precision");
+  g_assert_nonnull(png);
+  g_free(png);
+  gtk_window_destroy(win);
+}
+
 static void test_chart_smoothing(void) {
   GtkWidget *chart = em_line_chart_new();
   EmLineChart *c = EM_LINE_CHART(chart);
@@ -439,6 +466,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/chart/widget/million-points", test_chart_million);
   g_test_add_func("/chart/widget/log-axis", test_chart_log_axis);
   g_test_add_func("/chart/widget/smoothing", test_chart_smoothing);
+  g_test_add_func("/chart/widget/ticks-below-precision", test_chart_ticks_below_precision);
   g_test_add_func("/chart/widget/interaction", test_chart_interaction);
   g_test_add_func("/chart/widget/tick-labels", test_tick_labels);
   return g_test_run();
