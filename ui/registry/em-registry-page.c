@@ -205,6 +205,15 @@ static void load_runs(EmRegistryPage *self) {
   em_runs_free(runs, n);
 }
 
+static int selected_version(EmRegistryPage *self) {
+  guint i = gtk_single_selection_get_selected(self->versions_sel);
+  if (i == GTK_INVALID_LIST_POSITION) return 0;
+  EmTextRow *r = g_list_model_get_item(G_LIST_MODEL(self->versions_sel), i);
+  int v = r ? (int)em_text_row_get_id(r) : 0;
+  g_clear_object(&r);
+  return v;
+}
+
 void em_registry_page_reload(EmRegistryPage *self) {
   g_return_if_fail(EM_IS_REGISTRY_PAGE(self));
   if (!ensure_store(self)) return;
@@ -218,6 +227,11 @@ void em_registry_page_reload(EmRegistryPage *self) {
     return;
   }
   char *keep = g_strdup(self->model);
+  /* the selected version, chosen again at the end: replacing the model
+   * rows passes through no selection, which emptied the versions, and the
+   * newest was selected in their place (a second Promote then moved the
+   * alias to a version nobody chose) */
+  int keep_version = selected_version(self);
   GPtrArray *rows = g_ptr_array_new_with_free_func(g_object_unref);
   guint pick = GTK_INVALID_LIST_POSITION;
   for (int i = 0; i < n; i++) {
@@ -233,7 +247,6 @@ void em_registry_page_reload(EmRegistryPage *self) {
   g_ptr_array_unref(rows);
   if (pick == GTK_INVALID_LIST_POSITION && n > 0) pick = 0;
   gtk_single_selection_set_selected(self->models_sel, pick);
-  g_free(keep);
   g_free(self->model);
   self->model = NULL;
   if (pick != GTK_INVALID_LIST_POSITION) {
@@ -242,6 +255,9 @@ void em_registry_page_reload(EmRegistryPage *self) {
     g_object_unref(r);
   }
   load_model(self);
+  if (keep_version && g_strcmp0(keep, self->model) == 0)
+    em_registry_page_select_version(self, keep_version);
+  g_free(keep);
 }
 
 /* ---- changes -------------------------------------------------------------- */
@@ -295,15 +311,6 @@ gboolean em_registry_page_register(EmRegistryPage *self, gint64 run, gboolean be
   g_free(name);
   em_app_state_registry_changed(self->state);
   return ok;
-}
-
-static int selected_version(EmRegistryPage *self) {
-  guint i = gtk_single_selection_get_selected(self->versions_sel);
-  if (i == GTK_INVALID_LIST_POSITION) return 0;
-  EmTextRow *r = g_list_model_get_item(G_LIST_MODEL(self->versions_sel), i);
-  int v = r ? (int)em_text_row_get_id(r) : 0;
-  g_clear_object(&r);
-  return v;
 }
 
 static const char *alias_text(EmRegistryPage *self) {

@@ -216,6 +216,12 @@ static void test_registry_page(void) {
   g_assert_true(em_registry_page_select_version(page, 1));
   gtk_widget_activate_action(GTK_WIDGET(page), "registry.promote", NULL);
   g_assert_cmpint(alias_version("fmnist", "production"), ==, 1);
+  /* the selection stays on v1 (it went to the newest, v2, and a second
+   * click promoted the version nobody chose) */
+  gtk_widget_activate_action(GTK_WIDGET(page), "registry.promote", NULL);
+  g_assert_cmpint(alias_version("fmnist", "production"), ==, 1);
+  g_assert_nonnull(
+      strstr(em_registry_page_get_message(page), "already points at v1: nothing changed"));
   g_assert_true(em_registry_page_select_version(page, 2));
   gtk_widget_activate_action(GTK_WIDGET(page), "registry.promote", NULL);
   g_assert_cmpint(alias_version("fmnist", "production"), ==, 2);
