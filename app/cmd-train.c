@@ -353,11 +353,7 @@ static int checkpoint_batch_size(const char *path) {
  * That one is the newest checkpoint other than a "final" at or before
  * the resume's step, of the run or else of the runs it continued. */
 static void rollback_point(em_store *s, train_job *j) {
-  char kind[16];
-  int64_t step;
-  const char *slash = strrchr(j->ckpt.path, '/');
-  if (!em_checkpoint_name_parse(slash ? slash + 1 : j->ckpt.path, kind, sizeof kind, &step) ||
-      strcmp(kind, "final") != 0)
+  if (!j->ckpt.kind || strcmp(j->ckpt.kind, "final") != 0)
     return; /* a periodic checkpoint: itself, as the trainer takes it */
   j->set_rollback = true;
   em_error err = {0};
