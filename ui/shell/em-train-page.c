@@ -683,6 +683,13 @@ static void em_train_page_class_init(EmTrainPageClass *klass) {
   gtk_widget_class_install_action(wc, "train.stop", NULL, stop_action);
 }
 
+#if EM_HAVE_LINE_CHART
+static void on_loss_log_toggled(GtkCheckButton *b, gpointer data) {
+  EmTrainPage *self = data;
+  em_line_chart_set_log_y(EM_LINE_CHART(self->loss_chart), gtk_check_button_get_active(b));
+}
+#endif
+
 static void em_train_page_init(EmTrainPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
   gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->threads), MIN(g_get_num_processors(), 256));
@@ -699,6 +706,12 @@ static void em_train_page_init(EmTrainPage *self) {
   em_line_chart_set_smoothing(EM_LINE_CHART(self->loss_chart), 0.6);
   gtk_widget_set_vexpand(self->loss_chart, TRUE);
   gtk_widget_set_vexpand(self->acc_chart, TRUE);
+  /* a log loss axis: one divergence spike flattens the rest of the curve */
+  GtkWidget *log_check = gtk_check_button_new_with_label("Log loss axis");
+  gtk_widget_set_name(log_check, "loss-log");
+  gtk_widget_set_halign(log_check, GTK_ALIGN_END);
+  g_signal_connect(log_check, "toggled", G_CALLBACK(on_loss_log_toggled), self);
+  gtk_box_append(GTK_BOX(self->chart_box), log_check);
   gtk_box_append(GTK_BOX(self->chart_box), self->loss_chart);
   gtk_box_append(GTK_BOX(self->chart_box), self->acc_chart);
 #else

@@ -295,6 +295,13 @@ static void test_train_run(void) {
 #ifdef EM_TEST_HAVE_LINE_CHART
   g_assert_nonnull(chart);
   g_assert_cmpint(em_line_chart_get_n_points(EM_LINE_CHART(chart), 0), >, 0);
+  /* the loss axis goes logarithmic from its check button (the README says so) */
+  GtkWidget *log_check = ui_test_find_named(GTK_WIDGET(page), "loss-log");
+  g_assert_nonnull(log_check);
+  gtk_check_button_set_active(GTK_CHECK_BUTTON(log_check), TRUE);
+  g_assert_true(em_line_chart_get_log_y(EM_LINE_CHART(chart)));
+  gtk_check_button_set_active(GTK_CHECK_BUTTON(log_check), FALSE);
+  g_assert_false(em_line_chart_get_log_y(EM_LINE_CHART(chart)));
 #else
   (void)chart;
 #endif
