@@ -78,15 +78,10 @@ static em_status cifar_append(cifar_set *s, const char *path, em_error *err) {
                         (unsigned long long)size, CIFAR_RECORD);
   }
   uint8_t *data;
-  size_t n;
-  st = em_gz_read_rest(f, path, &data, &n, err);
+  size_t n = (size_t)size;
+  st = em_gz_read_alloc(f, path, n, "its records", &data, err); /* that size, no more */
   gzclose(f);
   if (st != EM_OK) return st;
-  if (n != size) {
-    free(data);
-    return em_error_set(err, EM_ERR_IO, "'%s' changed while it was read (%llu bytes, then %zu)",
-                        path, (unsigned long long)size, n);
-  }
   int64_t m = (int64_t)(n / CIFAR_RECORD);
   for (int64_t r = 0; r < m; r++) {
     uint8_t label = data[r * CIFAR_RECORD];

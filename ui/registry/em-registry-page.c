@@ -126,13 +126,6 @@ static gboolean ensure_store(EmRegistryPage *self) {
 static void load_model(EmRegistryPage *self) {
   GPtrArray *vrows = g_ptr_array_new_with_free_func(g_object_unref);
   GPtrArray *hrows = g_ptr_array_new_with_free_func(g_object_unref);
-  guint keep = gtk_single_selection_get_selected(self->versions_sel);
-  gint64 keep_version = 0;
-  if (keep != GTK_INVALID_LIST_POSITION) {
-    EmTextRow *r = g_list_model_get_item(G_LIST_MODEL(self->versions_sel), keep);
-    if (r) keep_version = em_text_row_get_id(r);
-    g_clear_object(&r);
-  }
   if (self->model && self->store) {
     em_error err = {0};
     em_version_row *v = NULL;
@@ -173,7 +166,6 @@ static void load_model(EmRegistryPage *self) {
   char *t = self->model ? g_strdup_printf("Versions of %s", self->model) : g_strdup("Versions");
   gtk_label_set_text(self->versions_label, t);
   g_free(t);
-  if (keep_version) em_registry_page_select_version(self, (int)keep_version);
 }
 
 static void load_runs(EmRegistryPage *self) {
