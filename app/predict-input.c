@@ -27,6 +27,7 @@ typedef struct {
   int64_t first, n;  /* its samples are [first, first + n) of the sequence */
   uint8_t *pixels;   /* IDX: (n, numel) bytes */
   float *rows;       /* CSV: (n, numel) */
+  int64_t *lines;    /* CSV: (n) the file line (1-based) of each row */
   int64_t *labels;   /* (n), or NULL: no labels */
 } in_item;
 
@@ -263,7 +264,7 @@ static em_status csv_open(const predict_inputs *in, in_item *it, int label_colum
   it->n = t.rows;
   it->rows = t.x;
   it->labels = t.labels;
-  free(t.lines);
+  it->lines = t.lines;
   return EM_OK;
 }
 
@@ -334,6 +335,7 @@ void predict_inputs_free(predict_inputs *in) {
     free(in->items[i].pixels);
     free(in->items[i].rows);
     free(in->items[i].labels);
+    free(in->items[i].lines);
   }
   free(in->items);
   free(in);
@@ -383,5 +385,7 @@ em_status predict_inputs_read(predict_inputs *in, int64_t first, int64_t n,
 void predict_inputs_source(const predict_inputs *in, int64_t i, char *buf, size_t cap) {
   const in_item *it = item_of(in, i);
   if (it->kind == IN_PNG) snprintf(buf, cap, "%s", it->path);
-  else snprintf(buf, cap, "%s:%lld", it->path, (long long)(i - it->first));
+  else if (it->kind == IN_CSV) /* its line, as the CSV's errors and an editor count */
+    snprintf(buf, cap, "%s:%lld", it->path, (long long)it->lines[i - it->first]);
+  else snprintf(buf, cap, "%s:%lld", it->path, (long long)(i - it->first)); /* image index */
 }

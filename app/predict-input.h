@@ -49,6 +49,7 @@ int64_t predict_inputs_count(const predict_inputs *in);
 em_status predict_inputs_read(predict_inputs *in, int64_t first, int64_t n,
                               float *x /* (n, ...sample) */, int64_t *y /* (n) */,
                               em_error *err);
-/* Where sample i came from: "shirt.png", or "t10k-images-idx3-ubyte.gz:17"
- * and "rows.csv:3" (0-based index within the file). */
+/* Where sample i came from: "shirt.png", "t10k-images-idx3-ubyte.gz:17"
+ * (the image's 0-based index in the file) or "rows.csv:3" (the row's
+ * line, 1-based, as the CSV reader's messages give it). */
 void predict_inputs_source(const predict_inputs *in, int64_t i, char *buf, size_t cap);

@@ -225,10 +225,11 @@ class Predict(unittest.TestCase):
         self.assertEqual(summary["count"], n)
         self.assertEqual(summary["correct"], idx_sum["correct"])
         self.assertEqual([r["label"] for r in rows], [int(v) for v in self.labels[:n]])
-        self.assertEqual(rows[3]["source"], labelled + ":3")
+        self.assertEqual(rows[3]["source"], labelled + ":5")  # its line: the header is line 1
         self.assertSameRows(rows, idx_rows, tol=1e-7)
         rows, summary = self.predict(bare, "--top-k", "10")
         self.assertEqual(summary["count"], n)
+        self.assertEqual(rows[6]["source"], bare + ":8")  # after the blank line 7
         self.assertNotIn("label", rows[0])
         self.assertSameRows(rows, idx_rows, tol=1e-7)
 
@@ -245,7 +246,7 @@ class Predict(unittest.TestCase):
                            *quant)
             self.assertEqual(p.returncode, 1, p.stderr)
             out, summary = parse_json_lines(p.stdout)
-            self.assertEqual(out[0], {"source": rows + ":0", "error": out[0].get("error")})
+            self.assertEqual(out[0], {"source": rows + ":1", "error": out[0].get("error")})
             self.assertIn("NaN or Inf", out[0]["error"])
             for r in out[1:]:
                 self.assertTrue(all(math.isfinite(v) for v in r["probs"]), (quant, r))
@@ -253,7 +254,7 @@ class Predict(unittest.TestCase):
             self.assertIn("1 sample got no answer", p.stderr)
             p = self.e.run("predict", self.spec, "--weights", self.weights, rows, *quant)
             self.assertEqual(p.returncode, 1, p.stderr)
-            self.assertIn(rows + ":0  error: the model's output holds NaN or Inf", p.stdout)
+            self.assertIn(rows + ":1  error: the model's output holds NaN or Inf", p.stdout)
             self.assertNotIn("nan", p.stdout.lower().replace("holds nan", ""))
 
     # ---- the registry ------------------------------------------------------------
