@@ -16,6 +16,7 @@
 typedef struct {
   gint64 id;
   char *label;
+  const char *status; /* "completed", "failed", ... (static) */
   double accuracy, params, flops, step_s;
 } CmpRun;
 
@@ -33,11 +34,12 @@ struct _EmComparePage {
   EmLineChart *chart;
   EmCostScatter *scatter;
   GArray *runs;              /* CmpRun */
-  GtkStringList *metrics;    /* keys every run recorded */
+  GtkStringList *metrics;    /* keys any run recorded */
   GListStore *diffs;         /* GtkStringObject: the keys that differ */
   GHashTable *diff_values;   /* key -> char** (one text per run) */
   gboolean loading;
   char *message;
+  char *runs_message; /* what reading the runs said; the chosen metric's note follows it */
 };
 
 G_DEFINE_FINAL_TYPE(EmComparePage, em_compare_page, GTK_TYPE_BOX)
@@ -199,7 +201,14 @@ static void load_metric(EmComparePage *self, const char *key) {
   /* "(None)" chosen: no series and no title left from the metric before */
   em_line_chart_set_title(self->chart, key && self->store ? key : NULL);
   em_line_chart_set_y_label(self->chart, key && self->store ? key : NULL);
-  if (!key || !self->store) return;
+  GString *msg = g_string_new(self->runs_message);
+  if (!key || !self->store) {
+    set_message(self, msg->str);
+    g_string_free(msg, TRUE);
+    return;
+  }
+  GString *missing = g_string_new(NULL);
+  int n_missing = 0;
   for (guint i = 0; i < self->runs->len; i++) {
     CmpRun *r = &g_array_index(self->runs, CmpRun, i);
     int s = em_line_chart_add_series(self->chart, r->label, NULL);
@@ -207,8 +216,13 @@ static void load_metric(EmComparePage *self, const char *key) {
     int64_t n = 0;
     em_error err = {0};
     if (em_store_metrics_get(self->store, r->id, key, &pts, &n, &err) != EM_OK) {
-      set_message(self, err.msg);
+      g_string_append_printf(msg, "%s%s", msg->len ? "\n" : "", err.msg);
       continue;
+    }
+    if (n == 0) { /* a run that failed or stopped before it got there */
+      g_string_append_printf(missing, "%s%" G_GINT64_FORMAT " (%s)", n_missing ? ", " : "",
+                             r->id, r->status);
+      n_missing++;
     }
     double *x = g_new(double, MAX(n, 1)), *y = g_new(double, MAX(n, 1));
     for (int64_t k = 0; k < n; k++) {
@@ -220,6 +234,12 @@ static void load_metric(EmComparePage *self, const char *key) {
     g_free(y);
     free(pts);
   }
+  if (n_missing)
+    g_string_append_printf(msg, "%s%s %s recorded no %s.", msg->len ? "\n" : "",
+                           n_missing > 1 ? "Runs" : "Run", missing->str, key);
+  set_message(self, msg->str);
+  g_string_free(missing, TRUE);
+  g_string_free(msg, TRUE);
 }
 
 static void update_scatter(EmComparePage *self) {
@@ -282,12 +302,16 @@ void em_compare_page_set_runs(EmComparePage *self, const gint64 *ids, int n) {
   g_clear_pointer(&self->store, em_store_close);
   em_error err = {0};
   self->store = em_store_open(em_app_state_get_registry_dir(self->state), true, &err);
+  g_free(self->runs_message);
+  self->runs_message = g_strdup(self->store ? "" : err.msg);
   if (!self->store) {
     set_message(self, err.msg);
     return;
   }
   GPtrArray *flats = g_ptr_array_new_with_free_func((GDestroyNotify)json_decref);
-  GHashTable *shared = NULL; /* key -> count of runs that have it */
+  /* every key any run recorded: a run that failed before its first
+   * evaluation must not hide test_accuracy from the others */
+  GHashTable *seen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
   GString *title = g_string_new("Comparing runs ");
   for (int i = 0; i < n; i++) {
     em_run r = {0};
@@ -298,24 +322,14 @@ void em_compare_page_set_runs(EmComparePage *self, const gint64 *ids, int n) {
     em_metric_summary *ms = NULL;
     int nms = 0;
     if (em_store_metrics_summary(self->store, ids[i], &ms, &nms, &err) != EM_OK) nms = 0;
-    CmpRun c = {.id = r.id, .accuracy = r.final_test_accuracy};
+    CmpRun c = {.id = r.id, .accuracy = r.final_test_accuracy,
+                .status = em_run_status_name(r.status)};
     c.label = g_strdup_printf("run %" G_GINT64_FORMAT " %s", (gint64)r.id, r.model ? r.model : "");
     read_costs(&c, &r, ms, nms);
     g_array_append_val(self->runs, c);
     g_ptr_array_add(flats, flatten_run(&r, ms, nms));
-    GHashTable *mine = g_hash_table_new(g_str_hash, g_str_equal);
-    for (int k = 0; k < nms; k++) g_hash_table_add(mine, ms[k].key);
-    if (!shared) {
-      shared = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
-      for (int k = 0; k < nms; k++) g_hash_table_add(shared, g_strdup(ms[k].key));
-    } else {
-      GHashTableIter it;
-      gpointer key;
-      g_hash_table_iter_init(&it, shared);
-      while (g_hash_table_iter_next(&it, &key, NULL))
-        if (!g_hash_table_contains(mine, key)) g_hash_table_iter_remove(&it);
-    }
-    g_hash_table_unref(mine);
+    for (int k = 0; k < nms; k++)
+      if (!g_hash_table_contains(seen, ms[k].key)) g_hash_table_add(seen, g_strdup(ms[k].key));
     em_metric_summaries_free(ms, nms);
     g_string_append_printf(title, "%s%" G_GINT64_FORMAT, self->runs->len > 1 ? ", " : "", (gint64)r.id);
     em_run_clear(&r);
@@ -333,7 +347,7 @@ void em_compare_page_set_runs(EmComparePage *self, const gint64 *ids, int n) {
 
   /* the metrics every run has; keep the one shown when it is still there */
   char *keep = g_strdup(chosen_metric(self));
-  GPtrArray *keys = sorted_keys(shared);
+  GPtrArray *keys = sorted_keys(seen);
   g_ptr_array_add(keys, NULL);
   self->loading = TRUE;
   gtk_string_list_splice(self->metrics, 0, g_list_model_get_n_items(G_LIST_MODEL(self->metrics)),
@@ -348,12 +362,14 @@ void em_compare_page_set_runs(EmComparePage *self, const gint64 *ids, int n) {
   self->loading = FALSE;
   g_ptr_array_unref(keys);
   g_free(keep);
-  if (shared) g_hash_table_unref(shared);
+  g_hash_table_unref(seen);
+  if (self->runs->len >= 1 && g_list_model_get_n_items(G_LIST_MODEL(self->metrics)) == 0 &&
+      !*self->message)
+    set_message(self, "These runs recorded no metrics: there are no curves to overlay.");
+  g_free(self->runs_message);
+  self->runs_message = g_strdup(self->message);
   load_metric(self, chosen_metric(self));
   update_scatter(self);
-  if (self->runs->len >= 2 && g_list_model_get_n_items(G_LIST_MODEL(self->metrics)) == 0 &&
-      !*self->message)
-    set_message(self, "These runs recorded no metric in common: there are no curves to overlay.");
 }
 
 /* ---- signals ------------------------------------------------------------- */
@@ -391,6 +407,7 @@ static void em_compare_page_finalize(GObject *object) {
   g_array_unref(self->runs);
   g_hash_table_unref(self->diff_values);
   g_free(self->message);
+  g_free(self->runs_message);
   G_OBJECT_CLASS(em_compare_page_parent_class)->finalize(object);
 }
 
@@ -415,6 +432,7 @@ static void em_compare_page_init(EmComparePage *self) {
   g_type_ensure(EM_TYPE_LINE_CHART);
   gtk_widget_init_template(GTK_WIDGET(self));
   self->message = g_strdup("");
+  self->runs_message = g_strdup("");
   self->runs = g_array_new(FALSE, TRUE, sizeof(CmpRun));
   g_array_set_clear_func(self->runs, cmp_run_clear);
   self->diff_values = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, (GDestroyNotify)g_strfreev);

@@ -209,6 +209,51 @@ static void test_compare(void) {
   g_object_unref(state);
 }
 
+/* Compare a run that failed before its first evaluation (only "loss")
+ * with one that finished: test_accuracy is still offered (the metrics
+ * were those every run had: the failed run hid it from both), its curve
+ * shows the finished run, and the page says which run has none. */
+static void test_compare_partial(void) {
+  char *dir = g_build_filename(home, "partial", NULL);
+  g_assert_cmpint(g_mkdir_with_parents(dir, 0700), ==, 0);
+  em_error err = {0};
+  em_store *s = em_store_open(dir, false, &err);
+  g_assert_nonnull(s);
+  em_store_writer *w = em_store_writer_new(dir, 200, &err);
+  g_assert_nonnull(w);
+  gint64 ids[2];
+  ids[0] = make_run(s, w, "mlp", 0.8, 0.5, EM_RUN_COMPLETED, NULL);
+  int64_t id = 0;
+  em_run_new rn = {.model = "mlp", .spec_json = "{}", .config_json = "{}", .device = "cpu",
+                   .engine_version = "test"};
+  g_assert_cmpint(em_store_run_create(s, &rn, &id, &err), ==, EM_OK);
+  em_store_writer_metric(w, id, 1, "loss", 2.3, (double)g_get_real_time() / 1e6);
+  g_assert_cmpint(em_store_writer_free(w, &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_finish(s, id, EM_RUN_FAILED, "the loss became NaN at step 2", &err),
+                  ==, EM_OK);
+  em_store_close(s);
+  ids[1] = id;
+
+  EmAppState *state = em_app_state_new(dir);
+  GtkWidget *page = em_compare_page_new(state);
+  GtkWindow *win = ui_test_show(page, 1000, 600);
+  EmComparePage *cp = EM_COMPARE_PAGE(page);
+  em_compare_page_set_runs(cp, ids, 2);
+  ui_test_spin(50);
+  g_assert_cmpstr(em_compare_page_get_metric(cp), ==, "test_accuracy");
+  g_assert_cmpint(em_compare_page_get_n_points(cp, 0), ==, 1);
+  g_assert_cmpint(em_compare_page_get_n_points(cp, 1), ==, 0);
+  char *want = g_strdup_printf("Run %" G_GINT64_FORMAT " (failed) recorded no test_accuracy.", id);
+  g_assert_cmpstr(em_compare_page_get_message(cp), ==, want);
+  g_free(want);
+  g_assert_true(em_compare_page_set_metric(cp, "loss")); /* both have it: no note */
+  g_assert_cmpint(em_compare_page_get_n_points(cp, 1), ==, 1);
+  g_assert_cmpstr(em_compare_page_get_message(cp), ==, "");
+  gtk_window_destroy(win);
+  g_object_unref(state);
+  g_free(dir);
+}
+
 /* A registry path that is a file: the pages say what Start would. */
 static void test_registry_is_a_file(void) {
   char *file = g_build_filename(home, "not-a-folder", NULL);
@@ -228,6 +273,7 @@ int main(int argc, char **argv) {
   ui_test_init(&argc, &argv);
   fill_registry();
   g_test_add_func("/registry-odd/metric-format", test_metric_format);
+  g_test_add_func("/registry-odd/compare-partial", test_compare_partial);
   g_test_add_func("/registry-odd/runs-sort-and-text", test_runs_sort_and_text);
   g_test_add_func("/registry-odd/runs-refresh-when-shown", test_runs_refresh_when_shown);
   g_test_add_func("/registry-odd/compare", test_compare);
