@@ -170,6 +170,7 @@ static void load_spec(EmTrainPage *self, gboolean fill_form) {
       gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->batch), cfg.batch_size);
       gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->epochs), cfg.epochs);
       gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->clip), cfg.clip_grad_norm);
+      gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->seed), (double)cfg.seed);
     }
   }
   em_spec_free(spec);
@@ -331,6 +332,15 @@ static void format_duration(double s, char *out, size_t cap) {
 
 static void finish_session(EmTrainPage *self, const em_train_drain *d);
 
+/* "samples/s · step N of M": every quarter second while a run trains,
+ * and once more at its end, so the last step is the one shown */
+static void show_throughput(EmTrainPage *self, const em_train_drain *d) {
+  char buf[160];
+  g_snprintf(buf, sizeof buf, "%.0f samples/s · step %lld of %lld", d->samples_per_sec,
+             (long long)d->last_step, (long long)d->total_steps);
+  gtk_label_set_text(GTK_LABEL(self->throughput_label), buf);
+}
+
 static void apply_drain(EmTrainPage *self, em_train_drain *d) {
   if (d->started && !self->started_emitted) {
     self->started_emitted = TRUE;
@@ -383,9 +393,7 @@ static void apply_drain(EmTrainPage *self, em_train_drain *d) {
     char eta[32], el[32], buf[160];
     format_duration(d->eta_s, eta, sizeof eta);
     format_duration(d->elapsed_s, el, sizeof el);
-    g_snprintf(buf, sizeof buf, "%.0f samples/s · step %lld of %lld", d->samples_per_sec,
-               (long long)d->last_step, (long long)d->total_steps);
-    gtk_label_set_text(GTK_LABEL(self->throughput_label), buf);
+    show_throughput(self, d);
     g_snprintf(buf, sizeof buf, "Epoch %lld of %lld · elapsed %s · ETA %s",
                (long long)MIN(d->epoch + 1, d->epochs), (long long)d->epochs, el, eta);
     gtk_label_set_text(GTK_LABEL(self->eta_label), buf);
@@ -450,6 +458,7 @@ static void finish_session(EmTrainPage *self, const em_train_drain *d) {
     g_snprintf(line, sizeof line, "Ended at step %lld of %lld after %s", (long long)d->last_step,
                (long long)d->total_steps, el);
     gtk_label_set_text(GTK_LABEL(self->eta_label), line);
+    show_throughput(self, d);
   }
 #if EM_HAVE_LINE_CHART
   em_line_chart_set_note(EM_LINE_CHART(self->loss_chart), NULL);
@@ -690,10 +699,36 @@ static void on_loss_log_toggled(GtkCheckButton *b, gpointer data) {
 }
 #endif
 
+/* The learning rate reads as %g: 1e-06 (five fixed digits showed it as
+ * 0.00000), and takes what `--lr` takes, 0 to 1e6 (the spin button kept
+ * 1e-5 to 10 and moved a spec's lr into that range without a word). */
+static gboolean on_lr_output(GtkSpinButton *spin, gpointer data) {
+  (void)data;
+  char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  g_ascii_formatd(buf, sizeof buf, "%.6g", gtk_spin_button_get_value(spin));
+  if (g_strcmp0(gtk_editable_get_text(GTK_EDITABLE(spin)), buf) != 0)
+    gtk_editable_set_text(GTK_EDITABLE(spin), buf);
+  return TRUE;
+}
+
+static int on_lr_input(GtkSpinButton *spin, double *value, gpointer data) {
+  (void)data;
+  const char *text = gtk_editable_get_text(GTK_EDITABLE(spin));
+  char *end = NULL;
+  double v = g_ascii_strtod(text, &end);
+  if (end == text || !isfinite(v)) return GTK_INPUT_ERROR;
+  while (*end == ' ') end++;
+  if (*end) return GTK_INPUT_ERROR;
+  *value = v;
+  return TRUE;
+}
+
 static void em_train_page_init(EmTrainPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
   gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->threads), MIN(g_get_num_processors(), 256));
-  gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->seed), 1);
+  /* the seed is the spec's, or 0 as `ember train` has it (load_spec) */
+  g_signal_connect(self->lr, "output", G_CALLBACK(on_lr_output), NULL);
+  g_signal_connect(self->lr, "input", G_CALLBACK(on_lr_input), NULL);
 #if EM_HAVE_LINE_CHART
   self->loss_chart = em_line_chart_new();
   self->acc_chart = em_line_chart_new();

@@ -149,14 +149,22 @@ static void test_changes_during_run(void) {
   GPtrArray *labels = g_ptr_array_new();
   ui_test_collect(page, GTK_TYPE_LABEL, labels);
   GtkWidget *status = NULL, *eta = NULL;
+  long long ended_at = -1, shown_at = -2;
   for (guint i = 0; i < labels->len; i++) {
     const char *t = gtk_label_get_text(GTK_LABEL(labels->pdata[i]));
+    const char *st = strstr(t, "samples/s · step ");
     if (g_str_has_prefix(t, "Device 'cuda:")) status = labels->pdata[i];
-    if (g_str_has_prefix(t, "Ended at step")) eta = labels->pdata[i];
+    if (g_str_has_prefix(t, "Ended at step")) {
+      eta = labels->pdata[i];
+      ended_at = g_ascii_strtoll(t + strlen("Ended at step "), NULL, 10);
+    }
+    if (st && !strstr(t, "ETA")) shown_at = g_ascii_strtoll(st + strlen("samples/s · step "), NULL, 10);
   }
   g_ptr_array_unref(labels);
   g_assert_nonnull(status);
   g_assert_nonnull(eta);
+  /* the throughput line ends on the last step, not the last quarter second's */
+  g_assert_cmpint(shown_at, ==, ended_at);
   graphene_rect_t sb, eb;
   g_assert_true(gtk_widget_compute_bounds(status, page, &sb));
   g_assert_true(gtk_widget_compute_bounds(eta, page, &eb));
@@ -172,12 +180,48 @@ static void test_changes_during_run(void) {
   g_free(second);
 }
 
+/* The form takes a spec's lr and seed as they are: lr 1e-6 stayed 1e-6
+ * (the spin button held 1e-5 to 10 and moved it there silently, then
+ * showed 0.00000), a spec without a seed trains with 0 as `ember train`
+ * does (the page said 1), and the config the page builds has both. */
+static void test_form_from_spec(void) {
+  EmAppState *state = em_app_state_new(g_home);
+  char *spec = mlp_spec("tiny-lr", 4, 3, 1e-6);
+  em_app_state_set_spec(state, spec, NULL);
+  GtkWidget *page = em_train_page_new(state);
+  GtkWindow *win = ui_test_show(page, 1100, 700);
+  EmTrainPage *tp = EM_TRAIN_PAGE(page);
+  ui_test_spin(20);
+  g_assert_cmpfloat(em_train_page_get_value(tp, "lr"), ==, 1e-6);
+  g_assert_cmpfloat(em_train_page_get_value(tp, "seed"), ==, 0);
+  GtkWidget *lr = ui_test_find_named(page, "lr");
+  g_assert_nonnull(lr);
+  g_assert_cmpstr(gtk_editable_get_text(GTK_EDITABLE(lr)), ==, "1e-06");
+  gtk_editable_set_text(GTK_EDITABLE(lr), "250");
+  gtk_spin_button_update(GTK_SPIN_BUTTON(lr));
+  g_assert_cmpfloat(em_train_page_get_value(tp, "lr"), ==, 250);
+  char *seeded = g_strdup_printf("%.*s, \"seed\": 4294967296}}", (int)strlen(spec) - 2, spec);
+  em_app_state_set_spec(state, seeded, NULL);
+  ui_test_spin(20);
+  g_assert_cmpfloat(em_train_page_get_value(tp, "seed"), ==, 4294967296.0);
+  em_train_config cfg;
+  char *error = NULL;
+  g_assert_true(em_train_page_get_config(tp, &cfg, &error));
+  g_assert_cmpuint(cfg.seed, ==, 4294967296u);
+  g_assert_cmpfloat(cfg.optim.lr, ==, 1e-6);
+  g_free(seeded);
+  gtk_window_destroy(win);
+  g_object_unref(state);
+  g_free(spec);
+}
+
 int main(int argc, char **argv) {
   g_home = g_dir_make_tmp("ember-ui-train-data-XXXXXX", NULL);
   g_setenv("EMBER_HOME", g_home, TRUE);
   ui_test_init(&argc, &argv);
   g_test_add_func("/ui/train-data/csv-trains", test_csv_trains);
   g_test_add_func("/ui/train-data/changes-during-run", test_changes_during_run);
+  g_test_add_func("/ui/train-data/form-from-spec", test_form_from_spec);
   int rc = g_test_run();
   char *rm[] = {"rm", "-rf", g_home, NULL};
   g_spawn_sync(NULL, rm, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
