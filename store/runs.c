@@ -275,7 +275,9 @@ em_status em_store_run_first_child(em_store *s, int64_t run, int64_t *child, em_
   sqlite3_stmt *q;
   bool row = false;
   *child = 0;
-  em_status st = EM_SQL_PREPARE(s, "SELECT id FROM runs WHERE parent_run = ?1 ORDER BY id LIMIT 1",
+  em_status st = EM_SQL_PREPARE(s, "SELECT r.id FROM runs r WHERE r.parent_run = ?1 AND EXISTS "
+                                "(SELECT 1 FROM run_events e WHERE e.run = r.id AND "
+                                "e.kind = 'resumed') ORDER BY r.id LIMIT 1",
                                 &q, err);
   if (!st) sqlite3_bind_int64(q, 1, run);
   if (!st) st = EM_SQL_STEP(s, q, &row, err);

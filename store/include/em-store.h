@@ -150,7 +150,10 @@ void em_runs_free(em_run *runs, int n);
 /* EM_ERR_INVALID "no run N" when absent. */
 em_status em_store_run_get(em_store *s, int64_t id, em_run *out, em_error *err);
 void em_run_clear(em_run *r);
-/* The first run that resumed run (its lowest id), or 0 in *child. */
+/* The first run that resumed run (its lowest id) and got as far as
+ * loading its checkpoint (a "resumed" event), or 0 in *child: an attempt
+ * that failed before (a damaged checkpoint, a missing dataset) is
+ * recorded as a failed run but continued nothing. */
 em_status em_store_run_first_child(em_store *s, int64_t run, int64_t *child, em_error *err);
 /* The newest run with at least one checkpoint (for --resume latest). */
 em_status em_store_run_latest_with_checkpoint(em_store *s, int64_t *id, em_error *err);

@@ -60,6 +60,22 @@ static void test_create_get(fixture *f, gconstpointer data) {
   em_run_new nomodel = {.name = "x"};
   g_assert_cmpint(em_store_run_create(f->s, &nomodel, &bad, &err), ==, EM_ERR_INVALID);
 
+  /* a continuation is a child that loaded its checkpoint ("resumed"): an
+   * attempt that failed before it is not one (the next --resume warned
+   * "resumed before, as run N" about a run that trained nothing) */
+  int64_t first = -1, second = 0;
+  g_assert_cmpint(em_store_run_first_child(f->s, id, &first, &err), ==, EM_OK);
+  g_assert_cmpint(first, ==, 0);
+  g_assert_cmpint(em_store_run_create(f->s, &rn, &second, &err), ==, EM_ERR_INVALID);
+  rn.parent_run = id;
+  g_assert_cmpint(em_store_run_create(f->s, &rn, &second, &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_event(f->s, second, 30, "resumed", "from step 30", &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_first_child(f->s, id, &first, &err), ==, EM_OK);
+  g_assert_cmpint(first, ==, second);
+  g_assert_cmpint(em_store_run_event(f->s, child, 30, "resumed", "from step 30", &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_first_child(f->s, id, &first, &err), ==, EM_OK);
+  g_assert_cmpint(first, ==, child);
+
   em_run r;
   g_assert_cmpint(em_store_run_get(f->s, id, &r, &err), ==, EM_OK);
   char *name = g_strdup_printf("mlp-%lld", (long long)id);
