@@ -444,6 +444,62 @@ static void draw_legend(EmLineChart *self, cairo_t *cr, const Frame *f, const Gd
   }
 }
 
+/* Values a line cannot show (a loss that became NaN or infinite), one
+ * clause per series that has them: "loss: nan at step 412 (3 points not
+ * drawn)". NULL when every value is finite. */
+static char *nonfinite_note(EmLineChart *self) {
+  GString *out = NULL;
+  for (guint i = 0; i < self->series->len; i++) {
+    EmChartSeries *cs = g_ptr_array_index(self->series, i);
+    int64_t n = em_series_n_nonfinite(cs->s), at = em_series_first_nonfinite(cs->s);
+    if (n == 0 || at < 0) continue;
+    double v = em_series_y(cs->s, EM_CURVE_RAW)[at];
+    if (!out) out = g_string_new(NULL);
+    char x[G_ASCII_DTOSTR_BUF_SIZE];
+    g_ascii_formatd(x, sizeof x, "%.6g", em_series_x(cs->s)[at]);
+    g_string_append_printf(out, "%s%s: %s at %s %s (%" G_GINT64_FORMAT " point%s not drawn)",
+                           out->len ? "; " : "", cs->name,
+                           isnan(v) ? "nan" : v > 0 ? "inf" : "-inf",
+                           self->x_label ? self->x_label : "x", x, n, n == 1 ? "" : "s");
+  }
+  return out ? g_string_free(out, FALSE) : NULL;
+}
+
+/* The note at the plot's bottom left, and a mark on its top edge at the
+ * first such point of each series (in the series' colour) when in view. */
+static void draw_nonfinite(EmLineChart *self, cairo_t *cr, const Frame *f) {
+  char *note = nonfinite_note(self);
+  if (!note) return;
+  for (guint i = 0; i < self->series->len; i++) {
+    EmChartSeries *cs = g_ptr_array_index(self->series, i);
+    int64_t at = em_series_first_nonfinite(cs->s);
+    if (at < 0) continue;
+    double x = em_series_x(cs->s)[at];
+    if (!(x >= f->vx0 && x <= f->vx1)) continue;
+    double px = px_of(f, x);
+    set_rgba(cr, &cs->color, 1);
+    cairo_move_to(cr, px - 5, f->y + 1);
+    cairo_line_to(cr, px + 5, f->y + 1);
+    cairo_line_to(cr, px, f->y + 9);
+    cairo_close_path(cr);
+    cairo_fill(cr);
+  }
+  /* wrapped to the plot's width, on a light band, at its bottom */
+  PangoLayout *layout = gtk_widget_create_pango_layout(GTK_WIDGET(self), note);
+  pango_layout_set_width(layout, (int)MAX(f->w - 12, 40) * PANGO_SCALE);
+  pango_layout_set_wrap(layout, PANGO_WRAP_WORD_CHAR);
+  int w, h;
+  pango_layout_get_pixel_size(layout, &w, &h);
+  cairo_set_source_rgba(cr, 1, 1, 1, 0.8);
+  cairo_rectangle(cr, f->x + 2, f->y + f->h - h - 4, w + 8, h + 2);
+  cairo_fill(cr);
+  cairo_set_source_rgba(cr, 0.75, 0.11, 0.16, 1); /* #c01c28 */
+  cairo_move_to(cr, round(f->x + 6), round(f->y + f->h - 3 - h));
+  pango_cairo_show_layout(cr, layout);
+  g_object_unref(layout);
+  g_free(note);
+}
+
 static GskRenderNode *render_static(EmLineChart *self, int w, int h) {
   Frame f = frame_of(self);
   GdkRGBA fg;
@@ -470,6 +526,7 @@ static GskRenderNode *render_static(EmLineChart *self, int w, int h) {
       draw_curve(self, cr, &f, cs->s, EM_CURVE_RAW);
     }
   }
+  draw_nonfinite(self, cr, &f);
   cairo_restore(cr);
   draw_legend(self, cr, &f, &fg);
   cairo_destroy(cr);
@@ -807,6 +864,11 @@ gint64 em_line_chart_get_n_points(EmLineChart *self, int series) {
   if (series < 0 || (guint)series >= self->series->len) return -1;
   EmChartSeries *cs = g_ptr_array_index(self->series, series);
   return em_series_len(cs->s);
+}
+
+char *em_line_chart_get_nonfinite_note(EmLineChart *self) {
+  g_return_val_if_fail(EM_IS_LINE_CHART(self), NULL);
+  return nonfinite_note(self);
 }
 
 void em_line_chart_clear(EmLineChart *self) {

@@ -29,6 +29,10 @@ int em_line_chart_get_n_series(EmLineChart *self);
 void em_line_chart_append(EmLineChart *self, int series, const double *x, const double *y, int n);
 /* Number of points held by series (-1 for an unknown id). */
 gint64 em_line_chart_get_n_points(EmLineChart *self, int series);
+/* What the chart says of values it cannot draw (NaN, infinities): "loss:
+ * nan at step 412 (3 points not drawn)", one clause per series; NULL when
+ * there are none. g_free. */
+char *em_line_chart_get_nonfinite_note(EmLineChart *self);
 /* Removes every series and its points. */
 void em_line_chart_clear(EmLineChart *self);
 

@@ -21,11 +21,14 @@ struct em_series {
   double alpha;
   double ema_last;    /* the EMA's running state */
   int64_t ema_count;
+  int64_t n_nonfinite, first_nonfinite; /* of the raw values; first: -1 when none */
   em_level lev[2][EM_LEVELS + 1]; /* [curve][level]; [.][0] unused */
 };
 
 em_series *em_series_new(void) {
-  return calloc(1, sizeof(em_series));
+  em_series *s = calloc(1, sizeof(em_series));
+  if (s) s->first_nonfinite = -1;
+  return s;
 }
 
 void em_series_free(em_series *s) {
@@ -98,6 +101,7 @@ bool em_series_append(em_series *s, const double *x, const double *y, int64_t n)
     s->x[i] = x[k];
     s->y[i] = y[k];
     s->ys[i] = ema_next(s, y[k]);
+    if (!isfinite(y[k]) && s->n_nonfinite++ == 0) s->first_nonfinite = i;
     if (!pyramid_add(s, 0, i, y[k]) || !pyramid_add(s, 1, i, s->ys[i])) return false;
     s->n++;
   }
@@ -105,6 +109,8 @@ bool em_series_append(em_series *s, const double *x, const double *y, int64_t n)
 }
 
 int64_t em_series_len(const em_series *s) { return s->n; }
+int64_t em_series_n_nonfinite(const em_series *s) { return s->n_nonfinite; }
+int64_t em_series_first_nonfinite(const em_series *s) { return s->first_nonfinite; }
 const double *em_series_x(const em_series *s) { return s->x; }
 const double *em_series_y(const em_series *s, em_curve c) {
   return c == EM_CURVE_SMOOTH ? s->ys : s->y;

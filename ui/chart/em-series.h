@@ -51,5 +51,11 @@ typedef struct {
 void em_series_decimate(const em_series *s, em_curve c, double x0, double x1, int ncols,
                         em_series_column *cols);
 
+/* Points whose raw y is NaN or infinite (a diverged loss): how many, and
+ * the index of the first (-1 when none). The chart says so, since a line
+ * cannot show them. */
+int64_t em_series_n_nonfinite(const em_series *s);
+int64_t em_series_first_nonfinite(const em_series *s);
+
 /* The index of the point whose x is nearest to x (-1 when empty). */
 int64_t em_series_nearest(const em_series *s, double x);

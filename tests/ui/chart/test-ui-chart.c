@@ -309,6 +309,39 @@ static void test_chart_log_axis(void) {
   g_free(y);
 }
 
+/* A loss that diverges (finite, then inf, then NaN): a line cannot show
+ * those points, and the chart dropped them without a word, so a run that
+ * blew up looked like one that stopped. The chart says what and where
+ * (the note, and a mark on the top edge in the series' colour); series
+ * with only finite values say nothing. */
+static void test_chart_nonfinite(void) {
+  GtkWidget *chart = em_line_chart_new();
+  EmLineChart *c = EM_LINE_CHART(chart);
+  em_line_chart_set_x_label(c, "step");
+  int a = em_line_chart_add_series(c, "loss", NULL);
+  int b = em_line_chart_add_series(c, "test_loss", NULL);
+  double x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {2.3, 1.9, 1.5, INFINITY, NAN, NAN};
+  em_line_chart_append(c, b, x, y, 3);
+  g_assert_null(em_line_chart_get_nonfinite_note(c));
+  em_line_chart_append(c, a, x, y, 6);
+  char *note = em_line_chart_get_nonfinite_note(c);
+  g_assert_cmpstr(note, ==, "loss: inf at step 4 (3 points not drawn)");
+  g_free(note);
+  double neg = -INFINITY, x7 = 7;
+  em_line_chart_append(c, b, &x7, &neg, 1);
+  note = em_line_chart_get_nonfinite_note(c);
+  g_assert_cmpstr(note, ==, "loss: inf at step 4 (3 points not drawn); "
+                            "test_loss: -inf at step 7 (1 point not drawn)");
+  g_free(note);
+  GtkWindow *win = ui_test_show(chart, 600, 360);
+  char *png = ui_test_screenshot(chart, "chart-nonfinite");
+  g_assert_nonnull(png);
+  g_free(png);
+  em_line_chart_clear(c);
+  g_assert_null(em_line_chart_get_nonfinite_note(c));
+  gtk_window_destroy(win);
+}
+
 /* A series between 0.3 and 0.30000000000000004 (two runs' lr, compared):
  * its ticks' step is below a double's precision there, and the loop that
  * drew them never ended (t += step left t as it was), the process growing
@@ -465,6 +498,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/chart/series/smoothing-ema", test_series_smoothing);
   g_test_add_func("/chart/widget/million-points", test_chart_million);
   g_test_add_func("/chart/widget/log-axis", test_chart_log_axis);
+  g_test_add_func("/chart/widget/nonfinite", test_chart_nonfinite);
   g_test_add_func("/chart/widget/smoothing", test_chart_smoothing);
   g_test_add_func("/chart/widget/ticks-below-precision", test_chart_ticks_below_precision);
   g_test_add_func("/chart/widget/interaction", test_chart_interaction);
