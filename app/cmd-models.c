@@ -132,6 +132,7 @@ static int model_versions(const char *name, const char *registry, bool json) {
   cli_table_column(t, "VERSION", "version", CLI_ALIGN_RIGHT);
   cli_table_column(t, "ALIASES", "aliases", CLI_ALIGN_LEFT);
   cli_table_column(t, "RUN", "run", CLI_ALIGN_RIGHT);
+  cli_table_column(t, "STEP", "step", CLI_ALIGN_RIGHT); /* the checkpoint's; metrics are at it */
   cli_table_column(t, "TEST ACC", "test_accuracy", CLI_ALIGN_RIGHT);
   cli_table_column(t, "TEST LOSS", "test_loss", CLI_ALIGN_RIGHT);
   cli_table_column(t, "CREATED", "created", CLI_ALIGN_LEFT);
@@ -145,6 +146,9 @@ static int model_versions(const char *name, const char *registry, bool json) {
     cli_table_cell(t, v[i].aliases && v[i].aliases[0] ? v[i].aliases : "-",
                    json_string(v[i].aliases ? v[i].aliases : ""));
     cli_table_int(t, v[i].run);
+    json_t *step = json_object_get(json_object_get(mj, "checkpoint"), "step");
+    if (json_is_integer(step)) cli_table_int(t, json_integer_value(step));
+    else cli_table_cell(t, "-", NULL);
     cli_table_pct(t, json_is_number(acc) ? json_number_value(acc) : NAN);
     cli_table_num(t, json_is_number(loss) ? json_number_value(loss) : NAN, "%.4f");
     cli_table_time(t, v[i].created);

@@ -1,7 +1,8 @@
 /* models.c: registering a run's checkpoint as a new version of a model,
  * and listing models and versions. A version keeps its run, checkpoint,
  * spec, weights (the checkpoint's artifact and its SHA-256 at registration)
- * and the run's final metrics; pruning and run deletion leave them alone. */
+ * and the run's metrics at the checkpoint's step; pruning and run deletion
+ * leave them alone. */
 #include "store-private.h"
 
 #include <jansson.h>
@@ -50,8 +51,11 @@ static em_status steps_available(em_store *s, int64_t run, GString *out, em_erro
   return st;
 }
 
+/* The pick's candidates in order, best first: the first is the pick, the
+ * next ones are the fallbacks at the same step (an eval and a final
+ * checkpoint of one step hold the same weights). */
 static em_status pick_checkpoint(em_store *s, int64_t run, em_checkpoint_pick pick, int64_t step,
-                                 picked *p, em_error *err) {
+                                 int skip, picked *p, em_error *err) {
   sqlite3_stmt *q;
   em_status st;
   switch (pick) {
@@ -61,20 +65,24 @@ static em_status pick_checkpoint(em_store *s, int64_t run, em_checkpoint_pick pi
     st = EM_SQL_PREPARE(s,
                         PICK_COLUMNS "AND c.kind IN ('eval', 'final') AND c.metric IS NOT NULL "
                                      "ORDER BY CASE WHEN c.lower_is_better THEN c.metric "
-                                     "ELSE -c.metric END, c.step DESC, c.id DESC LIMIT 1",
+                                     "ELSE -c.metric END, c.step DESC, c.id DESC "
+                                     "LIMIT 1 OFFSET ?3",
                         &q, err);
     break;
   case EM_PICK_LAST:
-    st = EM_SQL_PREPARE(s, PICK_COLUMNS "ORDER BY c.step DESC, c.id DESC LIMIT 1", &q, err);
+    st = EM_SQL_PREPARE(s, PICK_COLUMNS "ORDER BY c.step DESC, c.id DESC LIMIT 1 OFFSET ?3", &q,
+                        err);
     break;
   case EM_PICK_STEP:
-    st = EM_SQL_PREPARE(s, PICK_COLUMNS "AND c.step = ?2 ORDER BY c.id DESC LIMIT 1", &q, err);
+    st = EM_SQL_PREPARE(s, PICK_COLUMNS "AND c.step = ?2 ORDER BY c.id DESC LIMIT 1 OFFSET ?3",
+                        &q, err);
     if (!st) st = EM_SQL_CHECK(s, sqlite3_bind_int64(q, 2, step), err);
     break;
   default: return em_error_set(err, EM_ERR_INVALID, "unknown checkpoint pick %d", (int)pick);
   }
   bool row = false;
   if (!st) st = EM_SQL_CHECK(s, sqlite3_bind_int64(q, 1, run), err);
+  if (!st) st = EM_SQL_CHECK(s, sqlite3_bind_int64(q, 3, skip), err);
   if (!st) st = EM_SQL_STEP(s, q, &row, err);
   if (!st && row) {
     p->id = sqlite3_column_int64(q, 0);
@@ -87,7 +95,7 @@ static em_status pick_checkpoint(em_store *s, int64_t run, em_checkpoint_pick pi
     p->size = sqlite3_column_int64(q, 7);
   }
   if (q) sqlite3_reset(q);
-  if (st || row) return st;
+  if (st || row || skip > 0) return st; /* no fallback left: EM_OK with p->id 0 */
 
   GString *steps = g_string_new(NULL);
   st = steps_available(s, run, steps, err);
@@ -110,7 +118,11 @@ static em_status pick_checkpoint(em_store *s, int64_t run, em_checkpoint_pick pi
   return st;
 }
 
-/* The run's last value of each metric, and the checkpoint's. */
+/* Each metric's value at the checkpoint (its last point at or before the
+ * checkpoint's step: the weights registered were trained that far; the
+ * run's last values belonged to later weights), and the checkpoint's own
+ * step, kind and metric. A metric first recorded after the step is left
+ * out. */
 static em_status version_metrics(em_store *s, int64_t run, const picked *p, char **json,
                                  em_error *err) {
   em_metric_summary *m;
@@ -118,52 +130,95 @@ static em_status version_metrics(em_store *s, int64_t run, const picked *p, char
   em_status st = em_store_metrics_summary(s, run, &m, &n, err);
   if (st) return st;
   json_t *o = json_object();
-  for (int i = 0; i < n; i++)
-    json_object_set_new(o, m[i].key, isfinite(m[i].last) ? json_real(m[i].last) : json_null());
+  for (int i = 0; i < n && !st; i++) {
+    em_metric_point *pts = NULL;
+    int64_t np = 0;
+    st = em_store_metrics_get(s, run, m[i].key, &pts, &np, err);
+    int64_t lo = 0, hi = np; /* the first point past the step */
+    while (!st && lo < hi) {
+      int64_t mid = lo + (hi - lo) / 2;
+      if (pts[mid].step <= p->step) lo = mid + 1;
+      else hi = mid;
+    }
+    if (!st && lo > 0)
+      json_object_set_new(o, m[i].key, isfinite(pts[lo - 1].value) ? json_real(pts[lo - 1].value)
+                                                                   : json_null());
+    free(pts);
+  }
   json_object_set_new(o, "checkpoint",
                       json_pack("{s:I, s:s, s:o}", "step", (json_int_t)p->step, "kind", p->kind,
                                 "metric", isfinite(p->metric) ? json_real(p->metric) : json_null()));
-  char *txt = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+  char *txt = st ? NULL : json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(o);
   em_metric_summaries_free(m, n);
+  if (st) return st;
   if (!txt) return em_error_set(err, EM_ERR_NOMEM, "version metrics: out of memory");
   *json = g_strdup(txt);
   free(txt);
   return EM_OK;
 }
 
-em_status em_store_model_register(em_store *s, int64_t run, const char *name,
-                                  em_checkpoint_pick pick, int64_t step, int *version,
-                                  em_error *err) {
-  em_status st = em_store_require_writable(s, "registering a model", err);
-  if (!st) st = em_store_check_name("model", name, err);
-  if (!st) st = em_store_run_require(s, run, err);
-  picked p = {0};
-  if (!st) st = pick_checkpoint(s, run, pick, step, &p, err);
-  if (st) return st;
-  /* the weights must be what was recorded: hash outside the write lock */
-  char hex[65];
-  int64_t size = 0;
-  st = em_store_file_sha256(p.path, hex, &size, err);
-  if (st) return em_error_prefix(err, "checkpoint of run %lld at step %lld", (long long)run,
-                                 (long long)p.step);
-  if (size != p.size || strcmp(hex, p.sha) != 0)
-    return em_error_set(err, EM_ERR_FORMAT,
-                        "checkpoint %s (run %lld, step %lld) changed since it was recorded "
-                        "(%lld bytes, SHA-256 %.12s...; recorded %lld bytes, %.12s...); "
-                        "register another step",
-                        p.path, (long long)run, (long long)p.step, (long long)size, hex,
-                        (long long)p.size, p.sha);
-  char *metrics = NULL;
-  st = version_metrics(s, run, &p, &metrics, err);
-  if (st) return st;
+/* The pick, its file hashed against what was recorded; where the file is
+ * gone or changed, another checkpoint of the same step whose file is
+ * whole (an eval and a final checkpoint of one step hold the same
+ * weights). Hashing happens outside the write lock. */
+static em_status pick_whole_checkpoint(em_store *s, int64_t run, em_checkpoint_pick pick,
+                                       int64_t step, picked *out, em_error *err) {
+  picked head = {0};
+  em_error first = {0};
+  for (int skip = 0;; skip++) {
+    picked c = {0};
+    em_status st = pick_checkpoint(s, run, pick, step, skip, &c, err);
+    if (st) return st;
+    if (skip == 0) head = c;
+    else if (c.id == 0 || c.step != head.step) break;
+    char hex[65];
+    int64_t size = 0;
+    em_error e = {0};
+    if (em_store_file_sha256(c.path, hex, &size, &e) == EM_OK) {
+      if (size == c.size && strcmp(hex, c.sha) == 0) {
+        *out = c;
+        return EM_OK;
+      }
+      em_error_set(&e, EM_ERR_FORMAT,
+                   "checkpoint %s (run %lld, step %lld) changed since it was recorded "
+                   "(%lld bytes, SHA-256 %.12s...; recorded %lld bytes, %.12s...)",
+                   c.path, (long long)run, (long long)c.step, (long long)size, hex,
+                   (long long)c.size, c.sha);
+    } else {
+      em_error_prefix(&e, "checkpoint of run %lld at step %lld", (long long)run,
+                      (long long)c.step);
+    }
+    if (skip == 0) first = e;
+  }
+  return em_error_set(err, first.status, "%s; no other checkpoint of step %lld is whole: "
+                      "register another step", first.msg, (long long)head.step);
+}
 
+static bool checkpoint_exists(em_store *s, int64_t id) {
+  sqlite3_stmt *q;
+  bool row = false;
+  em_error e = {0};
+  if (EM_SQL_PREPARE(s, "SELECT 1 FROM checkpoints WHERE id = ?", &q, &e)) return true;
+  if (!EM_SQL_BIND(s, q, &e, "i", id)) EM_SQL_STEP(s, q, &row, &e);
+  sqlite3_reset(q);
+  return row || e.status;
+}
+
+/* One try: the version row, in one transaction with its model's row. The
+ * run may have been deleted since it was checked (INSERT ... SELECT then
+ * inserts nothing: refused, not committed as a model with no version),
+ * and the checkpoint pruned since it was picked (the foreign key refuses
+ * the row; *pruned says so and the caller picks again). */
+static em_status insert_version(em_store *s, int64_t run, const char *name, const picked *p,
+                                const char *metrics, int *version, bool *pruned, em_error *err) {
   sqlite3_stmt *q = NULL;
   bool row = false;
   int64_t model = 0;
   int v = 0;
   double now = em_store_now();
-  st = EM_SQL_BEGIN(s, err);
+  *pruned = false;
+  em_status st = EM_SQL_BEGIN(s, err);
   if (!st)
     st = EM_SQL_RUN(s, err, "INSERT INTO models (name, created) VALUES (?, ?) "
                             "ON CONFLICT (name) DO NOTHING", "td", name, now);
@@ -179,23 +234,53 @@ em_status em_store_model_register(em_store *s, int64_t run, const char *name,
     v = sqlite3_column_int(q, 1);
   }
   if (q) sqlite3_reset(q);
-  /* the checkpoint may have been pruned since it was picked: the foreign
-   * key then refuses the row */
   if (!st)
     st = EM_SQL_RUN(s, err,
                     "INSERT INTO model_versions (model, version, spec_json, weights, "
                     "weights_sha256, run, checkpoint, metrics_json, created) "
                     "SELECT ?1, ?2, spec_json, ?3, ?4, id, ?5, ?6, ?7 FROM runs WHERE id = ?8",
-                    "inititdi", model, v, p.artifact, p.sha, p.id, metrics, now, run);
+                    "inititdi", model, v, p->artifact, p->sha, p->id, metrics, now, run);
+  if (!st && sqlite3_changes(s->db) == 0)
+    st = em_error_set(err, EM_ERR_INVALID, "run %lld was deleted while it was being registered",
+                      (long long)run);
   if (!st) st = EM_SQL_COMMIT(s, err);
   if (st) {
     em_db_rollback(s);
-    em_error_prefix(err, "registering run %lld as model '%s'", (long long)run, name);
+    *pruned = !checkpoint_exists(s, p->id);
   } else if (version) {
     *version = v;
   }
-  g_free(metrics);
   return st;
+}
+
+em_status em_store_model_register(em_store *s, int64_t run, const char *name,
+                                  em_checkpoint_pick pick, int64_t step, int *version,
+                                  em_error *err) {
+  em_status st = em_store_require_writable(s, "registering a model", err);
+  if (!st) st = em_store_check_name("model", name, err);
+  if (!st) st = em_store_run_require(s, run, err);
+  if (st) return st;
+  /* a run still training prunes old checkpoints: one picked may be gone
+   * by the time its row is written; pick again, a few times */
+  enum { TRIES = 5 };
+  for (int attempt = 1;; attempt++) {
+    picked p = {0};
+    char *metrics = NULL;
+    bool pruned = false;
+    st = pick_whole_checkpoint(s, run, pick, step, &p, err);
+    if (!st) st = version_metrics(s, run, &p, &metrics, err);
+    if (!st) st = insert_version(s, run, name, &p, metrics, version, &pruned, err);
+    g_free(metrics);
+    if (!st) return EM_OK;
+    if (pruned && attempt < TRIES) continue;
+    if (pruned)
+      em_error_set(err, EM_ERR_IO,
+                   "the checkpoint picked (step %lld) was removed while it was being registered, "
+                   "%d times: the run is training and keeps few checkpoints "
+                   "(--keep-checkpoints); register it again, or once it has ended",
+                   (long long)p.step, TRIES);
+    return em_error_prefix(err, "registering run %lld as model '%s'", (long long)run, name);
+  }
 }
 
 em_status em_store_model_id(em_store *s, const char *name, int64_t *id, em_error *err) {

@@ -309,8 +309,13 @@ typedef enum { EM_PICK_BEST, EM_PICK_LAST, EM_PICK_STEP } em_checkpoint_pick;
  * em_store_writer_checkpoint); ties go to the later step. The file is
  * checked against its recorded size and SHA-256 first. Model names: 1 to
  * 100 of [A-Za-z0-9._-], not starting with '.' or '-' (aliases too).
- * The version keeps the run, the checkpoint, the spec and the run's final
- * metrics (JSON). Returns the version number (1, 2, ...). */
+ * Where the file is gone or changed, a checkpoint of the same step whose
+ * file is whole is taken (eval and final ones share weights). The version
+ * keeps the run, the checkpoint, the spec and the run's metrics at the
+ * checkpoint's step (JSON: each key's last value at or before it, and
+ * "checkpoint": step, kind, metric). Returns the version number (1, 2,
+ * ...). A run deleted meanwhile is an error (nothing is recorded); a
+ * checkpoint pruned meanwhile (the run trains on) is picked again. */
 em_status em_store_model_register(em_store *s, int64_t run, const char *name,
                                   em_checkpoint_pick pick, int64_t step, int *version,
                                   em_error *err);

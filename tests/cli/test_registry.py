@@ -431,6 +431,24 @@ class Models(Base):
         vs = e.json("model", "versions", "mlp", "--json")
         self.assertEqual([v["version"] for v in vs], [1, 2, 3])
         self.assertTrue(all(v["run"] == 1 and os.path.exists(v["weights"]) for v in vs))
+        # each version's metrics are the run's at its checkpoint's step (they were the
+        # run's last, so an early checkpoint showed the final epoch's accuracy)
+        acc = {p["step"]: p["value"] for p in e.json("metrics", "1", "test_accuracy", "--json")}
+        self.assertEqual(len(acc), 3)
+        first = ckpts[0]["step"]
+        self.assertLess(first, last_step)
+        self.assertEqual([v["step"] for v in vs][1:], [last_step, first])
+        self.assertAlmostEqual(vs[2]["test_accuracy"], acc[first], places=9)
+        self.assertAlmostEqual(vs[1]["test_accuracy"], acc[last_step], places=9)
+        # the last step's final checkpoint file gone: its eval twin (same weights) is taken
+        final = [c for c in ckpts if c["step"] == last_step and c["kind"] == "final"]
+        twin = [c for c in ckpts if c["step"] == last_step and c["kind"] == "eval"]
+        self.assertTrue(final and twin, ckpts)
+        os.rename(final[0]["path"], final[0]["path"] + ".away")
+        e.ok("model", "register", "1", "--name", "twin", "--checkpoint", "last")
+        tv = e.json("model", "versions", "twin", "--json")
+        self.assertTrue(os.path.samefile(tv[0]["weights"], twin[0]["path"]), tv)
+        os.rename(final[0]["path"] + ".away", final[0]["path"])
         p = e.run("model", "register", "1", "--name", "mlp", "--checkpoint", "99999")
         self.assertEqual(p.returncode, 1)
         self.assertIn("99999", p.stderr)
@@ -443,12 +461,13 @@ class Models(Base):
         self.assertIn("already points at version 3: nothing changed", again.stdout)
         self.assertFalse(e.json("model", "promote", "mlp", "3", "--alias", "staging",
                                 "--json")["changed"])
-        models = e.json("models", "--json")
+        models = [m for m in e.json("models", "--json") if m["name"] == "mlp"]
         self.assertEqual(len(models), 1)
         self.assertIn("production=2", models[0]["aliases"])
         back = e.json("model", "rollback", "mlp", "--alias", "production", "--json")
         self.assertEqual(back["version"], 1)
-        self.assertIn("production=1", e.json("models", "--json")[0]["aliases"])
+        self.assertIn("production=1", [m for m in e.json("models", "--json")
+                                       if m["name"] == "mlp"][0]["aliases"])
         hist = e.json("model", "history", "mlp", "--json")
         moves = [(h["alias"], h["action"], h["from_version"], h["to_version"]) for h in hist]
         self.assertEqual(moves, [("production", "promote", None, 1),
@@ -457,7 +476,8 @@ class Models(Base):
                                  ("production", "rollback", 2, 1)])
         self.assertIn("rollback", e.ok("model", "history", "mlp").stdout)
         show = e.json("run", "show", "1", "--json")
-        self.assertEqual(sorted(v["version"] for v in show["versions"]), [1, 2, 3])
+        self.assertEqual(sorted((v["model"], v["version"]) for v in show["versions"]),
+                         [("mlp", 1), ("mlp", 2), ("mlp", 3), ("twin", 1)])
         p = e.run("run", "delete", "1")  # versions came from it
         self.assertEqual(p.returncode, 1)
 
