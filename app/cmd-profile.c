@@ -207,9 +207,11 @@ int em_cli_profile(int argc, char **argv) {
   em_memory_stats ms = po.memory;
   double median = po.step_ms_median, loss = po.last_loss;
   double wall = po.step_ms_mean * po.steps_done;
-  printf("ember profile: %s, %d steps of batch %d on %s (%d threads) after %d warm-up steps\n",
-         em_spec_name(spec), o.steps, cfg.batch_size, cfg.dataset, em_get_num_threads(),
-         o.warmup);
+  char of[64]; /* with accumulation a step is several batches: the op table counts batches */
+  if (cfg.accumulate > 1) snprintf(of, sizeof of, "%d batches of %d", cfg.accumulate, cfg.batch_size);
+  else snprintf(of, sizeof of, "batch %d", cfg.batch_size);
+  printf("ember profile: %s, %d steps of %s on %s (%d threads) after %d warm-up steps\n",
+         em_spec_name(spec), o.steps, of, cfg.dataset, em_get_num_threads(), o.warmup);
   printf("step time: median %.3f ms, mean %.3f ms; last loss %.4f\n\n", median, wall / o.steps,
          loss);
 

@@ -19,6 +19,7 @@ void em_run_recorder_event(em_run_recorder *r, const em_train_event *ev) {
   double wall = (double)g_get_real_time() / 1e6;
   switch (ev->kind) {
   case EM_EVENT_STEP:
+    if (!ev->step_end) break; /* mid-accumulation: the step is recorded when it ends */
     em_store_writer_metric(w, r->run, ev->step, "loss", ev->loss, wall);
     em_store_writer_metric(w, r->run, ev->step, "lr", ev->lr, wall);
     em_store_writer_metric(w, r->run, ev->step, "grad_norm", ev->grad_norm, wall);

@@ -554,6 +554,22 @@ void em_profile_step_begin(void) {
   s->step_token = tok;
 }
 
+/* The span begun as a step held no batch (the loader's end of an epoch):
+ * it is kept as a range, "epoch.end", and gives its step number back, so
+ * that per-step figures divide by the steps trained. */
+void em_profile_step_cancel(void) {
+  thread_state *s = tls;
+  if (s && s->step_token >= 0 && s->step_token < s->depth &&
+      s->spans[s->step_token].r.kind == EM_SPAN_STEP) {
+    span *f = &s->spans[s->step_token];
+    f->r.kind = EM_SPAN_RANGE;
+    f->r.name = "epoch.end";
+    if (f->r.step > 0) atomic_fetch_sub(&step_count, 1);
+    f->r.step = 0;
+  }
+  em_profile_step_end();
+}
+
 void em_profile_step_end(void) {
   em_prof_leak_sample();
   thread_state *s = tls;

@@ -123,6 +123,9 @@ int64_t em_profile_dropped_count(void);
  * and a copy), and while profiling adds a memory counter to the trace. */
 void em_profile_step_begin(void);
 void em_profile_step_end(void);
+/* Ends the step begun as one that held no batch (an epoch's end): kept as
+ * a range "epoch.end", not counted as a step. */
+void em_profile_step_cancel(void);
 
 /* Writes the records as Chrome Trace Event JSON (opens in Perfetto and
  * chrome://tracing): "X" events (cat "op", "backward", "layer", "range",

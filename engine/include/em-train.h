@@ -107,7 +107,13 @@ typedef struct {
   int64_t batch;          /* batch within the epoch, 1-based */
   int64_t batches_per_epoch;
   int64_t total_steps;
-  double loss;            /* STEP: this batch; EPOCH_END: mean over the epoch */
+  double loss;            /* STEP: the optimiser step's (the mean of its
+                             micro-batches' with accumulation), or mid-
+                             accumulation this batch's; EPOCH_END: mean
+                             over the epoch */
+  bool step_end;          /* STEP: this batch ended an optimiser step (with
+                             accumulate N, N - 1 of N do not: they carry the
+                             steps so far; recorders and step timers skip them) */
   double lr;
   double grad_norm;       /* STEP ending an optimiser step: the global
                              gradient norm (before clipping); else 0 */

@@ -36,7 +36,11 @@ static bool on_event(const em_train_event *ev, void *user) {
     em_leak_reset();
     w->t_ms[0] = now_ms();
   }
-  if (ev->kind != EM_EVENT_STEP) return true;
+  /* optimiser steps: with accumulation, the micro-batches between do not
+   * count (they did, and a stop asked for after the window's last step
+   * came only at the end of the accumulation: each micro-batch after it
+   * wrote past the step times) */
+  if (ev->kind != EM_EVENT_STEP || !ev->step_end) return true;
   w->seen++;
   o->last_loss = ev->loss;
   int i = w->seen - o->warmup; /* 0: the end of warm-up, the window's start */
@@ -44,6 +48,7 @@ static bool on_event(const em_train_event *ev, void *user) {
     em_memory_reset_peak();
     em_leak_reset();
   }
+  if (i > o->steps) return false;
   if (i >= 0) w->t_ms[i] = now_ms();
   if (i == o->steps) em_memory_stats_get(&o->memory);
   return i < o->steps;
@@ -68,14 +73,16 @@ em_status em_profile_training(em_model *m, const em_train_config *c, const em_da
     return em_error_set(err, EM_ERR_INVALID,
                         "the dataset has fewer samples than one batch of %d: lower the batch",
                         cfg.batch_size);
+  int acc = cfg.accumulate > 1 ? cfg.accumulate : 1; /* batches per optimiser step */
+  per_epoch = (per_epoch + acc - 1) / acc; /* an epoch's last step may hold fewer */
   cfg.epochs = (int)((o->warmup + o->steps) / per_epoch + 1);
   em_trainer *t = em_trainer_new(m, &cfg, train, NULL, err);
   if (!t) return err && err->status != EM_OK ? err->status : EM_ERR_INVALID;
   em_train_diagnostics d;
   em_train_diagnostics_defaults(&d);
   d.profile = true;
-  d.start_batch = o->warmup;
-  d.batches = o->steps;
+  d.start_batch = (int64_t)o->warmup * acc; /* the profiler counts batches */
+  d.batches = (int64_t)o->steps * acc;
   d.detect_anomaly = o->detect_anomaly;
   d.leak_every = 0;
   em_trainer_set_diagnostics(t, &d);

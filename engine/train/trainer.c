@@ -440,7 +440,7 @@ static em_status run_batches(run_ctx *r, em_error *err) {
     bool got = em_loader_next(t->loader, &b, &lerr);
     em_profile_range_end(span);
     if (!got) {
-      em_profile_step_end(); /* the epoch's end: no batch in this span */
+      em_profile_step_cancel(); /* the epoch's end: no batch in this span, not a step */
       if (lerr.status != EM_OK) {
         st = lerr.status;
         if (err) *err = lerr;
@@ -467,6 +467,8 @@ static em_status run_batches(run_ctx *r, em_error *err) {
     r->acc_samples += b.n * world;
     r->ev.grad_norm = 0;
     bool stepped = false;
+    double step_loss = lv; /* mid-accumulation: the micro-batch's */
+    bool ended_step = false;
     if (t->micro == r->acc || t->pos.batch == r->bpe) {
       double norm;
       if (t->ddp && (st = em_ddp_finish(t->ddp, err)) != EM_OK) break;
@@ -481,6 +483,8 @@ static em_status run_batches(run_ctx *r, em_error *err) {
           break;
         continue; /* jumped */
       }
+      step_loss = r->acc_loss / n_micro; /* the step's loss: its micro-batches' mean */
+      ended_step = true;
       r->acc_loss = 0;
       r->acc_samples = 0;
       if (v != EM_WATCH_OK) {
@@ -494,7 +498,8 @@ static em_status run_batches(run_ctx *r, em_error *err) {
     r->ev.epoch = t->pos.epoch;
     r->ev.step = t->pos.step;
     r->ev.batch = t->pos.batch;
-    r->ev.loss = lv;
+    r->ev.loss = step_loss;
+    r->ev.step_end = ended_step;
     r->ev.samples_per_sec = el > 0 ? (double)r->samples / el : 0;
     r->ev.elapsed_s = now_s() - r->t_start;
     int64_t left = r->bpe * c->epochs - (t->pos.epoch * r->bpe + t->pos.batch);

@@ -171,6 +171,25 @@ class Recording(Base):
 
 
 @unittest.skipUnless(HAVE_DATA, "Fashion-MNIST not installed")
+class Accumulation(Base):
+    def test_each_step_recorded_once_with_its_mean_loss(self):
+        """With --accumulate 2 the recorded loss of a step is the mean of its two
+        micro-batches' (it was the last one's), at that step only (the first
+        micro-batch's loss was written at the step before, over that step's). With
+        lr 0 the weights stay put, so a run without accumulation gives each
+        micro-batch's loss."""
+        e = self.e
+        args = ["--dataset", "synthetic", "--epochs", "1", "--limit", "512", "--batch", "64",
+                "--lr", "0", "--no-shuffle", "--threads", "1", "--quiet"]
+        self.assertEqual(e.train(e.spec(), *args)["steps"], 8)
+        self.assertEqual(e.train(e.spec(), *args, "--accumulate", "2")["steps"], 4)
+        each = [p["value"] for p in e.json("metrics", "1", "loss", "--json")]
+        steps = e.json("metrics", "2", "loss", "--json")
+        self.assertEqual([p["step"] for p in steps], [1, 2, 3, 4])
+        for k, p in enumerate(steps):
+            self.assertAlmostEqual(p["value"], (each[2 * k] + each[2 * k + 1]) / 2, places=6)
+
+
 class Resume(Base):
     ARGS = ["--epochs", "2", "--limit", "3000", "--seed", "5", "--threads", "2",
             "--checkpoint-every", "10", "--quiet"]

@@ -175,10 +175,40 @@ static void test_profile_training(void) {
   fixture_free(&f);
 }
 
+/* With accumulation (4 batches a step; 16 batches an epoch, so the window
+ * of steps 3 to 7 crosses an epoch's end): the window counts optimiser
+ * steps, not batches (the stop asked for after the last step came at the
+ * end of its accumulation, and each batch after it wrote past the step
+ * times: a heap overflow that aborted `ember profile`), and the epoch's
+ * end, which holds no batch, is not counted as a step. */
+static void test_profile_training_accumulate(void) {
+  fixture f;
+  fixture_init(&f);
+  f.cfg.accumulate = 4;
+  em_error err = {0};
+  em_profile_training_options o = {.warmup = 2, .steps = 5};
+  g_assert_cmpint(em_profile_training(f.m, &f.cfg, f.train, &o, &err), ==, EM_OK);
+  g_assert_cmpint(o.steps_done, ==, 5);
+  em_op_table tab;
+  g_assert_cmpint(em_op_table_build(&tab, EM_OP_TABLE_BY_OP, &err), ==, EM_OK);
+  g_assert_cmpint(tab.steps, ==, 20); /* the profiler's steps are batches */
+  int64_t opt = 0, ends = 0;
+  for (int i = 0; i < tab.n_rows; i++) {
+    if (strcmp(tab.rows[i].name, "optimizer.step") == 0) opt = tab.rows[i].count;
+    if (strcmp(tab.rows[i].name, "epoch.end") == 0) ends = tab.rows[i].count;
+  }
+  em_op_table_free(&tab);
+  g_assert_cmpint(opt, ==, 5);
+  g_assert_cmpint(ends, ==, 1);
+  fixture_free(&f);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/train/diagnostics/profile-window", test_profile_window);
   g_test_add_func("/train/diagnostics/anomaly", test_anomaly_names_layer);
   g_test_add_func("/train/diagnostics/profile-training", test_profile_training);
+  g_test_add_func("/train/diagnostics/profile-training-accumulate",
+                  test_profile_training_accumulate);
   return g_test_run();
 }
