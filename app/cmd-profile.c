@@ -180,6 +180,14 @@ int em_cli_profile(int argc, char **argv) {
     goto out;
   }
   em_set_num_threads(cfg.threads);
+  { /* a batch past the memory free is refused, as ember train does */
+    int fits;
+    char note[512];
+    if (em_train_preflight(spec, &cfg, &fits, note, sizeof note, &err) != EM_OK) {
+      rc = failure(&err, NULL);
+      goto out;
+    }
+  }
 
   int64_t shape[EM_MAX_DIMS], classes[EM_MAX_DIMS];
   int nd = em_spec_input_shape(spec, shape);

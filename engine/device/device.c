@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static const char *const kind_names[EM_DEVICE_KIND_COUNT] = {"cpu", "cuda", "ref"};
@@ -112,9 +113,44 @@ static void read_cpu_model(void) {
   if (f) fclose(f);
 }
 
+/* A number of bytes from the first line of a file ("max": none, -1). */
+static int64_t read_bytes_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  long long v = -1;
+  if (f && fscanf(f, "%lld", &v) != 1) v = -1;
+  if (f) fclose(f);
+  return v;
+}
+
+/* What this process may still take, where less than the machine has
+ * free: an address-space limit (ulimit -v) less what is mapped now, and a
+ * cgroup's memory.max less its memory.current (a container's limit). */
+static int64_t process_headroom(void) {
+  int64_t room = -1;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+      if (sscanf(line, "VmSize: %lld kB", &kib) == 1) break;
+    if (f) fclose(f);
+    int64_t left = (int64_t)rl.rlim_cur - (int64_t)kib * 1024;
+    room = left > 0 ? left : 0;
+  }
+  int64_t max = read_bytes_file("/sys/fs/cgroup/memory.max");
+  int64_t cur = read_bytes_file("/sys/fs/cgroup/memory.current");
+  if (max > 0 && cur >= 0) {
+    int64_t left = max > cur ? max - cur : 0;
+    if (room < 0 || left < room) room = left;
+  }
+  return room;
+}
+
 /* The host: its processor, cores and memory (MemTotal and MemAvailable of
  * /proc/meminfo, what free(1) calls "available"; sysconf's pages where
- * there is none). */
+ * there is none; less where this process is held to less, by ulimit -v or
+ * a cgroup). */
 static void host_info(em_device_info *out) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, read_cpu_model);
@@ -135,6 +171,8 @@ static void host_info(em_device_info *out) {
   long avail = sysconf(_SC_AVPHYS_PAGES);
   if (!out->total_bytes && pages > 0 && page > 0) out->total_bytes = (int64_t)pages * page;
   if (!out->free_bytes && avail > 0 && page > 0) out->free_bytes = (int64_t)avail * page;
+  int64_t room = process_headroom();
+  if (room >= 0 && room < out->free_bytes) out->free_bytes = room;
 }
 
 em_status em_device_info_get(em_device d, em_device_info *out, em_error *err) {

@@ -58,7 +58,9 @@ em_status em_train_preflight(const em_spec *spec, const em_train_config *c, int 
                              char *note, size_t cap, em_error *err) {
   *batch = c->batch_size;
   if (cap) note[0] = '\0';
-  if (em_device_is_cpu(c->device)) return EM_OK;
+  /* the CPU too: memory that runs out mid-step cannot be taken back there
+   * (the host allocator's failure ends the process), so a batch past what
+   * the machine has free is refused before it starts */
   em_device_info info;
   EM_TRY(em_device_info_get(c->device, &info, err));
   char dn[32];

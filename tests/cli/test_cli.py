@@ -518,6 +518,25 @@ class Training(Base):
                     "--lr", "1000000", "--no-record"], "NaN")
 
 
+    def test_batch_past_free_memory_is_refused_on_the_cpu(self):
+        """A batch past the memory this process may take (here ulimit -v 3 GB, as a
+        small machine or a container has it) is refused before training, naming a
+        batch that fits, by train and profile; it aborted mid-step on the host
+        allocator's failure ('internal error: assertion ... out of memory')."""
+        with open(EMBER, "rb") as f:
+            if b"__asan_init" in f.read():
+                self.skipTest("AddressSanitizer maps terabytes of address space: no ulimit -v")
+        cnn = spec_path("fmnist-cnn.json")
+        for cmd in (["train", cnn, "--epochs", "1", "--no-record"],
+                    ["profile", cnn, "--steps", "1"]):
+            p = subprocess.run(["bash", "-c", 'ulimit -v 3000000 && exec "$0" "$@"', EMBER] + cmd +
+                               ["--batch", "60000", "--threads", "1"],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("pre-flight", p.stderr)
+            self.assertIn("the largest batch that fits is about", p.stderr)
+            self.assertNotIn("internal error", p.stderr)
+
 if __name__ == "__main__":
     EMBER, SOURCE = sys.argv[1], sys.argv[2]
     home = tempfile.mkdtemp(prefix="ember-cli-home-")
