@@ -6,13 +6,16 @@
 #include "cmd-profile.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "em-pool.h"
 #include "em-profile.h"
@@ -137,6 +140,23 @@ static int parse(int argc, char **argv, options *o, bool *anomaly, int *batch, i
 }
 
 /* What a step needs. */
+/* --trace FILE can be written: checked before the profiling, which it
+ * followed (a folder or an unwritable path failed after all the work). A
+ * file made for the check is removed again. */
+static em_status check_trace_path(const char *path, em_error *err) {
+  struct stat st;
+  bool existed = stat(path, &st) == 0;
+  if (existed && S_ISDIR(st.st_mode))
+    return em_error_set(err, EM_ERR_IO, "--trace %s: that is a folder; give a file name", path);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return em_error_set(err, EM_ERR_IO, "--trace %s: cannot write there: %s", path,
+                        strerror(errno));
+  close(fd);
+  if (!existed) unlink(path);
+  return EM_OK;
+}
+
 static void print_flops(const em_op_table *t, int steps) {
   bool any = false;
   for (int i = 0; i < t->n_rows; i++) {
@@ -180,6 +200,10 @@ int em_cli_profile(int argc, char **argv) {
     goto out;
   }
   em_set_num_threads(cfg.threads);
+  if (o.trace && check_trace_path(o.trace, &err) != EM_OK) {
+    rc = failure(&err, NULL);
+    goto out;
+  }
   { /* a batch past the memory free is refused, as ember train does */
     int fits;
     char note[512];

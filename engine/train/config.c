@@ -207,6 +207,10 @@ static em_status parse_loss(em_train_config *c, const json_t *lo, em_error *err)
       return em_error_set(err, EM_ERR_INVALID,
                           "\"loss\": unknown key \"%s\"; known: type, label_smoothing", key);
   }
+  if (c->loss == EM_LOSS_MSE && c->label_smoothing > 0) /* it was ignored without a word */
+    return em_error_set(err, EM_ERR_INVALID,
+                        "\"loss\": label_smoothing applies to cross_entropy; an mse loss "
+                        "takes none (remove it, or use \"type\": \"cross_entropy\")");
   return EM_OK;
 }
 

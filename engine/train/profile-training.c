@@ -102,7 +102,8 @@ em_status em_profile_training(em_model *m, const em_train_config *c, const em_da
       for (int i = 0; i < o->steps_done; i++) dt[i] = w.t_ms[i + 1] - w.t_ms[i];
       o->step_ms_mean = (w.t_ms[o->steps_done] - w.t_ms[0]) / o->steps_done;
       qsort(dt, (size_t)o->steps_done, sizeof *dt, cmp_double);
-      o->step_ms_median = dt[o->steps_done / 2];
+      int h = o->steps_done / 2; /* an even count: the mean of the middle two */
+      o->step_ms_median = o->steps_done % 2 ? dt[h] : 0.5 * (dt[h - 1] + dt[h]);
       free(dt);
     }
     if (o->steps_done < o->steps) em_memory_stats_get(&o->memory);

@@ -513,6 +513,12 @@ class Training(Base):
             self.assertEqual(outs[0]["test_loss"], outs[1]["test_loss"], model)
             self.assertTrue(blobs[0] == blobs[1], model + ": weights differ between runs")
 
+    def test_label_smoothing_on_mse_is_a_spec_error(self):
+        # it was ignored without a word (the --label-smoothing flag warned)
+        spec = self.mlp_spec(loss={"type": "mse", "label_smoothing": 0.1})
+        path = self.write("mse.json", json.dumps(spec))
+        self.fails(["train", path, "--epochs", "0"], "label_smoothing applies to cross_entropy")
+
     def test_nan_loss_is_reported(self):
         self.fails(["train", spec_path("fmnist-mlp.json"), "--epochs", "1", "--limit", "2048",
                     "--lr", "1000000", "--no-record"], "NaN")

@@ -777,6 +777,14 @@ static void test_cli(void) {
   g_assert_true(g_spawn_command_line_sync(cmd2, &out2, &err2, &status, NULL));
   g_assert_cmpint(WEXITSTATUS(status), ==, 2);
   g_assert_nonnull(strstr(err2, "--steps"));
+  /* a --trace that cannot be written fails before the profiling, not after
+   * it (nothing profiled is printed) */
+  g_autofree char *cmd3 = g_strdup_printf("%s profile %s --steps 2 --trace %s", exe, spec, dir);
+  g_autofree char *out3 = NULL, *err3 = NULL;
+  g_assert_true(g_spawn_command_line_sync(cmd3, &out3, &err3, &status, NULL));
+  g_assert_cmpint(WEXITSTATUS(status), ==, 1);
+  g_assert_nonnull(strstr(err3, "that is a folder"));
+  g_assert_null(strstr(out3, "step time"));
   g_unlink(trace);
   g_rmdir(dir);
 }
