@@ -42,18 +42,22 @@ static char *immutable_uri(const char *path) {
   return g_string_free(u, FALSE);
 }
 
-/* A reader in a folder it cannot write: immutable when registry.db holds
- * every change (no WAL left beside it), else an error saying why. */
+/* A reader that cannot write the folder, or registry.db itself (another
+ * user's registry in a shared folder): immutable when registry.db holds
+ * every change (no WAL left beside it), else an error saying why. Opened
+ * the usual way, such a reader left registry.db-wal and -shm files owned
+ * by it, which the owner could then not write: every later write of the
+ * owner failed with "attempt to write a readonly database". */
 static em_status read_only_folder(const char *db_path, bool *immutable, em_error *err) {
   char *dir = g_path_get_dirname(db_path), *wal = g_strconcat(db_path, "-wal", NULL);
   char *shm = g_strconcat(db_path, "-shm", NULL);
   struct stat sb;
   em_status st = EM_OK;
   *immutable = false;
-  if (access(dir, W_OK) != 0 && access(shm, F_OK) != 0) {
+  if ((access(dir, W_OK) != 0 || access(db_path, W_OK) != 0) && access(shm, F_OK) != 0) {
     if (stat(wal, &sb) == 0 && sb.st_size > 0)
       st = em_error_set(err, EM_ERR_IO,
-                        "the registry folder %s cannot be written, and its registry.db-wal holds "
+                        "the registry in %s cannot be written by you, and its registry.db-wal holds "
                         "changes not yet in registry.db, which a reader cannot fold in there: "
                         "open it once where it can be written (any ember command), or copy the "
                         "folder somewhere writable", dir);

@@ -162,6 +162,34 @@ class LostOrReadOnly(Base):
             os.chmod(self.e.home, 0o755)
 
 
+class SharedRegistry(Base):
+    def test_reader_who_cannot_write_the_database_leaves_no_files(self):
+        """Another user reads a registry whose folder they may write (a shared,
+        sticky folder) but whose registry.db they may not: opened the usual way,
+        the reader left registry.db-wal and -shm owned by them, and every later
+        write of the owner failed ('attempt to write a readonly database') until
+        someone deleted them. The reader opens it immutable: no files."""
+        setpriv = shutil.which("setpriv")
+        if os.geteuid() != 0 or not setpriv:
+            self.skipTest("needs root and setpriv to read as another user")
+        self.e.ok("train", *self.quick_train_args())
+        os.chmod(self.e.home, 0o1777)
+        os.chmod(self.e.db, 0o644)
+        for p in (self.tmp, os.path.dirname(self.e.exe)):
+            os.chmod(p, os.stat(p).st_mode | 0o055)  # the other user reaches them
+        env = dict(self.e.env, HOME="/tmp")
+        p = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+                            self.e.exe, "runs", "--json"], capture_output=True, text=True,
+                           env=env, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(json.loads(p.stdout)), 1)
+        for extra in ("-wal", "-shm"):
+            path = self.e.db + extra
+            self.assertFalse(os.path.exists(path) and os.stat(path).st_uid != 0,
+                             "the reader left " + path)
+        self.e.ok("run", "tag", "1", "checked=yes")
+
+
 class DamagedCheckpoints(Base):
     # 8 steps an epoch, a checkpoint every 3
     ARGS = ["--epochs", "2", "--threads", "2", "--checkpoint-every", "3", "--seed", "8",
