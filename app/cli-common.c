@@ -186,7 +186,11 @@ int cli_parse_args(int argc, char **argv, int first, const cli_opt *opts, const 
 }
 
 em_status cli_registry_dir(const char *dir, char *out, size_t cap, em_error *err) {
-  if (dir && dir[0]) {
+  if (dir && !dir[0]) /* not the default registry in its place: gc there would act on it */
+    return em_error_set(err, EM_ERR_INVALID, "--registry was given an empty path (an unset "
+                        "shell variable?): give a folder, or leave --registry out for the "
+                        "default registry");
+  if (dir) {
     if ((size_t)snprintf(out, cap, "%s", dir) >= cap)
       return em_error_set(err, EM_ERR_INVALID, "--registry: the path is too long");
     return EM_OK;
@@ -197,8 +201,11 @@ em_status cli_registry_dir(const char *dir, char *out, size_t cap, em_error *err
 bool cli_registry_exists(const char *dir) {
   char path[4096];
   struct stat st;
+  /* a path that is a file, and a registry.db that is a broken link (a
+   * drive not mounted), are not "no registry yet": opening says what */
+  if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) return true;
   snprintf(path, sizeof path, "%s/registry.db", dir);
-  return stat(path, &st) == 0;
+  return lstat(path, &st) == 0;
 }
 
 em_store *cli_store_open(const char *dir_flag, bool read_only) {

@@ -68,8 +68,9 @@ int cli_parse_args(int argc, char **argv, int first, const cli_opt *opts, const 
 /* The registry folder: dir when given (--registry), else
  * em_store_default_dir ($EMBER_HOME, $XDG_DATA_HOME/ember, ...). */
 em_status cli_registry_dir(const char *dir, char *out, size_t cap, em_error *err);
-/* True when <dir>/registry.db exists (a read command on a folder that
- * never held a registry shows an empty list instead of failing). */
+/* True when <dir>/registry.db exists, even as a broken link, or dir is
+ * not a folder (a read command on a folder that never held a registry
+ * shows an empty list instead of failing; these fail with the reason). */
 bool cli_registry_exists(const char *dir);
 /* Opens the registry for a command; on failure prints the error and
  * returns NULL. */

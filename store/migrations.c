@@ -254,7 +254,9 @@ static em_status user_version(em_store *s, int *v, em_error *err) {
 em_status em_store_migrate(em_store *s, int target, em_error *err) {
   for (;;) {
     em_status st = EM_SQL_BEGIN(s, err);
-    if (st) return em_error_prefix(err, "migrating the registry");
+    /* every writing open passes here: most find nothing to migrate */
+    if (st)
+      return em_error_prefix(err, "opening the registry to write (its schema is checked first)");
     /* read inside the write transaction: another process may have
      * migrated since we looked */
     int v = 0;
