@@ -1,6 +1,7 @@
 /* cli-table.c: aligned terminal tables, --json and --csv output. */
 #include "cli-table.h"
 
+#include <glib.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,36 @@ void cli_table_row(cli_table *t) {
   t->cur = 0;
 }
 
+json_t *cli_json_text(const char *s) {
+  if (!s) return json_null();
+  json_t *j = json_string(s);
+  if (j) return j;
+  char *valid = g_utf8_make_valid(s, -1); /* json_string refuses bytes that are not UTF-8 */
+  j = json_string(valid);
+  g_free(valid);
+  return j ? j : json_null();
+}
+
+/* What a table cell shows of text from a user (a run name, a tag, a note):
+ * valid UTF-8, and control characters spelled out ("\n", "\x1b"), so a
+ * name holding a newline keeps its row on one line and one holding an
+ * escape sequence cannot clear or recolour the terminal. */
+char *cli_display_text(const char *s) {
+  char *valid = g_utf8_make_valid(s, -1);
+  GString *out = g_string_sized_new(strlen(valid));
+  for (const unsigned char *p = (const unsigned char *)valid; *p; p++) {
+    if (*p == '\n') g_string_append(out, "\\n");
+    else if (*p == '\t') g_string_append(out, "\\t");
+    else if (*p == '\r') g_string_append(out, "\\r");
+    else if (*p < 0x20 || *p == 0x7f) g_string_append_printf(out, "\\x%02x", *p);
+    else g_string_append_c(out, (char)*p);
+  }
+  g_free(valid);
+  char *copy = cli_xstrdup(out->str); /* the callers free() it */
+  g_string_free(out, TRUE);
+  return copy;
+}
+
 void cli_table_cell(cli_table *t, const char *text, json_t *value) {
   if (t->nrows == 0 || t->cur >= t->ncols) {
     /* a programming error in a command: keep going, drop the cell */
@@ -89,12 +120,12 @@ void cli_table_cell(cli_table *t, const char *text, json_t *value) {
     return;
   }
   cell *c = &t->cells[(t->nrows - 1) * t->ncols + t->cur++];
-  c->text = cli_xstrdup(text ? text : "-");
+  c->text = cli_display_text(text ? text : "-");
   c->value = value ? value : json_null();
 }
 
 void cli_table_str(cli_table *t, const char *s) {
-  cli_table_cell(t, s ? s : "-", s ? json_string(s) : json_null());
+  cli_table_cell(t, s ? s : "-", cli_json_text(s));
 }
 
 void cli_table_int(cli_table *t, int64_t v) {

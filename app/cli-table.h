@@ -42,5 +42,11 @@ void cli_table_print_csv(const cli_table *t, FILE *f);
 
 /* Prints v as indented JSON on stdout and drops the reference. */
 void cli_json_print(json_t *v);
+/* Text from a user (a run name, a tag, a note) as a terminal shows it:
+ * valid UTF-8, control characters spelled out ("\n", "\x1b"). free(). */
+char *cli_display_text(const char *s);
+/* Text as JSON: bytes that are not UTF-8 become U+FFFD (json_string gives
+ * NULL for them, and the value became null); NULL: null. */
+json_t *cli_json_text(const char *s);
 /* A double as JSON: null when not finite. */
 json_t *cli_json_num(double v);

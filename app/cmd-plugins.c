@@ -10,21 +10,12 @@
 
 #include "cli-commands.h"
 #include "cli-common.h"
+#include "cli-table.h"
 #include "em-plugin.h"
-
-/* A JSON string of text that may not be UTF-8 (a file name, a refusal
- * quoting one): bad bytes become U+FFFD (json_string gives NULL for them,
- * and the key vanished). */
-static json_t *text_json(const char *s) {
-  char *valid = g_utf8_make_valid(s, -1);
-  json_t *j = json_string(valid);
-  g_free(valid);
-  return j;
-}
 
 static json_t *names_json(int n, const char *const *names) {
   json_t *a = json_array();
-  for (int i = 0; i < n; i++) json_array_append_new(a, text_json(names[i]));
+  for (int i = 0; i < n; i++) json_array_append_new(a, cli_json_text(names[i]));
   return a;
 }
 
@@ -40,18 +31,18 @@ static int print_json(void) {
   for (int i = 0; i < em_plugin_count(); i++) {
     const em_plugin_info *p = em_plugin_at(i);
     json_t *e = json_object();
-    json_object_set_new(e, "path", text_json(p->path));
+    json_object_set_new(e, "path", cli_json_text(p->path));
     if (p->loaded) {
-      json_object_set_new(e, "name", text_json(p->name));
-      json_object_set_new(e, "version", text_json(p->version));
-      json_object_set_new(e, "description", text_json(p->description));
+      json_object_set_new(e, "name", cli_json_text(p->name));
+      json_object_set_new(e, "version", cli_json_text(p->version));
+      json_object_set_new(e, "description", cli_json_text(p->description));
       json_object_set_new(e, "layers", names_json(p->n_layers, p->layers));
       json_object_set_new(e, "datasets", names_json(p->n_datasets, p->datasets));
       json_object_set_new(e, "metrics", names_json(p->n_metrics, p->metrics));
       json_array_append_new(loaded, e);
     } else {
-      json_object_set_new(e, "name", p->name[0] ? text_json(p->name) : json_null());
-      json_object_set_new(e, "reason", text_json(p->reason));
+      json_object_set_new(e, "name", p->name[0] ? cli_json_text(p->name) : json_null());
+      json_object_set_new(e, "reason", cli_json_text(p->reason));
       json_array_append_new(refused, e);
     }
   }
@@ -60,8 +51,8 @@ static int print_json(void) {
     bool exists;
     const char *d = em_plugin_dir_at(i, &origin, &exists);
     json_t *e = json_object();
-    json_object_set_new(e, "path", text_json(d));
-    json_object_set_new(e, "origin", text_json(origin));
+    json_object_set_new(e, "path", cli_json_text(d));
+    json_object_set_new(e, "origin", cli_json_text(origin));
     json_object_set_new(e, "exists", json_boolean(exists));
     json_array_append_new(dirs, e);
   }

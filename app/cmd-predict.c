@@ -84,10 +84,6 @@ static const char *class_name(const char *const *names, int k, char *buf, size_t
   return buf;
 }
 
-static json_t *json_text(const char *s) {
-  json_t *j = json_string(s);
-  return j ? j : json_string_nocheck(s); /* a file name that is not UTF-8 */
-}
 
 static void print_json(json_t *obj) {
   char *s = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(9));
@@ -103,10 +99,10 @@ static void print_sample(const char *source, const scored *s, int top_k, int64_t
     json_t *o = json_object(), *idx = json_array(), *nm = json_array(), *pr = json_array();
     for (int j = 0; j < top_k; j++) {
       json_array_append_new(idx, json_integer(s[j].k));
-      json_array_append_new(nm, json_text(class_name(names, s[j].k, buf, sizeof buf)));
+      json_array_append_new(nm, cli_json_text(class_name(names, s[j].k, buf, sizeof buf)));
       json_array_append_new(pr, cli_json_num(s[j].p));
     }
-    json_object_set_new(o, "source", json_text(source));
+    json_object_set_new(o, "source", cli_json_text(source));
     json_object_set_new(o, "top_k", idx);
     json_object_set_new(o, "names", nm);
     json_object_set_new(o, "probs", pr);
@@ -134,7 +130,7 @@ static bool row_finite(const float *v, int n) {
 static void print_overflow(const char *source, bool as_json) {
   if (as_json) {
     json_t *o = json_object();
-    json_object_set_new(o, "source", json_text(source));
+    json_object_set_new(o, "source", cli_json_text(source));
     json_object_set_new(o, "error", json_string(overflow_msg));
     print_json(o);
     return;

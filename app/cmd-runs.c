@@ -240,10 +240,10 @@ static cli_table *config_table(const char *config_json) {
 static json_t *run_json(const em_run *r) {
   json_t *o = json_object();
   json_object_set_new(o, "id", json_integer(r->id));
-  json_object_set_new(o, "name", json_string(r->name ? r->name : ""));
-  json_object_set_new(o, "model", json_string(r->model ? r->model : ""));
+  json_object_set_new(o, "name", cli_json_text(r->name ? r->name : ""));
+  json_object_set_new(o, "model", cli_json_text(r->model ? r->model : ""));
   json_object_set_new(o, "status", json_string(em_run_status_name(r->status)));
-  json_object_set_new(o, "message", r->message ? json_string(r->message) : json_null());
+  json_object_set_new(o, "message", cli_json_text(r->message));
   json_object_set_new(o, "started", cli_json_num(r->started));
   json_object_set_new(o, "ended", r->ended > 0 ? json_real(r->ended) : json_null());
   json_object_set_new(o, "duration_s", cli_json_num(run_duration(r)));
@@ -255,7 +255,7 @@ static json_t *run_json(const em_run *r) {
   json_object_set_new(o, "seed", json_integer((json_int_t)r->seed));
   json_object_set_new(o, "device", json_string(r->device ? r->device : ""));
   json_object_set_new(o, "threads", json_integer(r->threads));
-  json_object_set_new(o, "host", json_string(r->host ? r->host : ""));
+  json_object_set_new(o, "host", cli_json_text(r->host ? r->host : ""));
   json_object_set_new(o, "pid", json_integer(r->pid));
   json_object_set_new(o, "engine_version", json_string(r->engine_version ? r->engine_version : ""));
   json_object_set_new(o, "spec_sha256", r->spec_sha256 ? json_string(r->spec_sha256) : json_null());
@@ -263,8 +263,8 @@ static json_t *run_json(const em_run *r) {
   json_object_set_new(o, "spec", spec ? spec : json_null());
   if (r->dataset_name) {
     json_t *d = json_object();
-    json_object_set_new(d, "name", json_string(r->dataset_name));
-    json_object_set_new(d, "path", json_string(r->dataset_path ? r->dataset_path : ""));
+    json_object_set_new(d, "name", cli_json_text(r->dataset_name));
+    json_object_set_new(d, "path", cli_json_text(r->dataset_path ? r->dataset_path : ""));
     bool hashed = em_dataset_sha_known(r->dataset_sha256);
     json_object_set_new(d, "sha256", hashed ? json_string(r->dataset_sha256) : json_null());
     json_object_set_new(d, "size", json_integer(r->dataset_size));
@@ -280,10 +280,13 @@ static void print_header(const em_run *r) {
   cli_format_time(r->started, started, sizeof started);
   cli_format_time(r->ended, ended, sizeof ended);
   cli_format_duration(run_duration(r), dur, sizeof dur);
-  printf("run %lld  %s\n", (long long)r->id, r->name ? r->name : "");
+  char *name = cli_display_text(r->name ? r->name : "");
+  char *msg = cli_display_text(r->message ? r->message : "");
+  printf("run %lld  %s\n", (long long)r->id, name);
   printf("  model        %s\n", r->model ? r->model : "-");
-  printf("  status       %s%s%s\n", em_run_status_name(r->status), r->message ? ": " : "",
-         r->message ? r->message : "");
+  printf("  status       %s%s%s\n", em_run_status_name(r->status), r->message ? ": " : "", msg);
+  free(name);
+  free(msg);
   printf("  started      %s   ended %s   (%s)\n", started, ended, dur);
   printf("  steps        %lld\n", (long long)r->steps);
   if (isfinite(r->final_test_accuracy))
@@ -404,16 +407,19 @@ static int run_change(int argc, char **argv, const char *what) {
     json_object_set_new(o, "run", json_integer(id));
     json_object_set_new(o, "action", json_string(what));
     if (tag) {
-      json_object_set_new(o, "key", json_string(key));
-      json_object_set_new(o, "value", json_string(value));
+      json_object_set_new(o, "key", cli_json_text(key));
+      json_object_set_new(o, "value", cli_json_text(value));
     } else if (!del) {
-      json_object_set_new(o, "note", json_string(text));
+      json_object_set_new(o, "note", cli_json_text(text));
     }
     cli_json_print(o);
   } else if (del) {
     printf("deleted run %lld\n", (long long)id);
   } else if (tag) {
-    printf("run %lld: %s = %s\n", (long long)id, key, value);
+    char *k = cli_display_text(key), *v = cli_display_text(value);
+    printf("run %lld: %s = %s\n", (long long)id, k, v);
+    free(k);
+    free(v);
   } else {
     printf("run %lld: note added\n", (long long)id);
   }

@@ -339,6 +339,30 @@ class CsvResume(Base):
         self.assertIn("the dataset's files changed since run 4 read them", p.stderr)
 
 
+class OddText(Base):
+    def test_names_tags_notes_that_are_not_plain_text(self):
+        """A run name with bytes that are not UTF-8 and a newline, a tag holding an
+        escape sequence: JSON keeps them (U+FFFD for the bad bytes; they were null),
+        tables spell the control characters out (the newline split the row, the
+        escape sequence reached the terminal)."""
+        e = self.e
+        name = os.fsdecode(b"bad\xffname\nsecond")
+        e.ok("train", *self.quick_train_args(), "--name", name)
+        e.ok("run", "tag", "1", "color=\x1b[2J\x1b[31mred")
+        e.ok("run", "note", "1", os.fsdecode(b"note \xc3"))
+        runs = e.json("runs", "--json")
+        self.assertEqual(runs[0]["name"], "bad\ufffdname\nsecond")
+        table = e.ok("runs").stdout
+        self.assertEqual(len(table.strip().splitlines()), 2, table)  # header and one row
+        self.assertIn("bad\ufffdname\\nsecond", table)
+        show = e.ok("run", "show", "1").stdout
+        self.assertNotIn("\x1b", show)
+        self.assertIn("\\x1b[2J", show)
+        notes = [a for a in e.json("run", "show", "1", "--json")["annotations"]
+                 if a["kind"] == "note"]
+        self.assertEqual(notes[0]["text"], "note \ufffd")
+
+
 class BadArguments(Base):
     def test_unknown_things_exit_1(self):
         e = self.e
