@@ -181,7 +181,8 @@ int cli_parse_args(int argc, char **argv, int first, const cli_opt *opts, const 
     pos[np++] = a;
   }
   if (np < min_pos)
-    cli_die_usage("%s: expects %d argument%s, got %d", what, min_pos, min_pos == 1 ? "" : "s", np);
+    cli_die_usage("%s: expects %s%d argument%s, got %d", what, max_pos > min_pos ? "at least " : "",
+                  min_pos, min_pos == 1 ? "" : "s", np);
   return np;
 }
 

@@ -83,6 +83,14 @@ int cli_cmd_compare(int argc, char **argv) {
       loaded++;
       goto out;
     }
+    for (int k = 0; k < loaded; k++) /* its JSON would hold one of the two: a key per run */
+      if (c[k].run.id == id) {
+        em_error_set(&err, EM_ERR_INVALID, "compare: run %lld is given twice ('%s' and '%s')",
+                     (long long)id, pos[k], pos[loaded]);
+        rc = cli_fail1(&err, NULL);
+        loaded++;
+        goto out;
+      }
     x->config = json_object();
     json_t *cfg = json_loads(x->run.config_json ? x->run.config_json : "{}", 0, NULL);
     if (cfg) em_json_flatten(cfg, "config", x->config);

@@ -374,6 +374,7 @@ class BadArguments(Base):
         self.fails(["metrics", "42", "loss"], "42")
         self.fails(["metrics", "1", "nokey"], "nokey", "loss")
         self.fails(["compare", "1", "42"], "42")
+        self.fails(["compare", "1", "latest"], "given twice")  # JSON kept one of the two
         # an empty --registry (an unset variable) is not the default registry, and a
         # file or a broken registry.db link is not "no runs yet" (exit 0 before)
         self.fails(["runs", "--registry", ""], "empty path")
