@@ -30,6 +30,8 @@ int cli_cmd_gc(int argc, char **argv) {
     json_object_set_new(o, "files_removed", json_integer(r.files_removed));
     json_object_set_new(o, "bytes_removed", json_integer(r.bytes_removed));
     json_object_set_new(o, "rows_missing_file", json_integer(r.rows_missing_file));
+    json_object_set_new(o, "first_missing_file",
+                        r.rows_missing_file ? cli_json_text(r.first_missing) : json_null());
     json_object_set_new(o, "files_too_new", json_integer(r.files_too_new));
     json_object_set_new(o, "files_to_record", json_integer(r.files_to_record));
     cli_json_print(o);
@@ -48,8 +50,9 @@ int cli_cmd_gc(int argc, char **argv) {
            "removed\n",
            r.files_to_record, r.files_to_record == 1 ? "" : "s",
            r.files_to_record == 1 ? "is" : "are");
-  if (r.rows_missing_file)
-    printf("%d recorded file%s missing from artifacts/\n", r.rows_missing_file,
-           r.rows_missing_file == 1 ? " is" : "s are");
+  if (r.rows_missing_file) /* where to look: run show marks each */
+    printf("%d recorded file%s missing from artifacts/ (%s%s); 'ember run show RUN' marks a "
+           "run's\n", r.rows_missing_file, r.rows_missing_file == 1 ? " is" : "s are",
+           r.rows_missing_file == 1 ? "" : "the first: ", r.first_missing);
   return 0;
 }

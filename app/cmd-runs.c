@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli-commands.h"
 #include "cli-common.h"
@@ -130,7 +131,14 @@ static cli_table *checkpoints_table(em_store *s, int64_t id, em_error *err) {
     char shortsha[16];
     snprintf(shortsha, sizeof shortsha, "%.12s", c[i].sha256 ? c[i].sha256 : "");
     cli_table_cell(t, shortsha, c[i].sha256 ? json_string(c[i].sha256) : NULL);
-    cli_table_str(t, c[i].path);
+    if (c[i].path && access(c[i].path, F_OK) != 0) { /* deleted behind the registry's back */
+      char *shown = cli_xmalloc(strlen(c[i].path) + 16);
+      sprintf(shown, "%s  (missing)", c[i].path);
+      cli_table_cell(t, shown, cli_json_text(c[i].path));
+      free(shown);
+    } else {
+      cli_table_str(t, c[i].path);
+    }
   }
   em_checkpoint_rows_free(c, n);
   return t;

@@ -145,7 +145,8 @@ em_status em_store_gc(em_store *s, bool dry_run, em_gc_report *out, em_error *er
     const char *rel = (const char *)sqlite3_column_text(q, 0);
     char path[PATH_MAX];
     em_store_path_from_row(s, rel, path, sizeof path);
-    if (access(path, F_OK) != 0) out->rows_missing_file++;
+    if (access(path, F_OK) != 0 && out->rows_missing_file++ == 0)
+      g_strlcpy(out->first_missing, path, sizeof out->first_missing);
     g_hash_table_add(known, g_strdup(rel));
   }
   if (q) sqlite3_reset(q);

@@ -291,6 +291,7 @@ typedef struct {
   int files_removed;
   int64_t bytes_removed;
   int rows_missing_file;
+  char first_missing[4096]; /* the first such file's path ("" when none) */
   int files_too_new;
   /* a dry run on a registry not yet swept: the checkpoints a real gc
    * records first, for runs whose process ended (checkpoint-adopt.c) */

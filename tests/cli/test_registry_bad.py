@@ -216,6 +216,20 @@ class DamagedCheckpoints(Base):
         loss = e.json("metrics", "3", "loss", "--json")
         self.assertEqual(loss[0]["step"], prev + 1)
 
+    def test_deleted_file_is_marked_and_named(self):
+        # a checkpoint file deleted behind the registry's back: run show listed it as
+        # if there, and gc counted such files without naming one
+        e = self.e
+        e.train(e.spec(), *self.ARGS)
+        gone = e.checkpoints(1)[0]["path"]
+        os.remove(gone)
+        show = e.ok("run", "show", "1").stdout
+        self.assertIn(gone + "  (missing)", show)
+        self.assertEqual(show.count("(missing)"), 1)
+        dry = e.ok("gc", "--dry-run").stdout
+        self.assertIn("1 recorded file is missing from artifacts/ (%s)" % gone, dry)
+        self.assertEqual(e.json("gc", "--dry-run", "--json")["first_missing_file"], gone)
+
     def test_no_valid_checkpoint_is_a_clear_error(self):
         e = self.e
         e.train(e.spec(), *self.ARGS, "--stop-after-steps", "5")
