@@ -22,20 +22,15 @@
 #include "cli-table.h"
 #include "em-store.h"
 
-static bool alias_ok(const char *a) {
-  size_t n = strlen(a);
-  if (n == 0 || n > 64) return false;
-  for (const char *p = a; *p; p++)
-    if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') return false;
-  return true;
-}
-
-static int bad_alias(const char *a) {
-  fprintf(stderr,
-          "ember: '%s' is not a usable alias: use 1 to 64 letters, digits, '-', '_' or '.' "
-          "(e.g. production, staging)\n",
-          a);
-  return 1;
+/* A model name or alias the registry would refuse is a usage error (exit
+ * 2), checked by the registry's own rule (the CLI had a second, looser
+ * one for aliases: 1 to 64 characters, '-' first allowed). */
+static void check_name_or_die(const char *what, const char *name) {
+  em_error err = {0};
+  if (em_store_check_name(what, name, &err) != EM_OK) cli_die_usage("%s", err.msg);
+  if (strcmp(what, "alias") == 0 && em_store_selector_is_version(name, NULL))
+    cli_die_usage("alias '%s' would read as a version number in NAME@%s; give the alias a "
+                  "letter (e.g. v%s)", name, name, name);
 }
 
 int cli_cmd_models(int argc, char **argv) {
@@ -88,6 +83,7 @@ static int model_register(int argc, char **argv) {
                           {0}};
   cli_parse_args(argc, argv, 3, opts, pos, 1, 1, "model register");
   if (!name || !name[0]) cli_die_usage("model register needs --name NAME");
+  check_name_or_die("model", name);
   em_checkpoint_pick how;
   int64_t step = 0;
   if (strcmp(pick, "best") == 0) how = EM_PICK_BEST;
@@ -209,7 +205,8 @@ static int model_move(int argc, char **argv, bool promote) {
   const char *what = promote ? "model promote" : "model rollback";
   cli_parse_args(argc, argv, 3, opts, pos, promote ? 2 : 1, promote ? 2 : 1, what);
   if (!alias) cli_die_usage("%s needs --alias ALIAS (e.g. --alias production)", what);
-  if (!alias_ok(alias)) return bad_alias(alias);
+  check_name_or_die("alias", alias);
+  check_name_or_die("model", pos[0]);
   int version = 0;
   if (promote) version = (int)cli_parse_int("VERSION", pos[1], 1, 1 << 30);
   em_store *s = cli_store_open(registry, false);

@@ -408,7 +408,6 @@ class BadArguments(Base):
         self.fails(["model", "promote", "nope", "1", "--alias", "production"], "nope")
         e.ok("model", "register", "1", "--name", "m")
         self.fails(["model", "promote", "m", "7", "--alias", "production"], "7")
-        self.fails(["model", "promote", "m", "1", "--alias", "bad alias!"], "alias")
         self.fails(["model", "rollback", "m", "--alias", "production"], "production")
         e.ok("model", "promote", "m", "1", "--alias", "production")
         self.fails(["model", "rollback", "m", "--alias", "production"], "production")
@@ -440,6 +439,11 @@ class BadArguments(Base):
                 (["model", "promote", "m", "1"], "--alias"),
                 (["model", "promote", "m", "x", "--alias", "a"], "VERSION"),
                 (["model", "register", "1", "--name", "m", "--checkpoint", "worst"], "worst"),
+                # names the registry would refuse: usage errors, by its rule (exit 1 before)
+                (["model", "promote", "m", "1", "--alias", "bad alias!"], "alias name"),
+                (["model", "promote", "m", "1", "--alias", "-x"], "not starting with"),
+                (["model", "promote", "m", "1", "--alias", "007"], "version number"),
+                (["model", "register", "1", "--name", "a b/c@d"], "model name"),
                 (["train", spec, "--no-record", "--checkpoint-every", "5"], "--checkpoint-dir"),
                 (["train", spec, "--checkpoint-dir", self.tmp], "--no-record"),
                 (["train", spec, "--on-divergence", "panic"], "panic"),
