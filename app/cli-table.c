@@ -168,12 +168,15 @@ void cli_table_bytes(cli_table *t, int64_t n) {
   cli_table_cell(t, buf, n >= 0 ? json_integer((json_int_t)n) : json_null());
 }
 
-/* Terminal width of UTF-8 text: one column per code point (good enough
- * for names; no wide-character tables). */
+/* Terminal width of UTF-8 text (cells hold valid UTF-8): two columns for
+ * a wide character (CJK, most emoji), none for a combining mark, else
+ * one, so that a column of such names stays aligned. */
 static int width(const char *s) {
   int w = 0;
-  for (; *s; s++)
-    if (((unsigned char)*s & 0xC0) != 0x80) w++;
+  for (const char *p = s; *p; p = g_utf8_next_char(p)) {
+    gunichar c = g_utf8_get_char(p);
+    w += g_unichar_iszerowidth(c) ? 0 : g_unichar_iswide(c) ? 2 : 1;
+  }
   return w;
 }
 

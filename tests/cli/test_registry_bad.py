@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 import unittest
 
 from cli_util import Ember, same_weights, sha256_file
@@ -375,6 +376,15 @@ class OddText(Base):
         notes = [a for a in e.json("run", "show", "1", "--json")["annotations"]
                  if a["kind"] == "note"]
         self.assertEqual(notes[0]["text"], "note \ufffd")
+        # wide characters take two columns: the next column stays aligned
+        e.ok("train", *self.quick_train_args(), "--name", "模型实验")
+
+        def col(line, text):  # the terminal column where text starts in line
+            i = line.index(text)
+            return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line[:i])
+        lines = e.ok("runs").stdout.splitlines()
+        row = [ln for ln in lines if "模型实验" in ln][0]
+        self.assertEqual(col(row, "fmnist-mlp"), col(lines[0], "MODEL"), lines)
 
 
 class BadArguments(Base):
