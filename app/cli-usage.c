@@ -100,6 +100,7 @@ const char *const cli_usage_text =
     "  --on-divergence P     rollback (to the last checkpoint, lower lr) | stop;\n"
     "                        default: rollback when checkpoints are written, else stop\n"
     "  --divergence-lr-factor X  a rollback multiplies the lr by X (default 0.5)\n"
+    "  --max-rollbacks N     rollbacks before the run stops with an error (default 5)\n"
     "  --divergence-spike-factor X  a gradient norm over X times the largest of the last\n"
     "                        50 steps is a divergence (default 10; 0: only NaN/inf are)\n"
     "diagnostics (they never change the numbers):\n"

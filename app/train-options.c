@@ -17,7 +17,7 @@ enum {
   OPT_SCHEDULE, OPT_WARMUP, OPT_CLIP, OPT_ACCUM, OPT_SMOOTH, OPT_SEED, OPT_THREADS, OPT_WORKERS,
   OPT_LIMIT, OPT_NO_SHUFFLE, OPT_DATASET, OPT_DATA_DIR, OPT_CKPT_EVERY, OPT_ON_DIVERGENCE,
   OPT_DIV_LR_FACTOR, OPT_DIV_SPIKE, OPT_AMP, OPT_AMP_SCALER, OPT_AMP_INIT_SCALE, OPT_DEVICE,
-  OPT_AUTO_BATCH, OPT_LAST_SETTING,
+  OPT_AUTO_BATCH, OPT_MAX_ROLLBACKS, OPT_LAST_SETTING,
   /* everything else */
   OPT_INIT, OPT_SAVE, OPT_QUIET, OPT_WEIGHTS, OPT_HELP, OPT_REGISTRY, OPT_NO_RECORD, OPT_NAME,
   OPT_CKPT_DIR, OPT_KEEP_CKPT, OPT_RESUME, OPT_STOP_AFTER, OPT_PROFILE, OPT_PROFILE_STEPS,
@@ -47,6 +47,7 @@ static const struct option long_opts[] = {
     {"checkpoint-every", required_argument, 0, OPT_CKPT_EVERY},
     {"on-divergence", required_argument, 0, OPT_ON_DIVERGENCE},
     {"divergence-lr-factor", required_argument, 0, OPT_DIV_LR_FACTOR},
+    {"max-rollbacks", required_argument, 0, OPT_MAX_ROLLBACKS},
     {"divergence-spike-factor", required_argument, 0, OPT_DIV_SPIKE},
     {"amp", required_argument, 0, OPT_AMP},
     {"amp-scaler", no_argument, 0, OPT_AMP_SCALER},
@@ -139,6 +140,9 @@ static void apply_one(int code, const char *arg, em_train_config *cfg) {
     break;
   case OPT_DIV_LR_FACTOR:
     cfg->divergence_lr_factor = cli_parse_num("--divergence-lr-factor", arg, 1e-6, 1);
+    break;
+  case OPT_MAX_ROLLBACKS:
+    cfg->max_rollbacks = (int)cli_parse_int("--max-rollbacks", arg, 0, 1000000);
     break;
   case OPT_DIV_SPIKE:
     cfg->divergence_spike_factor = cli_parse_num("--divergence-spike-factor", arg, 0, 1e12);

@@ -172,6 +172,14 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
       TRY(want_str(sec, key, v, name, sizeof name, err));
       TRY(em_device_parse(name, &c->device, err));
     } else if (strcmp(key, "auto_batch") == 0) TRY(want_bool(sec, key, v, &c->auto_batch, err));
+    else if (strcmp(key, "checkpoint_every") == 0) { /* the flags' spec twins */
+      TRY(want_int(sec, key, v, 0, 1LL << 40, &i, err));
+      c->checkpoint_every = i;
+    } else if (strcmp(key, "max_rollbacks") == 0) {
+      TRY(want_int(sec, key, v, 0, 1000000, &i, err));
+      c->max_rollbacks = (int)i;
+    } else if (strcmp(key, "divergence_lr_factor") == 0)
+      TRY(want_num(sec, key, v, &c->divergence_lr_factor, err));
     else
       return em_error_set(err, EM_ERR_INVALID,
                           "\"training\": unknown key \"%s\"; known: dataset, data_dir, optimizer, "
@@ -179,7 +187,8 @@ static em_status parse_training(em_train_config *c, const json_t *tr, em_error *
                           "batch_size, epochs, schedule, clip_grad_norm, "
                           "divergence_spike_factor, accumulate, seed, "
                           "shuffle, drop_last, workers, limit, eval_every, metrics, amp, "
-                          "amp_scaler, amp_init_scale, device, auto_batch",
+                          "amp_scaler, amp_init_scale, device, auto_batch, checkpoint_every, "
+                          "max_rollbacks, divergence_lr_factor",
                           key);
   }
   em_schedule_init(&c->schedule, EM_SCHED_CONSTANT, c->optim.lr);

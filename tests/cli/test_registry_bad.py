@@ -280,6 +280,29 @@ class Divergence(Base):
         self.assertEqual(e.run("run", "note", "1", "looked at it").returncode, 0)
         self.fails(["train", "--resume", "1", "--quiet"], "stopped on a divergence")
 
+    def test_rollback_settings_in_the_spec_and_flags(self):
+        # the README's spec keys checkpoint_every and max_rollbacks were refused as
+        # unknown, and the limit of 5 rollbacks had no flag
+        e = self.e
+        with open(e.spec()) as f:
+            spec = json.load(f)
+        spec["training"].update({"checkpoint_every": 3, "max_rollbacks": 1,
+                                 "divergence_lr_factor": 0.5})
+        path = os.path.join(self.tmp, "rollbacks.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        p = self.fails(["train", path, *self.ARGS], "divergence at step")
+        events = [a["text"] for a in e.json("run", "show", "1", "--json")["annotations"]
+                  if a["kind"] == "divergence"]
+        self.assertEqual(sum("rolled back" in t for t in events), 1, events)  # then it stops
+        config = e.json("run", "show", "1", "--json")["config"]
+        self.assertEqual((config["checkpoint_every"], config["max_rollbacks"]), (3, 1), config)
+        self.fails(["train", e.spec(), *self.ARGS, "--checkpoint-every", "3",
+                    "--max-rollbacks", "0"], "divergence at step")
+        events = [a["text"] for a in e.json("run", "show", "2", "--json")["annotations"]
+                  if a["kind"] == "divergence"]
+        self.assertFalse(any("rolled back" in t for t in events), events)
+
     def test_stop_policy(self):
         e = self.e
         self.fails(["train", e.spec(), *self.ARGS, "--checkpoint-every", "2",
