@@ -41,12 +41,15 @@ static const char *usage =
     "  --dataset NAME    fashion-mnist | cifar10 | csv | synthetic | a plugin's\n"
     "  --data-dir DIR    folder of the dataset's files (csv: the file)\n"
     "  --seed N          seed for initialisation and shuffling\n"
-    "  --detect-anomaly  stop at the first op that produces NaN or infinity\n";
+    "  --detect-anomaly  stop at the first op that produces NaN or infinity\n"
+    "  --no-preflight    skip the memory estimate that refuses a batch past the\n"
+    "                    memory free (it errs high)\n";
 
 typedef struct {
   const char *spec_path, *trace;
   int steps, warmup, top;
   em_op_table_col sort;
+  bool no_preflight;
 } options;
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -75,7 +78,7 @@ static bool parse_count(const char *s, long long lo, long long hi, long long *ou
 }
 
 enum { O_STEPS = 256, O_WARMUP, O_TRACE, O_TOP, O_SORT, O_BATCH, O_THREADS, O_DATASET,
-       O_DATA_DIR, O_SEED, O_ANOMALY, O_HELP };
+       O_DATA_DIR, O_SEED, O_ANOMALY, O_HELP, O_NO_PREFLIGHT };
 
 /* Fills o and the config's overrides; returns -1 to go on, else an exit status. */
 static int parse(int argc, char **argv, options *o, bool *anomaly, int *batch, int *threads,
@@ -87,6 +90,7 @@ static int parse(int argc, char **argv, options *o, bool *anomaly, int *batch, i
       {"threads", required_argument, 0, O_THREADS}, {"dataset", required_argument, 0, O_DATASET},
       {"data-dir", required_argument, 0, O_DATA_DIR}, {"seed", required_argument, 0, O_SEED},
       {"detect-anomaly", no_argument, 0, O_ANOMALY}, {"help", no_argument, 0, O_HELP},
+      {"no-preflight", no_argument, 0, O_NO_PREFLIGHT},
       {0, 0, 0, 0},
   };
   opterr = 0;
@@ -128,6 +132,7 @@ static int parse(int argc, char **argv, options *o, bool *anomaly, int *batch, i
     case O_DATASET: *dataset = optarg; break;
     case O_DATA_DIR: *data_dir = optarg; break;
     case O_ANOMALY: *anomaly = true; break;
+    case O_NO_PREFLIGHT: o->no_preflight = true; break;
     case O_HELP: fputs(usage, stdout); return 0;
     case ':': return usage_error("%s needs a value", argv[optind - 1]);
     default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -204,12 +209,16 @@ int em_cli_profile(int argc, char **argv) {
     rc = failure(&err, NULL);
     goto out;
   }
-  { /* a batch past the memory free is refused, as ember train does */
+  if (!o.no_preflight) { /* a batch past the memory free is refused, as ember train does */
     int fits;
     char note[512];
     if (em_train_preflight(spec, &cfg, &fits, note, sizeof note, &err) != EM_OK) {
       rc = failure(&err, NULL);
       goto out;
+    }
+    if (fits != cfg.batch_size) { /* the spec's auto_batch: profile the batch that fits */
+      fprintf(stderr, "ember profile: %s\n", note);
+      cfg.batch_size = fits;
     }
   }
 

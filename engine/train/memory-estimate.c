@@ -82,10 +82,11 @@ em_status em_train_preflight(const em_spec *spec, const em_train_config *c, int 
              "at batch %d (--auto-batch)", c->batch_size, dn, need, freeb, b);
     return EM_OK;
   }
-  char hint[128];
+  char hint[256];
   if (fits >= 1)
-    snprintf(hint, sizeof hint, "the largest batch that fits is about %lld: pass --batch %lld, "
-             "or --auto-batch", (long long)fits, (long long)fits);
+    snprintf(hint, sizeof hint, "the largest batch that fits is about %lld: pass --batch %lld "
+             "(ember train: or --auto-batch); --no-preflight skips this check (the estimate "
+             "errs high)", (long long)fits, (long long)fits);
   else
     snprintf(hint, sizeof hint, "even one sample does not fit: train on a device with more "
              "memory");

@@ -542,6 +542,10 @@ class Training(Base):
             self.assertIn("pre-flight", p.stderr)
             self.assertIn("the largest batch that fits is about", p.stderr)
             self.assertNotIn("internal error", p.stderr)
+            self.assertIn("--no-preflight skips this check", p.stderr)  # profile takes it too
+        p = run("profile", spec_path("fmnist-mlp.json"), "--no-preflight", "--steps", "1",
+                "--batch", "32", "--threads", "1")
+        self.assertEqual(p.returncode, 0, p.stderr)
 
 if __name__ == "__main__":
     EMBER, SOURCE = sys.argv[1], sys.argv[2]
