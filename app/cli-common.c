@@ -206,7 +206,9 @@ bool cli_registry_exists(const char *dir) {
    * drive not mounted), are not "no registry yet": opening says what */
   if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) return true;
   snprintf(path, sizeof path, "%s/registry.db", dir);
-  return lstat(path, &st) == 0;
+  if (lstat(path, &st) == 0) return true;
+  snprintf(path, sizeof path, "%s/artifacts", dir); /* registry.db lost beside its files */
+  return stat(path, &st) == 0;
 }
 
 em_store *cli_store_open(const char *dir_flag, bool read_only) {

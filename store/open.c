@@ -262,6 +262,13 @@ static char *file_in_the_way(const char *dir) {
   return NULL;
 }
 
+/* registry.db missing or empty beside recorded files: said to readers
+ * and writers alike (readers said "no runs yet") */
+#define LOST_DB                                                                                 \
+  "%s is missing or empty, but %s holds recorded files: the registry's database was lost or " \
+  "moved, and nothing was changed. Restore registry.db from a backup, or move artifacts/ "    \
+  "aside to start a new registry here"
+
 em_store *em_store_open(const char *dir, bool read_only, em_error *err) {
   if (!dir || !*dir) {
     em_error_set(err, EM_ERR_INVALID, "no registry folder given");
@@ -286,6 +293,11 @@ em_store *em_store_open(const char *dir, bool read_only, em_error *err) {
                  db_path);
     return NULL;
   }
+  snprintf(art_dir, sizeof art_dir, "%s/artifacts", dir);
+  if (read_only && !exists && has_files(art_dir, 0)) { /* as a writer is told (below) */
+    em_error_set(err, EM_ERR_FORMAT, LOST_DB, db_path, art_dir);
+    return NULL;
+  }
   if (read_only && !exists) {
     em_error_set(err, EM_ERR_IO,
                  "no registry in %s (registry.db is absent); record a run first, or point "
@@ -294,7 +306,6 @@ em_store *em_store_open(const char *dir, bool read_only, em_error *err) {
     return NULL;
   }
   if (!read_only) {
-    snprintf(art_dir, sizeof art_dir, "%s/artifacts", dir);
     if (make_dir(dir, err) || make_dir(art_dir, err)) return NULL;
   }
   /* The file's identity is read through SQLite, never with open()/close()
@@ -314,13 +325,8 @@ em_store *em_store_open(const char *dir, bool read_only, em_error *err) {
   /* A new database beside artifacts already recorded means registry.db
    * was lost, emptied or moved: starting afresh there would let gc remove
    * every file as unreferenced, and new runs reuse the old runs' folders. */
-  if (!st && !read_only && id.app_id == 0 && id.version == 0 && id.objects == 0 &&
-      has_files(s->art_dir, 0))
-    st = em_error_set(err, EM_ERR_FORMAT,
-                      "%s is missing or empty, but %s holds recorded files: the registry's "
-                      "database was lost or moved, and nothing was changed. Restore registry.db "
-                      "from a backup, or move artifacts/ aside to start a new registry here",
-                      s->db_path, s->art_dir);
+  if (!st && id.app_id == 0 && id.version == 0 && id.objects == 0 && has_files(s->art_dir, 0))
+    st = em_error_set(err, EM_ERR_FORMAT, LOST_DB, s->db_path, s->art_dir);
   int cur = em_store_schema_version();
   if (!st && read_only && id.version < cur) {
     if (id.version == 0)

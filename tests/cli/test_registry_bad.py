@@ -111,7 +111,9 @@ class LostOrReadOnly(Base):
         for emptied in (False, True):
             if emptied:
                 open(self.e.db, "wb").close()
-            for args in (["gc"], ["train"] + self.quick_train_args()):
+            # readers too: they said "no runs yet", exit 0, as if the history were gone
+            for args in (["gc"], ["train"] + self.quick_train_args(), ["runs"], ["models"],
+                         ["run", "show", "1"], ["gc", "--dry-run"]):
                 self.fails(args, "missing or empty", "holds recorded files")
             self.assertEqual(self.files(), files)
             self.assertEqual(os.path.exists(self.e.db), emptied)  # nothing created
