@@ -116,6 +116,7 @@ const char *const cli_usage_text =
     "       ember plugins [--json]              what loaded (layers, datasets, metrics), what\n"
     "                                           was refused and why, the folders searched\n"
     "  --plugin-dir DIR      also load the plugins (*.so) in DIR (repeatable); then those\n"
-    "                        in $EMBER_PLUGIN_PATH (':'-separated) and <registry>/plugins\n"
+    "                        in $EMBER_PLUGIN_PATH (':'-separated) and the default\n"
+    "                        registry's plugins ($EMBER_HOME/plugins; not --registry's)\n"
     "  --metric NAME         compute a plugin metric at every evaluation (repeatable), like\n"
     "                        the spec's \"training\": {\"metrics\": [NAME]}\n";
