@@ -240,13 +240,14 @@ static em_status insert_version(em_store *s, int64_t run, const char *name, cons
                     "weights_sha256, run, checkpoint, metrics_json, created) "
                     "SELECT ?1, ?2, spec_json, ?3, ?4, id, ?5, ?6, ?7 FROM runs WHERE id = ?8",
                     "inititdi", model, v, p->artifact, p->sha, p->id, metrics, now, run);
-  if (!st && sqlite3_changes(s->db) == 0)
+  bool run_gone = !st && sqlite3_changes(s->db) == 0;
+  if (run_gone)
     st = em_error_set(err, EM_ERR_INVALID, "run %lld was deleted while it was being registered",
                       (long long)run);
   if (!st) st = EM_SQL_COMMIT(s, err);
   if (st) {
     em_db_rollback(s);
-    *pruned = !checkpoint_exists(s, p->id);
+    *pruned = !run_gone && !checkpoint_exists(s, p->id);
   } else if (version) {
     *version = v;
   }
@@ -258,7 +259,6 @@ em_status em_store_model_register(em_store *s, int64_t run, const char *name,
                                   em_error *err) {
   em_status st = em_store_require_writable(s, "registering a model", err);
   if (!st) st = em_store_check_name("model", name, err);
-  if (!st) st = em_store_run_require(s, run, err);
   if (st) return st;
   /* a run still training prunes old checkpoints: one picked may be gone
    * by the time its row is written; pick again, a few times */
@@ -267,7 +267,8 @@ em_status em_store_model_register(em_store *s, int64_t run, const char *name,
     picked p = {0};
     char *metrics = NULL;
     bool pruned = false;
-    st = pick_whole_checkpoint(s, run, pick, step, &p, err);
+    st = em_store_run_require(s, run, err); /* (again: it may be deleted meanwhile) */
+    if (!st) st = pick_whole_checkpoint(s, run, pick, step, &p, err);
     if (!st) st = version_metrics(s, run, &p, &metrics, err);
     if (!st) st = insert_version(s, run, name, &p, metrics, version, &pruned, err);
     g_free(metrics);
