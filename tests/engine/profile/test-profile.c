@@ -313,7 +313,10 @@ static void test_table_ring(void) {
   g_assert_cmpint(t.steps, >=, 1);
   g_assert_cmpint(t.steps, <=, 2);
   g_assert_cmpint(t.records, <, 100);
-  assert_rel(t.self_sum_ms, t.wall_ms, 0.10);
+  /* one or two steps of under half a millisecond: a context switch in time
+   * no op covers was 14% of it (0.74 of 0.86 ms) and failed a clean CI
+   * run; within 10%, or 0.2 ms */
+  g_assert_cmpfloat(fabs(t.self_sum_ms - t.wall_ms), <=, fmax(0.10 * t.wall_ms, 0.2));
   const em_op_row *row = find_row(&t, "optimizer.step");
   g_assert_nonnull(row);
   g_assert_cmpint(row->count, ==, t.steps);
