@@ -353,7 +353,12 @@ static void test_train_run(void) {
    * training would show intervals of seconds, so 99% within 200 ms still
    * catches that without failing on a busy machine. */
   g_assert_cmpfloat(p99_ms, <=, 200.0);
-  g_assert_cmpfloat(w.max_paint_cpu_us / 1000.0, <=, 50.0);
+#if defined(__SANITIZE_ADDRESS__) /* its build runs several times slower: 84 ms was seen once */
+  const double paint_bound_ms = 250.0;
+#else
+  const double paint_bound_ms = 50.0;
+#endif
+  g_assert_cmpfloat(w.max_paint_cpu_us / 1000.0, <=, paint_bound_ms);
 
   /* the run in the registry: stopped, its points, the lr change */
   em_error err = {0};
