@@ -753,6 +753,9 @@ int cli_cmd_train(int argc, char **argv) {
     rank = em_comm_rank(comm);
     o.world = em_comm_world(comm);
     cli_set_rank(rank, rank != 0); /* rank 0 prints the job's errors (em_comm_end) */
+    if (o.world == 1) /* it trained as one process without a word */
+      cli_warn("--ddp with 1 rank: this trains as one process (start ranks with mpirun -np N "
+               "... --ddp)");
     em_ddp_options dopt; /* known before anything is recorded */
     em_ddp_options_defaults(&dopt);
     if (dopt.comm == EM_DDP_COMM_BAD)

@@ -313,6 +313,10 @@ void cli_train_opts_check_amp(const cli_train_opts *o, const em_train_config *cf
     if (o->settings[i].code == OPT_AMP_INIT_SCALE && !cfg->amp_scaler)
       cli_die_usage("--amp-init-scale sets the loss scaler's first scale: give --amp-scaler "
                     "(and --amp bf16) as well");
+  /* f16 without a scaler ran without a word (on the CPU, f16 is refused) */
+  if (cfg->amp == EM_AMP_F16 && !cfg->amp_scaler && !em_device_is_cpu(cfg->device))
+    cli_warn("--amp f16 without --amp-scaler: small gradients underflow to 0 in f16; add "
+             "--amp-scaler (PyTorch's GradScaler rules)");
 }
 
 void cli_train_opts_check_device(const cli_train_opts *o, const em_train_config *cfg) {

@@ -263,7 +263,8 @@ class RunEdges(Base):
                  "--data-dir is not read by the synthetic"),
                 ([spec, "--name", "x"], "--name is for recorded runs"),
                 ([spec, "--keep-checkpoints", "2"], "--keep-checkpoints is for recorded runs"),
-                ([spec, "--on-divergence", "rollback"], "nothing to roll back to")):
+                ([spec, "--on-divergence", "rollback"], "nothing to roll back to"),
+                ([spec, "--device", "ref", "--amp", "f16"], "--amp f16 without --amp-scaler")):
             p = run("train", *args, "--epochs", "0", "--no-record")
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertIn(needle, p.stderr)

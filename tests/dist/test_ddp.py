@@ -232,6 +232,11 @@ class DDP(unittest.TestCase):
         self.assertIn("EMBER_DDP_BUCKET_MB", p.stderr)
         self.assertEqual(p.stderr.count("reduces its gradients"), 1, p.stderr)  # said once
 
+    def test_one_rank_says_so(self):
+        # --ddp started without mpirun trained as one process without a word
+        p = self.ember(self.spec(), "--ddp", "--no-record", "--epochs", "0", "--threads", "1")
+        self.assertIn("--ddp with 1 rank: this trains as one process", p.stderr)
+
     def test_bad_settings_are_usage_errors(self):
         for var, value in (("EMBER_DDP_TIMEOUT", "abc"), ("EMBER_DDP_COMM", "bogus")):
             p = self.ember(self.spec(), "--dataset", "synthetic", "--epochs", "1", "--quiet",
