@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli-common.h"
 #include "em-train.h"
@@ -31,10 +32,18 @@ em_status cli_model_open_ref(em_store *s, const char *ref, cli_model *out, em_er
   return EM_OK;
 }
 
+void cli_check_model_ref(const char *what, const char *weights) {
+  if (!weights && strchr(what, '@') && !em_version_ref_looks_like(what) && access(what, F_OK) != 0)
+    cli_die_usage("'%s' is not a model reference: give NAME@ALIAS or NAME@VERSION (a name, "
+                  "'@', then an alias or a version number), or a SPEC file with --weights FILE",
+                  what);
+}
+
 int cli_model_open(const char *what, const char *weights, const char *registry_dir,
                    cli_model *out) {
   memset(out, 0, sizeof *out);
   em_error err = {0};
+  cli_check_model_ref(what, weights);
   if (!weights && em_version_ref_looks_like(what)) {
     em_store *s = cli_store_open(registry_dir, true);
     if (!s) return 1;

@@ -15,6 +15,10 @@ typedef struct {
   char label[300];   /* "fmnist-mlp@production (version 3)" or the spec path */
 } cli_model;
 
+/* Exits 2 when `what` holds an '@' but is neither NAME@SELECTOR nor a file
+ * ("fm@", "@1"): it was taken for a SPEC file, and the message asked for
+ * --weights. weights given: nothing to check. */
+void cli_check_model_ref(const char *what, const char *weights);
 /* Opens what `what` names: when it looks like NAME@SOMETHING and weights is
  * NULL, a registered version from the registry at registry_dir (NULL: the
  * default); else a spec file, which then needs weights. On failure prints

@@ -15,6 +15,7 @@
 
 #include "cli-commands.h"
 #include "cli-common.h"
+#include "cli-model.h"
 #include "plugin-load.h"
 #include "em-export.h"
 #include "em-io.h"
@@ -106,6 +107,7 @@ int cli_cmd_export(int argc, char **argv) {
   cli_parse_args(argc, argv, 2, opts, pos, 1, 1, "export");
   em_quant_mode qmode = cli_parse_quantize(quantize);
   if (out) cli_check_output_path("-o", out, true); /* a folder, /dev/null: before any work */
+  cli_check_model_ref(pos[0], weights);
   if (em_version_ref_looks_like(pos[0]) && !weights)
     return export_registry(pos[0], out, registry, qmode);
   if (!weights) cli_die_usage("export SPEC needs --weights FILE (or use NAME@ALIAS)");

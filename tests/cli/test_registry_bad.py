@@ -479,6 +479,10 @@ class BadArguments(Base):
                 (["model", "promote", "m", "1", "--alias", "-x"], "not starting with"),
                 (["model", "promote", "m", "1", "--alias", "007"], "version number"),
                 (["model", "register", "1", "--name", "a b/c@d"], "model name"),
+                # an '@' but not NAME@SELECTOR: was taken for a spec ("needs --weights")
+                (["export", "fm@"], "not a model reference"),
+                (["predict", "@1", "x.png"], "not a model reference"),
+                (["serve", "fm@"], "not a model reference"),
                 (["train", spec, "--no-record", "--checkpoint-every", "5"], "--checkpoint-dir"),
                 (["train", spec, "--checkpoint-dir", self.tmp], "--no-record"),
                 (["train", spec, "--on-divergence", "panic"], "panic"),
