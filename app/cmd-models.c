@@ -25,12 +25,11 @@
 /* A model name or alias the registry would refuse is a usage error (exit
  * 2), checked by the registry's own rule (the CLI had a second, looser
  * one for aliases: 1 to 64 characters, '-' first allowed). */
-static void check_name_or_die(const char *what, const char *name) {
+static void check_name_or_die(const char *model, const char *alias) {
   em_error err = {0};
-  if (em_store_check_name(what, name, &err) != EM_OK) cli_die_usage("%s", err.msg);
-  if (strcmp(what, "alias") == 0 && em_store_selector_is_version(name, NULL))
-    cli_die_usage("alias '%s' would read as a version number in NAME@%s; give the alias a "
-                  "letter (e.g. v%s)", name, name, name);
+  if (em_store_check_name("model", model, &err) != EM_OK ||
+      (alias && em_store_check_alias(model, alias, &err) != EM_OK))
+    cli_die_usage("%s", err.msg);
 }
 
 int cli_cmd_models(int argc, char **argv) {
@@ -83,7 +82,7 @@ static int model_register(int argc, char **argv) {
                           {0}};
   cli_parse_args(argc, argv, 3, opts, pos, 1, 1, "model register");
   if (!name || !name[0]) cli_die_usage("model register needs --name NAME");
-  check_name_or_die("model", name);
+  check_name_or_die(name, NULL);
   em_checkpoint_pick how;
   int64_t step = 0;
   if (strcmp(pick, "best") == 0) how = EM_PICK_BEST;
@@ -205,8 +204,7 @@ static int model_move(int argc, char **argv, bool promote) {
   const char *what = promote ? "model promote" : "model rollback";
   cli_parse_args(argc, argv, 3, opts, pos, promote ? 2 : 1, promote ? 2 : 1, what);
   if (!alias) cli_die_usage("%s needs --alias ALIAS (e.g. --alias production)", what);
-  check_name_or_die("alias", alias);
-  check_name_or_die("model", pos[0]);
+  check_name_or_die(pos[0], alias);
   int version = 0;
   if (promote) version = (int)cli_parse_int("VERSION", pos[1], 1, 1 << 30);
   em_store *s = cli_store_open(registry, false);

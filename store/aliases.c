@@ -47,13 +47,18 @@ static em_status alias_move(em_store *s, int64_t model, const char *alias, const
   return st;
 }
 
+em_status em_store_check_alias(const char *model, const char *alias, em_error *err) {
+  em_status st = em_store_check_name("alias", alias, err);
+  if (!st && em_store_selector_is_version(alias, NULL))
+    st = em_error_set(err, EM_ERR_INVALID, "alias '%s' would read as a version number in "
+                      "%s@%s; give the alias a letter (e.g. v%s)", alias, model, alias, alias);
+  return st;
+}
+
 em_status em_store_model_promote(em_store *s, const char *name, int version, const char *alias,
                                  em_error *err) {
   em_status st = em_store_require_writable(s, "promoting a model", err);
-  if (!st) st = em_store_check_name("alias", alias, err);
-  if (!st && em_store_selector_is_version(alias, NULL))
-    st = em_error_set(err, EM_ERR_INVALID, "alias '%s' would read as a version number in "
-                      "%s@%s; give the alias a letter (e.g. v%s)", alias, name, alias, alias);
+  if (!st) st = em_store_check_alias(name, alias, err);
   if (st) return st;
   int64_t model = 0;
   int from = 0;
@@ -85,10 +90,7 @@ em_status em_store_model_promote(em_store *s, const char *name, int version, con
 em_status em_store_model_rollback(em_store *s, const char *name, const char *alias, int *version,
                                   em_error *err) {
   em_status st = em_store_require_writable(s, "rolling back an alias", err);
-  if (!st) st = em_store_check_name("alias", alias, err);
-  if (!st && em_store_selector_is_version(alias, NULL))
-    st = em_error_set(err, EM_ERR_INVALID, "alias '%s' would read as a version number in "
-                      "%s@%s; give the alias a letter (e.g. v%s)", alias, name, alias, alias);
+  if (!st) st = em_store_check_alias(name, alias, err);
   if (st) return st;
   int64_t model = 0;
   int cur = 0;

@@ -195,6 +195,8 @@ static em_status pick_whole_checkpoint(em_store *s, int64_t run, em_checkpoint_p
                       "register another step", first.msg, (long long)head.step);
 }
 
+/* Whether the checkpoint row is still there; a query that fails counts as
+ * there (the caller then reports its own error, not a prune). */
 static bool checkpoint_exists(em_store *s, int64_t id) {
   sqlite3_stmt *q;
   bool row = false;

@@ -168,6 +168,10 @@ em_status em_store_checkpoint_insert(em_store *s, int64_t run, int64_t step, int
  * the commit are appended to unlink (g_free'd strings). */
 em_status em_store_checkpoints_prune(em_store *s, int64_t run, int keep_last,
                                      bool lower_is_better, GPtrArray *unlink, em_error *err);
+/* True when the selector of NAME@SELECTOR reads as a version number (a
+ * whole number above 0; *number gets it, number may be NULL), else it
+ * names an alias (version-ref.c). */
+bool em_store_selector_is_version(const char *sel, long *number);
 /* The model's id; EM_ERR_INVALID naming the registered models otherwise. */
 em_status em_store_model_id(em_store *s, const char *name, int64_t *id, em_error *err);
 

@@ -304,10 +304,9 @@ em_status em_store_gc(em_store *s, bool dry_run, em_gc_report *out, em_error *er
 /* Model and alias names: 1..100 of [A-Za-z0-9._-], not starting with '.'
  * or '-' (they become file names on export). */
 em_status em_store_check_name(const char *what, const char *name, em_error *err);
-/* True when the selector of NAME@SELECTOR reads as a version number (a
- * whole number above 0; *number gets it, number may be NULL), else it
- * names an alias (version-ref.c). */
-bool em_store_selector_is_version(const char *sel, long *number);
+/* An alias: a valid name that does not read as a version number in
+ * MODEL@ALIAS (promote and rollback check it; so can a caller, first). */
+em_status em_store_check_alias(const char *model, const char *alias, em_error *err);
 
 typedef enum { EM_PICK_BEST, EM_PICK_LAST, EM_PICK_STEP } em_checkpoint_pick;
 
