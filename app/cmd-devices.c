@@ -10,7 +10,11 @@
 
 #include "cli-commands.h"
 #include "cli-common.h"
+#include "em-amp.h"
+#include "em-cpu.h"
 #include "em-device.h"
+#include "em-pool.h"
+#include "em-quant.h"
 
 
 /* One device as a JSON object. */
@@ -22,6 +26,14 @@ static json_t *device_json(em_device d, const em_device_info *info) {
   json_object_set_new(o, "name", json_string(info->name));
   json_object_set_new(o, "total_bytes", json_integer((json_int_t)info->total_bytes));
   json_object_set_new(o, "free_bytes", json_integer((json_int_t)info->free_bytes));
+  if (d.kind == EM_DEVICE_CPU) { /* the kernels that run here (em-cpu.h) */
+    json_object_set_new(o, "isa", json_string(em_cpu_isa_name(em_cpu_isa_active())));
+    json_object_set_new(o, "isa_detected", json_string(em_cpu_isa_name(em_cpu_isa_detected())));
+    json_object_set_new(o, "kernels", json_string(em_cpu_kernels_active()));
+    json_object_set_new(o, "blas_core", json_string(em_blas_core()));
+    json_object_set_new(o, "int8_kernel", json_string(em_quant_kernel_best_name()));
+    json_object_set_new(o, "bf16_kernel", json_string(em_bf16_kernel_name(em_bf16_kernel_best())));
+  }
   if (d.kind == EM_DEVICE_CUDA) {
     char cc[16];
     snprintf(cc, sizeof cc, "%d.%d", info->compute_major, info->compute_minor);
@@ -82,6 +94,12 @@ int cli_cmd_devices(int argc, char **argv) {
            json_string_value(json_object_get(d, "name")), cc ? cc : "-",
            gib((int64_t)json_integer_value(json_object_get(d, "total_bytes"))),
            gib((int64_t)json_integer_value(json_object_get(d, "free_bytes"))));
+  }
+  if (json_array_size(list) > 0) { /* what the cpu row computes with */
+    char kernels[256];
+    em_cpu_kernels_describe(kernels, sizeof kernels);
+    printf("cpu kernels: %s; int8 %s, bf16 %s\n", kernels, em_quant_kernel_best_name(),
+           em_bf16_kernel_name(em_bf16_kernel_best()));
   }
   json_array_foreach(unavailable, i, d)
     printf("%-8s unavailable: %s\n", json_string_value(json_object_get(d, "kind")),

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "em-cpu.h"
 #include "cli-commands.h"
 #include "cli-common.h"
 #include "cli-table.h"
@@ -24,6 +25,11 @@ int cli_cmd_info(int argc, char **argv) {
   em_spec *spec = em_spec_load(argv[2], &err);
   if (!spec) return cli_fail(&err, NULL);
   int rc = em_spec_print_summary(spec, stdout, &err) == EM_OK ? 0 : cli_fail(&err, argv[2]);
+  if (rc == 0) { /* what a CPU run of it would compute with */
+    char kernels[256];
+    em_cpu_kernels_describe(kernels, sizeof kernels);
+    printf("cpu: %s\n", kernels);
+  }
   em_spec_free(spec);
   return rc;
 }

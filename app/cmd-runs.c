@@ -266,6 +266,7 @@ static json_t *run_json(const em_run *r) {
   json_object_set_new(o, "host", cli_json_text(r->host ? r->host : ""));
   json_object_set_new(o, "pid", json_integer(r->pid));
   json_object_set_new(o, "engine_version", json_string(r->engine_version ? r->engine_version : ""));
+  json_object_set_new(o, "kernels", r->kernels ? json_string(r->kernels) : json_null());
   json_object_set_new(o, "spec_sha256", r->spec_sha256 ? json_string(r->spec_sha256) : json_null());
   json_t *spec = r->spec_json ? json_loads(r->spec_json, 0, NULL) : NULL;
   json_object_set_new(o, "spec", spec ? spec : json_null());
@@ -304,6 +305,7 @@ static void print_header(const em_run *r) {
   printf("  seed %llu, device %s, %d threads, host %s (pid %lld), ember %s\n",
          (unsigned long long)r->seed, r->device ? r->device : "-", r->threads,
          r->host ? r->host : "-", (long long)r->pid, r->engine_version ? r->engine_version : "-");
+  if (r->kernels) printf("  kernels      %s\n", r->kernels);
   printf("  spec sha256  %s\n", r->spec_sha256 ? r->spec_sha256 : "-");
   if (r->dataset_name) {
     char size[32];

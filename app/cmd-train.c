@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "em-cpu.h"
 #include "cli-commands.h"
 #include "cli-common.h"
 #include "cli-table.h"
@@ -671,6 +672,8 @@ static void print_result_json(const em_train_config *cfg, const em_train_summary
   json_object_set_new(o, "train_samples_per_sec", cli_json_num(s->train_samples_per_sec));
   json_object_set_new(o, "threads", json_integer(cfg->threads));
   json_object_set_new(o, "blas_core", json_string(em_blas_core()));
+  json_object_set_new(o, "cpu_kernels", json_string(em_cpu_kernels_active()));
+  json_object_set_new(o, "cpu_isa", json_string(em_cpu_isa_name(em_cpu_isa_active())));
   char devname[32];
   bool on_cpu = em_device_is_cpu(cfg->device);
   json_object_set_new(o, "device", json_string(em_device_str(cfg->device, devname,
@@ -907,7 +910,8 @@ int cli_cmd_train(int argc, char **argv) {
     char folder[1024];
     em_dataset_identity ident;
     char *config_json = em_train_config_to_json(cfg); /* checkpoint_dir still empty */
-    char devname[32];
+    char devname[32], kernels[256];
+    em_cpu_kernels_describe(kernels, sizeof kernels);
     if (config_json && o.world > 1) {
       char *w = config_with_world(config_json, o.world);
       free(config_json);
@@ -924,6 +928,7 @@ int cli_cmd_train(int argc, char **argv) {
         .engine_version = EMBER_VERSION,
         .parent_run = j.parent,
         .dataset = dataset_identity(cfg, &ident, paths, files, folder, sizeof folder),
+        .kernels = kernels,
     };
     em_status st = em_store_run_create(store, &rn, &run, &err);
     free(config_json);

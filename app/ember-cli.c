@@ -8,6 +8,7 @@
 #include "cli-commands.h"
 #include "cli-common.h"
 #include "cmd-profile.h"
+#include "em-cpu.h"
 #include "em-pool.h"
 #include "plugin-load.h"
 
@@ -18,17 +19,23 @@ static void log_to_stderr(em_log_level level, const char *msg, void *user) {
 
 /* OpenBLAS 0.3.21 does not recognise some recent processors (Sapphire
  * Rapids under KVM, for one) and falls back to its SSE3 "Prescott"
- * kernels, several times slower. Its kernel is chosen when the library
- * loads, from OPENBLAS_CORETYPE: so when that is unset and the fallback
- * ran on a processor with AVX2 or AVX-512, start again with the matching
- * kernel family named. A person's own OPENBLAS_CORETYPE always wins. */
+ * kernels, several times slower; and under an EMBER_CPU_ISA cap below
+ * what the processor has, OpenBLAS should run that level's kernels too,
+ * so that a capped run computes as a processor of that level would. Its
+ * kernel is chosen when the library loads, from OPENBLAS_CORETYPE: so
+ * when that is unset and the kernel is not the one wanted, start again
+ * with it named. A person's own OPENBLAS_CORETYPE always wins. */
 static void use_processor_blas_kernels(char **argv) {
-  if (getenv("OPENBLAS_CORETYPE") || strcmp(em_blas_core(), "Prescott") != 0) return;
-  __builtin_cpu_init();
+  if (getenv("OPENBLAS_CORETYPE")) return;
+  em_cpu_isa have = em_cpu_isa_detected(), want = have;
+  const char *cap = getenv("EMBER_CPU_ISA");
+  em_cpu_isa capped;
+  if (cap && em_cpu_isa_parse(cap, &capped) && capped < have) want = capped;
   const char *core = NULL;
-  if (__builtin_cpu_supports("avx512f")) core = "SkylakeX";
-  else if (__builtin_cpu_supports("avx2")) core = "Haswell";
-  if (!core) return;
+  if (want < have) core = em_cpu_isa_blas_core(want);
+  else if (strcmp(em_blas_core(), "Prescott") == 0 && have >= EM_CPU_ISA_AVX2)
+    core = em_cpu_isa_blas_core(have);
+  if (!core || strcmp(core, em_blas_core()) == 0) return;
   setenv("OPENBLAS_CORETYPE", core, 1);
   execv("/proc/self/exe", argv);
   unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on as we are */
@@ -53,6 +60,7 @@ static const struct {
 int main(int argc, char **argv) {
   use_processor_blas_kernels(argv);
   em_log_set_handler(log_to_stderr, NULL);
+  em_cpu_isa_active(); /* a bad EMBER_CPU_ISA is warned of now, once */
   argc = app_plugins_load(argc, argv, true); /* --plugin-dir, --metric: global options */
   if (argc < 2) {
     fputs(cli_usage_text, stderr);

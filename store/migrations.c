@@ -205,6 +205,13 @@ static const em_migration migrations[] = {
      "  UNIQUE (run, key_id, first_step)\n"
      ");\n",
      metrics_to_chunks},
+
+    /* 5 */
+    {"the kernels a run ran on",
+     /* "cpu avx512 (processor avx512_bf16), BLAS Haswell"; NULL for runs
+      * recorded before */
+     "ALTER TABLE runs ADD COLUMN kernels TEXT;\n",
+     NULL},
 };
 
 /* Migration 4: the per-point rows of metrics, read in primary key order,

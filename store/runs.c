@@ -63,13 +63,14 @@ em_status em_store_run_create(em_store *s, const em_run_new *r, int64_t *run_id,
     st = EM_SQL_RUN(s, err,
                     "INSERT INTO runs (name, model, spec_json, spec_sha256, config_json, seed, "
                     "device, threads, status, started, host, pid, pid_start, engine_version, "
-                    "parent_run, dataset) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
-                    "tttttitndtiitzz", r->name ? r->name : "", r->model, spec, spec_sha,
+                    "parent_run, dataset, kernels) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "tttttitndtiitzzt", r->name ? r->name : "", r->model, spec, spec_sha,
                     r->config_json ? r->config_json : "{}", (int64_t)r->seed,
                     r->device ? r->device : "cpu", r->threads, em_store_now(), em_store_host(),
                     (int64_t)getpid(), em_process_start_time(getpid()),
-                    r->engine_version ? r->engine_version : "", r->parent_run, dataset_id);
+                    r->engine_version ? r->engine_version : "", r->parent_run, dataset_id,
+                    r->kernels);
   if (!st) {
     id = sqlite3_last_insert_rowid(s->db);
     if (!r->name || !r->name[0])
@@ -231,6 +232,7 @@ void em_run_clear(em_run *r) {
   g_free(r->dataset_name);
   g_free(r->dataset_path);
   g_free(r->dataset_sha256);
+  g_free(r->kernels);
   memset(r, 0, sizeof *r);
 }
 
@@ -245,7 +247,7 @@ em_status em_store_run_get(em_store *s, int64_t id, em_run *out, em_error *err) 
   em_status st = EM_SQL_PREPARE(s,
                                 "SELECT " RUN_COLUMNS
                                 ", r.spec_json, r.config_json, r.spec_sha256, "
-                                "d.name, d.path, d.sha256, d.size "
+                                "d.name, d.path, d.sha256, d.size, r.kernels "
                                 "FROM runs r LEFT JOIN datasets d ON d.id = r.dataset "
                                 "WHERE r.id = ?4",
                                 &q, err);
@@ -263,6 +265,7 @@ em_status em_store_run_get(em_store *s, int64_t id, em_run *out, em_error *err) 
     out->dataset_path = em_col_text(q, 24);
     out->dataset_sha256 = em_col_text(q, 25);
     out->dataset_size = sqlite3_column_int64(q, 26);
+    out->kernels = em_col_text(q, 27);
   }
   sqlite3_reset(q);
   if (!st && !row)

@@ -6,6 +6,7 @@
  * tile per work item, so every value is summed in the same order
  * whatever the thread count. */
 #include "amp-private.h"
+#include "em-cpu.h"
 #include "em-pool.h"
 
 #include <float.h>
@@ -29,17 +30,16 @@ static em_bf16_kernel best_kernel = EM_BF16_KERNEL_NONE;
 
 static void find_best(void) {
 #ifdef HAVE_BF16_KERNEL
-  /* libgcc fills the CPU model in a constructor, before main */
-  if (!(__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl")))
-    return;
+  /* the processor's AVX512-BF16 (and AMX) under EMBER_CPU_ISA's cap */
+  if (!em_cpu_has(EM_CPU_AVX512_BF16)) return;
   best_kernel = EM_BF16_KERNEL_AVX512;
   const char *cap = getenv("EMBER_BF16_KERNEL");
   if (cap && *cap && strcmp(cap, "none") && strcmp(cap, "avx512-bf16") && strcmp(cap, "amx-bf16"))
     em_log_msg(EM_LOG_WARNING, "EMBER_BF16_KERNEL is '%s': it takes amx-bf16, avx512-bf16 or "
                "none (a cap on the kernel); taking the best one here", cap);
   if (cap && strcmp(cap, "none") == 0) best_kernel = EM_BF16_KERNEL_NONE;
-  else if (!(cap && strcmp(cap, "avx512-bf16") == 0) && em_amx_enable_())
+  else if (!(cap && strcmp(cap, "avx512-bf16") == 0) && em_cpu_has(EM_CPU_AMX_BF16) &&
+           em_amx_enable_())
     best_kernel = EM_BF16_KERNEL_AMX;
 #endif
 }

@@ -47,6 +47,10 @@ typedef struct {
   const char *kernel;      /* the int8 GEMM kernel chosen: "avx512-vnni", "avx2", "scalar" */
 } em_quant_report;
 
+/* The int8 GEMM kernel em_model_quantize picks on this processor (under
+ * EMBER_CPU_ISA's cap): "avx512-vnni", "avx2" or "scalar". */
+const char *em_quant_kernel_best_name(void);
+
 /* "int8" -> EM_QUANT_INT8_DYNAMIC, "none"/"off" -> EM_QUANT_NONE; else an
  * error that lists the choices. */
 em_status em_quant_mode_parse(const char *text, em_quant_mode *out, em_error *err);

@@ -25,7 +25,7 @@
  *            channel) dw_small takes dot products instead, with no gy^T.
  * Other strides build an im2col matrix per image and group (and col2im
  * for dX) and use the same kernels. */
-#include "conv-private.h"
+#include "cpu-kernels.h"
 
 #include "em-pool.h"
 

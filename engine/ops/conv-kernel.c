@@ -9,7 +9,7 @@
  *
  * The plain reference of these tiles is the product itself; the conv
  * tests check the whole fast path against conv-ref.c. */
-#include "conv-private.h"
+#include "cpu-kernels.h"
 
 #if defined(__AVX__)
 #include <immintrin.h>

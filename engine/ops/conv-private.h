@@ -18,6 +18,12 @@
 
 #include "ops-private.h"
 
+/* ---- the variant files' own declarations ------------------------------------
+ * conv-kernel.c, conv-fast.c, conv-winograd.c and pool-fast.c are compiled
+ * once per instruction set (cpu-kernels.h, which they include first and
+ * which renames these per variant); the rest of the engine reaches them
+ * through em_cpu_kernels_get(). */
+#ifdef EM_ISA
 /* ---- micro-kernels (conv-kernel.c), f32 ----------------------------------- */
 /* Tile geometry by instruction set: EM_CONV_MR rows by EM_CONV_NR columns
  * (two vectors) of accumulators held in registers. */
@@ -62,6 +68,8 @@ int64_t em_conv_queue_take(em_conv_queue *q);
 void em_conv_queue_run(em_conv_queue *q, bool small, void (*fn)(void *ctx, int64_t, int64_t),
                        void *ctx);
 
+#endif /* EM_ISA */
+
 /* ---- the two implementations ----------------------------------------------- */
 /* Output geometry and per-group sizes, from x (N, C, H, W) and
  * w (K, C/G, kh, kw). */
@@ -76,8 +84,10 @@ void em_conv_geom_init(em_conv_geom *g, const em_tensor *x, const em_tensor *w,
  * any strides; the fast path wants x contiguous (w and b any strides). */
 void em_conv2d_ref_forward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                            const em_tensor *b, em_tensor *y);
+#ifdef EM_ISA
 void em_conv2d_fast_forward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                             const em_tensor *b, em_tensor *y);
+#endif
 /* Gradients from gy (N, K, OH, OW) contiguous. gx, gw, gb are contiguous
  * buffers of their input's shape or NULL when not wanted; *_fresh says
  * whether to overwrite (true) or accumulate. */
@@ -87,21 +97,25 @@ typedef struct {
 } em_conv_grads;
 void em_conv2d_ref_backward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                             const em_tensor *gy, const em_conv_grads *out);
+#ifdef EM_ISA
 void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                              const em_tensor *gy, const em_conv_grads *out);
+#endif
 
 /* Winograd F(2x2, 3x3) (conv-winograd.c): 3x3 kernels, stride 1,
  * dilation 1, padding <= 2, at least 8 channels in and out per group, on
- * AVX-512 builds; forward and dX (dW stays on the direct path, see
+ * AVX-512; forward and dX (dW stays on the direct path, see
  * conv-winograd.c). Same contracts as the fast path; gx is overwritten
  * when fresh, else accumulated. */
+#ifdef EM_ISA
 bool em_conv_winograd_ok(const em_conv_geom *g);
 void em_conv_winograd_forward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                               const em_tensor *b, em_tensor *y);
 void em_conv_winograd_backward_x(const em_conv_geom *g, const em_tensor *w,
                                  const em_tensor *gy, em_tensor *gx, bool fresh);
+#endif
 
-/* ---- 2-D pools (pool2d.c fast, pool-ref.c reference) -------------------------- */
+/* ---- 2-D pools (pool2d.c and pool-fast.c fast, pool-ref.c reference) -------------------------- */
 typedef struct {
   int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW;
   bool include_pad; /* avg: padded positions count in the divisor */

@@ -37,7 +37,7 @@
  * fmnist-cnn's conv2 weights were 2.3e-3 away from PyTorch's
  * (tests/parity, tolerance 1e-4), against 3e-6 with the direct dW, which
  * sums plain products and keeps those zeros exact. */
-#include "conv-private.h"
+#include "cpu-kernels.h"
 
 #include <stdint.h>
 

@@ -1,11 +1,12 @@
 /* conv2d.c: em_conv2d and its autograd node.
  *
- * f32 runs the fast path (conv-fast.c, which hands 3x3 stride-1
- * convolutions to conv-winograd.c), f64 the loop reference (conv-ref.c);
+ * f32 runs the fast path of the CPU kernel table (cpu-kernels.h:
+ * conv-fast.c, which hands 3x3 stride-1 convolutions to conv-winograd.c,
+ * in the processor's instruction set), f64 the loop reference (conv-ref.c);
  * em_conv2d_ref runs the reference for either, for tests.
  * Backward computes only the gradients that are wanted: the first layer
  * of a network, whose input needs no grad, never pays for dX. */
-#include "conv-private.h"
+#include "cpu-kernels.h"
 
 /* Multiply-adds of one direct convolution, times two: forward, dX and
  * dW each do this many (Winograd does fewer; the nominal count is what
@@ -28,7 +29,7 @@ static void conv2d_backward_with(em_node *n, bool ref) {
   em_conv_geom_init(&g, xs, w, &p);
   em_op_add_flops(((gr.gx != NULL) + (gr.gw != NULL)) * conv_flops(&g)); /* dX and dW GEMMs */
   if (ref) em_conv2d_ref_backward(&g, xs, w, n->out->grad, &gr);
-  else em_conv2d_fast_backward(&g, xs, w, n->out->grad, &gr);
+  else em_cpu_kernels_get()->conv2d_backward(&g, xs, w, n->out->grad, &gr);
 }
 
 static void conv2d_backward_fast(em_node *n) { conv2d_backward_with(n, false); }
@@ -55,7 +56,7 @@ static em_tensor *conv2d_run(em_tensor *x /* (N, C, H, W) */,
   int64_t shape[4] = {g.N, g.K, g.OH, g.OW};
   em_tensor *y = em_empty(x->dtype, 4, shape); /* (N, K, OH, OW) */
   if (ref) em_conv2d_ref_forward(&g, xs, w, b, y);
-  else em_conv2d_fast_forward(&g, xs, w, b, y);
+  else em_cpu_kernels_get()->conv2d_forward(&g, xs, w, b, y);
   em_tensor *ins[3] = {x, w, b};
   if (em_needs_grad(3, ins)) {
     em_node *nd = em_record("conv2d", ref ? conv2d_backward_ref : conv2d_backward_fast, y, 3, ins);

@@ -35,9 +35,11 @@
  * thread.
  *
  * The plain reference is the triple loop of tests/engine/ops-basic/
- * test-gemm-fast.c, and OpenBLAS (em_gemm's other path). Builds without
- * AVX-512 compile none of this and em_gemm_f32_fast reports false. */
-#include "ops-private.h"
+ * test-gemm-fast.c, and OpenBLAS (em_gemm's other path). This file is
+ * compiled once per instruction set (cpu-kernels.h); where a variant has
+ * no kernel here, em_gemm_f32_fast reports false and em_gemm stays on
+ * OpenBLAS. */
+#include "cpu-kernels.h"
 
 #include "em-pool.h"
 

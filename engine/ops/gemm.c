@@ -5,7 +5,7 @@
  * (em_gemm_amp), and the strides BLAS can take as they are
  * (em_blas_operand_of, em_blas_ready). Each product is one profiler span
  * ("gemm") carrying its FLOPs. */
-#include "ops-private.h"
+#include "cpu-kernels.h"
 
 #include "em-amp.h"
 #include "em-pool.h"
@@ -94,8 +94,8 @@ static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_
                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                      double beta, const void *bias, bool relu, void *c, int64_t ldc) {
   if (dt == EM_DTYPE_F32 && k > 0 &&
-      em_gemm_f32_fast(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, bias, relu,
-                       c, ldc))
+      em_cpu_kernels_get()->gemm_f32(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta,
+                                     bias, relu, c, ldc))
     return;
   gemm_blas(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, bias, c, ldc);
   if (relu) relu_rows(dt, c, m, n, ldc);

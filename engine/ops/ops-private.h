@@ -210,17 +210,8 @@ static inline float em_logf(float x) {
   return r * (normal ? 1.f : 0.f) + (normal ? 0.f : special);
 }
 
-/* ---- gemm-fast.c: the f32 GEMM behind em_gemm on AVX-512 builds ---- */
-/* C (m, n, ldc) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, row-major,
- * or + bias (n values added to every row; beta is then ignored), then
- * max(C, 0) when relu (as em_gemm_bias), split
- * over the pool in a fixed way (same numbers for any thread count).
- * Needs an open scope (packing scratch). Returns false, touching nothing,
- * when it does not handle the call (no AVX-512, no scope, a size < 1, or
- * a product of over 2^26 multiply-adds); em_gemm then uses OpenBLAS. */
-bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      const float *bias, bool relu, float *c, int64_t ldc);
+/* gemm-fast.c, the f32 GEMM behind em_gemm, is in the CPU kernel table
+ * (cpu-kernels.h). */
 
 /* Max and sum of x[0, n) (n >= 1) in float, with 16 lanes so that they
  * vectorise once n >= 64 (the row kernels of softmax and cross-entropy). */

@@ -1,6 +1,7 @@
 /* quant-gemm-x86.c: the uint8 x int8 -> int32 GEMM on AVX512-VNNI and on
  * AVX2, compiled with target attributes (the build need not use
- * -march=native) and chosen at run time with __builtin_cpu_supports.
+ * -march=native) and chosen at run time from the processor's instruction
+ * sets under EMBER_CPU_ISA's cap (em-cpu.h).
  *
  * Both cut C into tiles of rows by panels of columns (VNNI: 8 x 32 while
  * 8 rows remain, else 4 x 64; AVX2: 4 x 16) and keep the tile's
@@ -24,6 +25,8 @@
  * kernel returns the reference's int32 values bit for bit. */
 #include "quant-private.h"
 
+#include "em-cpu.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #include <string.h>
@@ -38,11 +41,7 @@
 #define V_MR 4  /* rows per tile */
 #define V_NP 4  /* panels per tile: 4 x 4 = 16 zmm accumulators */
 
-static bool vnni_supported(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vnni");
-}
+static bool vnni_supported(void) { return em_cpu_has(EM_CPU_AVX512_VNNI); }
 
 static size_t vnni_packed_size(int64_t K, int64_t Dp) {
   return (size_t)((K + V_NB - 1) / V_NB) * V_NB * (size_t)Dp;
@@ -255,10 +254,7 @@ const em_qgemm_kernel em_qgemm_vnni = {
 #define A_MR 4
 #define A_NP 2 /* 4 x 2 = 8 ymm accumulators */
 
-static bool avx2_supported(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2");
-}
+static bool avx2_supported(void) { return em_cpu_isa_active() >= EM_CPU_ISA_AVX2; }
 
 static size_t avx2_packed_size(int64_t K, int64_t Dp) {
   return (size_t)((K + A_NB - 1) / A_NB) * A_NB * (size_t)Dp * sizeof(int16_t);

@@ -7,10 +7,10 @@
 
 #include <float.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #include "em-ops.h"
+#include "em-cpu.h"
 #include "em-pool.h"
 
 #define ROW_BLOCK 32 /* rows a task quantises and multiplies */
@@ -131,14 +131,7 @@ static __attribute__((target("avx512f,avx512bw"))) void rows_avx512(const float 
 void em_quant_rows(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
                    int32_t *zp) {
 #if defined(__x86_64__) || defined(__i386__)
-  static _Atomic int have_avx512 = -1; /* every thread finds the same */
-  int have = atomic_load_explicit(&have_avx512, memory_order_relaxed);
-  if (have < 0) {
-    __builtin_cpu_init();
-    have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-    atomic_store_explicit(&have_avx512, have, memory_order_relaxed);
-  }
-  if (have) {
+  if (em_cpu_isa_active() >= EM_CPU_ISA_AVX512) {
     rows_avx512(x, M, D, Dp, a, sx, zp);
     return;
   }

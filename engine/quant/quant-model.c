@@ -100,6 +100,8 @@ em_quant_mode em_model_quant_mode(const em_model *m) {
   return p ? p->mode : EM_QUANT_NONE;
 }
 
+const char *em_quant_kernel_best_name(void) { return em_qgemm_kernel_best()->name; }
+
 /* EMBER_QUANT_KERNEL=NAME picks a kernel (benchmarks, tests); else the
  * best this CPU runs. */
 static const em_qgemm_kernel *pick_kernel(em_error *err) {

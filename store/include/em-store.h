@@ -105,6 +105,8 @@ typedef struct {
   const char *engine_version;
   int64_t parent_run;         /* the run this resumes; 0: none */
   const em_dataset_identity *dataset; /* NULL: none recorded */
+  const char *kernels;        /* the kernels it runs on ("cpu avx512 (processor
+                               * avx512_bf16), BLAS Haswell"); NULL: unknown */
 } em_run_new;
 
 /* Creates a run with status "running", started now, host and pid of this
@@ -131,6 +133,7 @@ typedef struct {
   char *spec_json, *config_json, *spec_sha256;
   char *dataset_name, *dataset_path, *dataset_sha256; /* NULL when none */
   int64_t dataset_size;
+  char *kernels; /* NULL: not recorded (runs from before schema 5) */
 } em_run;
 
 typedef struct {

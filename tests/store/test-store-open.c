@@ -319,8 +319,12 @@ static void test_migrate_from(gconstpointer data) {
   char *db = g_build_filename(dir, "registry.db", NULL);
   char *ckpt_sha = NULL;
   em_error err = {0};
-  g_assert_cmpint(em_store_create_at_version(db, v, &err), ==, EM_OK);
-  seed_at_version(dir, v, &ckpt_sha);
+  /* A registry of v4 or later keeps its metric points in chunks, which
+   * raw SQL cannot write: its data is seeded as v3 wrote it and migrated
+   * through v4 (the chunks) to the rest. */
+  int seed_v = v >= 4 ? 3 : v;
+  g_assert_cmpint(em_store_create_at_version(db, seed_v, &err), ==, EM_OK);
+  seed_at_version(dir, seed_v, &ckpt_sha);
 
   em_store *s = em_store_open(dir, false, &err);
   if (!s) g_error("open after seeding v%d: %s", v, err.msg);
@@ -340,6 +344,7 @@ static void test_migrate_from(gconstpointer data) {
   g_assert_cmpfloat_with_epsilon(r.final_train_loss, 0.01, 1e-12);
   g_assert_cmpint(r.steps, ==, 100);
   g_assert_null(r.dataset_name);
+  g_assert_null(r.kernels); /* v5: not known for runs recorded before */
   em_run_clear(&r);
   g_assert_cmpint(em_store_run_get(s, 2, &r, &err), ==, EM_OK);
   g_assert_cmpint(r.status, ==, EM_RUN_FAILED);

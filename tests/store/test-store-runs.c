@@ -32,7 +32,9 @@ static int64_t run_with_dataset(em_store *s, const char *name, const char *const
   em_dataset_identity d = {.name = "toy", .path = dir, .n_files = n, .files = files};
   em_run_new r = {.name = name, .model = "mlp", .spec_json = "{\"name\": \"mlp\"}",
                   .config_json = "{\"epochs\": 1}", .seed = UINT64_MAX - 1, .device = "cpu",
-                  .threads = 3, .engine_version = "0.1.0", .dataset = &d};
+                  .threads = 3, .engine_version = "0.1.0", .dataset = &d,
+                  .kernels = "avx2 kernels (processor avx512_bf16, capped by EMBER_CPU_ISA=avx2), "
+                             "OpenBLAS Haswell"};
   em_error err = {0};
   int64_t id = 0;
   if (em_store_run_create(s, &r, &id, &err)) g_error("%s", err.msg);
@@ -85,6 +87,8 @@ static void test_create_get(fixture *f, gconstpointer data) {
   g_assert_cmpint(r.status, ==, EM_RUN_RUNNING);
   g_assert_cmpuint(r.seed, ==, UINT64_MAX - 1);
   g_assert_cmpint(r.threads, ==, 3);
+  g_assert_cmpstr(r.kernels, ==, "avx2 kernels (processor avx512_bf16, capped by EMBER_CPU_ISA=avx2), "
+                                 "OpenBLAS Haswell");
   g_assert_cmpint(r.pid, ==, getpid());
   g_assert_cmpfloat(r.ended, ==, 0);
   g_assert_cmpfloat(fabs(r.started - g_get_real_time() / 1e6), <, 60);

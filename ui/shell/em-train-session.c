@@ -1,4 +1,5 @@
 /* em-train-session.c: the training worker (see the header). */
+#include "em-cpu.h"
 #include "em-train-session.h"
 
 #include <errno.h>
@@ -179,8 +180,9 @@ static int64_t create_run(em_train_session *s, em_train_config *cfg, const em_sp
     idp = &ident;
   }
   char *config_json = em_train_config_to_json(cfg);
-  char device[16];
+  char device[16], kernels[256];
   em_device_str(cfg->device, device, sizeof device);
+  em_cpu_kernels_describe(kernels, sizeof kernels);
   em_run_new rn = {
       .model = s->model ? s->model : em_spec_name(spec),
       .spec_json = s->spec_json,
@@ -190,6 +192,7 @@ static int64_t create_run(em_train_session *s, em_train_config *cfg, const em_sp
       .threads = cfg->threads,
       .engine_version = "workbench",
       .dataset = idp,
+      .kernels = kernels,
   };
   int64_t run = 0;
   em_status rc = em_store_run_create(st, &rn, &run, err);

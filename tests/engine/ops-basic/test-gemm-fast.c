@@ -1,15 +1,16 @@
-/* test-gemm-fast.c: em_gemm's f32 path (gemm-fast.c on AVX-512 builds,
- * OpenBLAS elsewhere) against a plain triple loop in double: every
- * transpose combination, padded leading dimensions, alpha, beta 0 over
- * NaN garbage and beta 1, sizes off the tile grid, the Linear layers'
- * shapes, 1 and 2 threads (which must agree bit for bit). */
+/* test-gemm-fast.c: em_gemm's f32 path (gemm-fast.c in each instruction
+ * set this processor runs, OpenBLAS where a variant has no kernel)
+ * against a plain triple loop in double: every transpose combination,
+ * padded leading dimensions, alpha, beta 0 over NaN garbage and beta 1,
+ * sizes off the tile grid, the Linear layers' shapes, 1 and 2 threads
+ * (which must agree bit for bit on Ember's own kernels). */
 #include <glib.h>
 #include <math.h>
 #include <string.h>
 
 #include "gradcheck.h"
 #include "em-pool.h"
-#include "ops-private.h"
+#include "cpu-kernels.h"
 
 typedef struct {
   int64_t m, n, k;
@@ -44,7 +45,32 @@ static void gemm_ref(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double a
     }
 }
 
-/* One case with 1 and 2 threads; aborts with a message on a mismatch. */
+/* The distinct kernel tables this processor runs, lowest level first. */
+static int variants(const em_cpu_kernels **out) {
+  int n = 0;
+  for (int isa = EM_CPU_ISA_GENERIC; isa < EM_CPU_ISA_COUNT; isa++) {
+    const em_cpu_kernels *k = em_cpu_kernels_for((em_cpu_isa)isa);
+    if (k && (n == 0 || out[n - 1] != k)) out[n++] = k;
+  }
+  return n;
+}
+
+/* C by variant k's kernel, or by em_gemm (OpenBLAS) when it declines;
+ * returns whether k took it. */
+static bool run_gemm(const em_cpu_kernels *k, bool ta, bool tb, int64_t m, int64_t n, int64_t kd,
+                     double alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                     double beta, float *c, int64_t ldc) {
+  if (k->gemm_f32(ta, tb, m, n, kd, (float)alpha, a, lda, b, ldb, (float)beta, NULL, false, c, ldc))
+    return true;
+  em_gemm(EM_DTYPE_F32, ta, tb, m, n, kd, alpha, a, lda, b, ldb, beta, c, ldc);
+  return false;
+}
+
+/* One case on every variant with 1 and 2 threads; aborts with a message
+ * on a mismatch. The bound: each product x*y and each partial sum of k
+ * terms rounds by at most 2^-24 relative, so the error is at most about
+ * (k + 2) * 2^-24 * sum |terms| (alpha and beta C add their own
+ * rounding), whatever the order the kernel sums in. */
 static void check_case(dims d, bool ta, bool tb, int pad, double alpha, double beta) {
   int64_t m = d.m, n = d.n, k = d.k;
   int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
@@ -57,33 +83,36 @@ static void check_case(dims d, bool ta, bool tb, int pad, double alpha, double b
   for (size_t i = 0; i < nb; i++) b[i] = next_f();
   for (size_t i = 0; i < nc; i++) c0[i] = beta == 0 ? NAN : next_f();
   gemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc, ref, mag);
-  for (int t = 0; t < 2; t++) {
-    em_set_num_threads(t + 1);
-    memcpy(c[t], c0, sizeof(float) * nc);
-    em_scope *s = em_scope_begin();
-    em_gemm(EM_DTYPE_F32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c[t], ldc);
-    em_scope_end(s);
-    for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < ldc; j++) {
-        float got = c[t][i * ldc + j];
-        if (j >= n) { /* padding stays as it was */
-          if (memcmp(&got, &c0[i * ldc + j], sizeof got) != 0)
-            g_error("%ldx%ldx%ld ta=%d tb=%d: padding (%ld,%ld) written", (long)m, (long)n,
-                    (long)k, ta, tb, (long)i, (long)j);
-          continue;
+  const em_cpu_kernels *ks[EM_CPU_ISA_COUNT];
+  int nk = variants(ks);
+  for (int v = 0; v < nk; v++) {
+    bool fast = false;
+    for (int t = 0; t < 2; t++) {
+      em_set_num_threads(t + 1);
+      memcpy(c[t], c0, sizeof(float) * nc);
+      em_scope *s = em_scope_begin();
+      fast = run_gemm(ks[v], ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c[t], ldc);
+      em_scope_end(s);
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < ldc; j++) {
+          float got = c[t][i * ldc + j];
+          if (j >= n) { /* padding stays as it was */
+            if (memcmp(&got, &c0[i * ldc + j], sizeof got) != 0)
+              g_error("%s %ldx%ldx%ld ta=%d tb=%d: padding (%ld,%ld) written", ks[v]->name,
+                      (long)m, (long)n, (long)k, ta, tb, (long)i, (long)j);
+            continue;
+          }
+          double want = ref[i * n + j];
+          double tol = (double)(k + 2) * 1.2e-7 * mag[i * n + j] + 1e-30;
+          if (!(fabs(got - want) <= tol))
+            g_error("%s %ldx%ldx%ld ta=%d tb=%d pad=%d alpha=%g beta=%g threads=%d: C(%ld,%ld) = "
+                    "%.9g, want %.9g", ks[v]->name, (long)m, (long)n, (long)k, ta, tb, pad, alpha,
+                    beta, t + 1, (long)i, (long)j, got, want);
         }
-        double want = ref[i * n + j];
-        double tol = (double)(k + 2) * 1.2e-7 * mag[i * n + j] + 1e-30;
-        if (!(fabs(got - want) <= tol))
-          g_error("%ldx%ldx%ld ta=%d tb=%d pad=%d alpha=%g beta=%g threads=%d: C(%ld,%ld) = %.9g, "
-                  "want %.9g", (long)m, (long)n, (long)k, ta, tb, pad, alpha, beta, t + 1, (long)i,
-                  (long)j, got, want);
-      }
+    }
+    /* Ember's kernels give the same numbers for 1 and 2 threads (OpenBLAS may not) */
+    if (fast) g_assert_true(memcmp(c[0], c[1], sizeof(float) * nc) == 0);
   }
-#if defined(__AVX512F__) && !defined(EM_GEMM_FAST_OFF)
-  /* gemm-fast.c gives the same numbers for 1 and 2 threads (OpenBLAS may not) */
-  g_assert_true(memcmp(c[0], c[1], sizeof(float) * nc) == 0);
-#endif
   g_free(a);
   g_free(b);
   g_free(c0);
@@ -190,19 +219,28 @@ static void check_bias(bool relu) {
 static void test_bias(void) { check_bias(false); }
 static void test_bias_relu(void) { check_bias(true); }
 
+/* Each variant's fast kernel takes small products inside a scope and
+ * declines without one and for big products (left to OpenBLAS); a
+ * variant with no kernel (generic) declines everything. */
 static void test_dispatch(void) {
   float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4];
-  g_assert_false(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
-  em_scope *s = em_scope_begin();
-#if defined(__AVX512F__) && !defined(EM_GEMM_FAST_OFF)
-  g_assert_true(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
-  for (int i = 0; i < 4; i++) g_assert_cmpfloat(c[i], ==, a[i]);
-  g_assert_false(
-      em_gemm_f32_fast(false, false, 1024, 1024, 1024, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
-#else
-  g_assert_false(em_gemm_f32_fast(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
-#endif
-  em_scope_end(s);
+  const em_cpu_kernels *ks[EM_CPU_ISA_COUNT];
+  int nk = variants(ks);
+  g_assert_cmpint(nk, >=, 1);
+  g_assert_cmpstr(ks[0]->name, ==, "generic");
+  g_assert_true(em_cpu_kernels_get() == em_cpu_kernels_for(em_cpu_isa_active()));
+  for (int v = 0; v < nk; v++) {
+    const em_cpu_kernels *k = ks[v];
+    bool has_kernel = strcmp(k->name, "avx512") == 0;
+    g_assert_false(k->gemm_f32(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
+    em_scope *s = em_scope_begin();
+    g_assert_true(k->gemm_f32(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2) ==
+                  has_kernel);
+    for (int i = 0; has_kernel && i < 4; i++) g_assert_cmpfloat(c[i], ==, a[i]);
+    g_assert_false(
+        k->gemm_f32(false, false, 1024, 1024, 1024, 1.f, a, 2, b, 2, 0.f, NULL, false, c, 2));
+    em_scope_end(s);
+  }
 }
 
 int main(int argc, char **argv) {
