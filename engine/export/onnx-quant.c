@@ -8,7 +8,8 @@
  *                                             with a NaN or an infinity
  *   zp = Clip(Round(Neg(lo) / sx), 0, 255)
  *   qa = Cast<uint8>(Clip(Round(x * (1 / sx)) + zp, 0, 255))
- *   acc = MatMulInteger(qa, Wq^T) - Cast<int32>(zp) * wsum   int32
+ *   acc = MatMulInteger(qa, Wq^T + 128, b_zero_point 128)
+ *         - Cast<int32>(zp) * wsum                       int32
  *   y = Cast<float>(acc) * (sx * w_scale) + bias
  *
  * The activations are quantised with float operators rather than
@@ -17,7 +18,17 @@
  * QuantizeLinear takes one axis (an (N, L, D) input has two of rows), and
  * runtimes (onnxruntime among them) accept only a scalar a_zero_point,
  * while a per-row one is what keeps a sample's answer independent of its
- * batch. Round is ties-to-even like rintf, so the numbers are the same. */
+ * batch. Round is ties-to-even like rintf, so the numbers are the same.
+ *
+ * The weights go out as uint8 (wq + 128) with a weight zero point of 128
+ * (U8U8), not as int8 (U8S8), though MatMulInteger's integers are the same
+ * either way: on x86 processors with AVX2 but no VNNI (AMD Zen 1-3, Intel
+ * before Ice Lake) onnxruntime's U8S8 kernel multiplies with vpmaddubsw,
+ * whose pair of u8 * s8 products saturates at 32767 (2 * 255 * 127 is
+ * more), so it returned wrong sums: on a Zen 3 every row of fmnist-cnn's
+ * int8 outputs differed from the engine's, by up to 0.03. Its U8U8 kernel
+ * widens to int16 first and is exact (as the engine's AVX2 kernel, for
+ * the same reason: quant-gemm-x86.c). */
 #include "export-private.h"
 
 #include <float.h>
@@ -39,9 +50,12 @@ em_status em_onnx_quant_linear(em_onnx_builder *b, const char *name, const char 
                                const char *out, const em_quant_layer *L, const char *weight_name,
                                const char *bias_name, em_error *err) {
   const int64_t K = L->K, D = L->D;
-  /* Initializers: Wq^T (D, K) int8, w_scale (K), wsum (K) int32, bias (K). */
-  int8_t *wt = em_onnx_alloc(b, (size_t)(K * D));
-  char *n_w = em_onnx_printf(b, "%s_int8", weight_name);
+  /* Initializers: Wq^T + 128 (D, K) uint8 and its zero point 128, w_scale
+   * (K), wsum (K) int32, bias (K). */
+  uint8_t *wt = em_onnx_alloc(b, (size_t)(K * D));
+  const uint8_t w_zero = 128;
+  char *n_w = em_onnx_printf(b, "%s_uint8", weight_name);
+  char *n_wz = em_onnx_printf(b, "%s_zero_point", weight_name);
   char *n_ws = em_onnx_printf(b, "%s_scale", weight_name);
   char *n_sum = em_onnx_printf(b, "%s_colsum", weight_name);
   char *c0 = em_onnx_printf(b, "%s/zero", name), *c255 = em_onnx_printf(b, "%s/qmax", name);
@@ -50,9 +64,10 @@ em_status em_onnx_quant_linear(em_onnx_builder *b, const char *name, const char 
   char *caxes = em_onnx_printf(b, "%s/last_axis", name);
   if (b->failed) goto nomem;
   for (int64_t k = 0; k < K; k++)
-    for (int64_t d = 0; d < D; d++) wt[d * K + k] = L->wq[k * D + d];
+    for (int64_t d = 0; d < D; d++) wt[d * K + k] = (uint8_t)(L->wq[k * D + d] + w_zero);
   int64_t wdims[2] = {D, K};
-  em_onnx_init_raw(b, n_w, ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 2, wdims, wt, 1);
+  em_onnx_init_raw(b, n_w, ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 2, wdims, wt, 1);
+  em_onnx_init_raw(b, n_wz, ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 0, NULL, &w_zero, 1);
   em_onnx_init_raw(b, n_ws, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &K, L->w_scale, 4);
   em_onnx_init_raw(b, n_sum, ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 1, &K, L->w_sum, 4);
   if (L->bias) em_onnx_init_raw(b, bias_name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &K, L->bias, 4);
@@ -102,7 +117,7 @@ em_status em_onnx_quant_linear(em_onnx_builder *b, const char *name, const char 
   if (!qa) goto nomem;
   em_onnx_attr_int(b, g->node[g->n_node - 1], "to", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8);
   /* the integer product, less zp * column sums */
-  const char *acc = OP("MatMulInteger", "MatMulInteger", NULL, qa, n_w);
+  const char *acc = OP("MatMulInteger", "MatMulInteger", NULL, qa, n_w, "", n_wz);
   const char *zpi = acc ? OP("Cast", "zp_int32", NULL, zp) : NULL;
   if (!zpi) goto nomem;
   em_onnx_attr_int(b, g->node[g->n_node - 1], "to", ONNX__TENSOR_PROTO__DATA_TYPE__INT32);

@@ -93,11 +93,45 @@ class Predict(unittest.TestCase):
         logits = h @ t["fc3.weight"].T + t["fc3.bias"]
         return torch.softmax(logits.double(), dim=1).numpy()
 
+    def reorder_tol(self, images):
+        """Per image, how far two f32 evaluations of the MLP that sum in
+        different orders may put a probability apart: the product's rows do
+        not depend on the batch in the AVX-512 GEMM, but OpenBLAS (AVX2)
+        blocks and vectorises a product by its shape, so a sample's logits
+        change with the batch it is in. A K-term f32 dot product in any
+        order is within K u (|w| . |x| + |b|) of the exact one (u = 2^-24);
+        an error in a layer's outputs reaches the logits through the later
+        layers at most through |W| of the units the ReLUs pass. Two
+        evaluations: twice that, Delta, on the logits; a softmax
+        probability moves by at most Delta / 2 (its derivative along any
+        path is p (dz_i - sum p_j dz_j), at most 2 p (1 - p) Delta), and
+        the JSON's 9 digits add 1e-9. This worst case is far above what
+        reordering does in practice; the checks at equal batches are exact."""
+        t = {k: v.double() for k, v in model_tensors(self.weights).items()}
+        x = torch.from_numpy(images.reshape(len(images), -1).astype(np.float64) / 255.0)
+        layers = [(t["fc%d.weight" % i], t["fc%d.bias" % i]) for i in (1, 2, 3)]
+        xs, masks = [x], []
+        for i, (w, b) in enumerate(layers):
+            y = xs[-1] @ w.T + b
+            if i < 2:
+                masks.append((y > 0).double())
+                y = torch.relu(y)
+            xs.append(y)
+        u, delta = 2.0 ** -24, torch.zeros(len(images), layers[-1][0].shape[0], dtype=torch.float64)
+        for i, (w, b) in enumerate(layers):
+            e = w.shape[1] * u * (xs[i].abs() @ w.abs().T + b.abs())  # this layer's rounding
+            for j in range(i + 1, len(layers)):
+                e = (e * masks[j - 1]) @ layers[j][0].abs().T
+            delta += e
+        return (delta.max(dim=1).values + 1e-9).tolist()  # Delta / 2 = one evaluation's bound
+
     def assertSameRows(self, a, b, tol=0.0):
+        """tol: one bound, or one per row."""
         self.assertEqual(len(a), len(b))
-        for ra, rb in zip(a, b):
+        tols = tol if isinstance(tol, list) else [tol] * len(a)
+        for ra, rb, t in zip(a, b, tols):
             self.assertEqual(ra["top_k"][0], rb["top_k"][0], (ra, rb))
-            np.testing.assert_allclose(ra["probs"], rb["probs"], rtol=0, atol=tol)
+            np.testing.assert_allclose(ra["probs"], rb["probs"], rtol=0, atol=t)
 
     # ---- IDX -------------------------------------------------------------------
     def test_idx_with_labels_reproduces_eval(self):
@@ -123,9 +157,9 @@ class Predict(unittest.TestCase):
             self.assertEqual(r["label"], int(self.labels[i]))
         correct = sum(r["top_k"][0] == r["label"] for r in rows)
         self.assertEqual(correct, summary["correct"])
-        # The batch size changes nothing.
+        # The batch size changes nothing but the GEMM's summation order.
         rows7, _ = self.predict(TEST_IMAGES, "--limit", "50", "--batch", "7", "--top-k", "3")
-        self.assertSameRows(rows7, rows[:50], tol=1e-6)
+        self.assertSameRows(rows7, rows[:50], tol=self.reorder_tol(self.images[:50]))
 
     def test_probabilities_match_pytorch(self):
         n = 1000
@@ -190,15 +224,32 @@ class Predict(unittest.TestCase):
             self.assertEqual(cv2.imread(c, cv2.IMREAD_UNCHANGED).shape, (28, 28, 3))
             grey.append(g)
             rgb.append(c)
-        idx_rows, _ = self.predict(TEST_IMAGES, "--limit", "2000", "--top-k", "10")
+        # A PNG decodes to the IDX path's floats bit for bit (png.c: v / 255
+        # in double, rounded once, is the correctly rounded (float)v / 255.f),
+        # so at the same batch (1: the same product shape, whichever GEMM)
+        # the answers are identical.
+        idx_rows, _ = self.predict(TEST_IMAGES, "--limit", "2000", "--top-k", "10", "--batch", "1")
         want = [idx_rows[i] for i in picks]
-        # One argument each, batched across files (batch 8: three batches).
+        rows, _ = self.predict(*grey, "--top-k", "10", "--batch", "1")
+        self.assertSameRows(rows, want, tol=0.0)
+        rows, _ = self.predict(*rgb, "--top-k", "10", "--batch", "1")
+        self.assertSameRows(rows, want, tol=0.0)
+        # One argument each, batched across files (batch 8: three batches),
+        # against an IDX file of the same images in the same batches: the
+        # same products, so identical answers.
+        picked = self.path("picked-idx3-ubyte.gz")
+        with gzip.open(picked, "wb") as f:
+            f.write(struct.pack(">IIII", 0x803, len(picks), 28, 28) + self.images[picks].tobytes())
+        want8, _ = self.predict(picked, "--top-k", "10", "--batch", "8")
         rows, summary = self.predict(*grey, "--top-k", "10", "--batch", "8")
         self.assertEqual(summary["count"], len(picks))
         self.assertEqual([r["source"] for r in rows], grey)
-        self.assertSameRows(rows, want, tol=1e-7)
-        rows, _ = self.predict(*rgb, "--top-k", "10")
-        self.assertSameRows(rows, want, tol=1e-7)
+        self.assertSameRows(rows, want8, tol=0.0)
+        rows, _ = self.predict(*rgb, "--top-k", "10", "--batch", "8")
+        self.assertSameRows(rows, want8, tol=0.0)
+        # ... and the IDX path's rows of the whole set, up to the summation
+        # order a batch's shape brings
+        self.assertSameRows(rows, want, tol=self.reorder_tol(self.images[picks]))
         # Mixed with an IDX file in one call: sources keep argument order.
         rows, summary = self.predict(grey[0], TEST_IMAGES, rgb[1], "--limit", "3")
         self.assertEqual([r["source"] for r in rows], [grey[0], TEST_IMAGES + ":0",

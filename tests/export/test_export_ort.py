@@ -22,6 +22,12 @@ quantised model):
   least 1), which stay within 1e-2; and the same top-1 class as the engine
   for every image whose engine top-2 margin is wider than 1e-2 (all 256
   agree in practice).
+The weights go out as uint8 + 128 with a zero point of 128 (U8U8): on an
+x86 processor with AVX2 and no VNNI (AMD Zen 3) onnxruntime's U8S8 kernel
+(vpmaddubsw) saturates a pair of products at 32767 and its sums are wrong
+(every fmnist-cnn row off, by up to 0.029); this test caught it there, and
+asserts the U8U8 form. Run node under `qemu-x86_64 -cpu Haswell` to check
+that path on an AVX-512 machine.
 ONNX Runtime comes from npm into .ci/node (.ci/install-deps); without it
 (or without node) the test skips (exit 77) and says why.
 
@@ -134,6 +140,10 @@ def check_model(spec, node, env, tmp):
     assert "(int8)" in p.stdout, p.stdout
     ops = {n.op_type for n in onnx.load(qpath).graph.node}
     assert "MatMulInteger" in ops, "%s: the int8 export has no MatMulInteger: %s" % (name, ops)
+    for n in onnx.load(qpath).graph.node:  # U8U8, never U8S8 (see above)
+        if n.op_type == "MatMulInteger":
+            assert len(n.input) == 4 and n.input[3], "%s: MatMulInteger %s has no weight zero " \
+                "point: U8S8 saturates in onnxruntime on AVX2" % (name, n.name)
 
     x = images(json.load(open(spec))["input"]["shape"])
     ref = engine_outputs(spec, w, x, tmp)

@@ -232,8 +232,18 @@ static void check_estimate(const char *model, int batch) {
   double ratio = (double)e.mem.total_bytes / (double)ms.peak_allocated_bytes;
   g_test_message("%s batch %d: estimate %.1f MiB, measured peak %.1f MiB (ratio %.2f)", model,
                  batch, e.mem.total_bytes / 1048576.0, ms.peak_allocated_bytes / 1048576.0, ratio);
-  g_assert_cmpfloat(ratio, >, 0.75);
-  g_assert_cmpfloat(ratio, <, 1.5);
+  /* The estimate (engine/train/memory-estimate.c) is the pre-flight's
+   * refusal threshold, so it must never be under the peak: ratio >= 1.
+   * Above: it counts every node's output and its gradient as alive at once
+   * (2 x activations), while the forward's saved outputs alone are alive
+   * when the backward starts (autograd keeps them), so the peak is at least
+   * fixed + activations and the ratio under (fixed + 2a) / (fixed + a) < 2.
+   * Scratch a GEMM takes only raises the peak: the AVX-512 GEMM packs its
+   * panels into the step's scope (ratio 1.29 cnn, 1.34 mlp), OpenBLAS
+   * (AVX2, no AVX-512 in the build) packs outside the allocator (1.36 and
+   * 1.60), and both hold. */
+  g_assert_cmpfloat(ratio, >=, 1.0);
+  g_assert_cmpfloat(ratio, <, 2.0);
   g_unlink(trace);
   g_free(trace);
   em_spec_free(spec);
