@@ -1020,9 +1020,11 @@ int cli_cmd_train(int argc, char **argv) {
     em_bf16_kernel k = em_bf16_kernel_best();
     const char *cap = getenv("EMBER_BF16_KERNEL");
     fprintf(stderr, "amp bf16: %s\n",
-            k != EM_BF16_KERNEL_NONE    ? em_bf16_kernel_name(k)
-            : cap && !strcmp(cap, "none") ? "EMBER_BF16_KERNEL=none: running f32"
-                                          : "this CPU has no AVX512-BF16 or AMX: running f32");
+            k == EM_BF16_KERNEL_EMULATED
+                ? "emulated (this CPU has no AVX512-BF16 or AMX: operands rounded to bf16, "
+                  "multiplied in f32)"
+            : k != EM_BF16_KERNEL_NONE ? em_bf16_kernel_name(k)
+                                       : "EMBER_BF16_KERNEL=none: running f32");
   }
 
   em_train_diagnostics diag;

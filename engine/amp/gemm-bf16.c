@@ -9,6 +9,7 @@
 #include "em-cpu.h"
 #include "em-pool.h"
 
+#include <cblas.h>
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -22,24 +23,30 @@ const char *em_bf16_kernel_name(em_bf16_kernel k) {
   case EM_BF16_KERNEL_AMX: return "amx-bf16";
   case EM_BF16_KERNEL_AVX512: return "avx512-bf16";
   case EM_BF16_KERNEL_SCALAR: return "scalar";
+  case EM_BF16_KERNEL_EMULATED: return "emulated";
   default: return "none";
   }
 }
 
-static em_bf16_kernel best_kernel = EM_BF16_KERNEL_NONE;
+static em_bf16_kernel best_kernel = EM_BF16_KERNEL_EMULATED;
 
 static void find_best(void) {
+  const char *cap = getenv("EMBER_BF16_KERNEL");
+  if (cap && *cap && strcmp(cap, "none") && strcmp(cap, "emulated") &&
+      strcmp(cap, "avx512-bf16") && strcmp(cap, "amx-bf16"))
+    em_log_msg(EM_LOG_WARNING, "EMBER_BF16_KERNEL is '%s': it takes amx-bf16, avx512-bf16, "
+               "emulated or none (a cap on the kernel); taking the best one here", cap);
+  if (cap && strcmp(cap, "none") == 0) {
+    best_kernel = EM_BF16_KERNEL_NONE;
+    return;
+  }
+  if (cap && strcmp(cap, "emulated") == 0) return;
 #ifdef HAVE_BF16_KERNEL
   /* the processor's AVX512-BF16 (and AMX) under EMBER_CPU_ISA's cap */
   if (!em_cpu_has(EM_CPU_AVX512_BF16)) return;
   best_kernel = EM_BF16_KERNEL_AVX512;
-  const char *cap = getenv("EMBER_BF16_KERNEL");
-  if (cap && *cap && strcmp(cap, "none") && strcmp(cap, "avx512-bf16") && strcmp(cap, "amx-bf16"))
-    em_log_msg(EM_LOG_WARNING, "EMBER_BF16_KERNEL is '%s': it takes amx-bf16, avx512-bf16 or "
-               "none (a cap on the kernel); taking the best one here", cap);
-  if (cap && strcmp(cap, "none") == 0) best_kernel = EM_BF16_KERNEL_NONE;
-  else if (!(cap && strcmp(cap, "avx512-bf16") == 0) && em_cpu_has(EM_CPU_AMX_BF16) &&
-           em_amx_enable_())
+  if (!(cap && strcmp(cap, "avx512-bf16") == 0) && em_cpu_has(EM_CPU_AMX_BF16) &&
+      em_amx_enable_())
     best_kernel = EM_BF16_KERNEL_AMX;
 #endif
 }
@@ -54,6 +61,7 @@ bool em_bf16_kernel_available(em_bf16_kernel k) {
   em_bf16_kernel best = em_bf16_kernel_best();
   switch (k) {
   case EM_BF16_KERNEL_SCALAR: return true;
+  case EM_BF16_KERNEL_EMULATED: return true;
   case EM_BF16_KERNEL_AVX512: return best == EM_BF16_KERNEL_AVX512 || best == EM_BF16_KERNEL_AMX;
   case EM_BF16_KERNEL_AMX: return best == EM_BF16_KERNEL_AMX;
   default: return false;
@@ -88,6 +96,34 @@ static void gemm_scalar(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const
       float *cp = c + i * ldc + j;
       *cp = beta == 0.f ? acc : *cp + acc;
     }
+}
+
+/* The emulation where the processor has no bf16 instructions: op(A) and
+ * op(B) rounded to bf16 as vdpbf16ps reads them (subnormals zero), then
+ * OpenBLAS's f32 GEMM, whose products of 8-bit significands are exact; only the
+ * order of the f32 sums (and vdpbf16ps's flushing of subnormal partial
+ * sums) differs from the hardware kernels. The rounded copies keep the
+ * operands' layout: (rows, cols) with ld = cols. */
+static float *rounded_copy(const float *x, int64_t rows, int64_t cols, int64_t ld, size_t *bytes) {
+  *bytes = sizeof(float) * (size_t)(rows * cols);
+  float *r = em_alloc(*bytes);
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) r[i * cols + j] = bf16_daz(x[i * ld + j]);
+  return r;
+}
+
+static void gemm_emulated(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                          int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                          int64_t ldc) {
+  int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+  size_t na, nb;
+  float *ra = rounded_copy(a, ar, ac, lda, &na), *rb = rounded_copy(b, br, bc, ldb, &nb);
+  em_pool_park(); /* the pool's workers leave the cores to OpenBLAS's threads */
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (blasint)m, (blasint)n, (blasint)k, 1.f, ra, (blasint)ac, rb, (blasint)bc, beta, c,
+              (blasint)ldc);
+  em_free(rb, nb);
+  em_free(ra, na);
 }
 
 #ifdef HAVE_BF16_KERNEL
@@ -229,6 +265,10 @@ void em_gemm_bf16(em_bf16_kernel kernel, bool ta, bool tb, int64_t m, int64_t n,
     return;
   }
 #endif
+  if (kernel == EM_BF16_KERNEL_EMULATED && k > 0) {
+    gemm_emulated(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   EM_ASSERT(kernel == EM_BF16_KERNEL_SCALAR || k == 0);
   gemm_scalar(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }

@@ -44,20 +44,24 @@ void em_bf16_round(const float *src, float *dst, int64_t n);
 
 /* ---- the bf16 GEMM ---------------------------------------------------------- */
 typedef enum {
-  EM_BF16_KERNEL_NONE = 0, /* no bf16 hardware: autocast runs f32 */
+  EM_BF16_KERNEL_NONE = 0, /* autocast off by request (EMBER_BF16_KERNEL=none): f32 */
   EM_BF16_KERNEL_SCALAR,   /* the loop reference (tests) */
   EM_BF16_KERNEL_AVX512,   /* vdpbf16ps (AVX512-BF16) */
   EM_BF16_KERNEL_AMX,      /* tdpbf16ps (AMX-BF16 tiles) */
+  EM_BF16_KERNEL_EMULATED, /* no bf16 hardware: operands rounded to bf16, the f32 GEMM */
 } em_bf16_kernel;
 
 /* The kernel autocast uses on this CPU: AMX when the CPU has AMX-BF16 and
  * Linux grants the tile state, else AVX512 when it has AVX512-BF16, else
- * NONE. EMBER_BF16_KERNEL=avx512-bf16|none in the environment caps it
- * (for comparisons). */
+ * EMULATED: the same bf16 numbers on every processor (the products of
+ * bf16 operands are exact in f32; only the order of the f32 sums
+ * differs), at about f32's speed. EMBER_CPU_ISA caps it like the other
+ * kernels; EMBER_BF16_KERNEL=avx512-bf16|emulated|none caps it further
+ * (none: autocast runs plain f32, for comparisons). */
 em_bf16_kernel em_bf16_kernel_best(void);
 /* Whether this CPU (and OS) can run kernel k. */
 bool em_bf16_kernel_available(em_bf16_kernel k);
-/* "amx-bf16", "avx512-bf16", "scalar", "none" */
+/* "amx-bf16", "avx512-bf16", "emulated", "scalar", "none" */
 const char *em_bf16_kernel_name(em_bf16_kernel k);
 
 /* C (m, n) = beta * C + bf16(op(A)) (m, k) @ bf16(op(B)) (k, n), every

@@ -35,8 +35,10 @@ static const tol T_ELEM = {1e-5, 1e-6};  /* element-wise */
 static const tol T_RED = {1e-4, 1e-5};   /* sums, norms, softmax */
 static const tol T_GEMM = {2e-4, 2e-4};  /* GEMM and convolution sums */
 static const tol T_AMP = {2e-2, 2e-2};   /* bf16 operands against f32 */
-/* bf16 operands on both sides (the CPU autocasts linear and matmul when
- * it has a bf16 kernel): the same products, summed in another order */
+/* bf16 operands on both sides (the CPU autocasts linear and matmul on its
+ * bf16 kernel or, without bf16 instructions, the emulation; only
+ * EMBER_BF16_KERNEL=none keeps it f32): the same products, summed in
+ * another order */
 static const tol T_AMP_BOTH = {1e-4, 1e-4};
 
 /* ---- helpers --------------------------------------------------------------------- */

@@ -22,7 +22,7 @@ static const char *const files[] = {"rin", "rout", "x", "w", "b", "gy", "y", "dx
 static void test_torch(void) {
   if (!test_torch_available()) return;
   if (em_bf16_kernel_best() == EM_BF16_KERNEL_NONE) {
-    g_test_skip("this CPU has no AVX512-BF16: autocast runs f32");
+    g_test_skip("EMBER_BF16_KERNEL=none: autocast runs f32");
     return;
   }
   g_autoptr(GError) err = NULL;

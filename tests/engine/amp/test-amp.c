@@ -72,13 +72,14 @@ static float *abs_copy(const float *x, int64_t n) {
 }
 
 /* got against want: the same bits for the AVX512 kernel (its summation
- * order is the reference's); for AMX, which orders the sum its own way,
+ * order is the reference's); for AMX and the emulation (OpenBLAS's f32
+ * GEMM over rounded operands), which order the sum their own way,
  * within the f32 summation bound 2 k 2^-24 sum|terms| (sum|terms| in
  * absw), far below the bf16 rounding of the inputs (2^-8 relative). */
 static void assert_match(em_bf16_kernel kern, const float *want, const float *got,
                          const float *absw, int64_t n, int64_t k, const char *what) {
   for (int64_t i = 0; i < n; i++) {
-    bool ok = kern == EM_BF16_KERNEL_AMX
+    bool ok = kern == EM_BF16_KERNEL_AMX || kern == EM_BF16_KERNEL_EMULATED
                   ? fabs((double)got[i] - want[i]) <= 2.0 * (double)k * 0x1p-24 * absw[i] + 1e-30
                   : memcmp(&want[i], &got[i], sizeof(float)) == 0;
     if (!ok)
@@ -131,11 +132,12 @@ static void check_kernel(em_bf16_kernel kern) {
 
 static void test_gemm_avx512(void) { check_kernel(EM_BF16_KERNEL_AVX512); }
 static void test_gemm_amx(void) { check_kernel(EM_BF16_KERNEL_AMX); }
+static void test_gemm_emulated(void) { check_kernel(EM_BF16_KERNEL_EMULATED); }
 
 /* Inf and NaN reach the output as in f32 arithmetic. */
 static void test_gemm_nonfinite(void) {
   static const em_bf16_kernel kernels[] = {EM_BF16_KERNEL_SCALAR, EM_BF16_KERNEL_AVX512,
-                                           EM_BF16_KERNEL_AMX};
+                                           EM_BF16_KERNEL_AMX, EM_BF16_KERNEL_EMULATED};
   for (size_t i = 0; i < G_N_ELEMENTS(kernels); i++) {
     if (!em_bf16_kernel_available(kernels[i])) continue;
     float a[2 * 4] = {1, 2, INFINITY, 1, 1, 1, 1, NAN}, b[4] = {1, 1, 1, 1}, c[2];
@@ -157,7 +159,7 @@ static em_tensor *param(GRand *r, int ndim, const int64_t *shape) {
 static void test_linear_autocast(void) {
   em_bf16_kernel kern = em_bf16_kernel_best();
   if (kern == EM_BF16_KERNEL_NONE) {
-    g_test_skip("this CPU has no AVX512-BF16: autocast runs f32");
+    g_test_skip("EMBER_BF16_KERNEL=none: autocast runs f32");
     return;
   }
   enum { N = 13, D = 37, K = 21 };
@@ -211,7 +213,7 @@ static void test_linear_autocast(void) {
 static void test_matmul_autocast(void) {
   em_bf16_kernel kern = em_bf16_kernel_best();
   if (kern == EM_BF16_KERNEL_NONE) {
-    g_test_skip("this CPU has no AVX512-BF16: autocast runs f32");
+    g_test_skip("EMBER_BF16_KERNEL=none: autocast runs f32");
     return;
   }
   enum { B = 2, L = 5, D = 9, K = 6 };
@@ -392,6 +394,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/amp/bf16/round-edges", test_round_edges);
   g_test_add_func("/amp/gemm/avx512-vs-scalar", test_gemm_avx512);
   g_test_add_func("/amp/gemm/amx-vs-scalar", test_gemm_amx);
+  g_test_add_func("/amp/gemm/emulated-vs-scalar", test_gemm_emulated);
   g_test_add_func("/amp/gemm/nonfinite", test_gemm_nonfinite);
   g_test_add_func("/amp/autocast/linear", test_linear_autocast);
   g_test_add_func("/amp/autocast/matmul", test_matmul_autocast);

@@ -1,5 +1,6 @@
-"""`ember train --amp`: fmnist-mlp for one epoch with bf16 autocast reaches
-the f32 run's test accuracy within 1 point at the same settings; the run's
+"""`ember train --amp`: fmnist-mlp for one epoch with bf16 autocast (on each
+bf16 kernel the processor runs, the emulation included) learns as the f32
+run does at the same settings; the run's
 JSON names the mode and the kernel (and a run without --amp has no amp
 keys at all); --amp-scaler gives the same numbers (a power-of-two scale)
 and its checkpoints carry the scaler's state; a resumed bf16 run with the
@@ -53,17 +54,26 @@ class AmpTrain(unittest.TestCase):
         self.assertNotIn("amp_kernel", f32)
         bf16 = train("--amp", "bf16")
         self.assertEqual(bf16["amp"], "bf16")
-        self.assertIn(bf16["amp_kernel"], ("amx-bf16", "avx512-bf16", "none"))
+        self.assertIn(bf16["amp_kernel"], ("amx-bf16", "avx512-bf16", "emulated"))
         print("f32 %.4f, bf16 %.4f (%s)" % (f32["test_accuracy"], bf16["test_accuracy"],
                                           bf16["amp_kernel"]))
+        # bf16 learns as f32 does: past the same bar, and within 3 points.
+        # One epoch's test accuracy at these settings (SGD 0.1, momentum
+        # 0.9) moves by about 2 points with the seed or with any change of
+        # rounding (f32 over seeds 3-5: 0.825-0.835; bf16: 0.819-0.843),
+        # so a closer bound would test the luck of one seed on one kernel
+        # set; a wider gap is bf16 training worse.
         self.assertGreater(f32["test_accuracy"], 0.80)
-        self.assertLess(abs(bf16["test_accuracy"] - f32["test_accuracy"]), 0.01)
-        if bf16["amp_kernel"] == "amx-bf16":  # the AVX512-BF16 kernel as well
-            avx = train("--amp", "bf16", env={"EMBER_BF16_KERNEL": "avx512-bf16"})
-            self.assertEqual(avx["amp_kernel"], "avx512-bf16")
-            print("bf16 on avx512-bf16 %.4f" % avx["test_accuracy"])
-            self.assertLess(abs(avx["test_accuracy"] - f32["test_accuracy"]), 0.01)
-        # without a bf16 kernel, autocast runs f32: the same numbers as off
+        self.assertGreater(bf16["test_accuracy"], 0.80)
+        self.assertLess(abs(bf16["test_accuracy"] - f32["test_accuracy"]), 0.03)
+        kernels = {"amx-bf16": ["avx512-bf16", "emulated"], "avx512-bf16": ["emulated"]}
+        for other in kernels.get(bf16["amp_kernel"], []):  # the slower kernels as well
+            o = train("--amp", "bf16", env={"EMBER_BF16_KERNEL": other})
+            self.assertEqual(o["amp_kernel"], other)
+            print("bf16 on %s %.4f" % (other, o["test_accuracy"]))
+            self.assertGreater(o["test_accuracy"], 0.80)
+            self.assertLess(abs(o["test_accuracy"] - f32["test_accuracy"]), 0.03)
+        # with the kernel capped to none, autocast runs f32: the same numbers as off
         none = train("--amp", "bf16", env={"EMBER_BF16_KERNEL": "none"})
         self.assertEqual(none["amp_kernel"], "none")
         self.assertEqual(none["train_loss"], f32["train_loss"])
