@@ -21,6 +21,7 @@
  *    would take bytes but saturates a pair's sum at 32767, and
  *    2 * 255 * 127 is more: not exact.
  *
+ * AVX-512BW and SSE2 (below) use the AVX2 scheme on zmm / xmm registers.
  * Products and sums are exact (D <= EM_QUANT_MAX_FEATURES), so every
  * kernel returns the reference's int32 values bit for bit. */
 #include "quant-private.h"
@@ -341,6 +342,105 @@ const em_qgemm_kernel em_qgemm_avx2 = {
     .packed_size = avx2_packed_size,
     .pack = avx2_pack,
     .gemm = avx2_gemm,
+};
+
+/* ---- SSE2 (the x86-64 baseline: EMBER_CPU_ISA=generic) --------------------------- */
+
+/* The AVX2 kernel's scheme on xmm registers, for a processor (or a cap)
+ * without AVX2: a panel is 4 columns by pairs of inputs, packed as
+ * int16; pmaddwd adds two exact products into each int32 lane. Tiles of
+ * 4 rows by 8 columns (eight accumulators). */
+
+#define S_NB 4
+#define S_MR 4
+#define S_NP 2
+
+static bool sse2_supported(void) { return true; } /* every x86-64 */
+
+static size_t sse2_packed_size(int64_t K, int64_t Dp) {
+  return (size_t)((K + S_NB - 1) / S_NB) * S_NB * (size_t)Dp * sizeof(int16_t);
+}
+
+/* panel p, pair g: int16 [(p * Dp/2 + g) * 8 + 2 j + t] = wq[4 p + j][2 g + t] */
+static void sse2_pack(const int8_t *wq, int64_t K, int64_t D, int64_t Dp, void *packed) {
+  pack_panels(wq, K, D, Dp, S_NB, 2, true, packed);
+}
+
+INLINE void sse2_tile(const int16_t *a, int64_t lda, const int16_t *b, int64_t bs, int64_t ng,
+                      int32_t *c, int64_t ldc, int64_t ncols, const int mr, const int np) {
+  __m128i acc[S_MR][S_NP];
+#pragma GCC unroll 4
+  for (int i = 0; i < S_MR; i++)
+#pragma GCC unroll 2
+    for (int j = 0; j < S_NP; j++) acc[i][j] = _mm_setzero_si128();
+  for (int64_t g = 0; g < ng; g++) {
+    __m128i bv[S_NP];
+#pragma GCC unroll 2
+    for (int j = 0; j < S_NP; j++)
+      if (j < np) bv[j] = _mm_loadu_si128((const __m128i *)(b + j * bs + g * 8));
+#pragma GCC unroll 4
+    for (int i = 0; i < S_MR; i++) {
+      if (i >= mr) break;
+      int32_t a2;
+      memcpy(&a2, a + i * lda + 2 * g, 4);
+      __m128i av = _mm_set1_epi32(a2);
+#pragma GCC unroll 2
+      for (int j = 0; j < S_NP; j++)
+        if (j < np) acc[i][j] = _mm_add_epi32(acc[i][j], _mm_madd_epi16(av, bv[j]));
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < S_MR; i++) {
+    if (i >= mr) break;
+#pragma GCC unroll 2
+    for (int j = 0; j < S_NP; j++) {
+      if (j >= np) break;
+      int64_t w = ncols - 4 * j;
+      int32_t *dst = c + i * ldc + 4 * j;
+      if (w >= 4) {
+        _mm_storeu_si128((__m128i *)dst, acc[i][j]);
+      } else {
+        int32_t tmp[4];
+        _mm_storeu_si128((__m128i *)tmp, acc[i][j]);
+        memcpy(dst, tmp, (size_t)w * sizeof *dst);
+      }
+    }
+  }
+}
+
+#define SSE2_CASE(MR_, NP_) \
+  case (MR_) * 8 + (NP_): sse2_tile(a, lda, b, bs, ng, c, ldc, ncols, MR_, NP_); break;
+
+static void sse2_gemm(const em_quant_layer *L, const void *a_, int64_t lda, int64_t M,
+                      int64_t n0, int64_t n1, int32_t *c0, int64_t ldc) {
+  EM_ASSERT(n0 % S_NB == 0 && L->Dp % 2 == 0);
+  const int16_t *a0 = a_;
+  const int64_t ng = L->Dp / 2, bs = ng * 8;
+  for (int64_t n = n0; n < n1; n += S_NB * S_NP) {
+    int64_t ncols = n1 - n < S_NB * S_NP ? n1 - n : S_NB * S_NP;
+    int np = (int)((ncols + S_NB - 1) / S_NB);
+    const int16_t *b = (const int16_t *)L->packed + (n / S_NB) * bs;
+    for (int64_t m = 0; m < M; m += S_MR) {
+      int mr = M - m < S_MR ? (int)(M - m) : S_MR;
+      const int16_t *a = a0 + m * lda;
+      int32_t *c = c0 + m * ldc + (n - n0);
+      switch (mr * 8 + np) {
+        SSE2_CASE(1, 1) SSE2_CASE(1, 2) SSE2_CASE(2, 1) SSE2_CASE(2, 2)
+        SSE2_CASE(3, 1) SSE2_CASE(3, 2) SSE2_CASE(4, 1) SSE2_CASE(4, 2)
+      default: EM_ASSERT(!"bad SSE2 tile");
+      }
+    }
+  }
+}
+
+const em_qgemm_kernel em_qgemm_sse2 = {
+    .name = "sse2",
+    .n_block = S_NB,
+    .a_width = 2,
+    .supported = sse2_supported,
+    .packed_size = sse2_packed_size,
+    .pack = sse2_pack,
+    .gemm = sse2_gemm,
 };
 
 /* ---- AVX-512BW (int16 pairs, no VNNI) -------------------------------------------- */

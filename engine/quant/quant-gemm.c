@@ -43,6 +43,7 @@ static const em_qgemm_kernel *const kernels[] = {
     &em_qgemm_vnni,
     &em_qgemm_avx512bw,
     &em_qgemm_avx2,
+    &em_qgemm_sse2,
 #endif
     &em_qgemm_scalar,
 };

@@ -206,6 +206,79 @@ static __attribute__((target("avx2,fma"))) void rows_avx2(const float *x, int64_
     zp[m] = (int32_t)z;
   }
 }
+
+/* The same on SSE2 (the x86-64 baseline), which has no vroundps:
+ * cvtps2dq rounds as rint does (to nearest, ties to even, under the
+ * default rounding mode that rintf follows too), exactly for these
+ * values (|x / s| <= 255 and a little); the zero point is added as an
+ * integer and pack-with-saturation clamps to [0, 255] (a NaN row's
+ * 0x80000000 lands on 0, as the loop's NaN does). Writes uint8 into a,
+ * or int16 into a16. */
+static void rows_sse2(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a,
+                      int16_t *a16, float *sx, int32_t *zp) {
+  const __m128 zero = _mm_setzero_ps();
+  const int64_t Dv = D - D % 8;
+  for (int64_t m = 0; m < M; m++) {
+    const float *xr = x + m * D; /* (D) */
+    uint8_t *ar = a16 ? NULL : a + m * Dp;
+    int16_t *ar16 = a16 ? a16 + m * Dp : NULL;
+    __m128 lo = zero, hi = zero, lo2 = zero, hi2 = zero, nf = zero, nf2 = zero;
+    int64_t d = 0;
+    for (; d < Dv; d += 8) {
+      __m128 v = _mm_loadu_ps(xr + d), v2 = _mm_loadu_ps(xr + d + 4);
+      lo = _mm_min_ps(v, lo); /* a NaN keeps lo */
+      hi = _mm_max_ps(v, hi);
+      lo2 = _mm_min_ps(v2, lo2);
+      hi2 = _mm_max_ps(v2, hi2);
+      nf = _mm_add_ps(_mm_mul_ps(v, zero), nf);
+      nf2 = _mm_add_ps(_mm_mul_ps(v2, zero), nf2);
+    }
+    lo = _mm_min_ps(lo2, lo);
+    hi = _mm_max_ps(hi2, hi);
+    nf = _mm_add_ps(nf, nf2);
+    float ll[4], hh[4], nn[4];
+    _mm_storeu_ps(ll, lo);
+    _mm_storeu_ps(hh, hi);
+    _mm_storeu_ps(nn, nf);
+    float l = 0.f, h = 0.f, nsum = 0.f;
+    for (int i = 0; i < 4; i++) {
+      l = ll[i] < l ? ll[i] : l;
+      h = hh[i] > h ? hh[i] : h;
+      nsum += nn[i];
+    }
+    for (; d < D; d++) {
+      l = xr[d] < l ? xr[d] : l;
+      h = xr[d] > h ? xr[d] : h;
+      nsum += xr[d] * 0.f;
+    }
+    float s = row_scale(l, h, nsum == 0.f);
+    float z = rintf(-l / s);
+    z = z > 0.f ? z : 0.f; /* NaN (a row holding a NaN or an infinity) -> 0 */
+    z = z < 255.f ? z : 255.f;
+    const float inv = 1.f / s;
+    const __m128 iv = _mm_set1_ps(inv);
+    const __m128i zv = _mm_set1_epi32((int32_t)z);
+    for (d = 0; d < Dv; d += 8) {
+      __m128i q0 = _mm_add_epi32(_mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(xr + d), iv)), zv);
+      __m128i q1 = _mm_add_epi32(_mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(xr + d + 4), iv)), zv);
+      __m128i w = _mm_packs_epi32(q0, q1); /* int16, saturated */
+      __m128i b = _mm_packus_epi16(w, w);  /* [0, 255] */
+      if (ar16) _mm_storeu_si128((__m128i *)(ar16 + d), _mm_unpacklo_epi8(b, _mm_setzero_si128()));
+      else _mm_storel_epi64((__m128i *)(ar + d), b);
+    }
+    for (; d < D; d++) {
+      float t = rintf(xr[d] * inv) + z;
+      t = t > 0.f ? t : 0.f; /* NaN -> 0 */
+      t = t < 255.f ? t : 255.f;
+      if (ar16) ar16[d] = (int16_t)(int32_t)t;
+      else ar[d] = (uint8_t)(int32_t)t;
+    }
+    if (Dp > D && ar16) memset(ar16 + D, 0, (size_t)(Dp - D) * sizeof *ar16);
+    else if (Dp > D) memset(ar + D, 0, (size_t)(Dp - D));
+    sx[m] = s;
+    zp[m] = (int32_t)z;
+  }
+}
 #endif
 
 void em_quant_rows(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
@@ -219,8 +292,10 @@ void em_quant_rows(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a,
     rows_avx2(x, M, D, Dp, a, NULL, sx, zp);
     return;
   }
-#endif
+  rows_sse2(x, M, D, Dp, a, NULL, sx, zp);
+#else
   em_quant_rows_ref(x, M, D, Dp, a, sx, zp);
+#endif
 }
 
 void em_quant_rows16(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *tmp,
@@ -234,9 +309,11 @@ void em_quant_rows16(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *
     rows_avx2(x, M, D, Dp, NULL, a16, sx, zp);
     return;
   }
-#endif
+  rows_sse2(x, M, D, Dp, NULL, a16, sx, zp);
+#else
   em_quant_rows_ref(x, M, D, Dp, tmp, sx, zp);
   em_quant_widen(tmp, M * Dp, a16);
+#endif
 }
 
 #if defined(__x86_64__) || defined(__i386__)

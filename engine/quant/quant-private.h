@@ -59,7 +59,7 @@ typedef void (*em_qgemm_fn)(const em_quant_layer *L, const void *a, int64_t lda,
                             int64_t n0, int64_t n1, int32_t *c, int64_t ldc);
 
 struct em_qgemm_kernel {
-  const char *name; /* "avx512-vnni", "avx512bw", "avx2", "scalar" */
+  const char *name; /* "avx512-vnni", "avx512bw", "avx2", "sse2", "scalar" */
   int n_block;      /* columns per packed panel */
   int a_width;      /* bytes per activation it reads: 1 (uint8) or 2 (int16) */
   bool (*supported)(void); /* this CPU runs it */
@@ -76,7 +76,8 @@ const em_qgemm_kernel *em_qgemm_kernel_find(const char *name);
 /* The best one this CPU supports. */
 const em_qgemm_kernel *em_qgemm_kernel_best(void);
 
-extern const em_qgemm_kernel em_qgemm_scalar, em_qgemm_avx2, em_qgemm_avx512bw, em_qgemm_vnni;
+extern const em_qgemm_kernel em_qgemm_scalar, em_qgemm_sse2, em_qgemm_avx2, em_qgemm_avx512bw,
+    em_qgemm_vnni;
 
 /* The quantisation of one model. */
 typedef struct em_quant_plan {

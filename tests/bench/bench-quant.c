@@ -98,8 +98,8 @@ int main(int argc, char **argv) {
     printf("{\"mode\":\"f32\",\"kernel\":\"f32\",\"default\":true,\"batch\":%lld,\"ms\":%.5f}\n",
            (long long)batches[b], time_forward(m, x, batches[b], reps));
   /* int8 with each kernel, the default (best) one first */
-  const char *kernels[] = {NULL, "avx512bw", "avx2", "scalar"};
-  for (int k = 0; k < 4; k++) {
+  const char *kernels[] = {NULL, "avx512bw", "avx2", "sse2", "scalar"};
+  for (int k = 0; k < 5; k++) {
     if (kernels[k]) setenv("EMBER_QUANT_KERNEL", kernels[k], 1);
     em_quant_report rep;
     if (em_model_quantize(m, EM_QUANT_INT8_DYNAMIC, &rep, &err) != EM_OK) {
