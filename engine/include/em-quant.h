@@ -16,10 +16,11 @@
  * em_export_onnx writes the int8 form (MatMulInteger; metadata
  * "quantization").
  *
- * The integer GEMM runs on AVX512-VNNI, AVX2 or a plain loop, the best
- * the CPU has (chosen at run time; the environment variable
- * EMBER_QUANT_KERNEL=avx512-vnni|avx2|scalar forces one, for tests and
- * benchmarks); every kernel gives the same numbers. The exact formulas
+ * The integer GEMM runs on AVX512-VNNI, AVX-512BW, AVX2, SSE2 or a plain
+ * loop, the best the CPU has under EMBER_CPU_ISA's cap (chosen at run
+ * time; the environment variable
+ * EMBER_QUANT_KERNEL=avx512-vnni|avx512bw|avx2|sse2|scalar forces one, for
+ * tests and benchmarks); every kernel gives the same numbers. The exact formulas
  * are in engine/quant/quant-private.h. A layer with more than 65536
  * in_features stays f32 (its int32 sums could overflow). */
 #pragma once
@@ -44,11 +45,13 @@ typedef struct {
   int layers_kept;         /* other nodes (f32), the too-wide Linear ones included */
   int64_t weight_bytes_f32;  /* of the quantised layers' weights before */
   int64_t weight_bytes_int8; /* after (int8 values + f32 scales) */
-  const char *kernel;      /* the int8 GEMM kernel chosen: "avx512-vnni", "avx2", "scalar" */
+  const char *kernel;      /* the int8 GEMM kernel chosen: "avx512-vnni", "avx512bw", "avx2",
+                              "sse2", "scalar" */
 } em_quant_report;
 
 /* The int8 GEMM kernel em_model_quantize picks on this processor (under
- * EMBER_CPU_ISA's cap): "avx512-vnni", "avx2" or "scalar". */
+ * EMBER_CPU_ISA's cap): "avx512-vnni", "avx512bw", "avx2", "sse2" (every
+ * x86-64) or "scalar" (other processors). */
 const char *em_quant_kernel_best_name(void);
 
 /* "int8" -> EM_QUANT_INT8_DYNAMIC, "none"/"off" -> EM_QUANT_NONE; else an

@@ -297,8 +297,8 @@ em_tensor *em_model_forward(em_model *m, em_tensor *x, bool training, em_rng *rn
     /* the profiler and anomaly mode name the layer its ops ran in */
     int span = em_profile_layer_begin(nd->name);
     const em_quant_layer *ql = em_quant_plan_layer(m->quant, i);
-    relu_done = !ql && m->fuse_relu[i];
-    em_tensor *y = ql          ? em_quant_linear_forward(ql, m->quant->kernel, in[0])
+    relu_done = m->fuse_relu[i]; /* the int8 layer's ReLU too, in its rescale */
+    em_tensor *y = ql          ? em_quant_linear_forward(ql, m->quant->kernel, in[0], relu_done)
                    : relu_done ? em_linear_relu_layer_forward(&nd->view, in[0], params)
                                : nd->type->forward(&nd->view, nd->n_in, in, params, &ctx);
     em_profile_layer_end(span);

@@ -9,6 +9,7 @@
 const em_cpu_kernels EM_ISA_FN(em_cpu_kernels_table) = {
     .name = EM_STR(EM_ISA),
     .gemm_f32 = em_gemm_f32_fast,
+    .gemv_f32 = em_gemv_f32,
     .conv2d_forward = em_conv2d_fast_forward,
     .conv2d_backward = em_conv2d_fast_backward,
     .max2x2_fwd_row = em_max2x2_fwd_row,

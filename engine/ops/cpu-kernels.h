@@ -21,6 +21,7 @@
 #define EM_ISA_CAT(a, b) EM_ISA_CAT2(a, b)
 #define EM_ISA_FN(name) EM_ISA_CAT(name, EM_ISA)
 #define em_gemm_f32_fast EM_ISA_FN(em_gemm_f32_fast)
+#define em_gemv_f32 EM_ISA_FN(em_gemv_f32)
 #define em_conv2d_fast_forward EM_ISA_FN(em_conv2d_fast_forward)
 #define em_conv2d_fast_backward EM_ISA_FN(em_conv2d_fast_backward)
 #define em_conv_kernel_rows EM_ISA_FN(em_conv_kernel_rows)
@@ -51,6 +52,14 @@ typedef struct {
   bool (*gemm_f32)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                    const float *bias, bool relu, float *c, int64_t ldc);
+  /* The same for one row of A (m == 1: a Linear layer at batch 1), in
+   * gemv-fast.c: B read where it lies, no scratch (no scope needed), one
+   * thread below a size worth sharing. Returns false, touching nothing,
+   * unless m is 1, n and k positive, and A's k values adjacent (not ta,
+   * or ta with lda 1). Every variant has one. */
+  bool (*gemv_f32)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                   const float *bias, bool relu, float *c, int64_t ldc);
   /* conv-fast.c and conv-winograd.c (conv-private.h has the contracts). */
   void (*conv2d_forward)(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                          const em_tensor *b, em_tensor *y);
@@ -76,6 +85,9 @@ const em_cpu_kernels *em_cpu_kernels_for(em_cpu_isa isa);
 bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       const float *bias, bool relu, float *c, int64_t ldc);
+bool em_gemv_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                 int64_t lda, const float *b, int64_t ldb, float beta, const float *bias,
+                 bool relu, float *c, int64_t ldc);
 void em_max2x2_fwd_row(const float *r0, const float *r1, int64_t OW, int32_t W, int32_t base,
                        float *y, int32_t *idx);
 void em_max2x2_bwd_row(const float *gy, const int32_t *idx, int64_t OW, int32_t W, int32_t base,

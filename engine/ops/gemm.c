@@ -1,5 +1,6 @@
 /* gemm.c: the matrix product under every op that multiplies matrices
  * (em_matmul, em_linear, em_linear_relu, the convolutions' GEMMs):
+ * gemv-fast.c's kernel for one row (m == 1, every instruction set),
  * gemm-fast.c's AVX-512 kernels where they take the call, OpenBLAS
  * otherwise (f64, no AVX-512, big squares), the bf16 GEMM under autocast
  * (em_gemm_amp), and the strides BLAS can take as they are
@@ -93,10 +94,16 @@ static void gemm_blas(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64
 static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                      double beta, const void *bias, bool relu, void *c, int64_t ldc) {
-  if (dt == EM_DTYPE_F32 && k > 0 &&
-      em_cpu_kernels_get()->gemm_f32(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta,
-                                     bias, relu, c, ldc))
-    return;
+  if (dt == EM_DTYPE_F32 && k > 0) {
+    const em_cpu_kernels *kt = em_cpu_kernels_get();
+    /* one row (batch 1): the GEMV, which reads B once where it lies */
+    if (m == 1 && kt->gemv_f32(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, bias,
+                               relu, c, ldc))
+      return;
+    if (kt->gemm_f32(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, bias, relu, c,
+                     ldc))
+      return;
+  }
   gemm_blas(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, bias, c, ldc);
   if (relu) relu_rows(dt, c, m, n, ldc);
 }

@@ -41,7 +41,9 @@ const em_qgemm_kernel em_qgemm_scalar = {
 static const em_qgemm_kernel *const kernels[] = {
 #if defined(__x86_64__) || defined(__i386__)
     &em_qgemm_vnni,
+    &em_qgemm_avx512bw,
     &em_qgemm_avx2,
+    &em_qgemm_sse2,
 #endif
     &em_qgemm_scalar,
 };

@@ -59,7 +59,7 @@ typedef void (*em_qgemm_fn)(const em_quant_layer *L, const void *a, int64_t lda,
                             int64_t n0, int64_t n1, int32_t *c, int64_t ldc);
 
 struct em_qgemm_kernel {
-  const char *name; /* "avx512-vnni", "avx2", "scalar" */
+  const char *name; /* "avx512-vnni", "avx512bw", "avx2", "sse2", "scalar" */
   int n_block;      /* columns per packed panel */
   int a_width;      /* bytes per activation it reads: 1 (uint8) or 2 (int16) */
   bool (*supported)(void); /* this CPU runs it */
@@ -76,7 +76,8 @@ const em_qgemm_kernel *em_qgemm_kernel_find(const char *name);
 /* The best one this CPU supports. */
 const em_qgemm_kernel *em_qgemm_kernel_best(void);
 
-extern const em_qgemm_kernel em_qgemm_scalar, em_qgemm_avx2, em_qgemm_vnni;
+extern const em_qgemm_kernel em_qgemm_scalar, em_qgemm_sse2, em_qgemm_avx2, em_qgemm_avx512bw,
+    em_qgemm_vnni;
 
 /* The quantisation of one model. */
 typedef struct em_quant_plan {
@@ -101,22 +102,31 @@ em_status em_quant_layer_init(em_quant_layer *L, int node, const float *w, const
 void em_quant_layer_clear(em_quant_layer *L);
 
 /* Per-row activation quantisation of x (M, D) into a (M, Dp) (zeros
- * past D), with sx (M) and zp (M): AVX-512 when the CPU has it, else the
+ * past D), with sx (M) and zp (M): AVX-512 or AVX2 when the CPU runs it, else the
  * plain loop em_quant_rows_ref (the same bytes). */
 void em_quant_rows(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
                    int32_t *zp);
 void em_quant_rows_ref(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
                        int32_t *zp);
+/* The same bytes widened to int16 into a16 (M, Dp), for kernels with
+ * a_width 2, in one pass where AVX2 or AVX-512 runs (tmp (M, Dp): scratch
+ * for the plain loop's bytes, used only there). */
+void em_quant_rows16(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *tmp,
+                     int16_t *a16, float *sx, int32_t *zp);
 /* out (n) = a (n) as int16, for kernels with a_width 2. */
 void em_quant_widen(const uint8_t *a, int64_t n, int16_t *out);
 /* y (M, K) = x (M, D) through layer L with kernel k, threaded over rows
  * for large batches (each row's numbers never depend on the others). */
 void em_quant_linear_run(const em_quant_layer *L, const em_qgemm_kernel *k, const float *x,
                          int64_t M, float *y);
+/* The same, then em_relu's rule (x < 0 ? 0 : x) in the same pass when
+ * relu: a quantised Linear followed by a ReLU that alone reads it. */
+void em_quant_linear_run_relu(const em_quant_layer *L, const em_qgemm_kernel *k, const float *x,
+                              int64_t M, bool relu, float *y);
 /* The layer's forward on a scoped tensor x (N, D) or (N, L, D): a new
  * scoped (N, K) / (N, L, K). Records nothing on the tape. */
 em_tensor *em_quant_linear_forward(const em_quant_layer *L, const em_qgemm_kernel *k,
-                                   em_tensor *x);
+                                   em_tensor *x, bool relu);
 
 /* Implemented in engine/nn/model.c: the model's plan (NULL when not
  * quantised), and replacing it (the old one is freed). */

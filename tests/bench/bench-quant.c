@@ -1,12 +1,15 @@
 /* bench-quant.c: the engine's side of bench-quant.py: fmnist-mlp's
  * forward (inference, no grad) in f32 and with int8 Linear layers, at
  * batch 1 (latency) and larger batches (throughput), the median over
- * repetitions. Prints one JSON object per line:
+ * repetitions. Prints one JSON object per line: first which kernels run,
+ *   {"cpu_isa": level in force, "cpu_kernels": f32 kernel set, "describe": ...}
+ * (EMBER_CPU_ISA caps both), then
  *   {"mode": "f32" | "int8", "kernel": ..., "batch": B, "ms": median ms per forward}
- * Every int8 kernel this CPU runs is timed (the best one is what
- * em_model_quantize picks).
+ * Every int8 kernel this CPU runs is timed (the best one, "default": true,
+ * is what em_model_quantize picks).
  *
  * usage: bench-quant SPEC [THREADS [REPS [cpu|wall]]]   (defaults 2, 31, wall)
+ * BENCH_QUANT_BATCHES=1,128 times only those batches (to profile one).
  *
  * With "cpu" the times are the calling thread's CPU time: on a machine
  * shared with other jobs, a 1-thread run then measures the work itself. */
@@ -16,6 +19,7 @@
 #include <time.h>
 
 #include "bench-timing.h"
+#include "em-cpu.h"
 #include "em-nn.h"
 #include "em-pool.h"
 #include "em-quant.h"
@@ -67,23 +71,42 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench-quant: %s\n", err.msg);
     return 1;
   }
-  static const int64_t batches[] = {1, 128, 256};
+  /* BENCH_QUANT_BATCHES=1,128 times only those (e.g. to profile one) */
+  int64_t batches[8] = {1, 128, 256};
+  size_t n_batches = 3;
+  const char *only = getenv("BENCH_QUANT_BATCHES");
+  if (only && *only) {
+    n_batches = 0;
+    for (char *e; *only && n_batches < 8; only = *e ? e + 1 : e) {
+      long v = strtol(only, &e, 10);
+      if (e == only || v < 1 || v > 256) {
+        fprintf(stderr, "bench-quant: BENCH_QUANT_BATCHES: batches of 1 to 256, by commas\n");
+        return 2;
+      }
+      batches[n_batches++] = v;
+    }
+  }
+  char kinfo[256];
+  em_cpu_kernels_describe(kinfo, sizeof kinfo);
+  /* which kernels run: the f32 set (and the level in force), the int8 one per row below */
+  printf("{\"cpu_isa\":\"%s\",\"cpu_kernels\":\"%s\",\"describe\":\"%s\"}\n",
+         em_cpu_isa_name(em_cpu_isa_active()), em_cpu_kernels_active(), kinfo);
   float *x = malloc(256 * 784 * sizeof *x);
   srand(7);
   for (int i = 0; i < 256 * 784; i++) x[i] = (float)rand() / (float)RAND_MAX;
-  for (size_t b = 0; b < sizeof batches / sizeof *batches; b++)
+  for (size_t b = 0; b < n_batches; b++)
     printf("{\"mode\":\"f32\",\"kernel\":\"f32\",\"default\":true,\"batch\":%lld,\"ms\":%.5f}\n",
            (long long)batches[b], time_forward(m, x, batches[b], reps));
   /* int8 with each kernel, the default (best) one first */
-  const char *kernels[] = {NULL, "avx2", "scalar"};
-  for (int k = 0; k < 3; k++) {
+  const char *kernels[] = {NULL, "avx512bw", "avx2", "sse2", "scalar"};
+  for (int k = 0; k < 5; k++) {
     if (kernels[k]) setenv("EMBER_QUANT_KERNEL", kernels[k], 1);
     em_quant_report rep;
     if (em_model_quantize(m, EM_QUANT_INT8_DYNAMIC, &rep, &err) != EM_OK) {
       fprintf(stderr, "bench-quant: %s (skipped)\n", err.msg);
       continue;
     }
-    for (size_t b = 0; b < sizeof batches / sizeof *batches; b++) {
+    for (size_t b = 0; b < n_batches; b++) {
       if (!strcmp(rep.kernel, "scalar") && batches[b] > 128) continue; /* slow, and known */
       printf("{\"mode\":\"int8\",\"kernel\":\"%s\",\"default\":%s,\"batch\":%lld,\"ms\":%.5f}\n",
              rep.kernel, k == 0 ? "true" : "false", (long long)batches[b],

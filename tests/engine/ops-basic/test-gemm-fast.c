@@ -57,10 +57,17 @@ static int variants(const em_cpu_kernels **out) {
 
 /* C by variant k's kernel, or by em_gemm (OpenBLAS) when it declines;
  * returns whether k took it. */
+static bool use_gemv; /* check_case runs the variants' one-row kernel (gemv-fast.c) */
+
 static bool run_gemm(const em_cpu_kernels *k, bool ta, bool tb, int64_t m, int64_t n, int64_t kd,
                      double alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                      double beta, float *c, int64_t ldc) {
-  if (k->gemm_f32(ta, tb, m, n, kd, (float)alpha, a, lda, b, ldb, (float)beta, NULL, false, c, ldc))
+  if (use_gemv) {
+    bool took = k->gemv_f32(ta, tb, m, n, kd, (float)alpha, a, lda, b, ldb, (float)beta, NULL,
+                            false, c, ldc);
+    g_assert_true(took == (m == 1 && (!ta || lda == 1)));
+    if (took) return true;
+  } else if (k->gemm_f32(ta, tb, m, n, kd, (float)alpha, a, lda, b, ldb, (float)beta, NULL, false, c, ldc))
     return true;
   em_gemm(EM_DTYPE_F32, ta, tb, m, n, kd, alpha, a, lda, b, ldb, beta, c, ldc);
   return false;
@@ -165,6 +172,29 @@ static void test_random_shapes(void) {
   }
 }
 
+/* Each variant's GEMV (one row of A: a Linear layer at batch 1) against
+ * the same bound, bit for bit on 1 and 2 threads: off its 8-row and
+ * vector steps, both transposes, padded rows, alpha and beta, and sizes
+ * the pool shares (n k >= 2^20); it declines more than one row. */
+static void test_gemv(void) {
+  static const dims shapes[] = {{1, 1, 1},    {1, 7, 3},     {1, 8, 16},    {1, 9, 17},
+                                {1, 10, 128}, {1, 65, 33},   {1, 128, 256}, {1, 256, 784},
+                                {1, 300, 5},  {1, 31, 1000}, {1, 1100, 1000}, {1, 2000, 700},
+                                {2, 16, 16}};
+  static const double alphas[] = {1.0, -0.5, 2.25};
+  static const double betas[] = {0.0, 1.0, -0.75};
+  use_gemv = true;
+  int i = 0;
+  for (size_t s = 0; s < G_N_ELEMENTS(shapes); s++)
+    for (int t = 0; t < 4; t++) {
+      int pad = (int)(next_u64() % 3) * 5; /* 0, 5 or 10 */
+      check_case(shapes[s], t & 1, t >> 1, pad, 1.0, 0.0);
+      check_case(shapes[s], t & 1, t >> 1, pad, alphas[i % 3], betas[(i / 3) % 3]);
+      i++;
+    }
+  use_gemv = false;
+}
+
 /* Leading dimensions that are multiples of 128 floats (the plain-B copy). */
 static void test_aligned_ld(void) {
   check_case((dims){64, 100, 200}, false, false, 28, 1.0, 1.0); /* ldb = 128 */
@@ -181,7 +211,7 @@ static void test_aligned_ld(void) {
  * shape is too big for the fast kernels (OpenBLAS, then a pass). */
 static void check_bias(bool relu) {
   static const dims shapes[] = {{128, 256, 784}, {128, 10, 128}, {7, 33, 300}, {1, 1, 1},
-                                {600, 600, 200}};
+                                {1, 256, 784},   {1, 10, 128},   {600, 600, 200}};
   for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
     int64_t m = shapes[si].m, n = shapes[si].n, k = shapes[si].k, ldc = n + 3;
     float *a = g_new(float, (size_t)(m * k)), *w = g_new(float, (size_t)(n * k));
@@ -252,6 +282,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/gemm-fast/transposes", test_all_transposes);
   g_test_add_func("/engine/gemm-fast/random", test_random_shapes);
   g_test_add_func("/engine/gemm-fast/aligned-ld", test_aligned_ld);
+  g_test_add_func("/engine/gemm-fast/gemv", test_gemv);
   int rc = g_test_run();
   em_pool_shutdown();
   return rc;

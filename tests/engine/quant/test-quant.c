@@ -154,7 +154,8 @@ static void test_rows_round_trip(void) {
   g_rand_free(r);
 }
 
-/* The AVX-512 row quantiser gives the plain loop's bytes. */
+/* The AVX-512 / AVX2 row quantiser gives the plain loop's bytes, as uint8
+ * and widened to int16. */
 static void test_rows_fast_vs_ref(void) {
   GRand *r = g_rand_new_with_seed(12);
   for (int64_t D = 1; D <= 70; D += (D < 40 ? 1 : 7)) {
@@ -172,6 +173,18 @@ static void test_rows_fast_vs_ref(void) {
     g_assert_cmpmem(a1, M * Dp, a2, M * Dp);
     g_assert_cmpmem(s1, sizeof s1, s2, sizeof s2);
     g_assert_cmpmem(z1, sizeof z1, z2, sizeof z2);
+    /* the int16 form (AVX2 / AVX-512BW kernels): the same values widened */
+    int16_t *w1 = g_new(int16_t, M * Dp), *w2 = g_new(int16_t, M * Dp);
+    uint8_t *tmp = g_new(uint8_t, M * Dp);
+    float s3[9];
+    int32_t z3[9];
+    memset(w1, 0x55, sizeof *w1 * (size_t)(M * Dp)); /* the padding must be written */
+    em_quant_rows16(x, M, D, Dp, tmp, w1, s3, z3);
+    em_quant_widen(a2, M * Dp, w2);
+    g_assert_cmpmem(w1, sizeof *w1 * (size_t)(M * Dp), w2, sizeof *w2 * (size_t)(M * Dp));
+    g_assert_cmpmem(s3, sizeof s3, s2, sizeof s2);
+    g_assert_cmpmem(z3, sizeof z3, z2, sizeof z2);
+    g_free(w1), g_free(w2), g_free(tmp);
     for (int m = 0; m < 9; m++) g_assert_true(z1[m] >= 0 && z1[m] <= 255);
     g_free(a1), g_free(a2), g_free(x);
   }
