@@ -1018,10 +1018,9 @@ int cli_cmd_train(int argc, char **argv) {
   if (j.cfg.amp == EM_AMP_BF16 && !o.quiet && em_device_is_cpu(j.cfg.device)) {
     /* which GEMM autocast runs on */
     em_bf16_kernel k = em_bf16_kernel_best();
-    const char *cap = getenv("EMBER_BF16_KERNEL");
     fprintf(stderr, "amp bf16: %s\n",
             k == EM_BF16_KERNEL_EMULATED
-                ? "emulated (this CPU has no AVX512-BF16 or AMX: operands rounded to bf16, "
+                ? "emulated (no AVX512-BF16 or AMX kernel here: operands rounded to bf16, "
                   "multiplied in f32)"
             : k != EM_BF16_KERNEL_NONE ? em_bf16_kernel_name(k)
                                        : "EMBER_BF16_KERNEL=none: running f32");
