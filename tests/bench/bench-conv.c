@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "em-cpu.h"
 #include "bench-timing.h"
 #include "em-ops.h"
 #include "em-pool.h"
@@ -58,8 +59,10 @@ int main(int argc, char **argv) {
   if (argc > 3 && strcmp(argv[3], "cpu") == 0) bench_clock_id = CLOCK_THREAD_CPUTIME_ID;
   em_set_num_threads(threads);
   const int64_t N = 128;
-  printf("batch %lld, %d threads, median of %d, %s time\n", (long long)N, threads, reps,
-         bench_clock_id == CLOCK_MONOTONIC ? "wall" : "CPU");
+  char kernels[256];
+  em_cpu_kernels_describe(kernels, sizeof kernels);
+  printf("batch %lld, %d threads, median of %d, %s time; %s\n", (long long)N, threads, reps,
+         bench_clock_id == CLOCK_MONOTONIC ? "wall" : "CPU", kernels);
   printf("%-28s %9s %9s %9s %9s %11s\n", "op", "fwd ms", "bwd ms", "total ms", "best ms",
          "GFLOP/s fwd/bwd");
   double sum_total = 0;

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "em-cpu.h"
 #include "bench-timing.h"
 #include "em-ops.h"
 #include "em-optim.h"
@@ -195,8 +196,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   em_set_num_threads(threads);
-  printf("median step time over %d rounds of %d steps, %d threads (blas: %s)\n", reps, steps,
-         threads, em_blas_core());
+  char kernels[256];
+  em_cpu_kernels_describe(kernels, sizeof kernels);
+  printf("median step time over %d rounds of %d steps, %d threads (%s)\n", reps, steps,
+         threads, kernels);
   run_tiny_ops(reps);
   char path[1024];
   snprintf(path, sizeof path, "%s/fmnist-mlp.json", dir);

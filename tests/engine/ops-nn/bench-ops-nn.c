@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "em-cpu.h"
 #include "em-pool.h"
 #include "gradcheck.h"
 
@@ -67,7 +68,9 @@ int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 2;
   em_set_num_threads(threads);
   em_rng_seed(&drop_rng, 1);
-  printf("threads: %d\n", threads);
+  char kernels[256];
+  em_cpu_kernels_describe(kernels, sizeof kernels);
+  printf("threads: %d; %s\n", threads, kernels);
   {
     int64_t s[2] = {128, 10};
     em_tensor *in[2] = {gc_rand(EM_DTYPE_F32, 2, s, -3, 3, 1, true), targets(128, 10)};
