@@ -1,6 +1,7 @@
 /* em-devices-panel.c: see the header. One GtkListBox row per device, made
  * again when the list of devices may have changed (the reference device
  * is offered or not); a refresh only rewrites the rows' labels. */
+#include "em-cpu.h"
 #include "em-devices-panel.h"
 
 #include "em-devices.h"
@@ -96,7 +97,9 @@ static void fill_row(EmDevicesPanel *self, guint i, gboolean have_run, em_device
       g_string_append_printf(detail, " · fast %s%s%s", e->info.bf16 ? "bf16" : "",
                              e->info.bf16 && e->info.f16 ? ", " : "", e->info.f16 ? "f16" : "");
   } else if (e->device.kind == EM_DEVICE_CPU) {
-    g_string_append_printf(detail, "%u hardware threads", g_get_num_processors());
+    char kernels[256];
+    em_cpu_kernels_describe(kernels, sizeof kernels);
+    g_string_append_printf(detail, "%u hardware threads · %s", g_get_num_processors(), kernels);
   } else {
     g_string_append(detail, "the device code path run on the host: slow, for tests");
   }
