@@ -928,7 +928,7 @@ int cli_cmd_train(int argc, char **argv) {
         .engine_version = EMBER_VERSION,
         .parent_run = j.parent,
         .dataset = dataset_identity(cfg, &ident, paths, files, folder, sizeof folder),
-        .kernels = kernels,
+        .kernels = em_device_is_cpu(cfg->device) ? kernels : NULL, /* a device's own */
     };
     em_status st = em_store_run_create(store, &rn, &run, &err);
     free(config_json);

@@ -208,8 +208,9 @@ static const em_migration migrations[] = {
 
     /* 5 */
     {"the kernels a run ran on",
-     /* "cpu avx512 (processor avx512_bf16), BLAS Haswell"; NULL for runs
-      * recorded before */
+     /* the CPU kernels of a CPU run, "avx512 kernels (processor
+      * avx512_bf16), OpenBLAS Haswell"; NULL for runs recorded before and
+      * runs on another device */
      "ALTER TABLE runs ADD COLUMN kernels TEXT;\n",
      NULL},
 };

@@ -105,8 +105,9 @@ typedef struct {
   const char *engine_version;
   int64_t parent_run;         /* the run this resumes; 0: none */
   const em_dataset_identity *dataset; /* NULL: none recorded */
-  const char *kernels;        /* the kernels it runs on ("cpu avx512 (processor
-                               * avx512_bf16), BLAS Haswell"); NULL: unknown */
+  const char *kernels;        /* the CPU kernels it runs on ("avx512 kernels
+                               * (processor avx512_bf16), OpenBLAS Haswell");
+                               * NULL: unknown, or a run on another device */
 } em_run_new;
 
 /* Creates a run with status "running", started now, host and pid of this

@@ -103,6 +103,10 @@ class Recording(Base):
         self.assertEqual(show["config"]["batch_size"], 128)
         self.assertEqual((show["seed"], show["threads"], show["device"]), (1, 2, "cpu"))
         self.assertRegex(show["engine_version"], r"^\d+\.\d+")
+        # the CPU kernels that ran, as the train JSON line names them
+        self.assertRegex(show["kernels"], r"^%s kernels \(processor [a-z0-9_]+(, capped by "
+                         r"EMBER_CPU_ISA=[a-z0-9_]+)?\), OpenBLAS %s$" % (res["cpu_kernels"],
+                                                                      res["blas_core"]))
         self.assertEqual(show["dataset"]["name"], "fashion-mnist")
         self.assertRegex(show["dataset"]["sha256"], "^[0-9a-f]{64}$")
         self.assertGreater(show["dataset"]["size"], 30_000_000)
@@ -127,7 +131,7 @@ class Recording(Base):
         self.assertEqual(keys["loss"]["min"], min(p["value"] for p in pts))
         text = e.ok("run", "show", "1").stdout
         for needle in ("fmnist-mlp-1", "config", "metrics", "checkpoints", "final", "fashion-mnist",
-                       "spec sha256", show["spec_sha256"]):
+                       "spec sha256", show["spec_sha256"], "kernels      " + show["kernels"]):
             self.assertIn(needle, text)
         e.check_checkpoints_whole()
 

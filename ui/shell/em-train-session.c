@@ -192,7 +192,7 @@ static int64_t create_run(em_train_session *s, em_train_config *cfg, const em_sp
       .threads = cfg->threads,
       .engine_version = "workbench",
       .dataset = idp,
-      .kernels = kernels,
+      .kernels = em_device_is_cpu(cfg->device) ? kernels : NULL, /* a device's own */
   };
   int64_t run = 0;
   em_status rc = em_store_run_create(st, &rn, &run, err);
