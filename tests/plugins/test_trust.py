@@ -1,0 +1,160 @@
+"""test_trust.py: which plugin files `ember` agrees to load (a plugin's code
+runs as whoever loads it). Uses the marker plugin (marker-plugin.c), whose
+constructor appends to $EMBER_TEST_MARKER the moment the module is mapped:
+a refused plugin must leave no marker, since its code ran before any
+check of its table could have refused it.
+
+- A plugin folder or file writable by group or others, or owned by another
+  user, is refused (the reason names the path, the owner or mode found and
+  what to do); the marker stays absent. Owned by the user (or root) and
+  not writable by others, it loads.
+
+  test_trust.py EMBER SOURCE_ROOT   (env: EMBER_MARKER_PLUGIN, EMBER_PLUGIN_DIR)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+EMBER, SOURCE = sys.argv[1], sys.argv[2]
+MARKER_SO = os.environ["EMBER_MARKER_PLUGIN"]
+GOOD = os.environ["EMBER_PLUGIN_DIR"]
+ROOT = os.geteuid() == 0
+SETPRIV = shutil.which("setpriv")
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ember-trust-")
+        os.chmod(self.tmp, 0o755)
+        self.home = os.path.join(self.tmp, "home")
+        os.makedirs(self.home)
+        self.marker = os.path.join(self.tmp, "marker")
+        self.env = dict(os.environ, EMBER_HOME=self.home, EMBER_TEST_MARKER=self.marker)
+        for k in ("XDG_DATA_HOME", "EMBER_PLUGIN_PATH"):
+            self.env.pop(k, None)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def ember(self, *args, env=None, as_nobody=False):
+        cmd = [EMBER] + [str(a) for a in args]
+        if as_nobody:
+            cmd = [SETPRIV, "--reuid=65534", "--regid=65534", "--clear-groups"] + cmd
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env or self.env, timeout=300)
+        self.assertLess(p.returncode, 128, p.stderr)
+        self.assertNotIn("Sanitizer", p.stderr)
+        return p
+
+    def ok(self, *args, **kw):
+        p = self.ember(*args, **kw)
+        self.assertEqual(p.returncode, 0, "ember %s: %s" % (args, p.stderr))
+        return p
+
+    def plugin_dir(self, name, mode=0o755, file_mode=0o644):
+        """A folder holding the marker plugin as marker.so."""
+        d = os.path.join(self.tmp, name)
+        os.makedirs(d)
+        so = os.path.join(d, "marker.so")
+        shutil.copy(MARKER_SO, so)
+        os.chmod(so, file_mode)
+        os.chmod(d, mode)
+        return d, so
+
+    def ran(self):
+        return os.path.exists(self.marker)
+
+    def listing(self, d, **kw):
+        j = json.loads(self.ok("--plugin-dir", d, "plugins", "--json", **kw).stdout)
+        return [e["name"] for e in j["plugins"]], {e["path"]: e["reason"] for e in j["refused"]}
+
+
+class FolderAndFile(Base):
+    def test_trusted_folder_loads(self):
+        d, so = self.plugin_dir("mine")
+        names, refused = self.listing(d)
+        self.assertEqual(names, ["marker"], refused)
+        self.assertTrue(self.ran())  # the marker works: its absence below means something
+
+    def test_world_writable_folder_is_refused(self):
+        for mode in (0o777, 0o1777, 0o775):  # others, sticky like /tmp, the group
+            with self.subTest(mode=oct(mode)):
+                d, so = self.plugin_dir("ww-%o" % mode, mode=mode)
+                p = self.ember("--plugin-dir", d, "plugins", "--json")
+                self.assertEqual(p.returncode, 0, p.stderr)
+                j = json.loads(p.stdout)
+                self.assertEqual(j["plugins"], [])
+                why = j["refused"][0]["reason"]
+                self.assertIn("its folder %s is writable by" % d, why)
+                self.assertIn("mode %04o" % mode, why)
+                self.assertIn("chmod go-w %s" % d, why)
+                self.assertIn("marker.so refused", p.stderr)
+                self.assertFalse(self.ran(), "the plugin's constructor ran")
+
+    def test_world_writable_file_is_refused(self):
+        for mode in (0o666, 0o664):
+            with self.subTest(mode=oct(mode)):
+                d, so = self.plugin_dir("wf-%o" % mode, file_mode=mode)
+                names, refused = self.listing(d)
+                self.assertEqual(names, [])
+                self.assertIn("the file %s is writable by" % so, refused[so])
+                self.assertIn("mode %04o" % mode, refused[so])
+                self.assertIn("chmod go-w %s" % so, refused[so])
+                self.assertFalse(self.ran(), "the plugin's constructor ran")
+
+    def test_file_owned_by_another_user_is_refused(self):
+        if not ROOT:
+            self.skipTest("needs root to give a file to another user")
+        d, so = self.plugin_dir("theirs")
+        os.chown(so, 65534, 65534)
+        names, refused = self.listing(d)
+        self.assertEqual(names, [])
+        self.assertIn("the file %s is owned by uid 65534, not by you (uid 0) nor root" % so,
+                      refused[so])
+        self.assertIn("chown 0 %s" % so, refused[so])
+        self.assertFalse(self.ran(), "the plugin's constructor ran")
+
+    def test_folder_owned_by_another_user_is_refused(self):
+        if not ROOT:
+            self.skipTest("needs root to give a folder to another user")
+        d, so = self.plugin_dir("their-folder")
+        os.chown(d, 65534, 65534)
+        names, refused = self.listing(d)
+        self.assertEqual(names, [])
+        self.assertIn("its folder %s is owned by uid 65534" % d, refused[so])
+        self.assertFalse(self.ran(), "the plugin's constructor ran")
+
+    def test_another_user_loads_roots_plugin_not_mine(self):
+        """Root's files are trusted by everyone; a user's file is not trusted
+        by another user (here: root's folder, run as nobody)."""
+        if not ROOT or not SETPRIV:
+            self.skipTest("needs root and setpriv to run as another user")
+        d, so = self.plugin_dir("roots")
+        os.chmod(self.tmp, 0o755)
+        env = dict(self.env, HOME="/tmp", EMBER_TEST_MARKER="")
+        names, refused = self.listing(d, env=env, as_nobody=True)
+        self.assertEqual(names, ["marker"], refused)
+        os.chown(so, 0, 0)
+        os.chown(d, 1, 1)  # daemon's folder: not nobody's, not root's
+        names, refused = self.listing(d, env=env, as_nobody=True)
+        self.assertEqual(names, [])
+        self.assertIn("owned by uid 1, not by you (uid 65534)", refused[so])
+
+    def test_symlinked_file_is_loaded_from_its_target(self):
+        """A link in a trusted folder to a file in a world-writable one: the
+        target's folder is what is checked."""
+        d, so = self.plugin_dir("ww-target", mode=0o777)
+        mine = os.path.join(self.tmp, "linked")
+        os.makedirs(mine)
+        os.symlink(so, os.path.join(mine, "marker.so"))
+        names, refused = self.listing(mine)
+        self.assertEqual(names, [])
+        self.assertIn("its folder %s is writable by" % d, refused[so])
+        self.assertFalse(self.ran())
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
