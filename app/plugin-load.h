@@ -24,10 +24,13 @@
 int app_plugins_load(int argc, char **argv, bool take_metric);
 
 /* Loads the plugins a run recorded (em_store_run_tag_plugins) that are
- * not loaded here (by name),
- * so `ember train --resume` needs no --plugin-dir; says so on stderr, and
- * warns, naming the file, where one cannot be loaded. */
-void app_plugins_restore(em_store *s, int64_t run);
+ * not loaded here (by name), so `ember train --resume` needs no
+ * --plugin-dir. A recorded file is loaded only when its bytes have the
+ * SHA-256 the tag recorded (checked on the descriptor it is then loaded
+ * from) and it passes the host's owner and mode checks; else an error
+ * (what to do: --plugin-dir), and the caller stops (exit 1). One loaded
+ * from the user's folders is kept, with a warning when its hash differs. */
+em_status app_plugins_restore(em_store *s, int64_t run, em_error *err);
 
 /* The plugin metrics of the latest evaluation as {"macro_f1": 0.91, ...}
  * (empty when none were asked for), for a command's JSON. */

@@ -9,11 +9,21 @@ check of its table could have refused it.
   what to do); the marker stays absent. Owned by the user (or root) and
   not writable by others, it loads.
 
+- Run tags: `ember run tag RUN plugin.x=...` is refused (the trainer writes
+  those tags). A tag written into the registry by other means (anyone who
+  can write a shared registry can), naming a plugin file with a wrong or
+  no SHA-256, refuses `ember train --resume` (exit 1, what to do, nothing
+  recorded changed) and `ember export NAME@1`, and the file's constructor
+  never runs; with the right SHA-256 it loads and the run resumes, unless
+  the file's folder is writable by others.
+
   test_trust.py EMBER SOURCE_ROOT   (env: EMBER_MARKER_PLUGIN, EMBER_PLUGIN_DIR)
 """
+import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -154,6 +164,100 @@ class FolderAndFile(Base):
         self.assertEqual(names, [])
         self.assertIn("its folder %s is writable by" % d, refused[so])
         self.assertFalse(self.ran())
+
+
+
+def sha256_of(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class RunTags(Base):
+    def quick(self, *extra):
+        spec = os.path.join(SOURCE, "data", "models", "fmnist-mlp.json")
+        p = self.ok("train", spec, "--epochs", "1", "--dataset", "synthetic", "--limit", "256",
+                    "--batch", "64", "--threads", "2", "--quiet", *extra)
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    def forge(self, run, value):
+        """What anyone who can write the registry can do, without `ember`."""
+        con = sqlite3.connect(os.path.join(self.home, "registry.db"))
+        con.execute("INSERT INTO run_tags (run, key, value) VALUES (?, 'plugin.marker', ?)",
+                    (run, value))
+        con.commit()
+        con.close()
+
+    def tags(self, run):
+        j = json.loads(self.ok("run", "show", str(run), "--json").stdout)
+        return {a["key"]: a["text"] for a in j["annotations"] if a["kind"] == "tag"}
+
+    def status(self, run):
+        return [r["status"] for r in json.loads(self.ok("runs", "--json").stdout)
+                if r["id"] == run][0]
+
+    def test_plugin_tags_are_not_set_by_hand(self):
+        run = self.quick("--stop-after-steps", "2")["run_id"]
+        d, so = self.plugin_dir("mine")
+        p = self.ember("run", "tag", run, "plugin.marker=1.0 sha256:%s %s" % ("0" * 64, so))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("not set by hand", p.stderr)
+        self.assertNotIn("plugin.marker", self.tags(run))
+        self.ok("run", "tag", run, "plugins=fine")  # other keys still are
+
+    def test_resume_refuses_a_tag_whose_hash_does_not_match(self):
+        stopped = self.quick("--stop-after-steps", "2")
+        run = stopped["run_id"]
+        self.assertTrue(stopped["stopped"], stopped)
+        d, so = self.plugin_dir("planted")  # a folder the checks of owner and mode accept
+        for value, why in (("1.0 sha256:%s %s" % ("0" * 64, so), "its SHA-256 is"),
+                           ("1.0 %s" % so, "records no SHA-256")):
+            with self.subTest(value=value):
+                con = sqlite3.connect(os.path.join(self.home, "registry.db"))
+                con.execute("DELETE FROM run_tags WHERE key = 'plugin.marker'")
+                con.commit()
+                con.close()
+                self.forge(run, value)
+                before = self.status(run)
+                p = self.ember("train", "--resume", run, "--quiet")
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn("trained with plugin marker from %s, which is not loaded" % so,
+                              p.stderr)
+                self.assertIn(why, p.stderr)
+                self.assertIn("--plugin-dir", p.stderr)
+                self.assertFalse(self.ran(), "the planted plugin's constructor ran")
+                self.assertEqual(self.tags(run)["plugin.marker"], value)  # nothing lost
+                self.assertEqual(self.status(run), before)
+                self.assertEqual(len(json.loads(self.ok("runs", "--json").stdout)), 1)
+        # the user trusts the folder: --plugin-dir loads it, with a warning
+        p = self.ember("train", "--resume", run, "--quiet", "--plugin-dir", d)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(self.ran())
+
+    def test_resume_loads_a_tag_whose_hash_matches(self):
+        run = self.quick("--stop-after-steps", "2")["run_id"]
+        d, so = self.plugin_dir("recorded")
+        self.forge(run, "1.0 sha256:%s %s" % (sha256_of(so), so))
+        os.chmod(d, 0o777)  # ... but not from a folder others may write
+        p = self.ember("train", "--resume", run, "--quiet")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("its folder %s is writable by group and others (mode 0777)" % d, p.stderr)
+        self.assertFalse(self.ran())
+        os.chmod(d, 0o755)
+        p = self.ember("train", "--resume", run, "--quiet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("plugin marker loaded from %s, as run %d recorded (SHA-256 checked)"
+                      % (so, run), p.stderr)
+        self.assertTrue(self.ran())
+
+    def test_registered_version_refuses_a_forged_tag(self):
+        run = self.quick()["run_id"]
+        self.ok("model", "register", run, "--name", "m")
+        d, so = self.plugin_dir("planted")
+        self.forge(run, "1.0 sha256:%s %s" % ("0" * 64, so))
+        p = self.ember("export", "m@1", "-o", os.path.join(self.tmp, "m.onnx"))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("which is not loaded: plugin %s refused: its SHA-256 is" % so, p.stderr)
+        self.assertFalse(self.ran(), "the planted plugin's constructor ran")
 
 
 if __name__ == "__main__":
