@@ -82,6 +82,7 @@ em_status app_plugins_restore(em_store *s, int64_t run, em_error *out) {
     if (strcmp(a[i].kind, "tag") != 0 || !a[i].key ||
         strncmp(a[i].key, EM_RUN_PLUGIN_TAG, strlen(EM_RUN_PLUGIN_TAG)) != 0)
       continue;
+    app_plugins_load_now(); /* the user's own folders first: their copy wins */
     const char *name = a[i].key + strlen(EM_RUN_PLUGIN_TAG);
     bool parsed = em_run_plugin_parse(a[i].text, &rec);
     const em_plugin_info *have = parsed ? plugin_loaded(name) : NULL;
@@ -136,22 +137,32 @@ const char *app_metrics_text(char *buf, size_t n) {
   return buf;
 }
 
-int app_plugins_load(int argc, char **argv, bool take_metric) {
-  const char *dirs[MAX_FLAG_VALUES], *metrics[MAX_FLAG_VALUES];
-  int n_dirs = 0, n_metrics = 0;
+/* The global options, kept for when plugins are loaded. */
+static const char *opt_dirs[MAX_FLAG_VALUES], *opt_metrics[MAX_FLAG_VALUES];
+static int n_opt_dirs, n_opt_metrics;
+
+int app_plugin_options(int argc, char **argv, bool take_metric) {
   for (int i = 1; i < argc;) {
     int words = 0;
     const char *v;
     if (!strcmp(argv[i], "--")) break;
-    if ((v = flag_value(argc, argv, i, "--plugin-dir", &words)) && n_dirs < MAX_FLAG_VALUES)
-      dirs[n_dirs++] = v;
+    if ((v = flag_value(argc, argv, i, "--plugin-dir", &words)) && n_opt_dirs < MAX_FLAG_VALUES)
+      opt_dirs[n_opt_dirs++] = v;
     else if (take_metric && (v = flag_value(argc, argv, i, "--metric", &words)) &&
-             n_metrics < MAX_FLAG_VALUES)
-      metrics[n_metrics++] = v;
+             n_opt_metrics < MAX_FLAG_VALUES)
+      opt_metrics[n_opt_metrics++] = v;
     if (words) argc = take(argc, argv, i, words);
     else i++;
   }
-  for (int i = 0; i < n_dirs; i++) em_plugins_load_dir(dirs[i], "--plugin-dir");
+  em_plugin_set_loader(app_plugins_load_now); /* a name not built in loads them */
+  return argc;
+}
+
+void app_plugins_load_now(void) {
+  static bool started; /* once; and a lookup during the load does not start it again */
+  if (started) return;
+  started = true;
+  for (int i = 0; i < n_opt_dirs; i++) em_plugins_load_dir(opt_dirs[i], "--plugin-dir");
   const char *path = getenv("EMBER_PLUGIN_PATH");
   if (path && path[0]) {
     char *copy = strdup(path), *save = NULL;
@@ -168,10 +179,20 @@ int app_plugins_load(int argc, char **argv, bool take_metric) {
 #ifdef EMBER_PLUGIN_INSTALL_DIR
   em_plugins_load_dir(EMBER_PLUGIN_INSTALL_DIR, "installed");
 #endif
-  for (int i = 0; i < n_metrics; i++)
-    if (em_metrics_select(metrics[i], &err) != EM_OK) {
+}
+
+void app_plugins_select_metrics(void) {
+  em_error err = {0};
+  for (int i = 0; i < n_opt_metrics; i++) /* a plugin's: the lookup loads them */
+    if (em_metrics_select(opt_metrics[i], &err) != EM_OK) {
       fprintf(stderr, "ember: --metric: %s\n", err.msg);
       exit(2);
     }
+}
+
+int app_plugins_load(int argc, char **argv, bool take_metric) {
+  argc = app_plugin_options(argc, argv, take_metric);
+  app_plugins_load_now();
+  app_plugins_select_metrics();
   return argc;
 }

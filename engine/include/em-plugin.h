@@ -190,6 +190,12 @@ em_status em_plugin_load_file(const char *path, em_error *err);
 typedef em_status (*em_plugin_verify_fn)(int fd, const char *path, void *user, em_error *err);
 em_status em_plugin_load_file_verified(const char *path, em_plugin_verify_fn verify, void *user,
                                        em_error *err);
+/* Plugins on demand: load (idempotent: it may be called before, and
+ * again) runs the first time a lookup of a layer type, dataset kind or
+ * metric by name finds nothing (em_layer_type_find, em_dataset_type_find,
+ * em_metric_find), and the lookup is tried again. So a program loads no
+ * plugin until something names a type that is not built in. */
+void em_plugin_set_loader(void (*load)(void));
 /* Every plugin file tried, loaded or refused, in load order. */
 int em_plugin_count(void);
 const em_plugin_info *em_plugin_at(int i);

@@ -489,6 +489,28 @@ int em_plugins_load_dir(const char *dir, const char *origin) {
   return refused;
 }
 
+/* ---- loading on the first miss ------------------------------------------------ */
+
+static void (*miss_loader)(void);
+static pthread_once_t miss_once = PTHREAD_ONCE_INIT;
+/* Set while the loader runs on this thread: a lookup it makes (commit's
+ * check that a layer name is free) must not start it again. */
+static _Thread_local bool in_miss_loader;
+
+static void run_miss_loader(void) {
+  in_miss_loader = true;
+  miss_loader();
+  in_miss_loader = false;
+}
+
+void em_plugin_set_loader(void (*load)(void)) { miss_loader = load; }
+
+bool em_plugin_load_on_miss(void) {
+  if (!miss_loader || in_miss_loader) return false;
+  pthread_once(&miss_once, run_miss_loader); /* other threads wait for it */
+  return true;
+}
+
 int em_plugin_count(void) {
   pthread_mutex_lock(&lock);
   int n = n_plugins;

@@ -17,6 +17,12 @@ check of its table could have refused it.
   never runs; with the right SHA-256 it loads and the run resumes, unless
   the file's folder is writable by others.
 
+- Read-only commands (runs, run show, compare, metrics, models, devices,
+  gc --dry-run, info of a spec of built-in layers, ...) load no plugin:
+  with the marker plugin in $EMBER_HOME/plugins, no marker. `ember info` of
+  a spec naming SEBlock (a plugin's layer) loads them, and so does
+  `ember plugins`.
+
   test_trust.py EMBER SOURCE_ROOT   (env: EMBER_MARKER_PLUGIN, EMBER_PLUGIN_DIR)
 """
 import hashlib
@@ -258,6 +264,41 @@ class RunTags(Base):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("which is not loaded: plugin %s refused: its SHA-256 is" % so, p.stderr)
         self.assertFalse(self.ran(), "the planted plugin's constructor ran")
+
+
+
+class ReadOnlyCommands(Base):
+    def test_read_only_commands_load_no_plugin(self):
+        spec = os.path.join(SOURCE, "data", "models", "fmnist-mlp.json")
+        args = ["--epochs", "1", "--dataset", "synthetic", "--limit", "256", "--batch", "64",
+                "--threads", "2", "--quiet"]
+        a = json.loads(self.ok("train", spec, *args).stdout.strip().splitlines()[-1])["run_id"]
+        b = json.loads(self.ok("train", spec, *args).stdout.strip().splitlines()[-1])["run_id"]
+        self.ok("model", "register", a, "--name", "m")
+        plugins = os.path.join(self.home, "plugins")
+        os.makedirs(plugins)
+        shutil.copy(MARKER_SO, os.path.join(plugins, "marker.so"))
+        shutil.copy(os.path.join(GOOD, "ember-seblock.so"), plugins)
+        for cmd in (["runs"], ["runs", "--json"], ["run", "show", a], ["run", "show", b, "--json"],
+                    ["compare", a, b], ["metrics", a, "loss"], ["models"],
+                    ["model", "versions", "m"], ["devices"], ["gc", "--dry-run"],
+                    ["info", spec], ["run", "tag", a, "k=v"], ["run", "note", a, "hi"],
+                    ["runs", "--plugin-dir", plugins]):
+            with self.subTest(cmd=cmd):
+                self.ok(*cmd)
+                self.assertFalse(self.ran(), "ember %s loaded the plugins" % " ".join(map(str, cmd)))
+        # a spec that names a layer no built-in provides: loaded then
+        se = os.path.join(self.tmp, "se.json")
+        with open(se, "w") as f:
+            json.dump({"name": "se", "input": {"shape": [4, 3, 3]},
+                       "nodes": [{"name": "se", "type": "SEBlock", "reduction": 2}]}, f)
+        p = self.ok("info", se)
+        self.assertIn("SEBlock", p.stdout)
+        self.assertTrue(self.ran())
+        os.unlink(self.marker)
+        j = json.loads(self.ok("plugins", "--json").stdout)
+        self.assertEqual(sorted(e["name"] for e in j["plugins"]), ["marker", "seblock"])
+        self.assertTrue(self.ran())
 
 
 if __name__ == "__main__":
