@@ -17,7 +17,10 @@ em_status cli_model_open_ref(em_store *s, const char *ref, cli_model *out, em_er
   out->registered = true;
   /* the plugins its run was trained with, as --resume loads them: the
    * spec may name their layer types */
-  app_plugins_restore(s, out->ref.run);
+  if ((st = app_plugins_restore(s, out->ref.run, err)) != EM_OK) {
+    cli_model_close(out);
+    return st;
+  }
   char src[300];
   snprintf(src, sizeof src, "<spec of %s, run %lld>", ref, (long long)out->ref.run);
   if (!(out->spec = em_spec_parse(out->ref.spec_json, src, err)) ||

@@ -55,7 +55,10 @@ static int export_registry(const char *ref_text, const char *out, const char *re
     rc = cli_fail1(&err, ref_text);
     goto done;
   }
-  app_plugins_restore(s, ref.run); /* the spec may name their layer types */
+  if (app_plugins_restore(s, ref.run, &err) != EM_OK) { /* the spec may name their types */
+    rc = cli_fail1(&err, ref_text);
+    goto done;
+  }
   const char *int8 = qmode != EM_QUANT_NONE ? " (int8)" : "";
   char inside[4096];
   int64_t art = 0;

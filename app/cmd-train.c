@@ -452,7 +452,10 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
     cli_warn("run %lld was resumed before, as run %lld: this is another continuation of it, "
              "from its last checkpoint (resume run %lld to go on from where that one got to)",
              (long long)id, (long long)child, (long long)child);
-  app_plugins_restore(s, id); /* before the spec: it may name their layers */
+  if (app_plugins_restore(s, id, &err) != EM_OK) { /* before the spec: it may name them */
+    rc = cli_fail1(&err, "--resume");
+    goto out;
+  }
   char src[64];
   snprintf(src, sizeof src, "the spec recorded with run %lld", (long long)id);
   j->spec = em_spec_parse(r.spec_json ? r.spec_json : "", src, &err);

@@ -1,5 +1,6 @@
 /* ember-cli.c: `ember`, the command line (no display needed): main() and
  * the command table. Each command lives in its own cmd-*.c file. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,24 +45,30 @@ static void use_processor_blas_kernels(char **argv) {
 /* `ember profile` (cmd-profile.c) takes its own command word as argv[0]. */
 static int cmd_profile(int argc, char **argv) { return em_cli_profile(argc - 1, argv + 1); }
 
+/* plugins: load every plugin before the command runs (train records the
+ * plugins it ran with; `plugins` lists them). The others load plugins only
+ * when something they read names a layer type, dataset kind or metric
+ * that is not built in (plugin-load.h): `ember runs` runs no plugin code. */
 static const struct {
   const char *name;
   int (*run)(int argc, char **argv);
+  bool plugins;
 } commands[] = {
-    {"train", cli_cmd_train},     {"eval", cli_cmd_eval},     {"info", cli_cmd_info},
-    {"runs", cli_cmd_runs},       {"run", cli_cmd_run},       {"compare", cli_cmd_compare},
-    {"metrics", cli_cmd_metrics}, {"models", cli_cmd_models}, {"model", cli_cmd_model},
-    {"gc", cli_cmd_gc},           {"profile", cmd_profile},   {"export", cli_cmd_export},
-    {"plugins", cli_cmd_plugins},
-    {"predict", cli_cmd_predict}, {"serve", cli_cmd_serve},
-    {"devices", cli_cmd_devices},
+    {"train", cli_cmd_train, true},      {"eval", cli_cmd_eval, false},
+    {"info", cli_cmd_info, false},       {"runs", cli_cmd_runs, false},
+    {"run", cli_cmd_run, false},         {"compare", cli_cmd_compare, false},
+    {"metrics", cli_cmd_metrics, false}, {"models", cli_cmd_models, false},
+    {"model", cli_cmd_model, false},     {"gc", cli_cmd_gc, false},
+    {"profile", cmd_profile, false},     {"export", cli_cmd_export, false},
+    {"plugins", cli_cmd_plugins, true},  {"predict", cli_cmd_predict, false},
+    {"serve", cli_cmd_serve, false},     {"devices", cli_cmd_devices, false},
 };
 
 int main(int argc, char **argv) {
   use_processor_blas_kernels(argv);
   em_log_set_handler(log_to_stderr, NULL);
   em_cpu_isa_active(); /* a bad EMBER_CPU_ISA is warned of now, once */
-  argc = app_plugins_load(argc, argv, true); /* --plugin-dir, --metric: global options */
+  argc = app_plugin_options(argc, argv, true); /* --plugin-dir, --metric: global options */
   if (argc < 2) {
     fputs(cli_usage_text, stderr);
     return CLI_EXIT_USAGE;
@@ -72,7 +79,11 @@ int main(int argc, char **argv) {
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc, argv);
+    if (strcmp(cmd, commands[i].name) == 0) {
+      if (commands[i].plugins) app_plugins_load_now();
+      app_plugins_select_metrics();
+      return commands[i].run(argc, argv);
+    }
   cli_die_usage("unknown command '%s'; commands: train, eval, info, runs, run, compare, "
                 "metrics, models, model, plugins, gc, profile, export, predict, serve, devices",
                 cmd);

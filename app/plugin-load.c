@@ -43,8 +43,9 @@ static const em_plugin_info *plugin_loaded(const char *name) {
   return NULL;
 }
 
-/* A plugin the run recorded, now loaded from path: says so when the file
- * is not the one the run was trained with (its SHA-256 differs). */
+/* A plugin the run recorded, loaded here from a folder the user named:
+ * says so when it is not the file the run was trained with (its SHA-256
+ * differs). That is the user's own choice of plugin, so it loads. */
 static void check_same_file(int64_t run, const char *name, const em_run_plugin *rec,
                             const char *path) {
   char hex[65];
@@ -56,35 +57,63 @@ static void check_same_file(int64_t run, const char *name, const em_run_plugin *
             "one that never stopped\n", name, path, (long long)run, hex, rec->sha256, rec->file);
 }
 
-void app_plugins_restore(em_store *s, int64_t run) {
+/* The check em_plugin_load_file_verified runs before the module is mapped:
+ * the bytes of the very descriptor it will load have the recorded SHA-256. */
+static em_status same_bytes(int fd, const char *path, void *user, em_error *err) {
+  const em_run_plugin *rec = user;
+  char hex[65];
+  em_status st = em_store_fd_sha256(fd, path, hex, NULL, err);
+  if (st != EM_OK) return st;
+  if (strcmp(hex, rec->sha256) != 0)
+    return em_error_set(err, EM_ERR_INVALID, "its SHA-256 is %.12s..., not the %.12s... the run "
+                        "recorded: it is not the file the run was trained with", hex,
+                        rec->sha256);
+  return EM_OK;
+}
+
+em_status app_plugins_restore(em_store *s, int64_t run, em_error *out) {
   em_run_annotation *a = NULL;
   int n = 0;
   em_error err = {0};
-  if (em_store_run_annotations(s, run, &a, &n, &err) != EM_OK) return;
-  for (int i = 0; i < n; i++) {
+  if (em_store_run_annotations(s, run, &a, &n, &err) != EM_OK) return EM_OK;
+  em_status st = EM_OK;
+  for (int i = 0; i < n && st == EM_OK; i++) {
     em_run_plugin rec;
     if (strcmp(a[i].kind, "tag") != 0 || !a[i].key ||
-        strncmp(a[i].key, EM_RUN_PLUGIN_TAG, strlen(EM_RUN_PLUGIN_TAG)) != 0 ||
-        !em_run_plugin_parse(a[i].text, &rec))
+        strncmp(a[i].key, EM_RUN_PLUGIN_TAG, strlen(EM_RUN_PLUGIN_TAG)) != 0)
       continue;
+    app_plugins_load_now(); /* the user's own folders first: their copy wins */
     const char *name = a[i].key + strlen(EM_RUN_PLUGIN_TAG);
-    const em_plugin_info *have = plugin_loaded(name);
-    if (have) { /* from --plugin-dir or EMBER_PLUGIN_PATH */
+    bool parsed = em_run_plugin_parse(a[i].text, &rec);
+    const em_plugin_info *have = parsed ? plugin_loaded(name) : NULL;
+    if (have) { /* from --plugin-dir, EMBER_PLUGIN_PATH or the user's own folders */
       check_same_file(run, name, &rec, have->path);
       continue;
     }
-    if (em_plugin_load_file(rec.file, &err) == EM_OK && plugin_loaded(name)) {
-      fprintf(stderr, "ember: plugin %s loaded from %s, as run %lld recorded\n", name, rec.file,
-              (long long)run);
-      check_same_file(run, name, &rec, rec.file);
+    /* A tag names a file anyone who can write the registry (a shared
+     * folder given with --registry) could have chosen: it is loaded only
+     * when its bytes are the ones recorded, checked before it is mapped. */
+    const char *why = NULL;
+    if (!parsed) why = "its tag names no file";
+    else if (!rec.sha256[0]) why = "its tag records no SHA-256 to check the file against";
+    else if (em_plugin_load_file_verified(rec.file, same_bytes, &rec, &err) != EM_OK)
+      why = err.msg;
+    else if (!plugin_loaded(name))
+      why = "that file is a plugin of another name";
+    if (!why) {
+      fprintf(stderr, "ember: plugin %s loaded from %s, as run %lld recorded (SHA-256 "
+              "checked)\n", name, rec.file, (long long)run);
     } else {
-      fprintf(stderr, "ember: warning: run %lld was trained with plugin %s from %s, which does "
-              "not load here%s%s (give its folder with --plugin-dir)\n", (long long)run, name,
-              rec.file, err.msg[0] ? ": " : "", err.msg);
+      st = em_error_set(out, EM_ERR_INVALID,
+                        "run %lld was trained with plugin %s from %s, which is not loaded: %s. "
+                        "Nothing was changed; if you trust a copy of that plugin, give its "
+                        "folder with --plugin-dir (or EMBER_PLUGIN_PATH)",
+                        (long long)run, name, parsed ? rec.file : a[i].text, why);
     }
     em_error_clear(&err);
   }
   em_run_annotations_free(a, n);
+  return st;
 }
 
 json_t *app_metrics_json(void) {
@@ -108,22 +137,32 @@ const char *app_metrics_text(char *buf, size_t n) {
   return buf;
 }
 
-int app_plugins_load(int argc, char **argv, bool take_metric) {
-  const char *dirs[MAX_FLAG_VALUES], *metrics[MAX_FLAG_VALUES];
-  int n_dirs = 0, n_metrics = 0;
+/* The global options, kept for when plugins are loaded. */
+static const char *opt_dirs[MAX_FLAG_VALUES], *opt_metrics[MAX_FLAG_VALUES];
+static int n_opt_dirs, n_opt_metrics;
+
+int app_plugin_options(int argc, char **argv, bool take_metric) {
   for (int i = 1; i < argc;) {
     int words = 0;
     const char *v;
     if (!strcmp(argv[i], "--")) break;
-    if ((v = flag_value(argc, argv, i, "--plugin-dir", &words)) && n_dirs < MAX_FLAG_VALUES)
-      dirs[n_dirs++] = v;
+    if ((v = flag_value(argc, argv, i, "--plugin-dir", &words)) && n_opt_dirs < MAX_FLAG_VALUES)
+      opt_dirs[n_opt_dirs++] = v;
     else if (take_metric && (v = flag_value(argc, argv, i, "--metric", &words)) &&
-             n_metrics < MAX_FLAG_VALUES)
-      metrics[n_metrics++] = v;
+             n_opt_metrics < MAX_FLAG_VALUES)
+      opt_metrics[n_opt_metrics++] = v;
     if (words) argc = take(argc, argv, i, words);
     else i++;
   }
-  for (int i = 0; i < n_dirs; i++) em_plugins_load_dir(dirs[i], "--plugin-dir");
+  em_plugin_set_loader(app_plugins_load_now); /* a name not built in loads them */
+  return argc;
+}
+
+void app_plugins_load_now(void) {
+  static bool started; /* once; and a lookup during the load does not start it again */
+  if (started) return;
+  started = true;
+  for (int i = 0; i < n_opt_dirs; i++) em_plugins_load_dir(opt_dirs[i], "--plugin-dir");
   const char *path = getenv("EMBER_PLUGIN_PATH");
   if (path && path[0]) {
     char *copy = strdup(path), *save = NULL;
@@ -140,10 +179,20 @@ int app_plugins_load(int argc, char **argv, bool take_metric) {
 #ifdef EMBER_PLUGIN_INSTALL_DIR
   em_plugins_load_dir(EMBER_PLUGIN_INSTALL_DIR, "installed");
 #endif
-  for (int i = 0; i < n_metrics; i++)
-    if (em_metrics_select(metrics[i], &err) != EM_OK) {
+}
+
+void app_plugins_select_metrics(void) {
+  em_error err = {0};
+  for (int i = 0; i < n_opt_metrics; i++) /* a plugin's: the lookup loads them */
+    if (em_metrics_select(opt_metrics[i], &err) != EM_OK) {
       fprintf(stderr, "ember: --metric: %s\n", err.msg);
       exit(2);
     }
+}
+
+int app_plugins_load(int argc, char **argv, bool take_metric) {
+  argc = app_plugin_options(argc, argv, take_metric);
+  app_plugins_load_now();
+  app_plugins_select_metrics();
   return argc;
 }

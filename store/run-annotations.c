@@ -5,6 +5,19 @@
 
 em_status em_store_run_tag(em_store *s, int64_t run, const char *key, const char *value,
                            em_error *err) {
+  /* "plugin.<name>" tags say which plugin file (and bytes: its SHA-256) a
+   * run was trained with, and `ember train --resume` loads that file
+   * again: only the trainer writes them (em_store_run_tag_plugins). */
+  if (key && !strncmp(key, EM_RUN_PLUGIN_TAG, strlen(EM_RUN_PLUGIN_TAG)))
+    return em_error_set(err, EM_ERR_INVALID,
+                        "tags named " EM_RUN_PLUGIN_TAG "* are the trainer's record of the "
+                        "plugins a run was trained with (what a resume loads again): they are "
+                        "not set by hand; choose another key");
+  return em_store_run_tag_any(s, run, key, value, err);
+}
+
+em_status em_store_run_tag_any(em_store *s, int64_t run, const char *key, const char *value,
+                               em_error *err) {
   em_status st = em_store_require_writable(s, "tagging a run", err);
   if (st) return st;
   if (!key || !key[0] || !value)

@@ -1,7 +1,8 @@
 /* run-plugins.c: the plugins a run was trained with, as its tags
  * ("plugin.<name>" = "<version> sha256:<hex> <file>"): lineage for
- * `ember run show`, and what `ember train --resume` loads again, warning
- * when the file changed since (app/plugin-load.c). */
+ * `ember run show`, and what `ember train --resume` loads again, only
+ * when the file's bytes still have that SHA-256 (app/plugin-load.c).
+ * Only the trainer writes them: em_store_run_tag refuses the prefix. */
 #include "store-private.h"
 
 #include <stdio.h>
@@ -20,7 +21,7 @@ em_status em_store_run_tag_plugins(em_store *s, int64_t run, em_error *err) {
     bool hashed = em_store_file_sha256(p->path, hex, NULL, &e) == EM_OK;
     snprintf(value, sizeof value, "%s%s%s %s", p->version[0] ? p->version : "-",
              hashed ? " sha256:" : "", hashed ? hex : "", p->path);
-    em_status st = em_store_run_tag(s, run, key, value, err);
+    em_status st = em_store_run_tag_any(s, run, key, value, err);
     if (st != EM_OK) return st;
   }
   return EM_OK;

@@ -35,6 +35,10 @@ struct em_store {
  * Each records the call, the function and the line in err with SQLite's
  * message and a hint a person can act on. */
 
+/* em_store_run_tag without its refusal of "plugin." keys: for the trainer's
+ * own record of its plugins (run-plugins.c). */
+em_status em_store_run_tag_any(em_store *s, int64_t run, const char *key, const char *value,
+                               em_error *err);
 em_status em_sql_fail(em_store *s, int rc, const char *call, const char *func, int line,
                       em_error *err);
 

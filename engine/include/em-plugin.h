@@ -166,7 +166,14 @@ typedef struct {
   const char *layers[16], *datasets[16], *metrics[16]; /* names (loaded only) */
 } em_plugin_info;
 
-/* Loads every "*.so" in dir, in name order. origin says where the folder
+/* Every file is loaded (both functions below) only when nobody else could
+ * have written it: the file and the folder it is in are owned by the
+ * user (effective uid) or root and are not writable by group or others;
+ * else it is refused, the reason naming the path, the owner or mode found
+ * and what to do. It is opened once (O_NOFOLLOW), checked with fstat and
+ * loaded from that descriptor, never by its path again.
+ *
+ * Loads every "*.so" in dir, in name order. origin says where the folder
  * came from in messages ("--plugin-dir", "EMBER_PLUGIN_PATH", "default",
  * "installed").
  * A missing folder is recorded as searched and is not an error. Refusals
@@ -175,6 +182,20 @@ typedef struct {
 int em_plugins_load_dir(const char *dir, const char *origin);
 /* Loads one file; EM_OK, or the refusal's status and message. */
 em_status em_plugin_load_file(const char *path, em_error *err);
+/* The same, and before the module is mapped (its constructors run then),
+ * verify is given the descriptor it will be loaded from (read it with
+ * pread: its offset is not promised) and path: anything but EM_OK, with
+ * err's message, refuses it. Used to load only the bytes a run recorded
+ * (their SHA-256). */
+typedef em_status (*em_plugin_verify_fn)(int fd, const char *path, void *user, em_error *err);
+em_status em_plugin_load_file_verified(const char *path, em_plugin_verify_fn verify, void *user,
+                                       em_error *err);
+/* Plugins on demand: load (idempotent: it may be called before, and
+ * again) runs the first time a lookup of a layer type, dataset kind or
+ * metric by name finds nothing (em_layer_type_find, em_dataset_type_find,
+ * em_metric_find), and the lookup is tried again. So a program loads no
+ * plugin until something names a type that is not built in. */
+void em_plugin_set_loader(void (*load)(void));
 /* Every plugin file tried, loaded or refused, in load order. */
 int em_plugin_count(void);
 const em_plugin_info *em_plugin_at(int i);

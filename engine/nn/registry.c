@@ -5,6 +5,7 @@
  * unloaded, and its type would be left behind pointing into it. Types are
  * kept by pointer in registration order (the GUI palette's order). */
 #include "nn-private.h"
+#include "../plugin/plugin-private.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -101,12 +102,18 @@ const em_layer_type *em_layer_type_at(int i) {
   return t;
 }
 
-const em_layer_type *em_layer_type_find(const char *name) {
-  pthread_once(&builtins_once, register_builtins);
+static const em_layer_type *find_type(const char *name) {
   const em_layer_type *t = NULL;
   pthread_mutex_lock(&lock);
   for (int i = 0; i < n_types && !t; i++)
     if (!strcmp(types[i]->name, name)) t = types[i];
   pthread_mutex_unlock(&lock);
+  return t;
+}
+
+const em_layer_type *em_layer_type_find(const char *name) {
+  pthread_once(&builtins_once, register_builtins);
+  const em_layer_type *t = find_type(name);
+  if (!t && em_plugin_load_on_miss()) t = find_type(name); /* a plugin's, maybe */
   return t;
 }

@@ -163,19 +163,15 @@ static em_plugin_info *new_record(const char *path) {
 /* dlopen maps an ELF file's segments as its program headers say; one
  * that lies past the end of a truncated file (a half-finished copy) is
  * mapped anyway, and touching it kills the process with SIGBUS. So a
- * file that is ELF is read first: false, with why, when a segment or the
- * headers end past the file. A file that is not ELF is left to dlopen,
- * whose message says so. */
-static bool elf_whole(const char *path, char *why, size_t cap) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true; /* dlopen says why */
-  struct stat sb;
+ * file that is ELF is read first (from fd, the file that will be loaded):
+ * false, with why, when a segment or the headers end past the file. A
+ * file that is not ELF is left to dlopen, whose message says so. */
+static bool elf_whole(int fd, const struct stat *sb, char *why, size_t cap) {
   Elf64_Ehdr eh;
   bool ok = true;
-  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
-      pread(fd, &eh, sizeof eh, 0) == (ssize_t)sizeof eh && !memcmp(eh.e_ident, ELFMAG, SELFMAG) &&
-      eh.e_ident[EI_CLASS] == ELFCLASS64) {
-    uint64_t size = (uint64_t)sb.st_size;
+  if (S_ISREG(sb->st_mode) && pread(fd, &eh, sizeof eh, 0) == (ssize_t)sizeof eh &&
+      !memcmp(eh.e_ident, ELFMAG, SELFMAG) && eh.e_ident[EI_CLASS] == ELFCLASS64) {
+    uint64_t size = (uint64_t)sb->st_size;
     if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phoff > size ||
         (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr) > size - eh.e_phoff)
       ok = false;
@@ -191,8 +187,86 @@ static bool elf_whole(const char *path, char *why, size_t cap) {
       snprintf(why, cap, "it is truncated (%llu bytes, and its ELF headers place code or data "
                "past the end): a copy that did not finish?", (unsigned long long)size);
   }
-  close(fd);
   return ok;
+}
+
+/* ---- trust: who could have written the file --------------------------------- */
+
+/* A plugin's code runs as whoever loads it, with all their rights. So a
+ * plugin is loaded only when nobody else could have written it: the file
+ * and the folder holding it are owned by the user running Ember (its
+ * effective uid) or by root, and neither is writable by group or others.
+ * (A folder others may write could gain a new "*.so", or have the file
+ * replaced by another; sticky folders such as /tmp are refused too.)
+ * Only the folder the file is in is checked, not the folders above it. */
+static bool trusted(const struct stat *sb, const char *what, const char *path, char *why,
+                    size_t cap) {
+  uid_t me = geteuid();
+  bool dir = S_ISDIR(sb->st_mode);
+  if (sb->st_uid != me && sb->st_uid != 0) {
+    snprintf(why, cap, "%s %.300s is owned by uid %u, not by you (uid %u) nor root: a plugin "
+             "runs as you, so only your own files (or root's) are loaded; if you trust it, "
+             "chown %u %.300s, or copy it into a plugin folder of your own",
+             what, path, (unsigned)sb->st_uid, (unsigned)me, (unsigned)me, path);
+    return false;
+  }
+  if (sb->st_mode & (S_IWGRP | S_IWOTH)) {
+    snprintf(why, cap, "%s %.300s is writable by %s (mode %04o): anyone who can write it could "
+             "run code as you; chmod go-w %.300s, or move the plugin%s to a folder only you can "
+             "write", what, path,
+             (sb->st_mode & S_IWOTH) ? ((sb->st_mode & S_IWGRP) ? "group and others" : "others")
+                                     : "its group",
+             (unsigned)(sb->st_mode & 07777), path, dir ? "s" : "");
+    return false;
+  }
+  return true;
+}
+
+/* Opens the plugin at path (absolute, resolved) for loading: its folder,
+ * then the file inside that very folder with O_NOFOLLOW (a symbolic link
+ * put in its place is not followed), each checked with fstat on what was
+ * opened, so that what is checked, hashed and loaded is one file whatever
+ * is renamed meanwhile. Returns the fd, or -1 with why. */
+static int open_trusted(const char *path, struct stat *sb, char *why, size_t cap) {
+  const char *slash = strrchr(path, '/');
+  char dir[PATH_MAX];
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  const char *base = slash ? slash + 1 : path;
+  int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) {
+    snprintf(why, cap, "cannot open its folder %.300s: %s", dir, strerror(errno));
+    return -1;
+  }
+  struct stat ds;
+  if (fstat(dfd, &ds) != 0) {
+    snprintf(why, cap, "cannot stat its folder %.300s: %s", dir, strerror(errno));
+    close(dfd);
+    return -1;
+  }
+  if (!trusted(&ds, "its folder", dir, why, cap)) {
+    close(dfd);
+    return -1;
+  }
+  int fd = openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int e = errno;
+  close(dfd);
+  if (fd < 0) {
+    snprintf(why, cap, e == ELOOP ? "it is a symbolic link (not followed)" : "cannot open it: %s",
+             strerror(e));
+    return -1;
+  }
+  if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode)) {
+    snprintf(why, cap, "it is not a regular file");
+    close(fd);
+    return -1;
+  }
+  if (!trusted(sb, "the file", path, why, cap)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 /* Names and versions end up in run tags ("<version> sha256:<hash> <path>")
@@ -214,7 +288,8 @@ static void copy_line(char *dst, size_t n, const char *s) {
 }
 
 
-static em_status load_locked(const char *path, em_error *err) {
+static em_status load_locked(const char *path, em_plugin_verify_fn verify, void *user,
+                             em_error *err) {
   for (int i = 0; i < n_plugins; i++)
     if (!strcmp(plugins[i].path, path)) { /* the same file twice: say what happened then */
       if (plugins[i].loaded) return EM_OK;
@@ -228,16 +303,39 @@ static em_status load_locked(const char *path, em_error *err) {
   em_status st = EM_OK;
   void *dl = NULL;
   const em_plugin_table *t = NULL;
-  char cut_short[256];
+  char why[900], proc[64] = "";
+  struct stat sb;
+  int fd = -1;
   if (strlen(path) >= sizeof info->path)
     st = em_error_set(&e, EM_ERR_INVALID, "its path is longer than %zu bytes",
                       sizeof info->path - 1);
-  else if (!elf_whole(path, cut_short, sizeof cut_short))
-    st = em_error_set(&e, EM_ERR_FORMAT, "%s", cut_short);
-  else if (!(dl = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
-    const char *why = dlerror();
-    st = em_error_set(&e, EM_ERR_IO, "cannot load it: %s", why ? why : "dlopen failed");
+  else if ((fd = open_trusted(path, &sb, why, sizeof why)) < 0)
+    st = em_error_set(&e, EM_ERR_INVALID, "%s", why);
+  else if (!elf_whole(fd, &sb, why, sizeof why))
+    st = em_error_set(&e, EM_ERR_FORMAT, "%s", why);
+  else if (verify && (st = verify(fd, path, user, &e)) != EM_OK) {
+    if (!e.msg[0]) em_error_set(&e, st, "its check failed");
   } else {
+    /* dlopen of the descriptor already checked (and hashed), not of the
+     * path again: between a check of the path and dlopen(path) the file
+     * could be replaced, and dlopen runs a module's constructors before
+     * anything else can look at it. glibc's dlopen of /proc/self/fd/N
+     * maps exactly the file that fd holds open. (A module whose RUNPATH
+     * uses $ORIGIN would look in /proc/self/fd: plugins have none.)
+     * glibc knows a loaded module by that name, too, and a later dlopen
+     * of the same name answers the module already loaded: so the
+     * descriptor stays open for as long as the module may be mapped (the
+     * life of the process), and no later plugin gets its number. */
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (!(dl = dlopen(proc, RTLD_NOW | RTLD_LOCAL))) {
+      const char *msg = dlerror();
+      size_t pl = strlen(proc);
+      if (msg && !strncmp(msg, proc, pl) && msg[pl] == ':') msg += pl + 1 + (msg[pl + 1] == ' ');
+      st = em_error_set(&e, EM_ERR_IO, "cannot load it: %s", msg ? msg : "dlopen failed");
+    }
+  }
+  if (fd >= 0 && !dl) close(fd); /* else kept: see above */
+  if (st == EM_OK) {
     dlerror();
     em_plugin_entry_fn entry;
     *(void **)&entry = dlsym(dl, EM_PLUGIN_ENTRY_SYMBOL);
@@ -304,10 +402,15 @@ static em_status load_locked(const char *path, em_error *err) {
 }
 
 em_status em_plugin_load_file(const char *path, em_error *err) {
+  return em_plugin_load_file_verified(path, NULL, NULL, err);
+}
+
+em_status em_plugin_load_file_verified(const char *path, em_plugin_verify_fn verify, void *user,
+                                       em_error *err) {
   char abs[PATH_MAX];
   const char *p = realpath(path, abs) ? abs : path;
   pthread_mutex_lock(&lock);
-  em_status st = load_locked(p, err);
+  em_status st = load_locked(p, verify, user, err);
   pthread_mutex_unlock(&lock);
   return st;
 }
@@ -375,7 +478,7 @@ int em_plugins_load_dir(const char *dir, const char *origin) {
     char real[PATH_MAX];
     const char *p = realpath(path, real) ? real : path;
     em_error e = {0};
-    if (load_locked(p, &e) != EM_OK) {
+    if (load_locked(p, NULL, NULL, &e) != EM_OK) {
       em_log_msg(EM_LOG_WARNING, "%s", e.msg);
       refused++;
     }
@@ -384,6 +487,28 @@ int em_plugins_load_dir(const char *dir, const char *origin) {
   free(names);
   pthread_mutex_unlock(&lock);
   return refused;
+}
+
+/* ---- loading on the first miss ------------------------------------------------ */
+
+static void (*miss_loader)(void);
+static pthread_once_t miss_once = PTHREAD_ONCE_INIT;
+/* Set while the loader runs on this thread: a lookup it makes (commit's
+ * check that a layer name is free) must not start it again. */
+static _Thread_local bool in_miss_loader;
+
+static void run_miss_loader(void) {
+  in_miss_loader = true;
+  miss_loader();
+  in_miss_loader = false;
+}
+
+void em_plugin_set_loader(void (*load)(void)) { miss_loader = load; }
+
+bool em_plugin_load_on_miss(void) {
+  if (!miss_loader || in_miss_loader) return false;
+  pthread_once(&miss_once, run_miss_loader); /* other threads wait for it */
+  return true;
 }
 
 int em_plugin_count(void) {

@@ -14,6 +14,11 @@ void em_metric_remove(const em_metric_type *metric);
 em_status em_layer_onnx_add(const em_layer_type *type, em_layer_onnx_fn fn, em_error *err);
 void em_layer_onnx_remove(const em_layer_type *type);
 
+/* A lookup of a layer type, dataset kind or metric found nothing: runs the
+ * loader em_plugin_set_loader installed, once per process (the first
+ * miss), and returns true when the lookup should be tried again. */
+bool em_plugin_load_on_miss(void);
+
 /* The built-in dataset names (datasets.c knows them; a plugin may not
  * take them). */
 bool em_dataset_name_is_builtin(const char *name);

@@ -115,7 +115,9 @@ em_status em_dataset_type_add(const em_dataset_type *k, em_error *err) {
 void em_dataset_type_remove(const em_dataset_type *k) { reg_remove(&kinds, k); }
 
 const em_dataset_type *em_dataset_type_find(const char *name) {
-  return reg_find(&kinds, name, NULL).item;
+  const em_dataset_type *k = reg_find(&kinds, name, NULL).item;
+  if (!k && em_plugin_load_on_miss()) k = reg_find(&kinds, name, NULL).item;
+  return k;
 }
 
 int em_dataset_type_count(void) { return reg_count(&kinds); }
@@ -149,7 +151,9 @@ em_status em_metric_add(const em_metric_type *m, em_error *err) {
 void em_metric_remove(const em_metric_type *m) { reg_remove(&metrics, m); }
 
 const em_metric_type *em_metric_find(const char *name) {
-  return reg_find(&metrics, name, NULL).item;
+  const em_metric_type *m = reg_find(&metrics, name, NULL).item;
+  if (!m && em_plugin_load_on_miss()) m = reg_find(&metrics, name, NULL).item;
+  return m;
 }
 
 int em_metric_count(void) { return reg_count(&metrics); }

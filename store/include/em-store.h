@@ -63,6 +63,10 @@ em_status em_store_integrity_check(em_store *s, em_error *err);
 
 /* SHA-256 of a file as 64 lowercase hex digits, and its size. */
 em_status em_store_file_sha256(const char *path, char hex[65], int64_t *size, em_error *err);
+/* The same of an open file (read with pread from its start); name is for
+ * messages. */
+em_status em_store_fd_sha256(int fd, const char *name, char hex[65], int64_t *size,
+                             em_error *err);
 
 /* ---- runs -------------------------------------------------------------- */
 
@@ -166,7 +170,9 @@ em_status em_store_run_latest_with_checkpoint(em_store *s, int64_t *id, em_error
  * version was registered from it. */
 em_status em_store_run_delete(em_store *s, int64_t id, em_error *err);
 
-/* Tags (key -> value, replaced when set again) and free-text notes. */
+/* Tags (key -> value, replaced when set again) and free-text notes. Keys
+ * starting EM_RUN_PLUGIN_TAG ("plugin.") are refused: the trainer writes
+ * those (em_store_run_tag_plugins), and a resume loads the file they name. */
 em_status em_store_run_tag(em_store *s, int64_t run, const char *key, const char *value,
                            em_error *err);
 em_status em_store_run_note(em_store *s, int64_t run, const char *text, em_error *err);

@@ -172,7 +172,7 @@ def check_training(env, tmp):
     assert "as run %d recorded" % stopped["run_id"] in r.stderr, r.stderr
     assert resumed["steps"] == j["steps"] and not resumed["stopped"], (resumed, j)
     assert "is not the file" not in r.stderr, r.stderr
-    # a plugin file changed since the run was trained: the resume says which
+    # a plugin file changed since the run was trained: the resume refuses it
     moved = os.path.join(tmp, "plugins-copy")
     os.makedirs(moved)
     for f in os.listdir(GOOD):
@@ -184,7 +184,13 @@ def check_training(env, tmp):
     for f in os.listdir(moved):
         with open(os.path.join(moved, f), "ab") as fh:  # still loads: ELF ignores the tail
             fh.write(b"rebuilt")
-    r = run([EMBER, "train", "--resume", str(stopped["run_id"]), "--quiet"], env)
+    # not loaded from the tag: its bytes are not the ones recorded
+    r = run([EMBER, "train", "--resume", str(stopped["run_id"]), "--quiet"], env, ok=False)
+    assert r.returncode == 1 and "its SHA-256 is" in r.stderr, r.stderr
+    assert "--plugin-dir" in r.stderr, r.stderr
+    # given by the user, it loads, with a warning
+    r = run([EMBER, "train", "--resume", str(stopped["run_id"]), "--quiet",
+             "--plugin-dir", moved], env)
     changed = os.path.join(moved, "ember-seblock.so")
     assert "(%s) is not the file run %d was trained with" % (
         changed, stopped["run_id"]) in r.stderr, r.stderr

@@ -307,6 +307,12 @@ static void test_annotations_and_delete(fixture *f, gconstpointer data) {
   g_assert_cmpint(em_store_run_tag(f->s, run, "dataset", "fashion", &err), ==, EM_OK);
   g_assert_cmpint(em_store_run_tag(f->s, run, "", "x", &err), ==, EM_ERR_INVALID);
   g_assert_cmpint(em_store_run_tag(f->s, 999, "k", "v", &err), ==, EM_ERR_INVALID);
+  /* plugin.* tags are the trainer's (a resume loads the file they name):
+   * not set by hand, in the CLI or the workbench */
+  em_error_clear(&err);
+  g_assert_cmpint(em_store_run_tag(f->s, run, "plugin.x", "1 /tmp/x.so", &err), ==,
+                  EM_ERR_INVALID);
+  g_assert_nonnull(strstr(err.msg, "not set by hand"));
   g_assert_cmpint(em_store_run_note(f->s, run, "lr too high?", &err), ==, EM_OK);
   g_assert_cmpint(em_store_run_event(f->s, run, 40, "rollback", "NaN loss", &err), ==, EM_OK);
   g_assert_cmpint(em_store_run_event(f->s, 999, 40, "rollback", NULL, &err), ==, EM_ERR_INVALID);
