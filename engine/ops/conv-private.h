@@ -5,8 +5,8 @@
  *    a loop backward. f64 always runs here (it exists for gradient
  *    checks); the tests compare the fast paths against it.
  *  - conv-winograd.c: forward and dX of f32 3x3 stride-1 convolutions
- *    with enough channels, as Winograd F(2x2, 3x3) on AVX-512 (2.25x fewer
- *    multiply-adds).
+ *    with enough channels, as Winograd F(2x2, 3x3) on AVX-512 and AVX2
+ *    (2.25x fewer multiply-adds).
  *  - conv-fast.c: every other f32 convolution, as tiles of a small GEMM
  *    micro-kernel (conv-kernel.c): implicit GEMMs over a zero-padded copy
  *    of each image for stride 1 (no im2col matrix), im2col otherwise.
@@ -104,7 +104,7 @@ void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x, const em
 
 /* Winograd F(2x2, 3x3) (conv-winograd.c): 3x3 kernels, stride 1,
  * dilation 1, padding <= 2, at least 8 channels in and out per group, on
- * AVX-512; forward and dX (dW stays on the direct path, see
+ * AVX-512 and AVX2+FMA; forward and dX (dW stays on the direct path, see
  * conv-winograd.c). Same contracts as the fast path; gx is overwritten
  * when fresh, else accumulated. */
 #ifdef EM_ISA

@@ -1,6 +1,6 @@
 /* conv-winograd.c: forward and dX of 3x3 stride-1 convolutions as
  * Winograd F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms for
- * Convolutional Neural Networks", 2015), f32 with AVX-512.
+ * Convolutional Neural Networks", 2015), f32 with AVX-512 or AVX2+FMA.
  *
  * Each 2x2 block of outputs ("tile") comes from a 4x4 input patch d:
  *   y = A^T [ U . V ] A,   U = G g G^T,   V = B^T d B
@@ -18,7 +18,8 @@
  * (t = image * tiles_per_image + ty * TW + tx) so that the GEMMs are wide
  * (V and M hold a chunk: (16 positions, channels, tiles)). The input and
  * output transforms go a tile row at a time, 16 tiles a vector (two tile
- * rows when they are 7 tiles or fewer): input rows are read with masked
+ * rows when they are 7 tiles or fewer; AVX2: 8 tiles, one tile row, a
+ * vector): input rows are read with masked
  * loads straight from the unpadded tensor (the padding is the masked-out
  * lanes) and split into even and odd columns; output rows are
  * re-interleaved and written with masked stores. The GEMM tiles are the
@@ -41,8 +42,10 @@
 
 #include <stdint.h>
 
-#if defined(__AVX512F__) && EM_CONV_NR == 32
+#if (defined(__AVX512F__) && EM_CONV_NR == 32) || \
+    (defined(__AVX2__) && defined(__FMA__) && EM_CONV_NR == 16)
 #include <immintrin.h>
+#include <string.h>
 
 #define MR EM_CONV_MR
 #define NR EM_CONV_NR
@@ -55,21 +58,64 @@ bool em_conv_winograd_ok(const em_conv_geom *g) {
          g->ph <= 2 && g->pw <= 2 && g->Cg >= 8 && g->Kg >= 8;
 }
 
+/* The instruction set's part of the transforms: a vector of WL floats
+ * (lanes = tiles), lane masks (first_lanes, col_lanes), masked loads
+ * that never touch the masked-out lanes (so the address may lie outside
+ * the row: it is formed as an integer) and masked stores. */
+#if defined(__AVX512F__)
+#define WL 16
+typedef __m512 wv;
+typedef __mmask16 wmask;
 /* The first n lanes. */
-static inline __mmask16 first_lanes(int64_t n) {
-  return (__mmask16)(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1);
+static inline wmask first_lanes(int64_t n) {
+  return (wmask)(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1);
 }
-
 /* Lanes j of a 16-float load at column start + j that fall in [0, W). */
-static inline __mmask16 col_lanes(int64_t start, int64_t W) {
+static inline wmask col_lanes(int64_t start, int64_t W) {
   int64_t lo = start < 0 ? -start : 0, hi = W - start;
-  return (__mmask16)(first_lanes(hi) & ~first_lanes(lo));
+  return (wmask)(first_lanes(hi) & ~first_lanes(lo));
 }
+static inline wv w_loadm(wmask m, const float *p) { return _mm512_maskz_loadu_ps(m, p); }
+static inline void w_storem(float *p, wmask m, wv v) { _mm512_mask_storeu_ps(p, m, v); }
+#define w_load(p) _mm512_loadu_ps(p)
+#define w_store(p, v) _mm512_storeu_ps((p), (v))
+#define TP_SLACK 0
+#define w_zero() _mm512_setzero_ps()
+#define w_set1(x) _mm512_set1_ps(x)
+#define w_add(x, y) _mm512_add_ps((x), (y))
+#define w_sub(x, y) _mm512_sub_ps((x), (y))
+#else /* AVX2 */
+#define WL 8
+typedef __m256 wv;
+typedef __m256i wmask;
+static inline wmask first_lanes(int64_t n) {
+  int32_t c = n >= 8 ? 8 : n <= 0 ? 0 : (int32_t)n;
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+/* Lanes j of an 8-float load at column start + j that fall in [0, W). */
+static inline wmask col_lanes(int64_t start, int64_t W) {
+  int64_t lo = start < 0 ? -start : 0, hi = W - start;
+  return _mm256_andnot_si256(first_lanes(lo), first_lanes(hi));
+}
+static inline wv w_loadm(wmask m, const float *p) { return _mm256_maskload_ps(p, m); }
+static inline void w_storem(float *p, wmask m, wv v) { _mm256_maskstore_ps(p, m, v); }
+#define w_load(p) _mm256_loadu_ps(p)
+#define w_store(p, v) _mm256_storeu_ps((p), (v))
+/* vmaskmovps stores are slow on AMD's processors (microcoded): the input
+ * transform of a plane of at most 8 tiles a row stores whole vectors, the
+ * lanes past a tile row landing in the next one (written after it) or,
+ * after the chunk's last tile, in this slack of V's rows (zeroed or never
+ * read). */
+#define TP_SLACK WL
+#define w_zero() _mm256_setzero_ps()
+#define w_set1(x) _mm256_set1_ps(x)
+#define w_add(x, y) _mm256_add_ps((x), (y))
+#define w_sub(x, y) _mm256_sub_ps((x), (y))
+#endif
 
-/* Masked load of 16 floats at row + col; masked lanes are never touched,
- * so col may lie outside the row (the address is formed as an integer). */
-static inline __m512 load_cols(const float *row, int64_t col, __mmask16 m) {
-  return _mm512_maskz_loadu_ps(m, (const void *)((uintptr_t)row + (uintptr_t)(col * 4)));
+/* Masked load of WL floats at row + col. */
+static inline wv load_cols(const float *row, int64_t col, wmask m) {
+  return w_loadm(m, (const float *)((uintptr_t)row + (uintptr_t)(col * 4)));
 }
 
 /* Geometry of one forward-like pass: dst (N, G*cout, OH, OW) from
@@ -91,27 +137,32 @@ static void wgeom_tiles(wgeom *w) {
   w->TH = (w->OH + 1) / 2;
   w->TW = (w->OW + 1) / 2;
   w->T1 = w->TH * w->TW;
-  w->Tp = round_up(CHUNK * w->T1, NR);
+  w->Tp = round_up(CHUNK * w->T1 + TP_SLACK, NR);
 }
 
 /* The 4x4 patches' transform, d (4 rows of 4 columns, lanes = tiles) to
  * the 16 positions of V stored at o, lanes `out`. */
-static inline void store_btdb(__m512 d[4][4], float *o, int64_t pos_stride, __mmask16 out) {
-  __m512 v[4][4];
+static inline void store_btdb(wv d[4][4], float *o, int64_t pos_stride, wmask out, bool full) {
+  wv v[4][4];
   for (int i = 0; i < 4; i++) { /* d B, row i */
-    v[i][0] = _mm512_sub_ps(d[i][0], d[i][2]);
-    v[i][1] = _mm512_add_ps(d[i][1], d[i][2]);
-    v[i][2] = _mm512_sub_ps(d[i][2], d[i][1]);
-    v[i][3] = _mm512_sub_ps(d[i][1], d[i][3]);
+    v[i][0] = w_sub(d[i][0], d[i][2]);
+    v[i][1] = w_add(d[i][1], d[i][2]);
+    v[i][2] = w_sub(d[i][2], d[i][1]);
+    v[i][3] = w_sub(d[i][1], d[i][3]);
   }
+#define BT_STORE(i, x)                                                                     \
+  (full ? w_store(o + ((i) * 4 + k) * pos_stride, (x))                                     \
+        : w_storem(o + ((i) * 4 + k) * pos_stride, out, (x)))
   for (int k = 0; k < 4; k++) { /* B^T (d B), column k */
-    _mm512_mask_storeu_ps(o + (0 * 4 + k) * pos_stride, out, _mm512_sub_ps(v[0][k], v[2][k]));
-    _mm512_mask_storeu_ps(o + (1 * 4 + k) * pos_stride, out, _mm512_add_ps(v[1][k], v[2][k]));
-    _mm512_mask_storeu_ps(o + (2 * 4 + k) * pos_stride, out, _mm512_sub_ps(v[2][k], v[1][k]));
-    _mm512_mask_storeu_ps(o + (3 * 4 + k) * pos_stride, out, _mm512_sub_ps(v[1][k], v[3][k]));
+    BT_STORE(0, w_sub(v[0][k], v[2][k]));
+    BT_STORE(1, w_add(v[1][k], v[2][k]));
+    BT_STORE(2, w_sub(v[2][k], v[1][k]));
+    BT_STORE(3, w_sub(v[1][k], v[3][k]));
   }
+#undef BT_STORE
 }
 
+#if defined(__AVX512F__)
 /* input_transform for narrow planes (TW <= 7): two tile rows share a
  * vector, lanes [0, TW) the first and [TW, 2 TW) the second (consecutive
  * tiles), each input row being one 16-column load. */
@@ -144,7 +195,7 @@ static void input_transform_pairs(const wgeom *w, const float *src, int64_t nb, 
           d[i][2] = _mm512_permutex2var_ps(l[0], i2, l[1]);
           d[i][3] = _mm512_permutex2var_ps(l[0], i3, l[1]);
         }
-        store_btdb(d, vb + ty * TW, pos_stride, first_lanes(rows * TW));
+        store_btdb(d, vb + ty * TW, pos_stride, first_lanes(rows * TW), false);
       }
     }
 }
@@ -190,31 +241,90 @@ static void input_transform(const wgeom *w, const float *src, int64_t nb, int64_
             d[i][2] = _mm512_permutex2var_ps(d[i][0], next, ex);  /* + 2 */
             d[i][3] = _mm512_permutex2var_ps(d[i][1], next1, ex); /* + 3 */
           }
-          store_btdb(d, vb + ty * w->TW, pos_stride, out);
+          store_btdb(d, vb + ty * w->TW, pos_stride, out, false);
         }
       }
   }
 }
 
+#else /* AVX2 */
+/* The even and the odd lanes of the 16 floats lo, hi, in order. */
+static inline wv even_of(wv lo, wv hi) {
+  return _mm256_castpd_ps(
+      _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
+}
+static inline wv odd_of(wv lo, wv hi) {
+  return _mm256_castpd_ps(
+      _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+}
+
+/* V (16, cin, Tp) = B^T d B of every tile of the nb images of a chunk,
+ * channels [c0, c0 + cin) of src (nb, ctot, H, W), as the AVX-512 path's
+ * input_transform with 8 tiles a vector: a tile row of up to 8 tiles is
+ * 4 input rows of 18 columns (two 8-float loads and a 2-float one, under
+ * masks: the padding is the masked-out lanes), split into even and odd
+ * columns; columns + 2 and + 3 are those shifted down one tile. */
+static void input_transform(const wgeom *w, const float *src, int64_t nb, int64_t ctot,
+                            int64_t c0, float *V) {
+  const __m256i next = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 7);
+  const __m256i lane0 = _mm256_setzero_si256(), lane1 = _mm256_set1_epi32(1);
+  const int64_t H = w->H, W = w->W, pos_stride = v_stride(w);
+  for (int64_t tx0 = 0; tx0 < w->TW; tx0 += 8) {
+    int64_t col = 2 * tx0 - w->pw;
+    wmask m0 = col_lanes(col, W), m1 = col_lanes(col + 8, W),
+          m2 = _mm256_and_si256(col_lanes(col + 16, W), first_lanes(2));
+    wmask out = first_lanes(w->TW - tx0);
+    const bool full = tx0 + 8 <= w->TW || w->TW <= 8; /* see TP_SLACK */
+    for (int64_t b = 0; b < nb; b++)
+      for (int64_t c = 0; c < w->cin; c++) {
+        const float *plane = src + (b * ctot + c0 + c) * H * W;
+        float *vb = V + c * w->Tp + b * w->T1 + tx0;
+        for (int64_t ty = 0; ty < w->TH; ty++) {
+          wv d[4][4];
+          for (int i = 0; i < 4; i++) {
+            int64_t r = 2 * ty + i - w->ph;
+            if (r < 0 || r >= H) {
+              d[i][0] = d[i][1] = d[i][2] = d[i][3] = w_zero();
+              continue;
+            }
+            const float *row = plane + r * W;
+            wv lo = load_cols(row, col, m0), hi = load_cols(row, col + 8, m1);
+            wv ex = load_cols(row, col + 16, m2);
+            d[i][0] = even_of(lo, hi); /* column 2 tx - pw */
+            d[i][1] = odd_of(lo, hi);  /* + 1 */
+            d[i][2] = _mm256_blend_ps(_mm256_permutevar8x32_ps(d[i][0], next),
+                                      _mm256_permutevar8x32_ps(ex, lane0), 0x80); /* + 2 */
+            d[i][3] = _mm256_blend_ps(_mm256_permutevar8x32_ps(d[i][1], next),
+                                      _mm256_permutevar8x32_ps(ex, lane1), 0x80); /* + 3 */
+          }
+          store_btdb(d, vb + ty * w->TW, pos_stride, out, full);
+        }
+      }
+  }
+}
+#endif
+
 /* A^T M A + bias for 16 lanes of tiles: out[dy][dx] (lanes = tiles). */
-static inline void atma(const __m512 *m, __m512 bias, __m512 out[2][2]) {
-  __m512 s[2][4];
+static inline void atma(const wv *m, wv bias, wv out[2][2]) {
+  wv s[2][4];
   for (int c = 0; c < 4; c++) { /* A^T M */
-    s[0][c] = _mm512_add_ps(_mm512_add_ps(m[0 * 4 + c], m[1 * 4 + c]), m[2 * 4 + c]);
-    s[1][c] = _mm512_sub_ps(_mm512_sub_ps(m[1 * 4 + c], m[2 * 4 + c]), m[3 * 4 + c]);
+    s[0][c] = w_add(w_add(m[0 * 4 + c], m[1 * 4 + c]), m[2 * 4 + c]);
+    s[1][c] = w_sub(w_sub(m[1 * 4 + c], m[2 * 4 + c]), m[3 * 4 + c]);
   }
   for (int dy = 0; dy < 2; dy++) { /* (A^T M) A */
-    out[dy][0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[dy][0], s[dy][1]), s[dy][2]), bias);
-    out[dy][1] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s[dy][1], s[dy][2]), s[dy][3]), bias);
+    out[dy][0] = w_add(w_add(w_add(s[dy][0], s[dy][1]), s[dy][2]), bias);
+    out[dy][1] = w_add(w_sub(w_sub(s[dy][1], s[dy][2]), s[dy][3]), bias);
   }
 }
 
-/* Stores (or adds) the first n floats of v at row. */
-static inline void put_row(float *row, __m512 v, __mmask16 n, bool accumulate) {
-  if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(n, row));
-  _mm512_mask_storeu_ps(row, n, v);
+/* Stores (or adds) the lanes under n of v at row (all of them: full). */
+static inline void put_row(float *row, wv v, wmask n, bool full, bool accumulate) {
+  if (accumulate) v = w_add(v, full ? w_load(row) : w_loadm(n, row));
+  if (full) w_store(row, v);
+  else w_storem(row, n, v);
 }
 
+#if defined(__AVX512F__)
 /* output_transform for narrow planes (TW <= 7): two tile rows a vector,
  * as in input_transform_pairs. */
 static void output_transform_pairs(const wgeom *w, const float *M, int64_t mp, int64_t nb,
@@ -243,10 +353,10 @@ static void output_transform_pairs(const wgeom *w, const float *M, int64_t mp, i
           int64_t oy = 2 * ty + dy;
           if (oy < OH)
             put_row(plane + oy * OW, _mm512_permutex2var_ps(y[dy][0], first, y[dy][1]), cols,
-                    accumulate);
+                    false, accumulate);
           if (rows == 2 && oy + 2 < OH)
             put_row(plane + (oy + 2) * OW, _mm512_permutex2var_ps(y[dy][0], second, y[dy][1]),
-                    cols, accumulate);
+                    cols, false, accumulate);
         }
       }
     }
@@ -282,14 +392,51 @@ static void output_transform(const wgeom *w, const float *M, int64_t mp, int64_t
           atma(m, bv, y);
           for (int dy = 0; dy < 2 && 2 * ty + dy < OH; dy++) {
             float *row = plane + (2 * ty + dy) * OW;
-            put_row(row, _mm512_permutex2var_ps(y[dy][0], lo, y[dy][1]), s0, accumulate);
-            put_row(row + 16, _mm512_permutex2var_ps(y[dy][0], hi, y[dy][1]), s1, accumulate);
+            put_row(row, _mm512_permutex2var_ps(y[dy][0], lo, y[dy][1]), s0, false, accumulate);
+            put_row(row + 16, _mm512_permutex2var_ps(y[dy][0], hi, y[dy][1]), s1, false,
+                    accumulate);
           }
         }
       }
     }
   }
 }
+
+#else /* AVX2 */
+/* dst (nb, ktot, OH, OW), channels [k0, k0 + cout), = A^T M A + bias (or
+ * += A^T M A) from M (16, mp, Tp): as the AVX-512 path's, 8 tiles a
+ * vector, a tile row's 2x2 outputs re-interleaved into two output rows of
+ * 16 columns with masked stores. */
+static void output_transform(const wgeom *w, const float *M, int64_t mp, int64_t nb,
+                             const float *bias, bool accumulate, float *dst, int64_t ktot,
+                             int64_t k0) {
+  const int64_t OH = w->OH, OW = w->OW, pos_stride = m_stride(w, mp);
+  for (int64_t tx0 = 0; tx0 < w->TW; tx0 += 8) {
+    wmask in = first_lanes(w->TW - tx0);
+    int64_t ncol = OW - 2 * tx0 < 16 ? OW - 2 * tx0 : 16;
+    wmask s0 = first_lanes(ncol), s1 = first_lanes(ncol - 8);
+    for (int64_t k = 0; k < w->cout; k++) {
+      wv bv = w_set1(bias ? bias[k0 + k] : 0.f);
+      for (int64_t b = 0; b < nb; b++) {
+        const float *mk = M + k * w->Tp + b * w->T1 + tx0;
+        float *plane = dst + (b * ktot + k0 + k) * OH * OW + 2 * tx0;
+        for (int64_t ty = 0; ty < w->TH; ty++) {
+          wv m[16], y[2][2];
+          for (int pos = 0; pos < 16; pos++) m[pos] = w_loadm(in, mk + pos * pos_stride + ty * w->TW);
+          atma(m, bv, y);
+          for (int dy = 0; dy < 2 && 2 * ty + dy < OH; dy++) {
+            float *row = plane + (2 * ty + dy) * OW;
+            /* tiles 0, 1, 4, 5 and 2, 3, 6, 7, each as its two columns */
+            wv lo = _mm256_unpacklo_ps(y[dy][0], y[dy][1]), hi = _mm256_unpackhi_ps(y[dy][0], y[dy][1]);
+            put_row(row, _mm256_permute2f128_ps(lo, hi, 0x20), s0, ncol >= 8, accumulate);
+            put_row(row + 8, _mm256_permute2f128_ps(lo, hi, 0x31), s1, ncol >= 16, accumulate);
+          }
+        }
+      }
+    }
+  }
+}
+#endif
 
 /* U (16, G, mp / MR, cin, MR) = G g G^T for g (cout, cin, 3, 3) of each
  * group, read through at(). */
@@ -433,7 +580,7 @@ void em_conv_winograd_backward_x(const em_conv_geom *g, const em_tensor *w,
   pass_run(&p, g, w, w_dx);
 }
 
-#else /* no AVX-512: the direct path serves every convolution */
+#else /* no AVX-512 nor AVX2+FMA: the direct path serves every convolution */
 
 bool em_conv_winograd_ok(const em_conv_geom *g) {
   (void)g;
@@ -443,13 +590,13 @@ bool em_conv_winograd_ok(const em_conv_geom *g) {
 void em_conv_winograd_forward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                               const em_tensor *b, em_tensor *y) {
   (void)g, (void)x, (void)w, (void)b, (void)y;
-  EM_ASSERT(!"winograd needs AVX-512");
+  EM_ASSERT(!"winograd needs AVX-512 or AVX2");
 }
 
 void em_conv_winograd_backward_x(const em_conv_geom *g, const em_tensor *w,
                                  const em_tensor *gy, em_tensor *gx, bool fresh) {
   (void)g, (void)w, (void)gy, (void)gx, (void)fresh;
-  EM_ASSERT(!"winograd needs AVX-512");
+  EM_ASSERT(!"winograd needs AVX-512 or AVX2");
 }
 
 #endif

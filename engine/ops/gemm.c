@@ -1,8 +1,10 @@
 /* gemm.c: the matrix product under every op that multiplies matrices
  * (em_matmul, em_linear, em_linear_relu, the convolutions' GEMMs):
  * gemv-fast.c's kernel for one row (m == 1, every instruction set),
- * gemm-fast.c's AVX-512 kernels where they take the call, OpenBLAS
- * otherwise (f64, no AVX-512, big squares), the bf16 GEMM under autocast
+ * gemm-fast.c's AVX-512 or AVX2 kernels where they take the call,
+ * OpenBLAS otherwise (f64, a generic x86-64 processor, big squares;
+ * EMBER_GEMM_FAST=0 sends every product there, for comparisons), the bf16
+ * GEMM under autocast
  * (em_gemm_amp), and the strides BLAS can take as they are
  * (em_blas_operand_of, em_blas_ready). Each product is one profiler span
  * ("gemm") carrying its FLOPs. */
@@ -12,6 +14,8 @@
 #include "em-pool.h"
 
 #include <cblas.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
@@ -89,12 +93,21 @@ static void gemm_blas(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64
                       double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                       double beta, const void *bias, void *c, int64_t ldc);
 
+/* EMBER_GEMM_FAST=0: OpenBLAS takes every product (to compare against). */
+static bool fast_off;
+static void read_fast_off(void) {
+  const char *e = getenv("EMBER_GEMM_FAST");
+  fast_off = e && strcmp(e, "0") == 0;
+}
+
 /* C = alpha op(A) op(B) + (bias ? bias in every row : beta C), then
  * max(C, 0) when relu. */
 static void gemm_run(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                      double beta, const void *bias, bool relu, void *c, int64_t ldc) {
-  if (dt == EM_DTYPE_F32 && k > 0) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, read_fast_off);
+  if (dt == EM_DTYPE_F32 && k > 0 && !fast_off) {
     const em_cpu_kernels *kt = em_cpu_kernels_get();
     /* one row (batch 1): the GEMV, which reads B once where it lies */
     if (m == 1 && kt->gemv_f32(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, bias,
@@ -129,7 +142,7 @@ static void gemm_blas(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64
       }
     return;
   }
-  /* f32 products gemm-fast.c did not take (no AVX-512, too big) and f64: OpenBLAS */
+  /* f32 products gemm-fast.c did not take (generic x86-64, too big) and f64: OpenBLAS */
   enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
   em_pool_park(); /* the pool's workers leave the cores to OpenBLAS's threads */
   if (dt == EM_DTYPE_F32)

@@ -1,5 +1,5 @@
 /* bench-gemm.c: the GEMM library's ceiling on the shapes Ember's models
- * use, beside Ember's own em_gemm (gemm-fast.c on AVX-512 builds). Times
+ * use, beside Ember's own em_gemm (gemm-fast.c on AVX-512 and AVX2). Times
  * cblas_sgemm and em_gemm (median of repetitions, each em_gemm call in
  * its own scope as in a training step) for each shape of the MLP's and
  * the CNN's forward and backward products at batch 128 and prints one

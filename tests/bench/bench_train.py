@@ -20,7 +20,16 @@ RSS.
 
 usage: /usr/bin/python3 tests/bench/bench_train.py [--build build]
          [--models mlp,cnn] [--repeat 3] [--cnn-limit 20000] [--cores-limit 10000]
-         [--native-blas]
+         [--native-blas] [--ember-isas all|generic,avx2,avx512]
+
+Ember's kernel set (the train JSON's cpu_kernels) and BLAS core are
+printed for each model. EMBER_CPU_ISA in the environment caps Ember's
+kernels (EMBER_CPU_ISA=avx2 runs the AVX2 variant, an AVX2-only
+processor such as Zen 3); PyTorch's oneDNN (its convolutions) is then
+capped to the same level (ONEDNN_MAX_CPU_ISA) unless --torch-uncapped,
+so that both sides run what that processor would. --ember-isas runs
+Ember once per cap in each round ("ember[avx2]", ...; "all": every
+kernel set this processor runs), each compared with PyTorch.
 
 --native-blas unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for every
 contender (OpenBLAS then picks the processor's own kernels, AVX-512 where
@@ -87,6 +96,27 @@ def blas_env(ember, native_blas, blas_core=None):
     return env
 
 
+# EMBER_CPU_ISA's levels, lowest first, and the kernel set each runs
+ISA_LEVELS = ["generic", "avx2", "avx512", "avx512_bf16", "amx"]
+KERNEL_SETS = ["generic", "avx2", "avx512"]
+ONEDNN_ISA = {"generic": "SSE41", "avx2": "AVX2"}
+
+
+def ember_caps(ember, want, env):
+    """The EMBER_CPU_ISA caps to run Ember under: [None] (the environment's
+    own) unless --ember-isas; "all" is every kernel set the processor runs."""
+    if not want:
+        return [None]
+    dev = run_json([ember, "devices", "--json"], env)
+    cpu = [d for d in dev["devices"] if d["kind"] == "cpu"][0]
+    have = ISA_LEVELS.index(cpu["isa_detected"])
+    caps = KERNEL_SETS if want == "all" else want.split(",")
+    for c in caps:
+        if c not in ISA_LEVELS:
+            sys.exit("--ember-isas: unknown level %s (one of %s)" % (c, ", ".join(ISA_LEVELS)))
+    return [c for c in caps if ISA_LEVELS.index(c) <= have]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -97,9 +127,22 @@ def main():
     ap.add_argument("--native-blas", action="store_true")
     ap.add_argument("--blas-core", default=None,
                     help="OPENBLAS_CORETYPE for every contender (e.g. Haswell, SkylakeX)")
+    ap.add_argument("--ember-isas", default=None,
+                    help="run Ember once per EMBER_CPU_ISA cap: a list, or all")
+    ap.add_argument("--torch-uncapped", action="store_true",
+                    help="leave PyTorch's oneDNN at the processor's best under EMBER_CPU_ISA")
     a = ap.parse_args()
     ember = os.path.join(a.build, "app", "ember")
     env = blas_env(ember, a.native_blas, a.blas_core)
+    caps = ember_caps(ember, a.ember_isas, env)
+    ekeys = ["ember" if c is None else "ember[%s]" % c for c in caps]
+    tenv = dict(env)
+    cap = env.get("EMBER_CPU_ISA")
+    if cap in ONEDNN_ISA and not a.torch_uncapped:
+        tenv["ONEDNN_MAX_CPU_ISA"] = ONEDNN_ISA[cap]
+    print("EMBER_CPU_ISA=%s; PyTorch's oneDNN: %s" % (
+        cap or "unset", "ONEDNN_MAX_CPU_ISA=" + tenv["ONEDNN_MAX_CPU_ISA"]
+        if "ONEDNN_MAX_CPU_ISA" in tenv else "the processor's best"))
     gemm = run_json([os.path.join(a.build, "tests", "bench", "bench-gemm"), "2"], env)
     ceil = {s["name"]: s["gflops"] for s in gemm["shapes"]}
     print("OpenBLAS core: %s (OPENBLAS_CORETYPE=%s), 2 threads" %
@@ -112,23 +155,29 @@ def main():
         spec = json.load(open(spec_path))
         limit = a.cnn_limit if m == "cnn" else 0
         lim = ["--limit", str(limit)] if limit else []
-        res = {"ember": [], "torch-default": [], "torch-2threads": [], "torch-best": [],
-               "torch-blas1": []}
+        res = {k: [] for k in ekeys}
+        res.update({"torch-default": [], "torch-2threads": [], "torch-best": [],
+                    "torch-blas1": []})
         rss = {k: [] for k in res}
-        core, tthreads = {}, {}
+        core, tthreads, ekern = {}, {}, {}
         for _ in range(a.repeat):
-            e = run_json([ember, "train", spec_path, "--epochs", "1", "--threads", "2", "--quiet",
-                          "--no-record"]
-                         + lim, env)
-            res["ember"].append(e["train_samples_per_sec"])
-            rss["ember"].append(e["peak_rss_mb"])
+            for c, ek in zip(caps, ekeys):
+                eenv = dict(env)
+                if c is not None:
+                    eenv["EMBER_CPU_ISA"] = c
+                e = run_json([ember, "train", spec_path, "--epochs", "1", "--threads", "2",
+                              "--quiet", "--no-record"] + lim, eenv)
+                res[ek].append(e["train_samples_per_sec"])
+                rss[ek].append(e["peak_rss_mb"])
+                ekern[ek] = "%s kernels, OpenBLAS %s" % (e.get("cpu_kernels", "?"),
+                                                         e.get("blas_core", "?"))
             for mode, key, th in (("default", "torch-default", 2), ("cores", "torch-2threads", 2),
                                   ("best", "torch-best", 2), ("best", "torch-blas1", 1)):
                 tl = lim
                 if mode == "cores" and a.cores_limit and (not limit or a.cores_limit < limit):
                     tl = ["--limit", str(a.cores_limit)]
                 t = run_json([sys.executable, os.path.join(HERE, "bench_torch.py"), spec_path,
-                              "--mode", mode, "--threads", str(th)] + tl, env)
+                              "--mode", mode, "--threads", str(th)] + tl, tenv)
                 res[key].append(t["samples_per_sec"])
                 rss[key].append(t["peak_rss_mb"])
                 core[mode] = t["blas_core"]
@@ -148,21 +197,29 @@ def main():
             print("  %-14s %9.0f samples/s  (runs: %s)  %6.1f GFLOP/s  peak RSS %4.0f MiB%s" % (
                 k, med[k], ", ".join("%.0f" % v for v in res[k]), med[k] * flops * 1e-9,
                 statistics.median(rss[k]),
-                "  [torch threads %d]" % tthreads[k] if k in tthreads else ""))
+                "  [torch threads %d]" % tthreads[k] if k in tthreads else
+                "  [%s]" % ekern[k] if k in ekern else ""))
         ratios = {}
-        for k in ("torch-fastest", "torch-best", "torch-blas1", "torch-default", "torch-2threads"):
-            r = [e / t for e, t in zip(res["ember"], res[k])]
-            ratios[k] = statistics.median(r)
-            print("  ember / %-14s %.2fx (per pair: %s)" % (k, ratios[k],
-                                                          ", ".join("%.2f" % x for x in r)))
-        print("  ember effective %.1f GFLOP/s = %.0f%% of the GEMM ceiling on its shapes (%.0f GFLOP/s)" % (
-            med["ember"] * flops * 1e-9, 100 * med["ember"] * flops * 1e-9 / ceiling, ceiling))
-        print("  peak RSS ember / torch-best: %.2f" % (statistics.median(rss["ember"]) / statistics.median(rss["torch-best"])))
+        for ek in ekeys:
+            ratios[ek] = {}
+            for k in ("torch-fastest", "torch-best", "torch-blas1", "torch-default",
+                      "torch-2threads"):
+                r = [e / t for e, t in zip(res[ek], res[k])]
+                ratios[ek][k] = statistics.median(r)
+                print("  %s / %-14s %.2fx (per pair: %s)" % (ek, k, ratios[ek][k],
+                                                           ", ".join("%.2f" % x for x in r)))
+            print("  %s effective %.1f GFLOP/s = %.0f%% of the GEMM ceiling on its shapes "
+                  "(%.0f GFLOP/s)" % (ek, med[ek] * flops * 1e-9,
+                                      100 * med[ek] * flops * 1e-9 / ceiling, ceiling))
+            print("  peak RSS %s / torch-best: %.2f" % (
+                ek, statistics.median(rss[ek]) / statistics.median(rss["torch-best"])))
         print()
-        rows.append({"model": m, "median_samples_per_sec": med, "ratio_best": ratios["torch-best"],
-                     "ratio_fastest": ratios["torch-fastest"],
-                     "ratio_default": ratios["torch-default"],
-                     "ratio_2threads": ratios["torch-2threads"],
+        r0 = ratios[ekeys[0]]
+        rows.append({"model": m, "median_samples_per_sec": med, "ratio_best": r0["torch-best"],
+                     "ratio_fastest": r0["torch-fastest"],
+                     "ratio_default": r0["torch-default"],
+                     "ratio_2threads": r0["torch-2threads"],
+                     "ratios": ratios, "ember_kernels": ekern,
                      "torch_threads": tthreads,
                      "peak_rss_mb": {k: statistics.median(v) for k, v in rss.items()}})
     print(json.dumps({"blas_core": gemm["core"], "results": rows}))
