@@ -76,8 +76,11 @@ const em_qgemm_kernel *em_qgemm_kernel_find(const char *name);
 /* The best one this CPU supports. */
 const em_qgemm_kernel *em_qgemm_kernel_best(void);
 
-extern const em_qgemm_kernel em_qgemm_scalar, em_qgemm_sse2, em_qgemm_avx2, em_qgemm_avx512bw,
-    em_qgemm_vnni;
+/* The reference, and the VNNI kernel (quant-gemm-x86.c, x86 only); the
+ * int16-pair kernels "avx512bw", "avx2" and "sse2" are one body compiled
+ * per instruction set (quant-isa.h: em_qgemm_pmadd_avx512, _avx2,
+ * _generic). */
+extern const em_qgemm_kernel em_qgemm_scalar, em_qgemm_vnni;
 
 /* The quantisation of one model. */
 typedef struct em_quant_plan {

@@ -108,8 +108,10 @@ static void test_kernels(void) {
   check_kernels_shape(r, 4, EM_QUANT_MAX_FEATURES, 3, true); /* the widest layer allowed */
   g_rand_free(r);
   /* The CPU these tests are meant for runs the fast paths: say when not. */
-  if (!em_qgemm_vnni.supported()) g_test_message("no AVX512-VNNI on this CPU: not tested");
-  if (!em_qgemm_avx2.supported()) g_test_message("no AVX2 on this CPU: not tested");
+  for (int i = 0; i < em_qgemm_kernel_count(); i++)
+    if (!em_qgemm_kernel_at(i)->supported())
+      g_test_message("kernel %s: not run on this CPU (or under this EMBER_CPU_ISA cap): not tested",
+                     em_qgemm_kernel_at(i)->name);
 }
 
 /* ---- round trips ----------------------------------------------------------------- */

@@ -1,0 +1,29 @@
+/* quant-isa.h: engine/quant's files compiled once per instruction set.
+ *
+ * quant-pmadd.c (the int16-pair GEMM kernel) is in engine/meson.build's
+ * cpu_variant_sources: built with -DEM_ISA=generic|avx2|avx512 and
+ * -march=x86-64 / x86-64-v3 / x86-64-v4, each body written once over the
+ * vector layer of quant-vec.h. It includes this header first, which
+ * gives its shared symbols the variant's suffix (em-cpu-variant.h):
+ *
+ *   em_qgemm_pmadd     _generic "sse2", _avx2 "avx2", _avx512 "avx512bw"
+ *
+ * The rest of engine/quant names them by those suffixed names (below);
+ * quant-gemm.c's table holds the kernels. x86-64 only (meson builds the three
+ * variants exactly there). */
+#pragma once
+
+#include "em-cpu-variant.h"
+
+#ifdef EM_ISA
+#define em_qgemm_pmadd EM_ISA_FN(em_qgemm_pmadd)
+#endif
+
+#include "quant-private.h"
+
+#if defined(__x86_64__)
+/* The pmaddwd kernel of each variant (quant-private.h: em_qgemm_kernel). */
+extern const em_qgemm_kernel em_qgemm_pmadd_generic, em_qgemm_pmadd_avx2,
+    em_qgemm_pmadd_avx512;
+
+#endif
