@@ -15,6 +15,8 @@
  *     INT32_MIN
  *   qv_store_u8(p, v, n) / qv_store_i16(p, v, n): the first n (<=
  *     QV_LANES) lanes clamped to [0, 255], as uint8 / int16
+ *   qv_store2_u8(p, v0, v1) / qv_store2_i16(p, v0, v1): the same for
+ *     2 QV_LANES lanes, v0's then v1's (SSE2 packs the two at once)
  *
  * Every operation is exact or one IEEE operation, the same at every
  * width. Include after the headers that set EM_ISA (quant-isa.h). */
@@ -55,6 +57,8 @@ static inline void qv_store_i16(int16_t *p, qvi v, int n) {
   v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_setzero_si512()), _mm512_set1_epi32(255));
   _mm512_mask_cvtepi32_storeu_epi16(p, qv_mask(n), v);
 }
+#define qv_store2_u8(p, v0, v1) (qv_store_u8(p, v0, 16), qv_store_u8((p) + 16, v1, 16))
+#define qv_store2_i16(p, v0, v1) (qv_store_i16(p, v0, 16), qv_store_i16((p) + 16, v1, 16))
 
 #else
 /* AVX2 and SSE2: whole vectors, and the partial ones through a buffer. */
@@ -148,4 +152,19 @@ static inline void qv_store_i16(int16_t *p, qvi v, int n) {
     memcpy(p, t, (size_t)n * sizeof *p);
   }
 }
+#if QV_LANES == 8
+#define qv_store2_u8(p, v0, v1) (qv_store_u8(p, v0, 8), qv_store_u8((p) + 8, v1, 8))
+#define qv_store2_i16(p, v0, v1) (qv_store_i16(p, v0, 8), qv_store_i16((p) + 8, v1, 8))
+#else
+static inline __m128i qv_bytes2(qvi v0, qvi v1) {
+  __m128i w = _mm_packs_epi32(v0, v1);
+  return _mm_packus_epi16(w, w);
+}
+static inline void qv_store2_u8(uint8_t *p, qvi v0, qvi v1) {
+  _mm_storel_epi64((__m128i *)p, qv_bytes2(v0, v1));
+}
+static inline void qv_store2_i16(int16_t *p, qvi v0, qvi v1) {
+  _mm_storeu_si128((__m128i *)p, _mm_unpacklo_epi8(qv_bytes2(v0, v1), _mm_setzero_si128()));
+}
+#endif
 #endif
