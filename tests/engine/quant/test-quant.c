@@ -156,6 +156,21 @@ static void test_rows_round_trip(void) {
   g_rand_free(r);
 }
 
+/* 9 rows of D inputs for the row quantisers: random with ties (k / 8),
+ * a NaN in row 3, an infinity in row 4, row 5 all zero, row 6 all
+ * positive, row 7 all negative. */
+static float *rows_input(GRand *r, int64_t M, int64_t D) {
+  g_assert_cmpint(M, ==, 9);
+  float *x = rand_floats(r, M * D, -2, 3);
+  for (int64_t i = 0; i < M * D; i += 5) x[i] = (float)g_rand_int_range(r, -300, 300) / 8; /* ties */
+  x[(3 * D) + D / 2] = NAN;
+  x[(4 * D) + D / 3] = INFINITY;
+  for (int64_t d = 0; d < D; d++) x[5 * D + d] = 0;
+  for (int64_t d = 0; d < D; d++) x[6 * D + d] = frand(r, 0.5, 2);
+  for (int64_t d = 0; d < D; d++) x[7 * D + d] = frand(r, -2, -0.5);
+  return x;
+}
+
 /* Each width's row quantiser (AVX-512, AVX2, SSE2: every one the CPU
  * runs, whatever the cap) gives the plain loop's bytes, as uint8 and
  * widened to int16. */
@@ -163,13 +178,7 @@ static void check_rows_fn(em_quant_rows_fn f, const char *what) {
   GRand *r = g_rand_new_with_seed(13);
   for (int64_t D = 1; D <= 140; D += (D < 70 ? 1 : 9)) {
     const int64_t M = 9, Dp = (D + 3) / 4 * 4;
-    float *x = rand_floats(r, M * D, -2, 3);
-    for (int64_t i = 0; i < M * D; i += 5) x[i] = (float)g_rand_int_range(r, -300, 300) / 8; /* ties */
-    x[(3 * D) + D / 2] = NAN;
-    x[(4 * D) + D / 3] = INFINITY;
-    for (int64_t d = 0; d < D; d++) x[5 * D + d] = 0;
-    for (int64_t d = 0; d < D; d++) x[6 * D + d] = frand(r, 0.5, 2); /* all positive */
-    for (int64_t d = 0; d < D; d++) x[7 * D + d] = frand(r, -2, -0.5); /* all negative */
+    float *x = rows_input(r, M, D);
     uint8_t *a1 = g_new(uint8_t, M * Dp), *a2 = g_new0(uint8_t, M * Dp);
     int16_t *w1 = g_new(int16_t, M * Dp), *w2 = g_new(int16_t, M * Dp);
     float s1[9], s2[9], s3[9];
@@ -211,11 +220,7 @@ static void test_rows_fast_vs_ref(void) {
   GRand *r = g_rand_new_with_seed(12);
   for (int64_t D = 1; D <= 70; D += (D < 40 ? 1 : 7)) {
     const int64_t M = 9, Dp = (D + 3) / 4 * 4;
-    float *x = rand_floats(r, M * D, -2, 3);
-    for (int64_t i = 0; i < M * D; i += 5) x[i] = (float)g_rand_int_range(r, -300, 300) / 8; /* ties */
-    x[(3 * D) + D / 2] = NAN;
-    x[(4 * D) + D / 3] = INFINITY;
-    for (int64_t d = 0; d < D; d++) x[5 * D + d] = 0;
+    float *x = rows_input(r, M, D);
     uint8_t *a1 = g_new0(uint8_t, M * Dp), *a2 = g_new0(uint8_t, M * Dp);
     float s1[9], s2[9];
     int32_t z1[9], z2[9];
