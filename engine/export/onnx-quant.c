@@ -28,7 +28,7 @@
  * more), so it returned wrong sums: on a Zen 3 every row of fmnist-cnn's
  * int8 outputs differed from the engine's, by up to 0.03. Its U8U8 kernel
  * widens to int16 first and is exact (as the engine's AVX2 kernel, for
- * the same reason: quant-gemm-x86.c). */
+ * the same reason: quant-pmadd.c). */
 #include "export-private.h"
 
 #include <float.h>

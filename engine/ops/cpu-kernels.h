@@ -16,10 +16,9 @@
  * cpu-kernels-table.c. */
 #pragma once
 
+#include "em-cpu-variant.h" /* EM_ISA_FN */
+
 #ifdef EM_ISA
-#define EM_ISA_CAT2(a, b) a##_##b
-#define EM_ISA_CAT(a, b) EM_ISA_CAT2(a, b)
-#define EM_ISA_FN(name) EM_ISA_CAT(name, EM_ISA)
 #define em_gemm_f32_fast EM_ISA_FN(em_gemm_f32_fast)
 #define em_gemv_f32 EM_ISA_FN(em_gemv_f32)
 #define em_conv2d_fast_forward EM_ISA_FN(em_conv2d_fast_forward)

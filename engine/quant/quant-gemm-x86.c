@@ -1,29 +1,22 @@
-/* quant-gemm-x86.c: the uint8 x int8 -> int32 GEMM on AVX512-VNNI and on
- * AVX2, compiled with target attributes (the build need not use
- * -march=native) and chosen at run time from the processor's instruction
- * sets under EMBER_CPU_ISA's cap (em-cpu.h).
+/* quant-gemm-x86.c: the uint8 x int8 -> int32 GEMM on AVX512-VNNI,
+ * compiled with a target attribute (the build need not use
+ * -march=native, and no variant's -march has VNNI) and chosen at run time
+ * from the processor's instruction sets under EMBER_CPU_ISA's cap
+ * (em-cpu.h).
  *
- * Both cut C into tiles of rows by panels of columns (VNNI: 8 x 32 while
- * 8 rows remain, else 4 x 64; AVX2: 4 x 16) and keep the tile's
- * accumulators in registers over the whole reduction; the weights are
- * packed once, at quantisation time, panel by panel:
+ * It cuts C into tiles of rows by panels of columns (8 x 32 while 8 rows
+ * remain, else 4 x 64) and keeps the tile's accumulators in registers
+ * over the whole reduction; the weights are packed once, at quantisation
+ * time, panel by panel: a panel is 16 columns; for each group of 4 inputs
+ * it holds 64 bytes, column j's 4 weights at [4j, 4j+4). vpdpbusd
+ * multiplies the 4 activation bytes of a row (broadcast to all 16 lanes)
+ * with them and adds the 4 products into the lane's int32: 64
+ * multiply-adds per instruction, no intermediate saturation.
  *
- *  - VNNI: a panel is 16 columns; for each group of 4 inputs it holds 64
- *    bytes, column j's 4 weights at [4j, 4j+4). vpdpbusd multiplies the
- *    4 activation bytes of a row (broadcast to all 16 lanes) with them
- *    and adds the 4 products into the lane's int32: 64 multiply-adds per
- *    instruction, no intermediate saturation.
- *  - AVX2: a panel is 8 columns by pairs of inputs, packed as int16 (32
- *    bytes per pair), and the activations come widened to int16 too, so
- *    a row's pair is one broadcast from memory and vpmaddwd adds two
- *    products into each int32 lane with no shuffles on the way (widening
- *    in the loop made port 5 the bottleneck: 2.4x slower). vpmaddubsw
- *    would take bytes but saturates a pair's sum at 32767, and
- *    2 * 255 * 127 is more: not exact.
- *
- * AVX-512BW and SSE2 (below) use the AVX2 scheme on zmm / xmm registers.
- * Products and sums are exact (D <= EM_QUANT_MAX_FEATURES), so every
- * kernel returns the reference's int32 values bit for bit. */
+ * Without VNNI the int16-pair kernels run ("avx512bw", "avx2", "sse2"):
+ * one body compiled per instruction set, in quant-pmadd.c. Products and
+ * sums are exact (D <= EM_QUANT_MAX_FEATURES), so every kernel returns
+ * the reference's int32 values bit for bit. */
 #include "quant-private.h"
 
 #include "em-cpu.h"
@@ -33,7 +26,6 @@
 #include <string.h>
 
 #define TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
-#define TARGET_AVX2 __attribute__((target("avx2")))
 #define INLINE static inline __attribute__((always_inline))
 
 /* ---- AVX512-VNNI ------------------------------------------------------------- */
@@ -48,26 +40,18 @@ static size_t vnni_packed_size(int64_t K, int64_t Dp) {
   return (size_t)((K + V_NB - 1) / V_NB) * V_NB * (size_t)Dp;
 }
 
-/* wq (K, D) in panels of nb rows, each as groups of gs columns: element
- * [((p * Dp/gs + g) * nb + j) * gs + t] = wq[nb p + j][gs g + t], zero past
- * K or D; int16 elements when wide (AVX2), else int8 (VNNI). */
-static void pack_panels(const int8_t *wq, int64_t K, int64_t D, int64_t Dp, int nb, int gs,
-                        bool wide, void *packed) {
-  int64_t np = (K + nb - 1) / nb, ng = Dp / gs, at = 0;
+/* panel p, group g: bytes [(p * Dp/4 + g) * 64 + 4 j + t] = wq[16 p + j][4 g + t],
+ * zero past K or D */
+static void vnni_pack(const int8_t *wq, int64_t K, int64_t D, int64_t Dp, void *packed) {
+  int8_t *out = packed;
+  int64_t np = (K + V_NB - 1) / V_NB, ng = Dp / 4;
   for (int64_t p = 0; p < np; p++)
     for (int64_t g = 0; g < ng; g++)
-      for (int j = 0; j < nb; j++)
-        for (int t = 0; t < gs; t++, at++) {
-          int64_t n = p * nb + j, d = gs * g + t;
-          int8_t v = n < K && d < D ? wq[n * D + d] : 0;
-          if (wide) ((int16_t *)packed)[at] = v;
-          else ((int8_t *)packed)[at] = v;
+      for (int j = 0; j < V_NB; j++)
+        for (int t = 0; t < 4; t++) {
+          int64_t n = p * V_NB + j, d = 4 * g + t;
+          *out++ = n < K && d < D ? wq[n * D + d] : 0;
         }
-}
-
-/* panel p, group g: bytes [(p * Dp/4 + g) * 64 + 4 j + t] = wq[16 p + j][4 g + t] */
-static void vnni_pack(const int8_t *wq, int64_t K, int64_t D, int64_t Dp, void *packed) {
-  pack_panels(wq, K, D, Dp, V_NB, 4, false, packed);
 }
 
 /* One tile: rows [0, mr) of a, panels [0, np) from b (panel stride bs),
@@ -247,334 +231,6 @@ const em_qgemm_kernel em_qgemm_vnni = {
     .packed_size = vnni_packed_size,
     .pack = vnni_pack,
     .gemm = vnni_gemm,
-};
-
-/* ---- AVX2 ---------------------------------------------------------------------- */
-
-#define A_NB 8 /* columns per panel */
-#define A_MR 4
-#define A_NP 2 /* 4 x 2 = 8 ymm accumulators */
-
-static bool avx2_supported(void) { return em_cpu_isa_active() >= EM_CPU_ISA_AVX2; }
-
-static size_t avx2_packed_size(int64_t K, int64_t Dp) {
-  return (size_t)((K + A_NB - 1) / A_NB) * A_NB * (size_t)Dp * sizeof(int16_t);
-}
-
-/* panel p, pair g: int16 [(p * Dp/2 + g) * 16 + 2 j + t] = wq[8 p + j][2 g + t] */
-static void avx2_pack(const int8_t *wq, int64_t K, int64_t D, int64_t Dp, void *packed) {
-  pack_panels(wq, K, D, Dp, A_NB, 2, true, packed);
-}
-
-INLINE TARGET_AVX2 void avx2_tile(const int16_t *a, int64_t lda, const int16_t *b, int64_t bs,
-                                  int64_t ng, int32_t *c, int64_t ldc, int64_t ncols,
-                                  const int mr, const int np) {
-  __m256i acc[A_MR][A_NP];
-#pragma GCC unroll 4
-  for (int i = 0; i < A_MR; i++)
-#pragma GCC unroll 2
-    for (int j = 0; j < A_NP; j++) acc[i][j] = _mm256_setzero_si256();
-  for (int64_t g = 0; g < ng; g++) {
-    __m256i bv[A_NP];
-#pragma GCC unroll 2
-    for (int j = 0; j < A_NP; j++)
-      if (j < np) bv[j] = _mm256_loadu_si256((const __m256i *)(b + j * bs + g * 16));
-#pragma GCC unroll 4
-    for (int i = 0; i < A_MR; i++) {
-      if (i >= mr) break;
-      int32_t a2; /* the pair (a0, a1) as int16, in every 32-bit lane */
-      memcpy(&a2, a + i * lda + 2 * g, 4);
-      __m256i av = _mm256_set1_epi32(a2);
-#pragma GCC unroll 2
-      for (int j = 0; j < A_NP; j++)
-        if (j < np) acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(av, bv[j]));
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < A_MR; i++) {
-    if (i >= mr) break;
-#pragma GCC unroll 2
-    for (int j = 0; j < A_NP; j++) {
-      if (j >= np) break;
-      int64_t w = ncols - 8 * j;
-      int32_t *dst = c + i * ldc + 8 * j;
-      if (w >= 8) {
-        _mm256_storeu_si256((__m256i *)dst, acc[i][j]);
-      } else {
-        int32_t tmp[8];
-        _mm256_storeu_si256((__m256i *)tmp, acc[i][j]);
-        memcpy(dst, tmp, (size_t)w * sizeof *dst);
-      }
-    }
-  }
-}
-
-#define AVX2_CASE(MR_, NP_) \
-  case (MR_) * 8 + (NP_): avx2_tile(a, lda, b, bs, ng, c, ldc, ncols, MR_, NP_); break;
-
-static TARGET_AVX2 void avx2_gemm(const em_quant_layer *L, const void *a_, int64_t lda,
-                                  int64_t M, int64_t n0, int64_t n1, int32_t *c0, int64_t ldc) {
-  EM_ASSERT(n0 % A_NB == 0 && L->Dp % 2 == 0);
-  const int16_t *a0 = a_;
-  const int64_t ng = L->Dp / 2, bs = ng * 16;
-  for (int64_t n = n0; n < n1; n += A_NB * A_NP) {
-    int64_t ncols = n1 - n < A_NB * A_NP ? n1 - n : A_NB * A_NP;
-    int np = (int)((ncols + A_NB - 1) / A_NB);
-    const int16_t *b = (const int16_t *)L->packed + (n / A_NB) * bs;
-    for (int64_t m = 0; m < M; m += A_MR) {
-      int mr = M - m < A_MR ? (int)(M - m) : A_MR;
-      const int16_t *a = a0 + m * lda;
-      int32_t *c = c0 + m * ldc + (n - n0);
-      switch (mr * 8 + np) {
-        AVX2_CASE(1, 1) AVX2_CASE(1, 2) AVX2_CASE(2, 1) AVX2_CASE(2, 2)
-        AVX2_CASE(3, 1) AVX2_CASE(3, 2) AVX2_CASE(4, 1) AVX2_CASE(4, 2)
-      default: EM_ASSERT(!"bad AVX2 tile");
-      }
-    }
-  }
-}
-
-const em_qgemm_kernel em_qgemm_avx2 = {
-    .name = "avx2",
-    .n_block = A_NB,
-    .a_width = 2,
-    .supported = avx2_supported,
-    .packed_size = avx2_packed_size,
-    .pack = avx2_pack,
-    .gemm = avx2_gemm,
-};
-
-/* ---- SSE2 (the x86-64 baseline: EMBER_CPU_ISA=generic) --------------------------- */
-
-/* The AVX2 kernel's scheme on xmm registers, for a processor (or a cap)
- * without AVX2: a panel is 4 columns by pairs of inputs, packed as
- * int16; pmaddwd adds two exact products into each int32 lane. Tiles of
- * 4 rows by 8 columns (eight accumulators). */
-
-#define S_NB 4
-#define S_MR 4
-#define S_NP 2
-
-static bool sse2_supported(void) { return true; } /* every x86-64 */
-
-static size_t sse2_packed_size(int64_t K, int64_t Dp) {
-  return (size_t)((K + S_NB - 1) / S_NB) * S_NB * (size_t)Dp * sizeof(int16_t);
-}
-
-/* panel p, pair g: int16 [(p * Dp/2 + g) * 8 + 2 j + t] = wq[4 p + j][2 g + t] */
-static void sse2_pack(const int8_t *wq, int64_t K, int64_t D, int64_t Dp, void *packed) {
-  pack_panels(wq, K, D, Dp, S_NB, 2, true, packed);
-}
-
-INLINE void sse2_tile(const int16_t *a, int64_t lda, const int16_t *b, int64_t bs, int64_t ng,
-                      int32_t *c, int64_t ldc, int64_t ncols, const int mr, const int np) {
-  __m128i acc[S_MR][S_NP];
-#pragma GCC unroll 4
-  for (int i = 0; i < S_MR; i++)
-#pragma GCC unroll 2
-    for (int j = 0; j < S_NP; j++) acc[i][j] = _mm_setzero_si128();
-  for (int64_t g = 0; g < ng; g++) {
-    __m128i bv[S_NP];
-#pragma GCC unroll 2
-    for (int j = 0; j < S_NP; j++)
-      if (j < np) bv[j] = _mm_loadu_si128((const __m128i *)(b + j * bs + g * 8));
-#pragma GCC unroll 4
-    for (int i = 0; i < S_MR; i++) {
-      if (i >= mr) break;
-      int32_t a2;
-      memcpy(&a2, a + i * lda + 2 * g, 4);
-      __m128i av = _mm_set1_epi32(a2);
-#pragma GCC unroll 2
-      for (int j = 0; j < S_NP; j++)
-        if (j < np) acc[i][j] = _mm_add_epi32(acc[i][j], _mm_madd_epi16(av, bv[j]));
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < S_MR; i++) {
-    if (i >= mr) break;
-#pragma GCC unroll 2
-    for (int j = 0; j < S_NP; j++) {
-      if (j >= np) break;
-      int64_t w = ncols - 4 * j;
-      int32_t *dst = c + i * ldc + 4 * j;
-      if (w >= 4) {
-        _mm_storeu_si128((__m128i *)dst, acc[i][j]);
-      } else {
-        int32_t tmp[4];
-        _mm_storeu_si128((__m128i *)tmp, acc[i][j]);
-        memcpy(dst, tmp, (size_t)w * sizeof *dst);
-      }
-    }
-  }
-}
-
-#define SSE2_CASE(MR_, NP_) \
-  case (MR_) * 8 + (NP_): sse2_tile(a, lda, b, bs, ng, c, ldc, ncols, MR_, NP_); break;
-
-static void sse2_gemm(const em_quant_layer *L, const void *a_, int64_t lda, int64_t M,
-                      int64_t n0, int64_t n1, int32_t *c0, int64_t ldc) {
-  EM_ASSERT(n0 % S_NB == 0 && L->Dp % 2 == 0);
-  const int16_t *a0 = a_;
-  const int64_t ng = L->Dp / 2, bs = ng * 8;
-  for (int64_t n = n0; n < n1; n += S_NB * S_NP) {
-    int64_t ncols = n1 - n < S_NB * S_NP ? n1 - n : S_NB * S_NP;
-    int np = (int)((ncols + S_NB - 1) / S_NB);
-    const int16_t *b = (const int16_t *)L->packed + (n / S_NB) * bs;
-    for (int64_t m = 0; m < M; m += S_MR) {
-      int mr = M - m < S_MR ? (int)(M - m) : S_MR;
-      const int16_t *a = a0 + m * lda;
-      int32_t *c = c0 + m * ldc + (n - n0);
-      switch (mr * 8 + np) {
-        SSE2_CASE(1, 1) SSE2_CASE(1, 2) SSE2_CASE(2, 1) SSE2_CASE(2, 2)
-        SSE2_CASE(3, 1) SSE2_CASE(3, 2) SSE2_CASE(4, 1) SSE2_CASE(4, 2)
-      default: EM_ASSERT(!"bad SSE2 tile");
-      }
-    }
-  }
-}
-
-const em_qgemm_kernel em_qgemm_sse2 = {
-    .name = "sse2",
-    .n_block = S_NB,
-    .a_width = 2,
-    .supported = sse2_supported,
-    .packed_size = sse2_packed_size,
-    .pack = sse2_pack,
-    .gemm = sse2_gemm,
-};
-
-/* ---- AVX-512BW (int16 pairs, no VNNI) -------------------------------------------- */
-
-/* An AVX-512 processor without VNNI (Skylake-X, or EMBER_CPU_ISA=avx512):
- * the AVX2 kernel's scheme on zmm registers. A panel is 16 columns by
- * pairs of inputs, packed as int16 (64 bytes per pair), the activations
- * widened to int16; vpmaddwd adds two exact products into each int32
- * lane. The full tile is 8 rows by 32 columns (sixteen accumulators, two
- * weight loads feeding sixteen vpmaddwd); the edges take masked tiles. */
-
-#define TARGET_BW __attribute__((target("avx512f,avx512bw")))
-#define B_NB 16 /* columns per panel */
-#define B_MR 4
-#define B_NP 4
-
-static bool bw_supported(void) { return em_cpu_isa_active() >= EM_CPU_ISA_AVX512; }
-
-static size_t bw_packed_size(int64_t K, int64_t Dp) {
-  return (size_t)((K + B_NB - 1) / B_NB) * B_NB * (size_t)Dp * sizeof(int16_t);
-}
-
-/* panel p, pair g: int16 [(p * Dp/2 + g) * 32 + 2 j + t] = wq[16 p + j][2 g + t] */
-static void bw_pack(const int8_t *wq, int64_t K, int64_t D, int64_t Dp, void *packed) {
-  pack_panels(wq, K, D, Dp, B_NB, 2, true, packed);
-}
-
-static TARGET_BW void bw_tile_8x2(const int16_t *a, int64_t lda, const int16_t *b, int64_t bs,
-                                  int64_t ng, int32_t *c, int64_t ldc) {
-  __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-  __m512i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  __m512i c60 = c00, c61 = c00, c70 = c00, c71 = c00;
-  const int16_t *b0 = b, *b1 = b + bs;
-  const int16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda,
-                *a5 = a + 5 * lda, *a6 = a + 6 * lda, *a7 = a + 7 * lda;
-  for (int64_t g = 0; g < ng; g++) {
-    __m512i w0 = _mm512_loadu_si512(b0 + g * 32), w1 = _mm512_loadu_si512(b1 + g * 32);
-    int32_t q;
-    __m512i av;
-#define BW_ROW(I)                                                    \
-    memcpy(&q, a##I + 2 * g, 4);                                     \
-    av = _mm512_set1_epi32(q);                                       \
-    c##I##0 = _mm512_add_epi32(c##I##0, _mm512_madd_epi16(av, w0)); \
-    c##I##1 = _mm512_add_epi32(c##I##1, _mm512_madd_epi16(av, w1));
-    BW_ROW(0) BW_ROW(1) BW_ROW(2) BW_ROW(3) BW_ROW(4) BW_ROW(5) BW_ROW(6) BW_ROW(7)
-#undef BW_ROW
-  }
-  _mm512_storeu_si512(c, c00), _mm512_storeu_si512(c + 16, c01), c += ldc;
-  _mm512_storeu_si512(c, c10), _mm512_storeu_si512(c + 16, c11), c += ldc;
-  _mm512_storeu_si512(c, c20), _mm512_storeu_si512(c + 16, c21), c += ldc;
-  _mm512_storeu_si512(c, c30), _mm512_storeu_si512(c + 16, c31), c += ldc;
-  _mm512_storeu_si512(c, c40), _mm512_storeu_si512(c + 16, c41), c += ldc;
-  _mm512_storeu_si512(c, c50), _mm512_storeu_si512(c + 16, c51), c += ldc;
-  _mm512_storeu_si512(c, c60), _mm512_storeu_si512(c + 16, c61), c += ldc;
-  _mm512_storeu_si512(c, c70), _mm512_storeu_si512(c + 16, c71);
-}
-
-/* The edges: rows [0, mr) by panels [0, np), ncols valid columns. */
-INLINE TARGET_BW void bw_tile(const int16_t *a, int64_t lda, const int16_t *b, int64_t bs,
-                              int64_t ng, int32_t *c, int64_t ldc, int64_t ncols, const int mr,
-                              const int np) {
-  __m512i acc[B_MR][B_NP];
-#pragma GCC unroll 4
-  for (int i = 0; i < B_MR; i++)
-#pragma GCC unroll 4
-    for (int j = 0; j < B_NP; j++) acc[i][j] = _mm512_setzero_si512();
-  for (int64_t g = 0; g < ng; g++) {
-    __m512i bv[B_NP];
-#pragma GCC unroll 4
-    for (int j = 0; j < B_NP; j++)
-      if (j < np) bv[j] = _mm512_loadu_si512(b + j * bs + g * 32);
-#pragma GCC unroll 4
-    for (int i = 0; i < B_MR; i++) {
-      if (i >= mr) break;
-      int32_t a2;
-      memcpy(&a2, a + i * lda + 2 * g, 4);
-      __m512i av = _mm512_set1_epi32(a2);
-#pragma GCC unroll 4
-      for (int j = 0; j < B_NP; j++)
-        if (j < np) acc[i][j] = _mm512_add_epi32(acc[i][j], _mm512_madd_epi16(av, bv[j]));
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < B_MR; i++) {
-    if (i >= mr) break;
-#pragma GCC unroll 4
-    for (int j = 0; j < B_NP; j++) {
-      if (j >= np) break;
-      int64_t w = ncols - 16 * j;
-      __mmask16 k = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1);
-      _mm512_mask_storeu_epi32(c + i * ldc + 16 * j, k, acc[i][j]);
-    }
-  }
-}
-
-#define BW_CASE(MR_, NP_) \
-  case (MR_) * 8 + (NP_): bw_tile(a, lda, b, bs, ng, c, ldc, ncols, MR_, NP_); break;
-
-static TARGET_BW void bw_gemm(const em_quant_layer *L, const void *a_, int64_t lda, int64_t M,
-                              int64_t n0, int64_t n1, int32_t *c0, int64_t ldc) {
-  EM_ASSERT(n0 % B_NB == 0 && L->Dp % 2 == 0);
-  const int16_t *a0 = a_;
-  const int64_t ng = L->Dp / 2, bs = ng * 32;
-  for (int64_t n = n0; n < n1; n += 2 * B_NB) {
-    int64_t ncols = n1 - n < 2 * B_NB ? n1 - n : 2 * B_NB;
-    int np = (int)((ncols + B_NB - 1) / B_NB);
-    const int16_t *b = (const int16_t *)L->packed + (n / B_NB) * bs;
-    for (int64_t m = 0; m < M;) {
-      const int16_t *a = a0 + m * lda;
-      int32_t *c = c0 + m * ldc + (n - n0);
-      if (M - m >= 8 && ncols == 2 * B_NB) {
-        bw_tile_8x2(a, lda, b, bs, ng, c, ldc);
-        m += 8;
-        continue;
-      }
-      int mr = M - m < B_MR ? (int)(M - m) : B_MR;
-      m += mr;
-      switch (mr * 8 + np) {
-        BW_CASE(1, 1) BW_CASE(1, 2) BW_CASE(2, 1) BW_CASE(2, 2)
-        BW_CASE(3, 1) BW_CASE(3, 2) BW_CASE(4, 1) BW_CASE(4, 2)
-      default: EM_ASSERT(!"bad AVX-512BW tile");
-      }
-    }
-  }
-}
-
-const em_qgemm_kernel em_qgemm_avx512bw = {
-    .name = "avx512bw",
-    .n_block = B_NB,
-    .a_width = 2,
-    .supported = bw_supported,
-    .packed_size = bw_packed_size,
-    .pack = bw_pack,
-    .gemm = bw_gemm,
 };
 
 #endif /* x86 */

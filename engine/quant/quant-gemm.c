@@ -1,8 +1,9 @@
 /* quant-gemm.c: the uint8 x int8 -> int32 GEMM kernels' table, the run-
  * time choice among them, and the plain reference every fast kernel is
- * tested against (tests/engine/quant). The AVX2 and AVX512-VNNI kernels
- * live in quant-gemm-x86.c. */
-#include "quant-private.h"
+ * tested against (tests/engine/quant). The AVX512-VNNI kernel lives in
+ * quant-gemm-x86.c, the int16-pair ones (AVX-512BW, AVX2, SSE2: one body
+ * per instruction set) in quant-pmadd.c. */
+#include "quant-isa.h"
 
 #include <string.h>
 
@@ -39,11 +40,11 @@ const em_qgemm_kernel em_qgemm_scalar = {
 /* ---- the table --------------------------------------------------------------- */
 
 static const em_qgemm_kernel *const kernels[] = {
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
     &em_qgemm_vnni,
-    &em_qgemm_avx512bw,
-    &em_qgemm_avx2,
-    &em_qgemm_sse2,
+    &em_qgemm_pmadd_avx512, /* "avx512bw" */
+    &em_qgemm_pmadd_avx2,   /* "avx2" */
+    &em_qgemm_pmadd_generic, /* "sse2" */
 #endif
     &em_qgemm_scalar,
 };

@@ -27,9 +27,12 @@
  * int32 overflow: 255 * 127 * 65536 < 2^31); wider layers stay f32. */
 #pragma once
 
+#include <float.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "em-cpu.h"
 #include "em-quant.h"
 
 #define EM_QUANT_MAX_FEATURES EM_QUANT_MAX_INPUTS
@@ -76,8 +79,11 @@ const em_qgemm_kernel *em_qgemm_kernel_find(const char *name);
 /* The best one this CPU supports. */
 const em_qgemm_kernel *em_qgemm_kernel_best(void);
 
-extern const em_qgemm_kernel em_qgemm_scalar, em_qgemm_sse2, em_qgemm_avx2, em_qgemm_avx512bw,
-    em_qgemm_vnni;
+/* The reference, and the VNNI kernel (quant-gemm-x86.c, x86 only); the
+ * int16-pair kernels "avx512bw", "avx2" and "sse2" are one body compiled
+ * per instruction set (quant-isa.h: em_qgemm_pmadd_avx512, _avx2,
+ * _generic). */
+extern const em_qgemm_kernel em_qgemm_scalar, em_qgemm_vnni;
 
 /* The quantisation of one model. */
 typedef struct em_quant_plan {
@@ -101,18 +107,41 @@ em_status em_quant_layer_init(em_quant_layer *L, int node, const float *w, const
                               em_error *err);
 void em_quant_layer_clear(em_quant_layer *L);
 
+/* A row's scale from its range lo <= 0 <= hi (above): (hi - lo) / 255 by
+ * halves, FLT_MIN for an all-zero row; NaN for a row that holds a NaN or
+ * an infinity (finite false). */
+static inline float em_quant_row_scale(float lo, float hi, bool finite) {
+  float s = (hi * 0.5f - lo * 0.5f) / 127.5f;
+  s = s >= FLT_MIN ? s : FLT_MIN;
+  return finite ? s : NAN;
+}
+/* The zero point of a row of minimum lo and scale s, as a float in
+ * [0, 255] (0 for a NaN scale). */
+static inline float em_quant_row_zero(float lo, float s) {
+  float z = rintf(-lo / s);
+  z = z > 0.f ? z : 0.f; /* NaN (a row holding a NaN or an infinity) -> 0 */
+  return z < 255.f ? z : 255.f;
+}
+
 /* Per-row activation quantisation of x (M, D) into a (M, Dp) (zeros
- * past D), with sx (M) and zp (M): AVX-512 or AVX2 when the CPU runs it, else the
- * plain loop em_quant_rows_ref (the same bytes). */
+ * past D), with sx (M) and zp (M): the active level's vector loop
+ * (quant-rows.c: AVX-512, AVX2 or SSE2) on x86-64, else the plain loop
+ * em_quant_rows_ref (the same bytes). */
 void em_quant_rows(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
                    int32_t *zp);
 void em_quant_rows_ref(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a, float *sx,
                        int32_t *zp);
 /* The same bytes widened to int16 into a16 (M, Dp), for kernels with
- * a_width 2, in one pass where AVX2 or AVX-512 runs (tmp (M, Dp): scratch
- * for the plain loop's bytes, used only there). */
+ * a_width 2, in one pass on x86-64 (tmp (M, Dp): scratch for the plain
+ * loop's bytes, used only elsewhere). */
 void em_quant_rows16(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *tmp,
                      int16_t *a16, float *sx, int32_t *zp);
+/* em_quant_rows (a16 NULL) and em_quant_rows16 (a NULL) as one level's
+ * vector loop computes them, or NULL when this build lacks it or the
+ * processor cannot run it (for tests that run every width). */
+typedef void (*em_quant_rows_fn)(const float *x, int64_t M, int64_t D, int64_t Dp, uint8_t *a,
+                                 int16_t *a16, float *sx, int32_t *zp);
+em_quant_rows_fn em_quant_rows_for(em_cpu_isa isa);
 /* out (n) = a (n) as int16, for kernels with a_width 2. */
 void em_quant_widen(const uint8_t *a, int64_t n, int16_t *out);
 /* y (M, K) = x (M, D) through layer L with kernel k, threaded over rows

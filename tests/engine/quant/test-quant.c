@@ -108,8 +108,10 @@ static void test_kernels(void) {
   check_kernels_shape(r, 4, EM_QUANT_MAX_FEATURES, 3, true); /* the widest layer allowed */
   g_rand_free(r);
   /* The CPU these tests are meant for runs the fast paths: say when not. */
-  if (!em_qgemm_vnni.supported()) g_test_message("no AVX512-VNNI on this CPU: not tested");
-  if (!em_qgemm_avx2.supported()) g_test_message("no AVX2 on this CPU: not tested");
+  for (int i = 0; i < em_qgemm_kernel_count(); i++)
+    if (!em_qgemm_kernel_at(i)->supported())
+      g_test_message("kernel %s: not run on this CPU (or under this EMBER_CPU_ISA cap): not tested",
+                     em_qgemm_kernel_at(i)->name);
 }
 
 /* ---- round trips ----------------------------------------------------------------- */
@@ -154,17 +156,71 @@ static void test_rows_round_trip(void) {
   g_rand_free(r);
 }
 
-/* The AVX-512 / AVX2 row quantiser gives the plain loop's bytes, as uint8
- * and widened to int16. */
+/* 9 rows of D inputs for the row quantisers: random with ties (k / 8),
+ * a NaN in row 3, an infinity in row 4, row 5 all zero, row 6 all
+ * positive, row 7 all negative. */
+static float *rows_input(GRand *r, int64_t M, int64_t D) {
+  g_assert_cmpint(M, ==, 9);
+  float *x = rand_floats(r, M * D, -2, 3);
+  for (int64_t i = 0; i < M * D; i += 5) x[i] = (float)g_rand_int_range(r, -300, 300) / 8; /* ties */
+  x[(3 * D) + D / 2] = NAN;
+  x[(4 * D) + D / 3] = INFINITY;
+  for (int64_t d = 0; d < D; d++) x[5 * D + d] = 0;
+  for (int64_t d = 0; d < D; d++) x[6 * D + d] = frand(r, 0.5, 2);
+  for (int64_t d = 0; d < D; d++) x[7 * D + d] = frand(r, -2, -0.5);
+  return x;
+}
+
+/* Each width's row quantiser (AVX-512, AVX2, SSE2: every one the CPU
+ * runs, whatever the cap) gives the plain loop's bytes, as uint8 and
+ * widened to int16. */
+static void check_rows_fn(em_quant_rows_fn f, const char *what) {
+  GRand *r = g_rand_new_with_seed(13);
+  for (int64_t D = 1; D <= 140; D += (D < 70 ? 1 : 9)) {
+    const int64_t M = 9, Dp = (D + 3) / 4 * 4;
+    float *x = rows_input(r, M, D);
+    uint8_t *a1 = g_new(uint8_t, M * Dp), *a2 = g_new0(uint8_t, M * Dp);
+    int16_t *w1 = g_new(int16_t, M * Dp), *w2 = g_new(int16_t, M * Dp);
+    float s1[9], s2[9], s3[9];
+    int32_t z1[9], z2[9], z3[9];
+    memset(a1, 0xEE, (size_t)(M * Dp)); /* the padding must be written */
+    memset(w1, 0x55, sizeof *w1 * (size_t)(M * Dp));
+    em_quant_rows_ref(x, M, D, Dp, a2, s2, z2);
+    em_quant_widen(a2, M * Dp, w2);
+    f(x, M, D, Dp, a1, NULL, s1, z1);
+    f(x, M, D, Dp, NULL, w1, s3, z3);
+    if (memcmp(a1, a2, (size_t)(M * Dp)) || memcmp(w1, w2, sizeof *w1 * (size_t)(M * Dp)))
+      g_error("%s rows: D %lld: bytes differ from the plain loop's", what, (long long)D);
+    g_assert_cmpmem(s1, sizeof s1, s2, sizeof s2);
+    g_assert_cmpmem(z1, sizeof z1, z2, sizeof z2);
+    g_assert_cmpmem(s3, sizeof s3, s2, sizeof s2);
+    g_assert_cmpmem(z3, sizeof z3, z2, sizeof z2);
+    g_free(a1), g_free(a2), g_free(w1), g_free(w2), g_free(x);
+  }
+  g_rand_free(r);
+}
+
+static void test_rows_each_width(void) {
+  int tested = 0;
+  for (em_cpu_isa isa = EM_CPU_ISA_GENERIC; isa <= EM_CPU_ISA_AVX512; isa++) {
+    em_quant_rows_fn f = em_quant_rows_for(isa);
+    if (!f) {
+      g_test_message("rows %s: not run on this CPU: not tested", em_cpu_isa_name(isa));
+      continue;
+    }
+    check_rows_fn(f, em_cpu_isa_name(isa));
+    tested++;
+  }
+  g_test_message("row quantisers compared with the plain loop: %d", tested);
+}
+
+/* The row quantiser in force (under the cap) gives the plain loop's
+ * bytes, as uint8 and widened to int16. */
 static void test_rows_fast_vs_ref(void) {
   GRand *r = g_rand_new_with_seed(12);
   for (int64_t D = 1; D <= 70; D += (D < 40 ? 1 : 7)) {
     const int64_t M = 9, Dp = (D + 3) / 4 * 4;
-    float *x = rand_floats(r, M * D, -2, 3);
-    for (int64_t i = 0; i < M * D; i += 5) x[i] = (float)g_rand_int_range(r, -300, 300) / 8; /* ties */
-    x[(3 * D) + D / 2] = NAN;
-    x[(4 * D) + D / 3] = INFINITY;
-    for (int64_t d = 0; d < D; d++) x[5 * D + d] = 0;
+    float *x = rows_input(r, M, D);
     uint8_t *a1 = g_new0(uint8_t, M * Dp), *a2 = g_new0(uint8_t, M * Dp);
     float s1[9], s2[9];
     int32_t z1[9], z2[9];
@@ -510,6 +566,7 @@ static void test_model_without_linear(void) {
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/quant/kernels", test_kernels);
+  g_test_add_func("/engine/quant/rows-each-width", test_rows_each_width);
   g_test_add_func("/engine/quant/rows-round-trip", test_rows_round_trip);
   g_test_add_func("/engine/quant/rows-fast-vs-ref", test_rows_fast_vs_ref);
   g_test_add_func("/engine/quant/weights-round-trip", test_weights_round_trip);
