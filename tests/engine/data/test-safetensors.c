@@ -2,6 +2,8 @@
  * with PyTorch through tests/common/safetensors_io.py, atomic saving, and
  * truncated or corrupt files rejected with clear messages. */
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "data-test-util.h"
 #include "em-io.h"
@@ -397,10 +399,59 @@ static void test_torch_exchange(void) {
   dt_tmpdir_free(dir);
 }
 
+/* A saved file's mode is what open(O_CREAT, 0666) would give, as cp and
+ * torch.save do: a new file 0666 less the umask, an existing one keeps
+ * its own (it was always 0644, under umask 077 too). */
+static unsigned mode_of(const char *path) {
+  GStatBuf sb;
+  g_assert_cmpint(g_stat(path, &sb), ==, 0);
+  return (unsigned)(sb.st_mode & 07777);
+}
+
+static void test_mode(void) {
+  char *dir = dt_tmpdir();
+  em_error err = {0};
+  em_tensor *one = ref_tensor(5);
+  em_named_tensor nt = {"only", one};
+  char *path = g_build_filename(dir, "m.safetensors", NULL);
+  mode_t old = umask(077);
+  g_assert_cmpint(em_safetensors_save(path, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0600);
+  umask(002);
+  g_remove(path);
+  g_assert_cmpint(em_safetensors_save(path, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0664);
+  /* An existing file keeps its mode, whatever the umask. */
+  g_assert_cmpint(g_chmod(path, 0600), ==, 0);
+  umask(022);
+  g_assert_cmpint(em_safetensors_save(path, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0600);
+  g_assert_cmpint(g_chmod(path, 0640), ==, 0);
+  g_assert_cmpint(em_safetensors_save(path, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0640);
+  /* Through a symlink: the file it names keeps its mode, a new one made
+   * there follows the umask. */
+  char *link = g_build_filename(dir, "l.safetensors", NULL);
+  g_assert_cmpint(symlink("m.safetensors", link), ==, 0);
+  g_assert_cmpint(em_safetensors_save(link, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0640);
+  g_remove(path);
+  umask(027);
+  g_assert_cmpint(em_safetensors_save(link, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0640);
+  umask(old);
+  g_remove(link);
+  g_free(link);
+  g_free(path);
+  em_tensor_free(one);
+  dt_tmpdir_free(dir);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/io/safetensors/round-trip", test_round_trip);
   g_test_add_func("/engine/io/safetensors/corrupt", test_corrupt);
   g_test_add_func("/engine/io/safetensors/torch-exchange", test_torch_exchange);
+  g_test_add_func("/engine/io/safetensors/mode", test_mode);
   return g_test_run();
 }
