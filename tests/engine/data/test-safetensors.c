@@ -252,6 +252,35 @@ static void test_corrupt(void) {
   expect_bad(dir, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],"
              "\"data_offsets\":[0,4]}}", 4, EM_ERR_FORMAT, "absurd");
 
+  /* Too many entries or JSON items: refused before the JSON tree is built
+   * (1.75 million empty tensors in a 100 MiB header took 2 GB and 30 s).
+   * 65536 entries are read; one more is refused. */
+  for (int extra = 0; extra <= 1; extra++) {
+    GString *h = g_string_new("{");
+    for (int i = 0; i < 65536 + extra; i++)
+      g_string_append_printf(h, "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[0],"
+                             "\"data_offsets\":[0,0]}", i ? "," : "", i);
+    g_string_append(h, "}");
+    gint64 t0 = g_get_monotonic_time();
+    if (extra) {
+      expect_bad(dir, h->str, 0, EM_ERR_FORMAT, "lists 65537 entries; at most 65536");
+      g_assert_cmpint(g_get_monotonic_time() - t0, <, G_USEC_PER_SEC / 2);
+    } else {
+      p = write_raw(dir, h->str, NULL, 0);
+      em_safetensors *f = em_safetensors_open(p, &err);
+      g_assert_nonnull(f);
+      g_assert_cmpint(em_safetensors_count(f), ==, 65536);
+      em_safetensors_close(f);
+      g_free(p);
+    }
+    g_string_free(h, TRUE);
+  }
+  GString *h = g_string_new("{\"a\":{\"dtype\":\"F32\",\"shape\":[0");
+  for (int i = 0; i < (1 << 20); i++) g_string_append(h, ",0");
+  g_string_append(h, "],\"data_offsets\":[0,0]}}");
+  expect_bad(dir, h->str, 0, EM_ERR_FORMAT, "JSON keys and values; at most 1048576");
+  g_string_free(h, TRUE);
+
   /* A header length far beyond the file. */
   guint8 huge[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, '{', '}'};
   p = dt_write(dir, "huge.safetensors", huge, 10, false);
