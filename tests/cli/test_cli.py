@@ -88,6 +88,34 @@ class Info(Base):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("421,642", p.stdout.replace(" 421642", " 421,642"))
 
+    def test_names_are_escaped(self):
+        """A spec's name and description are free text: control characters and escape
+        sequences in them are spelled out wherever they are printed, never sent to the
+        terminal (they could clear it, retitle it or fake a line)."""
+        spec = self.mlp_spec(name="evil\x1b[2J\x1b]0;pwned\x07\nember: ok",
+                             description="d\x1b[31mred\r\u009b2J")
+        path = self.write("evil.json", json.dumps(spec))
+        p = run("info", path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("\x1b", p.stdout)
+        self.assertNotIn("\x07", p.stdout)
+        self.assertIn("model: evil\\x1b[2J\\x1b]0;pwned\\x07\\nember: ok\n", p.stdout)
+        self.assertIn("  d\\x1b[31mred\\r\\u009b2J\n", p.stdout)
+        self.assertNotIn("\u009b", p.stdout)
+        self.assertIn("fc1", p.stdout)
+        p = run("train", path, "--epochs", "1", "--dataset", "synthetic", "--limit", "64",
+                "--no-record", "--threads", "1")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("\x1b", p.stderr)
+        self.assertIn("training evil\\x1b[2J", p.stderr)
+        w = os.path.join(self.tmp, "w.safetensors")
+        p = run("train", path, "--epochs", "0", "--no-record", "--quiet", "--save", w)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = run("export", path, "--weights", w, "-o", os.path.join(self.tmp, "m.onnx"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("\x1b", p.stdout)
+        self.assertIn("exported evil\\x1b[2J", p.stdout)
+
     def test_help(self):
         p = run("--help")
         self.assertEqual(p.returncode, 0)
