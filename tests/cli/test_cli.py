@@ -128,24 +128,36 @@ class BadSpec(Base):
 
     def test_malformed_json(self):
         path = self.write("bad.json", '{"name": "x", "nodes": [ {"name": "a", }')
-        self.fails(["info", path], "bad.json")
+        self.fails(["info", path], "bad.json", "not valid JSON", code=1)  # not a JSON text
 
     def test_unknown_node_attribute(self):
         spec = self.mlp_spec()
         spec["nodes"][1]["kernel"] = 3
-        self.fails(["info", self.write("s.json", json.dumps(spec))], "fc1", "kernel")
+        self.fails(["info", self.write("s.json", json.dumps(spec))], "fc1", "kernel", code=2)
+
+    def test_spec_errors_exit_2_in_every_part(self):
+        """An unknown or mistyped key is the same kind of error, exit 2, whichever part of
+        the spec holds it (the model part exited 1, "training" 2)."""
+        for change in ({"optimiser": "sgd"}, {"name": 3}, {"nodes": {}}, {"input": []}):
+            spec = self.mlp_spec(**change)
+            path = self.write("s.json", json.dumps(spec))
+            self.fails(["info", path], list(change)[0], code=2)
+            self.fails(["train", path, "--epochs", "0", "--no-record"], list(change)[0], code=2)
+        spec = self.mlp_spec()
+        spec["nodes"][1]["out_features"] = "many"
+        self.fails(["info", self.write("s.json", json.dumps(spec))], "out_features", code=2)
 
     def test_unknown_training_key(self):
         spec = self.mlp_spec()
         spec["training"]["learning_rate"] = 0.1
         self.fails(["train", self.write("s.json", json.dumps(spec)), "--epochs", "0"],
-                   "learning_rate")
+                   "learning_rate", code=2)
 
     def test_wrong_type(self):
         spec = self.mlp_spec()
         spec["training"]["batch_size"] = "big"
         self.fails(["train", self.write("s.json", json.dumps(spec)), "--epochs", "0"],
-                   "batch_size")
+                   "batch_size", code=2)
 
     def test_shape_mismatch(self):
         spec = self.mlp_spec()
@@ -160,7 +172,7 @@ class BadSpec(Base):
     def test_unknown_layer_type(self):
         spec = self.mlp_spec()
         spec["nodes"][2]["type"] = "ReLu"
-        self.fails(["info", self.write("s.json", json.dumps(spec))], "ReLu")
+        self.fails(["info", self.write("s.json", json.dumps(spec))], "ReLu", code=2)
 
     @unittest.skipUnless(HAVE_DATA, "Fashion-MNIST not installed")
     def test_too_few_outputs_for_classes(self):
