@@ -261,7 +261,7 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
   if (opts.columns > 0 &&
       (st = csv_columns(out, &p, opts.label_column, opts.columns, 0, NULL, err)) != EM_OK)
     return st;
-  FILE *fp = em_fopen_read(path, false);
+  FILE *fp = em_fopen_read(path, true); /* as every input: a regular file */
   if (!fp)
     return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
   char *line = NULL;

@@ -75,7 +75,7 @@ static uint32_t be32(const uint8_t *b) {
 
 em_status em_image_png_header(const char *path, int *width, int *height, int *channels,
                               em_error *err) {
-  FILE *f = em_fopen_read(path, false);
+  FILE *f = em_fopen_read(path, true); /* as em_image_read_png: a regular file */
   if (!f) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
   uint8_t b[26]; /* signature, IHDR's length and type, width, height, depth, colour type */
   size_t n = fread(b, 1, sizeof b, f);

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MAX_SPEC_BYTES (16 << 20)
 #define MAX_NAME_LEN 64
@@ -646,10 +647,20 @@ em_spec *em_spec_load(const char *path, em_error *err) {
     em_error_set(err, EM_ERR_IO, "cannot open spec '%s': %s", path, em_open_error(errno));
     return NULL;
   }
+  struct stat sb;
+  bool regular = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode);
   char *text = malloc(MAX_SPEC_BYTES + 1);
   size_t n = text ? fread(text, 1, MAX_SPEC_BYTES + 1, f) : 0;
   bool bad = text && ferror(f);
   fclose(f);
+  /* A pipe holding a spec (<(...)) is read once and works; one that gave
+   * nothing (a FIFO nobody writes to) is not "not valid JSON". */
+  if (text && !bad && n == 0 && !regular) {
+    free(text);
+    em_error_set(err, EM_ERR_IO, "cannot read spec '%s': %s, and nothing was written to it",
+                 path, em_open_error(EINVAL));
+    return NULL;
+  }
   if (!text || bad || n > MAX_SPEC_BYTES) {
     free(text);
     em_error_set(err, !text ? EM_ERR_NOMEM : bad ? EM_ERR_IO : EM_ERR_FORMAT,

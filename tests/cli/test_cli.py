@@ -126,6 +126,18 @@ class BadSpec(Base):
     def test_missing_file(self):
         self.fails(["info", os.path.join(self.tmp, "nope.json")], "nope.json")
 
+    def test_fifo_spec(self):
+        """A FIFO nobody writes to is 'not a regular file', not 'not valid JSON'; a pipe
+        that holds a spec (as <(...) gives) is still read."""
+        fifo = os.path.join(self.tmp, "spec.fifo")
+        os.mkfifo(fifo)
+        self.fails(["info", fifo], fifo, "not a regular file", code=1)
+        p = subprocess.run(["bash", "-c", '"$0" info <(cat "$1")', EMBER,
+                            spec_path("fmnist-mlp.json")], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("fc1", p.stdout)
+
     def test_malformed_json(self):
         path = self.write("bad.json", '{"name": "x", "nodes": [ {"name": "a", }')
         self.fails(["info", path], "bad.json", "not valid JSON", code=1)  # not a JSON text
