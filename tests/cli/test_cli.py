@@ -115,6 +115,10 @@ class Info(Base):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertNotIn("\x1b", p.stdout)
         self.assertIn("exported evil\\x1b[2J", p.stdout)
+        p = run("profile", path, "--steps", "1", "--dataset", "synthetic", "--threads", "1")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("\x1b", p.stdout)
+        self.assertIn("ember profile: evil\\x1b[2J", p.stdout)
 
     def test_help(self):
         p = run("--help")
