@@ -2,6 +2,7 @@
  * registry folder, human-readable times, clocks and the usable cores for
  * every `ember` command. */
 #include "cli-common.h"
+#include "cli-table.h"
 
 #include "em-io.h"
 
@@ -303,12 +304,16 @@ int cli_usable_cores(void) {
 
 em_status cli_quant_check(const em_quant_report *rep, const char *name, em_error *err) {
   if (rep->layers_quantized > 0) return EM_OK;
-  if (rep->layers_too_wide)
-    return em_error_set(err, EM_ERR_INVALID, "the Linear layers of model '%s' have more than %d "
-                        "inputs, more than int8's exact int32 sums take: they stay f32; run it "
-                        "without --quantize", name, EM_QUANT_MAX_INPUTS);
-  return em_error_set(err, EM_ERR_INVALID, "model '%s' has no Linear layer, the layers int8 "
-                      "covers; run it without --quantize", name);
+  char *shown = cli_display_text(name);
+  em_status st =
+      rep->layers_too_wide
+          ? em_error_set(err, EM_ERR_INVALID, "the Linear layers of model '%s' have more than %d "
+                         "inputs, more than int8's exact int32 sums take: they stay f32; run it "
+                         "without --quantize", shown, EM_QUANT_MAX_INPUTS)
+          : em_error_set(err, EM_ERR_INVALID, "model '%s' has no Linear layer, the layers int8 "
+                         "covers; run it without --quantize", shown);
+  free(shown);
+  return st;
 }
 
 em_quant_mode cli_parse_quantize(const char *text) {

@@ -2,6 +2,7 @@
  * redrawn at most ten times a second. */
 #include "cli-progress.h"
 #include "cli-common.h"
+#include "cli-table.h"
 #include "plugin-load.h"
 
 #include <stdio.h>
@@ -25,10 +26,13 @@ bool cli_progress_event(const em_train_event *ev, void *user) {
   if (p->quiet) return true;
   char eta[32];
   switch (ev->kind) {
-  case EM_EVENT_START:
-    fprintf(stderr, "training %s: %lld epochs of %lld batches\n", p->name, (long long)ev->epochs,
+  case EM_EVENT_START: {
+    char *shown = cli_display_text(p->name);
+    fprintf(stderr, "training %s: %lld epochs of %lld batches\n", shown, (long long)ev->epochs,
             (long long)ev->batches_per_epoch);
+    free(shown);
     break;
+  }
   case EM_EVENT_STEP: {
     if (!p->tty) break;
     double t = cli_mono_now();

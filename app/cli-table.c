@@ -96,7 +96,8 @@ json_t *cli_json_text(const char *s) {
 /* What a table cell shows of text from a user (a run name, a tag, a note):
  * valid UTF-8, and control characters spelled out ("\n", "\x1b"), so a
  * name holding a newline keeps its row on one line and one holding an
- * escape sequence cannot clear or recolour the terminal. */
+ * escape sequence cannot clear or recolour the terminal (C1 controls,
+ * U+0080..U+009F, spelled "\u009b"). */
 char *cli_display_text(const char *s) {
   char *valid = g_utf8_make_valid(s, -1);
   GString *out = g_string_sized_new(strlen(valid));
@@ -105,6 +106,8 @@ char *cli_display_text(const char *s) {
     else if (*p == '\t') g_string_append(out, "\\t");
     else if (*p == '\r') g_string_append(out, "\\r");
     else if (*p < 0x20 || *p == 0x7f) g_string_append_printf(out, "\\x%02x", *p);
+    else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) /* C1 controls: 0x9b is a CSI too */
+      g_string_append_printf(out, "\\u%04x", *++p);
     else g_string_append_c(out, (char)*p);
   }
   g_free(valid);

@@ -24,7 +24,34 @@ int cli_cmd_info(int argc, char **argv) {
   em_error err = {0};
   em_spec *spec = em_spec_load(argv[2], &err);
   if (!spec) return cli_fail(&err, NULL);
-  int rc = em_spec_print_summary(spec, stdout, &err) == EM_OK ? 0 : cli_fail(&err, argv[2]);
+  /* The summary, its name and description (free text from the file) as
+   * cli_display_text shows them: control characters and escape sequences
+   * spelled out, not sent to the terminal. */
+  size_t n = em_spec_format_summary(spec, NULL, 0);
+  char *text = cli_xmalloc(n + 1);
+  em_spec_format_summary(spec, text, n + 1);
+  const char *name = em_spec_name(spec), *desc = em_spec_description(spec);
+  size_t ln = strlen(name), ld = strlen(desc);
+  const char *rest = text;
+  if (strncmp(text, "model: ", 7) == 0 && strncmp(text + 7, name, ln) == 0 &&
+      text[7 + ln] == '\n') {
+    rest = text + 8 + ln;
+    if (ld && strncmp(rest, "  ", 2) == 0 && strncmp(rest + 2, desc, ld) == 0 &&
+        rest[2 + ld] == '\n')
+      rest += 3 + ld;
+    else
+      ld = 0;
+    char *dn = cli_display_text(name), *dd = cli_display_text(desc);
+    printf("model: %s\n", dn);
+    if (ld) printf("  %s\n", dd);
+    free(dn);
+    free(dd);
+  }
+  int rc = fputs(rest, stdout) >= 0 && fflush(stdout) == 0
+               ? 0
+               : cli_fail(&(em_error){.status = EM_ERR_IO, .msg = "cannot write the model summary"},
+                          argv[2]);
+  free(text);
   if (rc == 0) { /* what a CPU run of it would compute with */
     char kernels[256];
     em_cpu_kernels_describe(kernels, sizeof kernels);

@@ -15,6 +15,7 @@
 
 #include "cli-commands.h"
 #include "cli-common.h"
+#include "cli-table.h"
 #include "cli-model.h"
 #include "plugin-load.h"
 #include "em-export.h"
@@ -121,9 +122,12 @@ int cli_cmd_export(int argc, char **argv) {
   if (!spec) return cli_fail(&err, NULL);
   em_export_meta meta = {.ember_version = EMBER_VERSION};
   int rc = export_model(spec, weights, out, &meta, qmode);
-  if (rc == 0)
-    printf("exported %s%s to %s\n", em_spec_name(spec), qmode != EM_QUANT_NONE ? " (int8)" : "",
-           out);
+  if (rc == 0) {
+    char *name = cli_display_text(em_spec_name(spec)), *where = cli_display_text(out);
+    printf("exported %s%s to %s\n", name, qmode != EM_QUANT_NONE ? " (int8)" : "", where);
+    free(name);
+    free(where);
+  }
   em_spec_free(spec);
   return rc;
 }

@@ -144,6 +144,18 @@ static int parse(int argc, char **argv, options *o, bool *anomaly, int *batch, i
   return -1;
 }
 
+/* A spec's name, its control characters spelled out ("\x1b") as the other
+ * commands' cli_display_text does (this file is also built without the
+ * CLI's tables, into tests/engine/profile): a name cannot send escape
+ * sequences to the terminal. */
+static void print_name(const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p < 0x20 || *p == 0x7f) printf("\\x%02x", *p);
+    else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) printf("\\u%04x", *++p);
+    else putchar(*p);
+  }
+}
+
 /* What a step needs. */
 /* --trace FILE can be written: checked before the profiling, which it
  * followed (a folder or an unwritable path failed after all the work). A
@@ -251,8 +263,10 @@ int em_cli_profile(int argc, char **argv) {
   char of[64]; /* with accumulation a step is several batches: the op table counts batches */
   if (cfg.accumulate > 1) snprintf(of, sizeof of, "%d batches of %d", cfg.accumulate, cfg.batch_size);
   else snprintf(of, sizeof of, "batch %d", cfg.batch_size);
-  printf("ember profile: %s, %d steps of %s on %s (%d threads) after %d warm-up steps\n",
-         em_spec_name(spec), o.steps, of, cfg.dataset, em_get_num_threads(), o.warmup);
+  printf("ember profile: ");
+  print_name(em_spec_name(spec));
+  printf(", %d steps of %s on %s (%d threads) after %d warm-up steps\n", o.steps, of,
+         cfg.dataset, em_get_num_threads(), o.warmup);
   printf("step time: median %.3f ms, mean %.3f ms; last loss %.4f\n\n", median, wall / o.steps,
          loss);
 

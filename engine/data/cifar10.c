@@ -80,7 +80,9 @@ static em_status cifar_append(cifar_set *s, const char *path, em_error *err) {
   uint8_t *data;
   size_t n = (size_t)size;
   st = em_gz_read_alloc(f, path, n, "its records", &data, err); /* that size, no more */
+  bool plain = gzdirect(f);
   gzclose(f);
+  if (st == EM_OK && !plain && (st = em_gz_check_trailing(path, err)) != EM_OK) free(data);
   if (st != EM_OK) return st;
   int64_t m = (int64_t)(n / CIFAR_RECORD);
   for (int64_t r = 0; r < m; r++) {

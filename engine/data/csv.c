@@ -261,7 +261,7 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
   if (opts.columns > 0 &&
       (st = csv_columns(out, &p, opts.label_column, opts.columns, 0, NULL, err)) != EM_OK)
     return st;
-  FILE *fp = em_fopen_read(path, false);
+  FILE *fp = em_fopen_read(path, true); /* as every input: a regular file */
   if (!fp)
     return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
   char *line = NULL;
@@ -321,9 +321,12 @@ em_status em_csv_table_read(const char *path, const em_csv_table_options *o, em_
       st = csv_row(out, &p, text, lineno, err);
     }
     /* a header names the data's columns: one that does not is most likely
-     * not a header (or the wrong file); with the width given (opts.columns)
-     * the first data line says what is wrong, as it has the data's width */
-    if (st == EM_OK && header_cols && p.ncols && header_cols != p.ncols && !opts.columns) {
+     * not a header (or the wrong file), whether the width is the data's
+     * own (train) or given (opts.columns: predict); checked once a data
+     * line has been read, so that a data line of the wrong width says so
+     * first. (With the width given, a 100,000-column header over 5-column
+     * rows was accepted by predict and refused by train.) */
+    if (st == EM_OK && header_cols && !was_first && header_cols != p.ncols) {
       st = em_error_set(err, EM_ERR_FORMAT, "'%s' line %lld, taken as the header, has %lld "
                         "column%s where the data has %lld", path, (long long)header_line,
                         (long long)header_cols, header_cols == 1 ? "" : "s", (long long)p.ncols);

@@ -53,3 +53,12 @@ em_status em_gz_measure(gzFile f, const char *path, uint64_t *n, em_error *err);
 /* EM_ERR_FORMAT when the file has bytes left ("'path' has extra bytes
  * after <what>"), or a gzip error at its end (a bad checksum). */
 em_status em_gz_expect_end(gzFile f, const char *path, const char *what, em_error *err);
+
+/* For a gzip file: EM_ERR_FORMAT ("trailing data after the gzip stream")
+ * when bytes that are not another gzip member follow its last member.
+ * zlib's gzread drops them without a word, so a file with a tail of
+ * garbage (or a second file appended) read as good. EM_OK for a plain
+ * file, one member or several, and for a damaged stream (the reader has
+ * said what is wrong with it already). It inflates the file once more,
+ * output discarded. */
+em_status em_gz_check_trailing(const char *path, em_error *err);

@@ -200,6 +200,74 @@ em_status em_gz_expect_end(gzFile f, const char *path, const char *what, em_erro
   return gz_stream_error(f, path, err);
 }
 
+em_status em_gz_check_trailing(const char *path, em_error *err) {
+  int fd = em_open_read(path, true);
+  if (fd < 0)
+    return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
+  enum { IN = 1 << 18, OUT = 1 << 18 };
+  uint8_t *in = malloc(IN), *out = malloc(OUT);
+  z_stream z = {0};
+  em_status st = EM_OK;
+  bool started = false, gz = false;
+  uint64_t pos = 0; /* file offset of in[0] */
+  if (!in || !out || inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
+    st = em_error_set(err, EM_ERR_NOMEM, "out of memory reading '%s'", path);
+    goto out;
+  }
+  started = true;
+  for (;;) {
+    if (z.avail_in == 0) {
+      pos += (uint64_t)(z.next_in ? z.next_in - in : 0);
+      ssize_t r;
+      do r = read(fd, in, IN);
+      while (r < 0 && errno == EINTR);
+      if (r < 0) {
+        st = em_error_set(err, EM_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+        break;
+      }
+      if (r == 0) break; /* the end: after a whole member, or a truncated one (said already) */
+      z.next_in = in;
+      z.avail_in = (unsigned)r;
+      if (!gz && pos == 0 && (r < 2 || in[0] != 0x1f || in[1] != 0x8b)) break; /* plain */
+      gz = true;
+    }
+    z.next_out = out;
+    z.avail_out = OUT;
+    int ret = inflate(&z, Z_NO_FLUSH);
+    if (ret == Z_STREAM_END) {
+      /* what follows a member: nothing, another member, or trailing data */
+      if (z.avail_in == 0) {
+        pos += (uint64_t)(z.next_in - in);
+        ssize_t r;
+        do r = read(fd, in, IN);
+        while (r < 0 && errno == EINTR);
+        if (r <= 0) break;
+        z.next_in = in;
+        z.avail_in = (unsigned)r;
+      }
+      if (z.avail_in < 2 || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) {
+        uint64_t at = pos + (uint64_t)(z.next_in - in);
+        struct stat sb;
+        uint64_t size = fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : at;
+        st = em_error_set(err, EM_ERR_FORMAT, "'%s': trailing data after the gzip stream (%llu "
+                          "bytes from byte %llu that are not another gzip member): corrupt, or "
+                          "something was appended to it", path,
+                          (unsigned long long)(size - at), (unsigned long long)at);
+        break;
+      }
+      inflateReset(&z); /* another member, as gzip -d and zlib's gzread take it */
+    } else if (ret != Z_OK && ret != Z_BUF_ERROR) {
+      break; /* a damaged stream: the reader's own error said so */
+    }
+  }
+out:
+  if (started) inflateEnd(&z);
+  free(in);
+  free(out);
+  close(fd);
+  return st;
+}
+
 /* The n bytes of fd into a new buffer, or NULL. */
 static uint8_t *read_whole_fd(int fd, size_t n) {
   uint8_t *buf = malloc(n);

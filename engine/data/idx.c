@@ -175,6 +175,7 @@ em_status em_idx_read(const char *path, const char *items, int min_dims, int max
   st = em_gz_read_alloc(f, path, (size_t)total, what, data, err);
   if (st != EM_OK) goto out;
   st = em_gz_expect_end(f, path, what, err);
+  if (st == EM_OK && !gzdirect(f)) st = em_gz_check_trailing(path, err);
 out:
   gzclose(f);
   if (st != EM_OK) {

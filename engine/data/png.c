@@ -11,6 +11,7 @@
  * channel or a tRNS chunk) is composed onto black in the stored values
  * (v * a), colour becomes grey with ITU-R 601 weights (0.299 R + 0.587 G
  * + 0.114 B, OpenCV's and PIL's) and grey becomes colour by copying. */
+#include "data-private.h"
 #include "em-data.h"
 #include "em-io.h"
 
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MAX_SIDE 16384 /* larger images are refused, not allocated */
 
@@ -73,7 +75,7 @@ static uint32_t be32(const uint8_t *b) {
 
 em_status em_image_png_header(const char *path, int *width, int *height, int *channels,
                               em_error *err) {
-  FILE *f = em_fopen_read(path, false);
+  FILE *f = em_fopen_read(path, true); /* as em_image_read_png: a regular file */
   if (!f) return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
   uint8_t b[26]; /* signature, IHDR's length and type, width, height, depth, colour type */
   size_t n = fread(b, 1, sizeof b, f);
@@ -98,6 +100,50 @@ em_status em_image_png_header(const char *path, int *width, int *height, int *ch
   return EM_OK;
 }
 
+/* Before libpng reads a byte: every chunk's length must fit in what the
+ * file holds after it (libpng allocates an ancillary chunk's stated
+ * length and only then reads it: a 343-byte file with a tEXt of 2^31 - 1
+ * bytes took 2.1 GB and seconds to say "truncated"), and the sides in
+ * IHDR must be 1..MAX_SIDE. *idat: the compressed image data's bytes,
+ * which bound what it can decode to. f is left at byte 8. */
+static em_status walk_chunks(FILE *f, const char *path, uint64_t size, uint64_t *idat,
+                             em_error *err) {
+  *idat = 0;
+  uint64_t pos = 8;
+  bool first = true;
+  while (pos + 8 <= size) {
+    uint8_t h[16];
+    size_t want = first ? 16 : 8; /* IHDR: its width and height too */
+    if (fseeko(f, (off_t)pos, SEEK_SET) != 0 || fread(h, 1, want, f) != want) break;
+    uint32_t len = be32(h);
+    char type[5];
+    for (int i = 0; i < 4; i++) /* printable, for the message */
+      type[i] = h[4 + i] >= 0x20 && h[4 + i] < 0x7f ? (char)h[4 + i] : '?';
+    type[4] = '\0';
+    if (first) {
+      if (memcmp(type, "IHDR", 4) != 0)
+        return em_error_set(err, EM_ERR_FORMAT, "'%s' is a truncated or corrupt PNG image (no "
+                            "header chunk)", path);
+      uint32_t w = be32(h + 8), ht = be32(h + 12);
+      if (w == 0 || ht == 0 || w > MAX_SIDE || ht > MAX_SIDE)
+        return em_error_set(err, EM_ERR_FORMAT, "'%s': %ux%u pixels is outside 1..%d a side",
+                            path, (unsigned)w, (unsigned)ht, MAX_SIDE);
+      first = false;
+    }
+    if (len > PNG_UINT_31_MAX || (uint64_t)len + 12 > size - pos)
+      return em_error_set(err, EM_ERR_FORMAT, "'%s' is a truncated or corrupt PNG image: its "
+                          "'%s' chunk at byte %llu says %lu bytes, but the file has %llu after "
+                          "that chunk's start", path, type, (unsigned long long)pos,
+                          (unsigned long)len, (unsigned long long)(size - pos));
+    if (memcmp(type, "IDAT", 4) == 0) *idat += len;
+    pos += (uint64_t)len + 12;
+    if (memcmp(type, "IEND", 4) == 0) break;
+  }
+  if (fseeko(f, 8, SEEK_SET) != 0)
+    return em_error_set(err, EM_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+  return EM_OK;
+}
+
 em_status em_image_read_png(const char *path, int want_channels, em_image *out, em_error *err) {
   memset(out, 0, sizeof *out);
   if (want_channels != 0 && want_channels != 1 && want_channels != 3)
@@ -112,7 +158,8 @@ em_status em_image_read_png(const char *path, int want_channels, em_image *out, 
     free(fail);
     return em_error_set(err, EM_ERR_NOMEM, "out of memory decoding '%s'", path);
   }
-  if (!(r->file = em_fopen_read(path, false))) {
+  /* a regular file: its size bounds every chunk (and it is read twice) */
+  if (!(r->file = em_fopen_read(path, true))) {
     free(r);
     free(fail);
     return em_error_set(err, EM_ERR_IO, "cannot open '%s': %s", path, em_open_error(errno));
@@ -123,12 +170,29 @@ em_status em_image_read_png(const char *path, int want_channels, em_image *out, 
     return em_error_set(err, EM_ERR_FORMAT, "'%s' is not a readable PNG image: not a PNG file",
                         path);
   }
+  struct stat sb;
+  uint64_t idat = 0;
+  if (fstat(fileno(r->file), &sb) != 0) {
+    read_free(r, fail, false);
+    return em_error_set(err, EM_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+  }
+  em_status walked = walk_chunks(r->file, path, (uint64_t)sb.st_size, &idat, err);
+  if (walked != EM_OK) {
+    read_free(r, fail, false);
+    return walked;
+  }
   r->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, fail, on_error, on_warning);
   if (r->png) r->info = png_create_info_struct(r->png);
   if (!r->png || !r->info) {
     read_free(r, fail, false);
     return em_error_set(err, EM_ERR_NOMEM, "out of memory decoding '%s'", path);
   }
+  /* libpng's own bounds too: the sides, and what one chunk (an ancillary
+   * one inflated included: zTXt, iCCP) may allocate, at most the file's
+   * size or libpng's usual 8 MB cap, whichever is larger */
+  png_set_user_limits(r->png, MAX_SIDE, MAX_SIDE);
+  png_set_chunk_malloc_max(r->png, (png_alloc_size_t)sb.st_size > 8000000
+                                       ? (png_alloc_size_t)sb.st_size : 8000000);
   volatile bool header_read = false; /* read after a longjmp back into this frame */
   if (setjmp(fail->jmp)) {
     char why[sizeof fail->msg];
@@ -148,6 +212,17 @@ em_status em_image_read_png(const char *path, int want_channels, em_image *out, 
     read_free(r, fail, false);
     return em_error_set(err, EM_ERR_FORMAT, "'%s': %ux%u pixels is outside 1..%d a side", path,
                         (unsigned)w, (unsigned)h, MAX_SIDE);
+  }
+  /* The image data decodes to h rows of a filter byte and rowbytes (more
+   * when interlaced): no more than its compressed bytes can inflate to,
+   * checked before the pixels are allocated. */
+  double raw = (double)h * ((double)png_get_rowbytes(r->png, r->info) + 1);
+  if (raw > ((double)idat + 64) * EM_DEFLATE_MAX_RATIO) {
+    read_free(r, fail, false);
+    return em_error_set(err, EM_ERR_FORMAT, "'%s' is a truncated or corrupt PNG image: %ux%u "
+                        "pixels need %.0f bytes of image data, more than its %llu compressed "
+                        "bytes can hold (deflate inflates at most %dx)", path, (unsigned)w,
+                        (unsigned)h, raw, (unsigned long long)idat, EM_DEFLATE_MAX_RATIO);
   }
   /* to 8- or 16-bit grey or RGB, with an alpha channel when it has one */
   if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(r->png);

@@ -50,13 +50,16 @@ void em_sync_parent(const char *path);
  * target, which em_atomic_end syncs and renames over it. The target is
  * path, or the file a symlink at path names (the link stays); an existing
  * path that is not a regular file (a device such as /dev/null, a FIFO, a
- * folder) is refused, as a rename would replace it. */
+ * folder) is refused, as a rename would replace it. The file's mode is
+ * what open(O_CREAT, 0666) gives: an existing target's own, else 0666
+ * less the umask. */
 typedef struct {
   int fd;
   char *tmp, *target;
+  unsigned mode; /* the target's mode if it exists, else 0666 & ~umask */
 } em_atomic_file;
 em_status em_atomic_begin(const char *path, em_atomic_file *f, em_error *err);
-/* st: the writer's status so far. EM_OK: the file (mode 0644) is synced
+/* st: the writer's status so far. EM_OK: the file is synced
  * and renamed over the target, its folder synced; else (or on a failure
  * here) the temporary goes and the target is left as it was. */
 em_status em_atomic_end(em_atomic_file *f, em_status st, em_error *err);

@@ -181,6 +181,11 @@ typedef enum {
 /* ---- spec ------------------------------------------------------------------ */
 typedef struct em_spec em_spec;
 
+/* Errors: EM_ERR_IO (cannot open or read), EM_ERR_FORMAT (not a JSON
+ * text: invalid JSON, a NUL byte, over 16 MiB), EM_ERR_INVALID for a JSON
+ * document that is not a valid spec (unknown or mistyped keys, missing
+ * ones, bad names or attributes, in the model part as in "training" and
+ * "loss": the CLI's exit 2), EM_ERR_SHAPE for shapes that do not fit. */
 em_spec *em_spec_load(const char *path, em_error *err);
 /* source_name names the text in messages (a path, "<builder>"). */
 em_spec *em_spec_parse(const char *json_text, const char *source_name, em_error *err);

@@ -1,7 +1,12 @@
 /* file-atomic.c: the file operations that keep a crash from leaving a torn
  * or half-renamed file: a file written whole through a temporary beside
  * it, syncing the folder after a rename into it, and a second name for a
- * file made in one rename. */
+ * file made in one rename.
+ *
+ * The mode of a written file is the one open(path, O_CREAT, 0666) would
+ * give, as cp and torch.save do: a new file 0666 & ~umask, an existing
+ * one keeps its own (mkostemp makes the temporary 0600, so it is set
+ * before the rename). */
 #include "em-io.h"
 
 #include <errno.h>
@@ -13,6 +18,35 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The process's umask. umask(2) can only be read by setting it, and the
+ * set-and-restore is process-wide: a thread creating a file in between
+ * would get the wrong mode. So it is read from /proc/self/status's Umask
+ * line (Linux 4.7 and later), which changes nothing and tracks later
+ * umask calls; where that is missing, from the value taken once before
+ * main, while the process has one thread. */
+static mode_t g_start_umask = 022;
+
+__attribute__((constructor)) static void read_start_umask(void) {
+  g_start_umask = umask(022);
+  umask(g_start_umask);
+}
+
+static mode_t current_umask(void) {
+  FILE *f = fopen("/proc/self/status", "re");
+  if (!f) return g_start_umask;
+  char line[256];
+  mode_t m = g_start_umask;
+  while (fgets(line, sizeof line, f)) {
+    unsigned v;
+    if (sscanf(line, "Umask: %o", &v) == 1) {
+      m = (mode_t)(v & 0777);
+      break;
+    }
+  }
+  fclose(f);
+  return m;
+}
 
 void em_sync_parent(const char *path) {
   char *copy = strdup(path);
@@ -77,6 +111,10 @@ em_status em_atomic_begin(const char *path, em_atomic_file *f, em_error *err) {
     target = next;
   }
   f->target = target;
+  struct stat tb; /* an existing file keeps its mode, a new one follows the umask */
+  f->mode = target && stat(target, &tb) == 0 && S_ISREG(tb.st_mode)
+                ? (unsigned)(tb.st_mode & 0777)
+                : (unsigned)(0666 & ~current_umask());
   size_t plen = f->target ? strlen(f->target) : 0;
   f->tmp = f->target ? malloc(plen + 16) : NULL;
   if (!f->tmp) {
@@ -106,7 +144,7 @@ em_status em_atomic_begin(const char *path, em_atomic_file *f, em_error *err) {
 
 em_status em_atomic_end(em_atomic_file *f, em_status st, em_error *err) {
   if (f->fd < 0) return st;
-  if (st == EM_OK && fchmod(f->fd, 0644) != 0)
+  if (st == EM_OK && fchmod(f->fd, (mode_t)f->mode) != 0)
     st = em_error_set(err, EM_ERR_IO, "cannot set the mode of '%s': %s", f->tmp, strerror(errno));
   if (st == EM_OK && fsync(f->fd) != 0)
     st = em_error_set(err, EM_ERR_IO, "cannot sync '%s': %s", f->tmp, strerror(errno));

@@ -154,9 +154,48 @@ static int cmp_name(const void *a, const void *b) {
   return strcmp((*(const st_entry *const *)a)->name, (*(const st_entry *const *)b)->name);
 }
 
+/* Before the JSON tree is built (its memory is about 1 KB an entry): the
+ * entries at the top level and the items in all (each key or value is
+ * preceded by a ':', a ',' or an opening bracket) counted in one pass
+ * over the text, outside strings; too many is refused. */
+static em_status check_counts(const em_safetensors *f, const char *text, size_t len,
+                              em_error *err) {
+  size_t depth = 0, entries = 0, items = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < len; i++) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') i++;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    switch (c) {
+    case '"': in_string = true; break;
+    case '{':
+    case '[': depth++, items++; break;
+    case '}':
+    case ']': depth -= depth > 0; break;
+    case ':': entries += depth == 1, items++; break;
+    case ',': items++; break;
+    default: break;
+    }
+  }
+  if (entries > EM_ST_MAX_ENTRIES)
+    return em_error_set(err, EM_ERR_FORMAT, "'%s': the header lists %zu entries; at most %d "
+                        "(tensors and metadata) are read: corrupt or not a model's weights",
+                        f->path, entries, EM_ST_MAX_ENTRIES);
+  if (items > EM_ST_MAX_ITEMS)
+    return em_error_set(err, EM_ERR_FORMAT, "'%s': the header holds %zu JSON keys and values; "
+                        "at most %d are read: corrupt or not a model's weights", f->path, items,
+                        EM_ST_MAX_ITEMS);
+  return EM_OK;
+}
+
 /* Parses the header and checks the layout of the data. */
 static em_status parse_header(em_safetensors *f, const char *text, size_t len, uint64_t data_len,
                               em_error *err) {
+  em_status counted = check_counts(f, text, len, err);
+  if (counted != EM_OK) return counted;
   json_error_t jerr;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root && strncmp(jerr.text, "end of file expected", 20) == 0) /* jansson's words */

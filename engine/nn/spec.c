@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MAX_SPEC_BYTES (16 << 20)
 #define MAX_NAME_LEN 64
@@ -80,7 +81,7 @@ static em_status check_keys(json_t *obj, const char *const *known, int n_known, 
     if (ok) continue;
     em_strbuf b = {0};
     for (int i = 0; i < n_known; i++) em_strbuf_printf(&b, "%s%s", i ? ", " : "", known[i]);
-    em_status st = em_error_set(err, EM_ERR_FORMAT, "unknown key '%s' %s; known: %s", key, where,
+    em_status st = em_error_set(err, EM_ERR_INVALID, "unknown key '%s' %s; known: %s", key, where,
                                 b.s ? b.s : "");
     em_strbuf_free(&b);
     return st;
@@ -90,14 +91,14 @@ static em_status check_keys(json_t *obj, const char *const *known, int n_known, 
 
 static em_status check_name(const char *name, const char *what, em_error *err) {
   size_t n = strlen(name);
-  if (n == 0) return em_error_set(err, EM_ERR_FORMAT, "%s is empty", what);
+  if (n == 0) return em_error_set(err, EM_ERR_INVALID, "%s is empty", what);
   if (n > MAX_NAME_LEN)
-    return em_error_set(err, EM_ERR_FORMAT, "%s '%.40s...' is longer than %d characters", what,
+    return em_error_set(err, EM_ERR_INVALID, "%s '%.40s...' is longer than %d characters", what,
                         name, MAX_NAME_LEN);
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)name[i];
     if (!isalnum(c) && c != '_' && c != '-')
-      return em_error_set(err, EM_ERR_FORMAT,
+      return em_error_set(err, EM_ERR_INVALID,
                           "%s '%s' may only hold letters, digits, '_' and '-' (it becomes part of "
                           "parameter names such as '%s.weight')",
                           what, name, name);
@@ -135,7 +136,7 @@ static em_status check_range(const em_attr_desc *d, double v, em_error *err) {
 static em_status parse_int(const em_attr_desc *d, json_t *v, double *out, const char *expect,
                            em_error *err) {
   if (!json_is_integer(v))
-    return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must be %s, got %s", d->name, expect,
+    return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be %s, got %s", d->name, expect,
                         json_kind(v));
   json_int_t i = json_integer_value(v);
   /* clamp before converting so that huge values still read as too large */
@@ -152,14 +153,14 @@ static em_status parse_attr(const em_attr_desc *d, json_t *v, em_attr_value *out
     return parse_int(d, v, &out->v[0], "an integer", err);
   case EM_ATTR_FLOAT:
     if (!json_is_number(v))
-      return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must be a number, got %s", d->name,
+      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be a number, got %s", d->name,
                           json_kind(v));
     out->n = 1;
     out->v[0] = json_number_value(v);
     return check_range(d, out->v[0], err);
   case EM_ATTR_BOOL:
     if (!json_is_boolean(v))
-      return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must be true or false, got %s",
+      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be true or false, got %s",
                           d->name, json_kind(v));
     out->n = 1;
     out->v[0] = json_is_true(v);
@@ -175,14 +176,14 @@ static em_status parse_attr(const em_attr_desc *d, json_t *v, em_attr_value *out
       return st;
     }
     if (!json_is_array(v))
-      return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must be %s, got %s", d->name,
+      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be %s, got %s", d->name,
                           expect, json_kind(v));
     size_t n = json_array_size(v);
     if (d->kind == EM_ATTR_INT2 && n != 2)
-      return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must be %s, got a list of %zu",
+      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be %s, got a list of %zu",
                           d->name, expect, n);
     if (n < 1 || n > EM_MAX_DIMS - 1)
-      return em_error_set(err, EM_ERR_FORMAT, "attribute '%s' must list 1 to %d integers, got %zu",
+      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must list 1 to %d integers, got %zu",
                           d->name, EM_MAX_DIMS - 1, n);
     out->n = (int)n;
     for (size_t k = 0; k < n; k++) {
@@ -204,13 +205,13 @@ static em_status unknown_attr(const em_layer_type *t, const char *key, em_error 
   }
   em_status st;
   if (t->n_attrs == 0)
-    st = em_error_set(err, EM_ERR_FORMAT, "unknown attribute '%s'; %s takes no attributes", key,
+    st = em_error_set(err, EM_ERR_INVALID, "unknown attribute '%s'; %s takes no attributes", key,
                       t->name);
   else if (guess)
-    st = em_error_set(err, EM_ERR_FORMAT, "unknown attribute '%s' (did you mean '%s'?); known: %s",
+    st = em_error_set(err, EM_ERR_INVALID, "unknown attribute '%s' (did you mean '%s'?); known: %s",
                       key, guess, known.s);
   else
-    st = em_error_set(err, EM_ERR_FORMAT, "unknown attribute '%s'; known: %s", key, known.s);
+    st = em_error_set(err, EM_ERR_INVALID, "unknown attribute '%s'; known: %s", key, known.s);
   em_strbuf_free(&known);
   return st;
 }
@@ -232,7 +233,7 @@ static em_status parse_attrs(em_spec_node *nd, json_t *obj, em_error *err) {
     em_attr_value *a = &nd->attr[i];
     if (a->given) continue;
     if (d->required)
-      return em_error_set(err, EM_ERR_FORMAT, "missing required attribute '%s' (%s)", d->name,
+      return em_error_set(err, EM_ERR_INVALID, "missing required attribute '%s' (%s)", d->name,
                           d->help ? d->help : d->kind == EM_ATTR_INT ? "an integer" : "a value");
     a->n = d->kind == EM_ATTR_INT2 ? 2 : 1;
     a->v[0] = a->v[1] = d->def;
@@ -243,19 +244,19 @@ static em_status parse_attrs(em_spec_node *nd, json_t *obj, em_error *err) {
 /* ---- input ----------------------------------------------------------------------- */
 
 static em_status parse_input(em_spec *s, json_t *in, em_error *err) {
-  if (!in) return em_error_set(err, EM_ERR_FORMAT, "missing \"input\" (e.g. {\"shape\": [1, 28, 28]})");
+  if (!in) return em_error_set(err, EM_ERR_INVALID, "missing \"input\" (e.g. {\"shape\": [1, 28, 28]})");
   if (!json_is_object(in))
-    return em_error_set(err, EM_ERR_FORMAT, "\"input\" must be an object, got %s", json_kind(in));
+    return em_error_set(err, EM_ERR_INVALID, "\"input\" must be an object, got %s", json_kind(in));
   em_status st = check_keys(in, input_keys, 2, "in \"input\"", err);
   if (st != EM_OK) return st;
   json_t *shape = json_object_get(in, "shape"), *dt = json_object_get(in, "dtype");
-  if (!shape) return em_error_set(err, EM_ERR_FORMAT, "\"input\" lacks \"shape\" (one sample's shape)");
+  if (!shape) return em_error_set(err, EM_ERR_INVALID, "\"input\" lacks \"shape\" (one sample's shape)");
   if (!json_is_array(shape))
-    return em_error_set(err, EM_ERR_FORMAT, "input \"shape\" must be a list of integers, got %s",
+    return em_error_set(err, EM_ERR_INVALID, "input \"shape\" must be a list of integers, got %s",
                         json_kind(shape));
   size_t n = json_array_size(shape);
   if (n < 1 || n > EM_MAX_DIMS - 1)
-    return em_error_set(err, EM_ERR_FORMAT,
+    return em_error_set(err, EM_ERR_INVALID,
                         "input \"shape\" must list 1 to %d sizes (one sample, no batch), got %zu",
                         EM_MAX_DIMS - 1, n);
   s->input.dtype = EM_DTYPE_F32;
@@ -265,7 +266,7 @@ static em_status parse_input(em_spec *s, json_t *in, em_error *err) {
   for (size_t k = 0; k < n; k++) {
     json_t *v = json_array_get(shape, k);
     if (!json_is_integer(v))
-      return em_error_set(err, EM_ERR_FORMAT, "input \"shape\"[%zu] must be an integer, got %s", k,
+      return em_error_set(err, EM_ERR_INVALID, "input \"shape\"[%zu] must be an integer, got %s", k,
                           json_kind(v));
     json_int_t x = json_integer_value(v);
     if (x < 1)
@@ -279,7 +280,7 @@ static em_status parse_input(em_spec *s, json_t *in, em_error *err) {
   if (dt) {
     const char *d = json_string_value(dt);
     if (!d)
-      return em_error_set(err, EM_ERR_FORMAT, "input \"dtype\" must be a string, got %s",
+      return em_error_set(err, EM_ERR_INVALID, "input \"dtype\" must be a string, got %s",
                           json_kind(dt));
     if (!strcmp(d, "f32")) s->input.dtype = EM_DTYPE_F32;
     else if (!strcmp(d, "i64")) s->input.dtype = EM_DTYPE_I64;
@@ -303,12 +304,12 @@ static int find_node(const em_spec *s, const char *name) {
 /* First pass: the node is an object with a valid, unique name. */
 static em_status parse_node_name(em_spec *s, int i, json_t *obj, em_error *err) {
   if (!json_is_object(obj))
-    return em_error_set(err, EM_ERR_FORMAT, "nodes[%d] must be an object, got %s", i,
+    return em_error_set(err, EM_ERR_INVALID, "nodes[%d] must be an object, got %s", i,
                         json_kind(obj));
   json_t *nm = json_object_get(obj, "name");
-  if (!nm) return em_error_set(err, EM_ERR_FORMAT, "nodes[%d] has no \"name\"", i);
+  if (!nm) return em_error_set(err, EM_ERR_INVALID, "nodes[%d] has no \"name\"", i);
   if (!json_is_string(nm))
-    return em_error_set(err, EM_ERR_FORMAT, "nodes[%d]: \"name\" must be a string, got %s", i,
+    return em_error_set(err, EM_ERR_INVALID, "nodes[%d]: \"name\" must be a string, got %s", i,
                         json_kind(nm));
   const char *name = json_string_value(nm);
   char what[64];
@@ -316,11 +317,11 @@ static em_status parse_node_name(em_spec *s, int i, json_t *obj, em_error *err) 
   em_status st = check_name(name, what, err);
   if (st != EM_OK) return st;
   if (!strcmp(name, "input"))
-    return em_error_set(err, EM_ERR_FORMAT,
+    return em_error_set(err, EM_ERR_INVALID,
                         "nodes[%d]: 'input' is reserved for the model input; pick another name", i);
   int j = find_node(s, name);
   if (j >= 0)
-    return em_error_set(err, EM_ERR_FORMAT, "node '%s': duplicate name (nodes[%d] and nodes[%d])",
+    return em_error_set(err, EM_ERR_INVALID, "node '%s': duplicate name (nodes[%d] and nodes[%d])",
                         name, j, i);
   s->nodes[i].name = name;
   return EM_OK;
@@ -339,12 +340,12 @@ static em_status unknown_type(const char *type, em_error *err) {
   char search[640]; /* where plugins were looked for, and which were refused */
   em_plugin_search_summary(search, sizeof search);
   if (guess)
-    st = em_error_set(err, EM_ERR_FORMAT,
+    st = em_error_set(err, EM_ERR_INVALID,
                       "unknown layer type '%s' (did you mean '%s'?); known: %s; no loaded plugin "
                       "provides it: %s",
                       type, guess, known.s ? known.s : "", search);
   else
-    st = em_error_set(err, EM_ERR_FORMAT,
+    st = em_error_set(err, EM_ERR_INVALID,
                       "unknown layer type '%s'; known: %s; no loaded plugin provides it: %s", type,
                       known.s ? known.s : "", search);
   em_strbuf_free(&known);
@@ -357,7 +358,7 @@ static em_status parse_inputs(em_spec *s, int i, json_t *obj, em_error *err) {
   json_t *ins = json_object_get(obj, "inputs");
   if (!ins) {
     if (t->min_inputs > 1)
-      return em_error_set(err, EM_ERR_FORMAT,
+      return em_error_set(err, EM_ERR_INVALID,
                           "needs at least %d inputs; list them in \"inputs\" (node names or "
                           "\"input\")",
                           t->min_inputs);
@@ -367,14 +368,14 @@ static em_status parse_inputs(em_spec *s, int i, json_t *obj, em_error *err) {
     return EM_OK;
   }
   if (!json_is_array(ins))
-    return em_error_set(err, EM_ERR_FORMAT, "\"inputs\" must be a list of node names, got %s",
+    return em_error_set(err, EM_ERR_INVALID, "\"inputs\" must be a list of node names, got %s",
                         json_kind(ins));
   size_t n = json_array_size(ins);
   if ((int)n < t->min_inputs || n > (size_t)t->max_inputs) {
     if (t->min_inputs == t->max_inputs)
-      return em_error_set(err, EM_ERR_FORMAT, "takes %d input%s, got %zu", t->min_inputs,
+      return em_error_set(err, EM_ERR_INVALID, "takes %d input%s, got %zu", t->min_inputs,
                           t->min_inputs == 1 ? "" : "s", n);
-    return em_error_set(err, EM_ERR_FORMAT, "takes %d to %d inputs, got %zu", t->min_inputs,
+    return em_error_set(err, EM_ERR_INVALID, "takes %d to %d inputs, got %zu", t->min_inputs,
                         t->max_inputs, n);
   }
   nd->n_in = (int)n;
@@ -382,13 +383,13 @@ static em_status parse_inputs(em_spec *s, int i, json_t *obj, em_error *err) {
     json_t *v = json_array_get(ins, k);
     const char *name = json_string_value(v);
     if (!name)
-      return em_error_set(err, EM_ERR_FORMAT, "\"inputs\"[%zu] must be a node name, got %s", k,
+      return em_error_set(err, EM_ERR_INVALID, "\"inputs\"[%zu] must be a node name, got %s", k,
                           json_kind(v));
     int j = strcmp(name, "input") ? find_node(s, name) : -1;
     if (j == i)
-      return em_error_set(err, EM_ERR_FORMAT, "lists itself as an input (cycles are not allowed)");
+      return em_error_set(err, EM_ERR_INVALID, "lists itself as an input (cycles are not allowed)");
     if (j > i)
-      return em_error_set(err, EM_ERR_FORMAT,
+      return em_error_set(err, EM_ERR_INVALID,
                           "input '%s' is defined later in \"nodes\" (a node may only take earlier "
                           "nodes, which rules out cycles)",
                           name);
@@ -397,9 +398,9 @@ static em_status parse_inputs(em_spec *s, int i, json_t *obj, em_error *err) {
       for (int m = 0; m < i && !guess; m++)
         if (looks_like(name, s->nodes[m].name)) guess = s->nodes[m].name;
       if (guess)
-        return em_error_set(err, EM_ERR_FORMAT, "unknown input '%s' (did you mean '%s'?)", name,
+        return em_error_set(err, EM_ERR_INVALID, "unknown input '%s' (did you mean '%s'?)", name,
                             guess);
-      return em_error_set(err, EM_ERR_FORMAT,
+      return em_error_set(err, EM_ERR_INVALID,
                           "unknown input '%s' (inputs name earlier nodes, or \"input\" for the "
                           "model input)",
                           name);
@@ -486,9 +487,9 @@ static em_status check_inferred(em_spec *s, em_spec_node *nd, em_error *err) {
 static em_status build_node(em_spec *s, int i, json_t *obj, em_error *err) {
   em_spec_node *nd = &s->nodes[i];
   json_t *ty = json_object_get(obj, "type");
-  if (!ty) return em_error_set(err, EM_ERR_FORMAT, "has no \"type\"");
+  if (!ty) return em_error_set(err, EM_ERR_INVALID, "has no \"type\"");
   if (!json_is_string(ty))
-    return em_error_set(err, EM_ERR_FORMAT, "\"type\" must be a string, got %s", json_kind(ty));
+    return em_error_set(err, EM_ERR_INVALID, "\"type\" must be a string, got %s", json_kind(ty));
   nd->type = em_layer_type_find(json_string_value(ty));
   if (!nd->type) return unknown_type(json_string_value(ty), err);
   nd->view.name = nd->name;
@@ -525,40 +526,40 @@ static em_status build_node(em_spec *s, int i, json_t *obj, em_error *err) {
 static em_status build(em_spec *s, em_error *err) {
   json_t *root = s->root;
   if (!json_is_object(root))
-    return em_error_set(err, EM_ERR_FORMAT, "a spec must be a JSON object, got %s",
+    return em_error_set(err, EM_ERR_INVALID, "a spec must be a JSON object, got %s",
                         json_kind(root));
   em_status st = check_keys(root, top_keys, 7, "at the top level", err);
   if (st != EM_OK) return st;
 
   json_t *nm = json_object_get(root, "name");
-  if (!nm) return em_error_set(err, EM_ERR_FORMAT, "missing \"name\" (the model's name)");
+  if (!nm) return em_error_set(err, EM_ERR_INVALID, "missing \"name\" (the model's name)");
   if (!json_is_string(nm) || !json_string_value(nm)[0])
-    return em_error_set(err, EM_ERR_FORMAT, "\"name\" must be a non-empty string, got %s",
+    return em_error_set(err, EM_ERR_INVALID, "\"name\" must be a non-empty string, got %s",
                         json_is_string(nm) ? "an empty one" : json_kind(nm));
   s->name = json_string_value(nm);
   json_t *desc = json_object_get(root, "description");
   if (desc && !json_is_string(desc))
-    return em_error_set(err, EM_ERR_FORMAT, "\"description\" must be a string, got %s",
+    return em_error_set(err, EM_ERR_INVALID, "\"description\" must be a string, got %s",
                         json_kind(desc));
   s->description = desc ? json_string_value(desc) : "";
   s->loss = json_object_get(root, "loss");
   s->training = json_object_get(root, "training");
   if (s->loss && !json_is_object(s->loss))
-    return em_error_set(err, EM_ERR_FORMAT, "\"loss\" must be an object, got %s",
+    return em_error_set(err, EM_ERR_INVALID, "\"loss\" must be an object, got %s",
                         json_kind(s->loss));
   if (s->training && !json_is_object(s->training))
-    return em_error_set(err, EM_ERR_FORMAT, "\"training\" must be an object, got %s",
+    return em_error_set(err, EM_ERR_INVALID, "\"training\" must be an object, got %s",
                         json_kind(s->training));
 
   st = parse_input(s, json_object_get(root, "input"), err);
   if (st != EM_OK) return st;
 
   json_t *nodes = json_object_get(root, "nodes");
-  if (!nodes) return em_error_set(err, EM_ERR_FORMAT, "missing \"nodes\" (the list of layers)");
+  if (!nodes) return em_error_set(err, EM_ERR_INVALID, "missing \"nodes\" (the list of layers)");
   if (!json_is_array(nodes))
-    return em_error_set(err, EM_ERR_FORMAT, "\"nodes\" must be a list, got %s", json_kind(nodes));
+    return em_error_set(err, EM_ERR_INVALID, "\"nodes\" must be a list, got %s", json_kind(nodes));
   size_t n = json_array_size(nodes);
-  if (n == 0) return em_error_set(err, EM_ERR_FORMAT, "\"nodes\" is empty");
+  if (n == 0) return em_error_set(err, EM_ERR_INVALID, "\"nodes\" is empty");
   if (n > EM_NN_MAX_NODES)
     return em_error_set(err, EM_ERR_NOMEM, "\"nodes\" lists %zu nodes (at most %d)", n,
                         EM_NN_MAX_NODES);
@@ -584,11 +585,11 @@ static em_status build(em_spec *s, em_error *err) {
   s->output = s->n_nodes - 1;
   if (out) {
     if (!json_is_string(out))
-      return em_error_set(err, EM_ERR_FORMAT, "\"output\" must be a node name, got %s",
+      return em_error_set(err, EM_ERR_INVALID, "\"output\" must be a node name, got %s",
                           json_kind(out));
     s->output = find_node(s, json_string_value(out));
     if (s->output < 0)
-      return em_error_set(err, EM_ERR_FORMAT, "\"output\" names '%s', which is not a node",
+      return em_error_set(err, EM_ERR_INVALID, "\"output\" names '%s', which is not a node",
                           json_string_value(out));
   }
   if (s->nodes[s->output].out.dtype != EM_DTYPE_F32)
@@ -646,10 +647,20 @@ em_spec *em_spec_load(const char *path, em_error *err) {
     em_error_set(err, EM_ERR_IO, "cannot open spec '%s': %s", path, em_open_error(errno));
     return NULL;
   }
+  struct stat sb;
+  bool regular = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode);
   char *text = malloc(MAX_SPEC_BYTES + 1);
   size_t n = text ? fread(text, 1, MAX_SPEC_BYTES + 1, f) : 0;
   bool bad = text && ferror(f);
   fclose(f);
+  /* A pipe holding a spec (<(...)) is read once and works; one that gave
+   * nothing (a FIFO nobody writes to) is not "not valid JSON". */
+  if (text && !bad && n == 0 && !regular) {
+    free(text);
+    em_error_set(err, EM_ERR_IO, "cannot read spec '%s': %s, and nothing was written to it",
+                 path, em_open_error(EINVAL));
+    return NULL;
+  }
   if (!text || bad || n > MAX_SPEC_BYTES) {
     free(text);
     em_error_set(err, !text ? EM_ERR_NOMEM : bad ? EM_ERR_IO : EM_ERR_FORMAT,

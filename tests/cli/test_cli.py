@@ -88,6 +88,38 @@ class Info(Base):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("421,642", p.stdout.replace(" 421642", " 421,642"))
 
+    def test_names_are_escaped(self):
+        """A spec's name and description are free text: control characters and escape
+        sequences in them are spelled out wherever they are printed, never sent to the
+        terminal (they could clear it, retitle it or fake a line)."""
+        spec = self.mlp_spec(name="evil\x1b[2J\x1b]0;pwned\x07\nember: ok",
+                             description="d\x1b[31mred\r\u009b2J")
+        path = self.write("evil.json", json.dumps(spec))
+        p = run("info", path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("\x1b", p.stdout)
+        self.assertNotIn("\x07", p.stdout)
+        self.assertIn("model: evil\\x1b[2J\\x1b]0;pwned\\x07\\nember: ok\n", p.stdout)
+        self.assertIn("  d\\x1b[31mred\\r\\u009b2J\n", p.stdout)
+        self.assertNotIn("\u009b", p.stdout)
+        self.assertIn("fc1", p.stdout)
+        p = run("train", path, "--epochs", "1", "--dataset", "synthetic", "--limit", "64",
+                "--no-record", "--threads", "1")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("\x1b", p.stderr)
+        self.assertIn("training evil\\x1b[2J", p.stderr)
+        w = os.path.join(self.tmp, "w.safetensors")
+        p = run("train", path, "--epochs", "0", "--no-record", "--quiet", "--save", w)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = run("export", path, "--weights", w, "-o", os.path.join(self.tmp, "m.onnx"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("\x1b", p.stdout)
+        self.assertIn("exported evil\\x1b[2J", p.stdout)
+        p = run("profile", path, "--steps", "1", "--dataset", "synthetic", "--threads", "1")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("\x1b", p.stdout)
+        self.assertIn("ember profile: evil\\x1b[2J", p.stdout)
+
     def test_help(self):
         p = run("--help")
         self.assertEqual(p.returncode, 0)
@@ -98,26 +130,50 @@ class BadSpec(Base):
     def test_missing_file(self):
         self.fails(["info", os.path.join(self.tmp, "nope.json")], "nope.json")
 
+    def test_fifo_spec(self):
+        """A FIFO nobody writes to is 'not a regular file', not 'not valid JSON'; a pipe
+        that holds a spec (as <(...) gives) is still read."""
+        fifo = os.path.join(self.tmp, "spec.fifo")
+        os.mkfifo(fifo)
+        self.fails(["info", fifo], fifo, "not a regular file", code=1)
+        p = subprocess.run(["bash", "-c", '"$0" info <(cat "$1")', EMBER,
+                            spec_path("fmnist-mlp.json")], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("fc1", p.stdout)
+
     def test_malformed_json(self):
         path = self.write("bad.json", '{"name": "x", "nodes": [ {"name": "a", }')
-        self.fails(["info", path], "bad.json")
+        self.fails(["info", path], "bad.json", "not valid JSON", code=1)  # not a JSON text
 
     def test_unknown_node_attribute(self):
         spec = self.mlp_spec()
         spec["nodes"][1]["kernel"] = 3
-        self.fails(["info", self.write("s.json", json.dumps(spec))], "fc1", "kernel")
+        self.fails(["info", self.write("s.json", json.dumps(spec))], "fc1", "kernel", code=2)
+
+    def test_spec_errors_exit_2_in_every_part(self):
+        """An unknown or mistyped key is the same kind of error, exit 2, whichever part of
+        the spec holds it (the model part exited 1, "training" 2)."""
+        for change in ({"optimiser": "sgd"}, {"name": 3}, {"nodes": {}}, {"input": []}):
+            spec = self.mlp_spec(**change)
+            path = self.write("s.json", json.dumps(spec))
+            self.fails(["info", path], list(change)[0], code=2)
+            self.fails(["train", path, "--epochs", "0", "--no-record"], list(change)[0], code=2)
+        spec = self.mlp_spec()
+        spec["nodes"][1]["out_features"] = "many"
+        self.fails(["info", self.write("s.json", json.dumps(spec))], "out_features", code=2)
 
     def test_unknown_training_key(self):
         spec = self.mlp_spec()
         spec["training"]["learning_rate"] = 0.1
         self.fails(["train", self.write("s.json", json.dumps(spec)), "--epochs", "0"],
-                   "learning_rate")
+                   "learning_rate", code=2)
 
     def test_wrong_type(self):
         spec = self.mlp_spec()
         spec["training"]["batch_size"] = "big"
         self.fails(["train", self.write("s.json", json.dumps(spec)), "--epochs", "0"],
-                   "batch_size")
+                   "batch_size", code=2)
 
     def test_shape_mismatch(self):
         spec = self.mlp_spec()
@@ -132,7 +188,7 @@ class BadSpec(Base):
     def test_unknown_layer_type(self):
         spec = self.mlp_spec()
         spec["nodes"][2]["type"] = "ReLu"
-        self.fails(["info", self.write("s.json", json.dumps(spec))], "ReLu")
+        self.fails(["info", self.write("s.json", json.dumps(spec))], "ReLu", code=2)
 
     @unittest.skipUnless(HAVE_DATA, "Fashion-MNIST not installed")
     def test_too_few_outputs_for_classes(self):

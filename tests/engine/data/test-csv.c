@@ -185,6 +185,15 @@ static void test_columns(void) {
   g_assert_cmpint(TRY("label,a,b\n0,1,2\n", &o, &t, &err), ==, EM_ERR_FORMAT);
   dt_assert_msg(err.msg, "line 2", "3 columns, expected 2", "the model takes 2 features", NULL);
   em_csv_table_clear(&t);
+  /* A header of another width over data of the right one: refused as
+   * without a count (predict took a 100,000-column header over 5-column
+   * rows that train refused); a header of the data's width is read. */
+  g_assert_cmpint(TRY("a,b,c,d,e\n1,2\n", &o, &t, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, "line 1, taken as the header, has 5 columns where the data has 2", NULL);
+  em_csv_table_clear(&t);
+  g_assert_cmpint(TRY("a,b\n1,2\n", &o, &t, &err), ==, EM_OK);
+  g_assert_cmpint(t.rows, ==, 1);
+  em_csv_table_clear(&t);
   g_assert_cmpint(TRY("1;2\n3;4\n", &o, &t, &err), ==, EM_ERR_FORMAT);
   dt_assert_msg(err.msg, "1 column, expected 2", "the line has semicolons", NULL);
   em_csv_table_clear(&t);

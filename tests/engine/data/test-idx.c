@@ -420,15 +420,25 @@ static void test_idx_gzip_forms(idx_fixture *f, gconstpointer data) {
   static const guint8 zeros[64];
   g_byte_array_append(pad, zeros, sizeof zeros);
   char *tail = dt_write(f->dir, "tail.gz", pad->data, pad->len, false);
-  const char *paths[] = {one, plain, two, tail};
+  g_byte_array_set_size(pad, (guint)none);
+  g_byte_array_append(pad, (const guint8 *)"appended text\n", 14);
+  char *text = dt_write(f->dir, "text.gz", pad->data, pad->len, false);
+  GByteArray *twotail = g_byte_array_new(); /* two members, then one stray byte */
+  g_byte_array_append(twotail, cat->data, cat->len);
+  g_byte_array_append(twotail, (const guint8 *)"x", 1);
+  char *two_x = dt_write(f->dir, "two-x.gz", twotail->data, twotail->len, false);
+  g_byte_array_unref(twotail);
+  const char *paths[] = {one, plain, two, tail, text, two_x};
   for (unsigned i = 0; i < G_N_ELEMENTS(paths); i++) {
     em_error err = {0};
     int nd;
     int64_t dims[EM_MAX_DIMS];
     uint8_t *v = NULL;
     em_status st = em_idx_read(paths[i], "images", 1, 3, &nd, dims, &v, &err);
-    if (st != EM_OK && i == 3) {
-      dt_assert_msg(err.msg, tail, NULL);
+    if (i >= 3) { /* bytes after the last member: refused, not dropped without a word */
+      g_assert_cmpint(st, ==, EM_ERR_FORMAT);
+      dt_assert_msg(err.msg, paths[i], "trailing data after the gzip stream", NULL);
+      g_assert_null(v);
       continue;
     }
     if (st != EM_OK) g_error("%s: %s", paths[i], err.msg);

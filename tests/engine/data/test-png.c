@@ -253,6 +253,66 @@ static void test_png_bad(png_fixture *f, gconstpointer data) {
   g_free(big);
 }
 
+/* Appends a chunk: length (or the one given), type, data, CRC. */
+static void put_chunk(GByteArray *b, const char *type, const void *data, uint32_t n,
+                      uint32_t stated) {
+  guint8 h[8] = {stated >> 24, stated >> 16, stated >> 8, stated, type[0], type[1], type[2],
+                 type[3]};
+  g_byte_array_append(b, h, 8);
+  if (n) g_byte_array_append(b, data, n);
+  uLong crc = crc32(crc32(0, (const Bytef *)type, 4), data, n);
+  guint8 c[4] = {crc >> 24, crc >> 16, crc >> 8, crc};
+  g_byte_array_append(b, c, 4);
+}
+
+static GByteArray *png_start(uint32_t w, uint32_t h, int depth, int type, int interlace) {
+  GByteArray *b = g_byte_array_new();
+  g_byte_array_append(b, (const guint8 *)"\x89PNG\r\n\x1a\n", 8);
+  guint8 ihdr[13] = {w >> 24, w >> 16, w >> 8, w, h >> 24, h >> 16, h >> 8, h,
+                     (guint8)depth, (guint8)type, 0, 0, (guint8)interlace};
+  put_chunk(b, "IHDR", ihdr, 13, 13);
+  return b;
+}
+
+/* Allocation bounded by what the file can hold: a chunk whose length
+ * runs past the end of the file is refused before libpng allocates it (a
+ * 343-byte file with a tEXt chunk of 2^31 - 1 bytes took 2.1 GB and 4 s
+ * to fail), and pixels that the compressed data cannot fill are refused
+ * before they are allocated (16384 x 16384 16-bit RGBA: 2 GB). */
+static void test_png_small_file_big_claims(png_fixture *f, gconstpointer data) {
+  em_error err = {0};
+  em_image img;
+  const char *types[] = {"tEXt", "zTXt", "iTXt", "sPLT", "IDAT", "abCd"};
+  for (size_t i = 0; i < G_N_ELEMENTS(types); i++) {
+    GByteArray *b = png_start(28, 28, 8, 0, 0);
+    guint8 body[300];
+    memset(body, 'x', sizeof body);
+    put_chunk(b, types[i], body, sizeof body, 0x7fffffff);
+    char *p = dt_write(f->dir, "claim.png", b->data, b->len, false);
+    g_byte_array_unref(b);
+    gint64 t0 = g_get_monotonic_time();
+    g_assert_cmpint(em_image_read_png(p, 0, &img, &err), ==, EM_ERR_FORMAT);
+    g_assert_cmpint(g_get_monotonic_time() - t0, <, G_USEC_PER_SEC);
+    char want[64];
+    snprintf(want, sizeof want, "'%s' chunk at byte 33 says 2147483647 bytes", types[i]);
+    dt_assert_msg(err.msg, p, want, NULL);
+    g_assert_null(img.data);
+    g_free(p);
+  }
+  /* 16384 x 16384 16-bit RGBA, interlaced, from 1 KB of real deflate data */
+  GByteArray *b = png_start(16384, 16384, 16, 6, 1);
+  guint8 zeros[65536] = {0}, z[1024];
+  uLongf zn = sizeof z;
+  g_assert_cmpint(compress2(z, &zn, zeros, sizeof zeros, 9), ==, Z_OK);
+  put_chunk(b, "IDAT", z, (uint32_t)zn, (uint32_t)zn);
+  put_chunk(b, "IEND", NULL, 0, 0);
+  char *p = dt_write(f->dir, "huge.png", b->data, b->len, false);
+  g_byte_array_unref(b);
+  g_assert_cmpint(em_image_read_png(p, 0, &img, &err), ==, EM_ERR_FORMAT);
+  dt_assert_msg(err.msg, p, "16384x16384", "compressed bytes can hold", NULL);
+  g_free(p);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
 #define ADD(path, fn) g_test_add(path, png_fixture, NULL, png_setup, fn, png_teardown)
@@ -262,5 +322,6 @@ int main(int argc, char **argv) {
   ADD("/engine/data/png/depths", test_png_depths);
   ADD("/engine/data/png/fashion-mnist", test_png_fmnist);
   ADD("/engine/data/png/bad", test_png_bad);
+  ADD("/engine/data/png/small-file-big-claims", test_png_small_file_big_claims);
   return g_test_run();
 }

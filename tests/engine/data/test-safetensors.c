@@ -2,6 +2,8 @@
  * with PyTorch through tests/common/safetensors_io.py, atomic saving, and
  * truncated or corrupt files rejected with clear messages. */
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "data-test-util.h"
 #include "em-io.h"
@@ -250,6 +252,35 @@ static void test_corrupt(void) {
   expect_bad(dir, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],"
              "\"data_offsets\":[0,4]}}", 4, EM_ERR_FORMAT, "absurd");
 
+  /* Too many entries or JSON items: refused before the JSON tree is built
+   * (1.75 million empty tensors in a 100 MiB header took 2 GB and 30 s).
+   * 65536 entries are read; one more is refused. */
+  for (int extra = 0; extra <= 1; extra++) {
+    GString *h = g_string_new("{");
+    for (int i = 0; i < 65536 + extra; i++)
+      g_string_append_printf(h, "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[0],"
+                             "\"data_offsets\":[0,0]}", i ? "," : "", i);
+    g_string_append(h, "}");
+    gint64 t0 = g_get_monotonic_time();
+    if (extra) {
+      expect_bad(dir, h->str, 0, EM_ERR_FORMAT, "lists 65537 entries; at most 65536");
+      g_assert_cmpint(g_get_monotonic_time() - t0, <, G_USEC_PER_SEC / 2);
+    } else {
+      p = write_raw(dir, h->str, NULL, 0);
+      em_safetensors *f = em_safetensors_open(p, &err);
+      g_assert_nonnull(f);
+      g_assert_cmpint(em_safetensors_count(f), ==, 65536);
+      em_safetensors_close(f);
+      g_free(p);
+    }
+    g_string_free(h, TRUE);
+  }
+  GString *h = g_string_new("{\"a\":{\"dtype\":\"F32\",\"shape\":[0");
+  for (int i = 0; i < (1 << 20); i++) g_string_append(h, ",0");
+  g_string_append(h, "],\"data_offsets\":[0,0]}}");
+  expect_bad(dir, h->str, 0, EM_ERR_FORMAT, "JSON keys and values; at most 1048576");
+  g_string_free(h, TRUE);
+
   /* A header length far beyond the file. */
   guint8 huge[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, '{', '}'};
   p = dt_write(dir, "huge.safetensors", huge, 10, false);
@@ -397,10 +428,59 @@ static void test_torch_exchange(void) {
   dt_tmpdir_free(dir);
 }
 
+/* A saved file's mode is what open(O_CREAT, 0666) would give, as cp and
+ * torch.save do: a new file 0666 less the umask, an existing one keeps
+ * its own (it was always 0644, under umask 077 too). */
+static unsigned mode_of(const char *path) {
+  GStatBuf sb;
+  g_assert_cmpint(g_stat(path, &sb), ==, 0);
+  return (unsigned)(sb.st_mode & 07777);
+}
+
+static void test_mode(void) {
+  char *dir = dt_tmpdir();
+  em_error err = {0};
+  em_tensor *one = ref_tensor(5);
+  em_named_tensor nt = {"only", one};
+  char *path = g_build_filename(dir, "m.safetensors", NULL);
+  mode_t old = umask(077);
+  g_assert_cmpint(em_safetensors_save(path, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0600);
+  umask(002);
+  g_remove(path);
+  g_assert_cmpint(em_safetensors_save(path, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0664);
+  /* An existing file keeps its mode, whatever the umask. */
+  g_assert_cmpint(g_chmod(path, 0600), ==, 0);
+  umask(022);
+  g_assert_cmpint(em_safetensors_save(path, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0600);
+  g_assert_cmpint(g_chmod(path, 0640), ==, 0);
+  g_assert_cmpint(em_safetensors_save(path, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0640);
+  /* Through a symlink: the file it names keeps its mode, a new one made
+   * there follows the umask. */
+  char *link = g_build_filename(dir, "l.safetensors", NULL);
+  g_assert_cmpint(symlink("m.safetensors", link), ==, 0);
+  g_assert_cmpint(em_safetensors_save(link, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0640);
+  g_remove(path);
+  umask(027);
+  g_assert_cmpint(em_safetensors_save(link, 1, &nt, 0, NULL, NULL, &err), ==, EM_OK);
+  g_assert_cmpuint(mode_of(path), ==, 0640);
+  umask(old);
+  g_remove(link);
+  g_free(link);
+  g_free(path);
+  em_tensor_free(one);
+  dt_tmpdir_free(dir);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/io/safetensors/round-trip", test_round_trip);
   g_test_add_func("/engine/io/safetensors/corrupt", test_corrupt);
   g_test_add_func("/engine/io/safetensors/torch-exchange", test_torch_exchange);
+  g_test_add_func("/engine/io/safetensors/mode", test_mode);
   return g_test_run();
 }
