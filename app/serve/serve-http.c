@@ -33,6 +33,9 @@
 #define EMBER_VERSION "unknown"
 #endif
 
+/* Seconds a connection may sit silent before libmicrohttpd closes it. */
+#define SERVE_IDLE_TIMEOUT_S 120
+
 typedef enum { ST_NEW, ST_BODY, ST_WAITING, ST_ANSWERED } conn_state;
 
 /* One request on a connection. */
@@ -361,6 +364,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     c->started = cli_mono_now();
     *con_cls = c;
     atomic_fetch_add(&srv->open, 1);
+    /* libmicrohttpd 0.9.75's epoll loop idles a connection resumed from
+     * suspension (an answered inference) only if it is the oldest on the
+     * daemon's default-timeout list; else the next pass reads it first,
+     * with its request's state unchanged, and a client that half-closed
+     * after sending (EOF) is taken for an abort: closed, its answer
+     * unsent. While any other connection sat open (a garbage request line,
+     * an idle keep-alive) most half-closed POSTs were dropped. A timeout
+     * other than the default moves the connection to the manual-timeout
+     * list, which every pass idles before it reads: the answer is queued
+     * and sent first. Same idle time, one second more. */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                              (unsigned)(SERVE_IDLE_TIMEOUT_S + 1));
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     c->state = ST_BODY;
@@ -469,7 +484,7 @@ em_status serve_http_start(serve_server *srv, em_error *err) {
       flags, (uint16_t)srv->http.port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
       ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
       MHD_OPTION_UNESCAPE_CALLBACK, unescape_but_nul, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)120, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+      (unsigned)SERVE_IDLE_TIMEOUT_S, MHD_OPTION_LISTEN_BACKLOG_SIZE,
       (unsigned)1024, pool ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, pool,
       MHD_OPTION_END);
   freeaddrinfo(ai);

@@ -1,0 +1,140 @@
+"""`ember serve` against hostile or broken clients: one bad connection
+does not hold up the others, and what the server keeps for clients
+(connections, bodies in flight, time) is bounded. Also: a failed reload
+is retried. Weights are the spec's initial ones (`ember train --epochs 0
+--save`): the answers' values are not what is tested here.
+
+usage: test_serve_trust.py EMBER SOURCE_ROOT
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+EMBER = SOURCE = None
+
+
+def infer_body(rows=1):
+    return json.dumps({"inputs": [{"name": "input", "shape": [rows, 1, 28, 28],
+                                   "datatype": "FP32", "data": [0.5] * (784 * rows)}]}).encode()
+
+
+def post(body, model="fmnist-mlp", extra=b""):
+    return (b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n%s\r\n"
+            % (model.encode(), len(body), extra)) + body
+
+
+def read_all(so, limit=10):
+    """Everything until EOF (or limit seconds): bytes."""
+    so.settimeout(limit)
+    out = b""
+    try:
+        while True:
+            d = so.recv(65536)
+            if not d:
+                break
+            out += d
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return out
+
+
+class Server:
+    def __init__(self, env, *args):
+        self.p = subprocess.Popen([EMBER, "serve", *args, "--port", "0"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline()
+        m = re.search(r"http://([0-9.]+):(\d+)", line)
+        if not m:
+            self.p.kill()
+            raise AssertionError("no ready line: %r\n%s" % (line, self.p.stderr.read()))
+        self.host, self.port = m.group(1), int(m.group(2))
+
+    def connect(self):
+        return socket.create_connection((self.host, self.port), timeout=10)
+
+    def exchange(self, data, half_close=True, limit=10):
+        with self.connect() as so:
+            so.sendall(data)
+            if half_close:
+                so.shutdown(socket.SHUT_WR)
+            return read_all(so, limit)
+
+    def get(self, path):
+        return self.exchange(b"GET %s HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+                             % path.encode())
+
+    def metrics(self):
+        out = self.get("/metrics")
+        return out.partition(b"\r\n\r\n")[2].decode()
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+        try:
+            _, err = self.p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            _, err = self.p.communicate()
+        return self.p.returncode, err
+
+
+def status_lines(raw):
+    return re.findall(rb"HTTP/1\.[01] \d{3}[^\r\n]*", raw)
+
+
+class TrustTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="ember-serve-trust-")
+        cls.env = dict(os.environ, EMBER_HOME=os.path.join(cls.tmp, "home"))
+        cls.env.pop("XDG_DATA_HOME", None)
+        cls.spec = os.path.join(SOURCE, "data", "models", "fmnist-mlp.json")
+        cls.weights = os.path.join(cls.tmp, "w.safetensors")
+        p = subprocess.run([EMBER, "train", cls.spec, "--epochs", "0", "--dataset", "synthetic",
+                            "--save", cls.weights, "--quiet"], env=cls.env, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def serve(self, *args):
+        srv = Server(self.env, self.spec, "--weights", self.weights, "--threads", "1", *args)
+        self.addCleanup(self.check_stop, srv)
+        return srv
+
+    def check_stop(self, srv):
+        rc, err = srv.stop()
+        self.assertEqual(rc, 0, err)
+
+    # ---- one bad client does not hold up the others ----------------------------------
+    def test_half_closed_posts_answered_while_others_sit_open(self):
+        # an open connection of another client (a garbage request line, a
+        # request's headers half sent) on the same event thread made most
+        # half-closed POSTs lose their answers: libmicrohttpd read the EOF
+        # of a resumed connection before it queued its answer
+        for threads in ("1", "2"):
+            srv = self.serve("--http-threads", threads)
+            hold = [srv.connect(), srv.connect()]
+            hold[0].sendall(b"\x00\x01\x02\xff\r\n\r\n")
+            hold[1].sendall(b"GET /v2/health/live HTTP/1.1\r\n")
+            time.sleep(0.2)
+            body = infer_body()
+            got = [status_lines(srv.exchange(post(body)))[:1] for _ in range(10)]
+            self.assertEqual(got, [[b"HTTP/1.1 200 OK"]] * 10, threads)
+            for so in hold:
+                so.close()
+
+
+if __name__ == "__main__":
+    EMBER, SOURCE = sys.argv[1], sys.argv[2]
+    unittest.main(argv=sys.argv[:1], verbosity=2)
