@@ -24,6 +24,7 @@ const char *const cli_usage_text =
     "         --host H (127.0.0.1)  --max-batch N (32)  --max-wait-ms X (0)  --no-batching\n"
     "         --workers W (cores / T) x --threads T (1) <= cores  --max-body-bytes B (8 MiB)\n"
     "         --poll-ms MS (1000)  --http-threads N (cores, <= 4)  --quantize int8  --registry DIR\n"
+    "         --body-budget-bytes B (8 x max body: bodies in flight together; past it 503)\n"
     "\n"
     "registry (each takes --registry DIR and --json):\n"
     "       ember runs [--model M] [--status S] [--limit N] [--dataset NAME|SHA] [--spec SHA]\n"

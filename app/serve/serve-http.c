@@ -45,8 +45,10 @@ typedef struct {
   double started;
   conn_state state;
   bool too_big, is_infer;
+  bool over_budget; /* the bodies in flight would pass --body-budget-bytes: 503 at its end */
   char *body;
   size_t len, cap;
+  size_t reserved;  /* bytes of srv->body_bytes this request holds (its body's capacity) */
   /* inference in flight */
   serve_model *model;
   serve_infer_req req;
@@ -54,21 +56,48 @@ typedef struct {
   atomic_bool done;
 } req_ctx;
 
-static enum MHD_Result respond(req_ctx *c, int code, char *body, size_t len,
-                               const char *content_type, const char *allow) {
+/* Takes n bytes of the budget for bodies in flight (false: over it). */
+static bool reserve(req_ctx *c, size_t n) {
+  serve_server *srv = c->srv;
+  size_t was = atomic_fetch_add(&srv->body_bytes, n);
+  if (was + n > srv->http.body_budget) {
+    atomic_fetch_sub(&srv->body_bytes, n);
+    return false;
+  }
+  c->reserved += n;
+  return true;
+}
+
+/* Frees the body and gives its bytes back to the budget. */
+static void drop_body(req_ctx *c) {
+  free(c->body);
+  c->body = NULL;
+  c->cap = 0;
+  atomic_fetch_sub(&c->srv->body_bytes, c->reserved);
+  c->reserved = 0;
+}
+
+static enum MHD_Result respond_h(req_ctx *c, int code, char *body, size_t len,
+                                 const char *content_type, const char *header,
+                                 const char *value) {
   struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
   if (!r) {
     free(body);
     return MHD_NO;
   }
   if (content_type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-  if (allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+  if (header) MHD_add_response_header(r, header, value);
   enum MHD_Result ok = MHD_queue_response(c->conn, (unsigned)code, r);
   MHD_destroy_response(r);
   c->state = ST_ANSWERED;
   serve_metrics_response(&c->srv->metrics, code);
   if (c->is_infer) serve_metrics_infer_latency(&c->srv->metrics, cli_mono_now() - c->started);
   return ok;
+}
+
+static enum MHD_Result respond(req_ctx *c, int code, char *body, size_t len,
+                               const char *content_type, const char *allow) {
+  return respond_h(c, code, body, len, content_type, allow ? MHD_HTTP_HEADER_ALLOW : NULL, allow);
 }
 
 static enum MHD_Result respond_json(req_ctx *c, int code, char *body, size_t len) {
@@ -94,6 +123,17 @@ static enum MHD_Result respond_error(req_ctx *c, int code, const char *allow, co
   char *body = serve_error_body(msg, &len);
   if (!body) return respond_json(c, 500, NULL, 0);
   return respond(c, code, body, len, "application/json", allow);
+}
+
+/* 503 with Retry-After: the bodies in flight hold the whole budget. */
+static enum MHD_Result respond_busy(req_ctx *c) {
+  size_t len = 0;
+  char msg[256];
+  snprintf(msg, sizeof msg, "the server holds its limit of request bodies in flight (%zu bytes, "
+           "--body-budget-bytes): retry shortly", c->srv->http.body_budget);
+  char *body = serve_error_body(msg, &len);
+  if (!body) return respond_json(c, 500, NULL, 0);
+  return respond_h(c, 503, body, len, "application/json", "Retry-After", "1");
 }
 
 static enum MHD_Result respond_text(req_ctx *c, int code, const char *text) {
@@ -189,8 +229,7 @@ static enum MHD_Result submit_infer(req_ctx *c, const route *r, bool *submitted)
   }
   char msg[512];
   int code = serve_infer_parse(c->body ? c->body : "", c->len, m, &c->req, msg, sizeof msg);
-  free(c->body);
-  c->body = NULL;
+  drop_body(c);
   if (code) {
     serve_model_unref(m);
     return respond_error(c, code, NULL, "%s", msg);
@@ -398,6 +437,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return respond_error(c, 413, NULL, "the body (%s bytes) is over the limit of %zu bytes "
                              "(--max-body-bytes)", cl, srv->http.max_body_bytes);
       c->too_big = true;
+    } else if (n > 0) {
+      /* The whole body's room at once, from the budget for bodies in
+       * flight: past it the body is read and dropped and 503 goes out at
+       * its end (at once when the client waits for "100 Continue"). */
+      const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                       MHD_HTTP_HEADER_EXPECT);
+      if (!reserve(c, (size_t)n + 1)) {
+        if (expect && !strcasecmp(expect, "100-continue")) return respond_busy(c);
+        c->over_budget = true;
+      } else if (!(c->body = malloc((size_t)n + 1))) {
+        return MHD_NO;
+      } else {
+        c->cap = (size_t)n + 1;
+      }
     }
     return MHD_YES;
   }
@@ -408,14 +461,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0;
-    if (c->too_big || c->len + n > srv->http.max_body_bytes) {
+    if (c->too_big || c->over_budget || c->len + n > srv->http.max_body_bytes) {
       /* Over the cap: nothing more is kept. libmicrohttpd cannot answer in
        * the middle of an upload, so the rest is read and dropped and 413
        * goes out at its end; a body that goes on past drop_limit has its
-       * connection closed instead. */
-      free(c->body);
-      c->body = NULL;
-      c->too_big = true;
+       * connection closed instead. Over the budget: the same, with 503. */
+      drop_body(c);
+      if (!c->over_budget) c->too_big = true;
       c->len += n;
       return c->len > drop_limit(srv) ? MHD_NO : MHD_YES;
     }
@@ -423,6 +475,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
       size_t cap = c->cap ? c->cap * 2 : 16384;
       while (cap < c->len + n + 1) cap *= 2;
       if (cap > srv->http.max_body_bytes + 1) cap = srv->http.max_body_bytes + 1;
+      if (!reserve(c, cap - c->cap)) { /* a chunked body grew past the budget */
+        drop_body(c);
+        c->over_budget = true;
+        c->len += n;
+        return MHD_YES;
+      }
       char *b = realloc(c->body, cap);
       if (!b) return MHD_NO;
       c->body = b;
@@ -439,6 +497,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   }
 
   /* the whole request is in */
+  if (c->over_budget) return respond_busy(c);
   if (c->too_big)
     return respond_error(c, 413, NULL, "the body is over the limit of %zu bytes "
                          "(--max-body-bytes)", srv->http.max_body_bytes);
@@ -462,7 +521,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   req_ctx *c = *con_cls;
   if (!c) return;
   release_infer(c); /* a connection closed with its answer unsent */
-  free(c->body);
+  drop_body(c);
   free(c);
   *con_cls = NULL;
   atomic_fetch_sub(&srv->open, 1);

@@ -167,6 +167,7 @@ typedef struct {
   const char *host;       /* bind address */
   int port;               /* 0: any free port */
   size_t max_body_bytes;
+  size_t body_budget;     /* bytes all request bodies in flight may hold together */
   int http_threads;
 } serve_http_config;
 
@@ -177,6 +178,7 @@ typedef struct serve_server {
   serve_http_config http;
   atomic_bool ready;      /* false while starting or draining */
   atomic_int open;        /* requests whose headers are in and whose answer is not sent */
+  atomic_size_t body_bytes; /* held by request bodies in flight (<= http.body_budget) */
   struct MHD_Daemon *daemon;
   int bound_port;
 } serve_server;

@@ -134,6 +134,48 @@ class TrustTest(unittest.TestCase):
             for so in hold:
                 so.close()
 
+    # ---- what the server holds for clients is bounded --------------------------------
+    def test_body_budget_503_with_retry_after(self):
+        # 300 kB bodies, 700 kB for all in flight: two are held, a third is refused
+        srv = self.serve("--max-body-bytes", "300000", "--body-budget-bytes", "700000")
+        body = infer_body(80)[:290000]  # the size is what counts, not the JSON
+        held = []
+        for _ in range(2):  # headers and the first byte only: each reserves its length
+            so = srv.connect()
+            so.sendall(post(body)[:-len(body) + 1])
+            held.append(so)
+        time.sleep(0.3)
+        raw = srv.exchange(post(body))
+        self.assertEqual(status_lines(raw), [b"HTTP/1.1 503 Service Unavailable"], raw[:300])
+        self.assertIn(b"\r\nRetry-After: 1\r\n", raw)
+        self.assertIn(b"--body-budget-bytes", raw)
+        # waiting for "100 Continue": refused before the body
+        with srv.connect() as so:
+            so.sendall(post(b"", extra=b"Expect: 100-continue\r\n").replace(
+                b"Content-Length: 0", b"Content-Length: 290000"))
+            so.settimeout(10)
+            self.assertTrue(so.recv(100).startswith(b"HTTP/1.1 503 "))
+        # over the per-request limit: 413, whatever the budget
+        raw = srv.exchange(post(infer_body(100)))
+        self.assertEqual(status_lines(raw)[:1], [b"HTTP/1.1 413 Content Too Large"])
+        # the budget comes back as bodies end: the held ones finish (400: not JSON) and a
+        # full-size body goes through
+        for so in held:
+            so.sendall(body[1:])
+            so.shutdown(socket.SHUT_WR)
+            self.assertEqual(status_lines(read_all(so))[:1], [b"HTTP/1.1 400 Bad Request"])
+            so.close()
+        raw = srv.exchange(post(body))
+        self.assertEqual(status_lines(raw)[:1], [b"HTTP/1.1 400 Bad Request"])
+        self.assertEqual(status_lines(srv.exchange(post(infer_body())))[:1],
+                         [b"HTTP/1.1 200 OK"])
+        # a budget no bigger than one body at the cap: refused at the start
+        p = subprocess.run([EMBER, "serve", self.spec, "--weights", self.weights,
+                            "--max-body-bytes", "1000", "--body-budget-bytes", "1000", "--port",
+                            "0"], env=self.env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--body-budget-bytes", p.stderr)
+
 
 if __name__ == "__main__":
     EMBER, SOURCE = sys.argv[1], sys.argv[2]
