@@ -79,6 +79,8 @@ typedef struct {
   uint64_t batch_counts[SERVE_BATCH_BUCKETS + 1];
   uint64_t batch_rows_sum;
   uint64_t reloads, reload_failures;
+  int reload_attempts;        /* failed loads of the pending version (0: none pending) */
+  double reload_last_failure, reload_next_retry; /* unix seconds, 0: none */
   char model[128], version[32], sha256[72];
 } serve_counters;
 
@@ -97,6 +99,8 @@ void serve_metrics_infer_latency(serve_metrics *m, double seconds);
 void serve_metrics_batch(serve_metrics *m, int64_t rows);
 void serve_metrics_model(serve_metrics *m, const serve_model *model, bool reloaded);
 void serve_metrics_reload_failed(serve_metrics *m);
+/* The retry state: attempts so far (0: nothing pending), next try in next_in_s. */
+void serve_metrics_reload_retry(serve_metrics *m, int attempts, double next_in_s);
 /* The Prometheus text exposition (malloc'd, NUL-terminated). */
 char *serve_metrics_format(serve_metrics *m, size_t *len);
 

@@ -176,6 +176,59 @@ class TrustTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--body-budget-bytes", p.stderr)
 
+    # ---- reload ----------------------------------------------------------------------
+    def test_failed_reload_retried_after_the_file_is_fixed(self):
+        env = dict(self.env, EMBER_HOME=os.path.join(self.tmp, "reg"))
+
+        def ok(*args):
+            p = subprocess.run([EMBER, *args], env=env, capture_output=True, text=True,
+                               timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return p.stdout
+
+        for seed in (1, 2):
+            ok("train", self.spec, "--epochs", "1", "--dataset", "synthetic", "--seed", str(seed),
+               "--threads", "1", "--quiet")
+            ok("model", "register", str(seed), "--name", "mlp")
+        weights = {v["version"]: v["weights"]
+                   for v in json.loads(ok("model", "versions", "mlp", "--json"))}
+        ok("model", "promote", "mlp", "1", "--alias", "production")
+        srv = Server(env, "mlp@production", "--poll-ms", "100", "--threads", "1")
+        self.addCleanup(self.check_stop, srv)
+
+        def metric(name):
+            m = re.search(r"^%s (\S+)$" % name, srv.metrics(), re.M)
+            return float(m.group(1)) if m else None
+
+        def version():
+            raw = srv.get("/v2/models/mlp")
+            return json.loads(raw.partition(b"\r\n\r\n")[2])["versions"][0]
+
+        good = open(weights[2], "rb").read()
+        os.chmod(weights[2], 0o644)
+        with open(weights[2], "wb") as f:  # version 2's file damaged
+            f.write(good[:100])
+        ok("model", "promote", "mlp", "2", "--alias", "production")
+        t0 = time.time()
+        while time.time() - t0 < 10 and (metric("ember_serve_reload_retry_attempts") or 0) < 2:
+            time.sleep(0.1)
+        self.assertGreaterEqual(metric("ember_serve_reload_retry_attempts"), 2)  # retried
+        self.assertEqual(version(), "1")  # the old one keeps serving
+        self.assertGreater(metric("ember_serve_reload_last_failure_timestamp_seconds"),
+                           time.time() - 60)
+        self.assertGreater(metric("ember_serve_reload_next_retry_timestamp_seconds"),
+                           time.time() - 1)
+        with open(weights[2], "wb") as f:  # fixed: the next try loads it
+            f.write(good)
+        t0 = time.time()
+        while time.time() - t0 < 15 and version() != "2":
+            time.sleep(0.1)
+        self.assertEqual(version(), "2")
+        self.assertEqual(metric("ember_serve_reload_retry_attempts"), 0)
+        self.assertEqual(metric("ember_serve_reload_next_retry_timestamp_seconds"), 0)
+        self.assertEqual(metric("ember_serve_reloads_total"), 1)
+        self.assertGreaterEqual(metric("ember_serve_reload_failures_total"), 2)
+
 
 if __name__ == "__main__":
     EMBER, SOURCE = sys.argv[1], sys.argv[2]
