@@ -25,6 +25,8 @@ const char *const cli_usage_text =
     "         --workers W (cores / T) x --threads T (1) <= cores  --max-body-bytes B (8 MiB)\n"
     "         --poll-ms MS (1000)  --http-threads N (cores, <= 4)  --quantize int8  --registry DIR\n"
     "         --body-budget-bytes B (8 x max body: bodies in flight together; past it 503)\n"
+    "         --header-timeout S (10)  --body-timeout S (30)  --max-connections N (512)\n"
+    "         --max-connections-per-ip N (256)   past a limit: 503; past a timeout: closed\n"
     "\n"
     "registry (each takes --registry DIR and --json):\n"
     "       ember runs [--model M] [--status S] [--limit N] [--dataset NAME|SHA] [--spec SHA]\n"

@@ -412,9 +412,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
      * an idle keep-alive) most half-closed POSTs were dropped. A timeout
      * other than the default moves the connection to the manual-timeout
      * list, which every pass idles before it reads: the answer is queued
-     * and sent first. Same idle time, one second more. */
-    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
-                              (unsigned)(SERVE_IDLE_TIMEOUT_S + 1));
+     * and sent first. Its value bounds a body that stops coming: the body
+     * deadline (--body-timeout), rounded up, never the default. */
+    unsigned body_idle = (unsigned)srv->http.body_timeout_s + 1;
+    if (body_idle == SERVE_IDLE_TIMEOUT_S) body_idle++;
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, body_idle);
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     c->state = ST_BODY;
@@ -461,6 +463,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0;
+    /* A body that trickles in (a byte a second resets the idle timeout)
+     * is cut at its deadline; libmicrohttpd cannot answer mid-upload. */
+    if (cli_mono_now() - c->started > srv->http.body_timeout_s) {
+      serve_metrics_response(&srv->metrics, 408);
+      return MHD_NO;
+    }
     if (c->too_big || c->over_budget || c->len + n > srv->http.max_body_bytes) {
       /* Over the cap: nothing more is kept. libmicrohttpd cannot answer in
        * the middle of an upload, so the rest is read and dropped and 413
@@ -527,35 +535,41 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   atomic_fetch_sub(&srv->open, 1);
 }
 
+/* The listening socket is the front door's (serve-guard.c): it hands
+ * libmicrohttpd each connection once the head of its first request is
+ * in and looks sound. */
 em_status serve_http_start(serve_server *srv, em_error *err) {
-  char port[16];
-  snprintf(port, sizeof port, "%d", srv->http.port);
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_PASSIVE}, *ai = NULL;
-  int rc = getaddrinfo(srv->http.host, port, &hints, &ai);
-  if (rc != 0)
-    return em_error_set(err, EM_ERR_INVALID, "cannot listen on host '%s': %s", srv->http.host,
-                        gai_strerror(rc));
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME;
-  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  if (serve_guard_listen(srv, err) != EM_OK) return err->status;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                   MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
   unsigned pool = srv->http.http_threads > 1 ? (unsigned)srv->http.http_threads : 0;
+  /* libmicrohttpd's own limit, a backstop past the front door's (which
+   * answers 503): it closes without a word */
+  unsigned limit = (unsigned)srv->http.max_connections + 64;
   srv->daemon = MHD_start_daemon(
-      flags, (uint16_t)srv->http.port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-      ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+      flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+      MHD_OPTION_NOTIFY_CONNECTION, serve_guard_notify(), srv,
       MHD_OPTION_UNESCAPE_CALLBACK, unescape_but_nul, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)SERVE_IDLE_TIMEOUT_S, MHD_OPTION_LISTEN_BACKLOG_SIZE,
-      (unsigned)1024, pool ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, pool,
-      MHD_OPTION_END);
-  freeaddrinfo(ai);
-  if (!srv->daemon)
-    return em_error_set(err, EM_ERR_IO, "cannot listen on %s port %d (in use? try --port 0 "
-                        "for any free port)", srv->http.host, srv->http.port);
-  const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
-  srv->bound_port = info ? info->port : srv->http.port;
+      (unsigned)SERVE_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, limit,
+      pool ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, pool, MHD_OPTION_END);
+  if (!srv->daemon) {
+    serve_guard_stop(srv);
+    serve_guard_free(srv);
+    return em_error_set(err, EM_ERR_IO, "cannot start the HTTP threads");
+  }
+  if (serve_guard_start(srv, err) != EM_OK) {
+    MHD_stop_daemon(srv->daemon);
+    srv->daemon = NULL;
+    serve_guard_stop(srv);
+    serve_guard_free(srv);
+    return err->status;
+  }
   return EM_OK;
 }
 
 void serve_http_stop(serve_server *srv) {
+  serve_guard_stop(srv); /* no more connections handed over */
   if (srv->daemon) MHD_stop_daemon(srv->daemon);
   srv->daemon = NULL;
+  serve_guard_free(srv);
 }

@@ -71,6 +71,12 @@ void serve_metrics_reload_failed(serve_metrics *m) {
   pthread_mutex_unlock(&m->mu);
 }
 
+void serve_metrics_refused(serve_metrics *m, serve_refused why) {
+  pthread_mutex_lock(&m->mu);
+  m->c.refused[why]++;
+  pthread_mutex_unlock(&m->mu);
+}
+
 void serve_metrics_reload_retry(serve_metrics *m, int attempts, double next_in_s) {
   pthread_mutex_lock(&m->mu);
   m->c.reload_attempts = attempts;
@@ -190,6 +196,13 @@ char *serve_metrics_format(serve_metrics *m, size_t *len) {
   head(&t, "ember_serve_reload_failures_total", "counter",
        "Times loading a new model version failed (the old one kept serving).");
   put(&t, "ember_serve_reload_failures_total %llu\n", (unsigned long long)s.reload_failures);
+  static const char *const why[] = {"max_connections", "max_connections_per_ip", "bad_request",
+                                    "header_timeout"};
+  head(&t, "ember_serve_connections_refused_total", "counter",
+       "Connections answered and closed before their first request reached the handler.");
+  for (int i = 0; i < 4; i++)
+    put(&t, "ember_serve_connections_refused_total{reason=\"%s\"} %llu\n", why[i],
+        (unsigned long long)s.refused[i]);
   head(&t, "ember_serve_reload_retry_attempts", "gauge",
        "Failed loads of the version the alias names (0: none failing).");
   put(&t, "ember_serve_reload_retry_attempts %d\n", s.reload_attempts);
