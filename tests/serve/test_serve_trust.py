@@ -349,7 +349,16 @@ class TrustTest(unittest.TestCase):
                         pass
                 counts["big"] += 1
 
-        hostile = ([threading.Thread(target=garbage) for _ in range(3)] +
+        halfclosed = {"ok": 0, "failed": 0}
+
+        def halfclose():  # a normal client too: one request per connection, half-closed
+            body = post(infer_body()).replace(b"Connection: close\r\n", b"")
+            while not stop.is_set():
+                ok = status_lines(srv.exchange(body))[:1] == [b"HTTP/1.1 200 OK"]
+                halfclosed["ok" if ok else "failed"] += 1
+
+        hostile = ([threading.Thread(target=halfclose)] +
+                   [threading.Thread(target=garbage) for _ in range(3)] +
                    [threading.Thread(target=slow) for _ in range(3)] +
                    [threading.Thread(target=big, args=(i % 2,)) for i in range(4)])
         for t in hostile:
@@ -361,8 +370,11 @@ class TrustTest(unittest.TestCase):
             stop.set()
             for t in hostile:
                 t.join()
-        print("hostile connections made: %s" % counts, file=sys.stderr)
+        print("hostile connections made: %s; half-closed normal requests: %s"
+              % (counts, halfclosed), file=sys.stderr)
         self.assertEqual(errors, 0)
+        self.assertEqual(halfclosed["failed"], 0)
+        self.assertGreater(halfclosed["ok"], 10)
         self.assertGreater(counts["garbage"], 10)
 
     # ---- reload ----------------------------------------------------------------------
