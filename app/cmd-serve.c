@@ -39,11 +39,13 @@
  * only at 16 clients (6821 vs 6193); a heavier model may want a wait. */
 #define DEFAULT_MAX_WAIT_MS 0.0
 #define DEFAULT_MAX_BODY (8u << 20)
+#define DEFAULT_BODY_BUDGET_FACTOR 8 /* x --max-body-bytes: 64 MiB by default */
 
 int cli_cmd_serve(int argc, char **argv) {
   const char *weights = NULL, *registry = NULL, *port_s = NULL, *host = "127.0.0.1",
              *max_batch_s = NULL, *max_wait_s = NULL, *workers_s = NULL, *threads_s = NULL,
-             *body_s = NULL, *poll_s = NULL, *http_s = NULL, *quant_s = NULL, *pos[1] = {NULL};
+             *body_s = NULL, *budget_s = NULL,
+             *htimeout_s = NULL, *btimeout_s = NULL, *maxconn_s = NULL, *perip_s = NULL, *poll_s = NULL, *http_s = NULL, *quant_s = NULL, *pos[1] = {NULL};
   bool no_batching = false;
   const cli_opt opts[] = {{"weights", &weights, NULL},       {"registry", &registry, NULL},
                           {"port", &port_s, NULL},           {"host", &host, NULL},
@@ -51,7 +53,10 @@ int cli_cmd_serve(int argc, char **argv) {
                           {"workers", &workers_s, NULL},     {"threads", &threads_s, NULL},
                           {"max-body-bytes", &body_s, NULL}, {"poll-ms", &poll_s, NULL},
                           {"http-threads", &http_s, NULL},   {"no-batching", NULL, &no_batching},
-                          {"quantize", &quant_s, NULL},      {0}};
+                          {"quantize", &quant_s, NULL},      {"body-budget-bytes", &budget_s, NULL},
+                          {"header-timeout", &htimeout_s, NULL}, {"body-timeout", &btimeout_s, NULL},
+                          {"max-connections", &maxconn_s, NULL},
+                          {"max-connections-per-ip", &perip_s, NULL}, {0}};
   cli_parse_args(argc, argv, 2, opts, pos, 1, 1, "serve");
   int port = port_s ? (int)cli_parse_int("--port", port_s, 0, 65535) : 8000;
   int max_batch = max_batch_s ? (int)cli_parse_int("--max-batch", max_batch_s, 1, 1 << 16)
@@ -65,6 +70,27 @@ int cli_cmd_serve(int argc, char **argv) {
   if (max_batch == 1) max_wait = 0; /* nothing to wait for */
   size_t max_body = body_s ? (size_t)cli_parse_int("--max-body-bytes", body_s, 64, 1LL << 32)
                            : DEFAULT_MAX_BODY;
+  /* The bodies of requests in flight together: past it, 503 with
+   * Retry-After (24 uploads near the 8 MiB cap held 338 MB at once). */
+  size_t body_budget = budget_s ? (size_t)cli_parse_int("--body-budget-bytes", budget_s, 64,
+                                                        1LL << 40)
+                                : DEFAULT_BODY_BUDGET_FACTOR * max_body;
+  if (body_budget <= max_body)
+    cli_die_usage("--body-budget-bytes %zu must be more than --max-body-bytes %zu (else a body "
+                  "at the cap is never taken)", body_budget, max_body);
+  /* What one client may hold: the head of a connection's first request
+   * within --header-timeout s of its connect, a body within --body-timeout
+   * s of its head (30 s: 8 MiB at 280 kB/s), --max-connections open in all
+   * and --max-connections-per-ip from one address (503 past them). The
+   * defaults held a loopback load test of 64 clients with hostile ones
+   * alongside (tests/serve/test_serve_trust.py). */
+  double header_timeout = htimeout_s ? cli_parse_num("--header-timeout", htimeout_s, 0.1, 3600)
+                                     : 10;
+  double body_timeout = btimeout_s ? cli_parse_num("--body-timeout", btimeout_s, 0.1, 3600) : 30;
+  int max_conn = maxconn_s ? (int)cli_parse_int("--max-connections", maxconn_s, 1, 1 << 16)
+                           : 512;
+  int per_ip = perip_s ? (int)cli_parse_int("--max-connections-per-ip", perip_s, 1, 1 << 16)
+                       : 256;
   int poll_ms = poll_s ? (int)cli_parse_int("--poll-ms", poll_s, 10, 3600 * 1000) : 1000;
   int cores = cli_usable_cores();
   /* Reading a request's JSON numbers costs more than a small model's
@@ -123,7 +149,9 @@ int cli_cmd_serve(int argc, char **argv) {
   serve_metrics_init(&srv.metrics);
   serve_metrics_model(&srv.metrics, model, false);
   serve_slot_init(&srv.slot, model);
-  srv.http = (serve_http_config){host, port, max_body, http_threads};
+  srv.http = (serve_http_config){host,           port,         max_body, body_budget,
+                                 http_threads,   header_timeout, body_timeout, max_conn,
+                                 per_ip};
   atomic_init(&srv.ready, false);
   atomic_init(&srv.open, 0);
 

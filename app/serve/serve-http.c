@@ -33,6 +33,9 @@
 #define EMBER_VERSION "unknown"
 #endif
 
+/* Seconds a connection may sit silent before libmicrohttpd closes it. */
+#define SERVE_IDLE_TIMEOUT_S 120
+
 typedef enum { ST_NEW, ST_BODY, ST_WAITING, ST_ANSWERED } conn_state;
 
 /* One request on a connection. */
@@ -42,8 +45,10 @@ typedef struct {
   double started;
   conn_state state;
   bool too_big, is_infer;
+  bool over_budget; /* the bodies in flight would pass --body-budget-bytes: 503 at its end */
   char *body;
   size_t len, cap;
+  size_t reserved;  /* bytes of srv->body_bytes this request holds (its body's capacity) */
   /* inference in flight */
   serve_model *model;
   serve_infer_req req;
@@ -51,21 +56,48 @@ typedef struct {
   atomic_bool done;
 } req_ctx;
 
-static enum MHD_Result respond(req_ctx *c, int code, char *body, size_t len,
-                               const char *content_type, const char *allow) {
+/* Takes n bytes of the budget for bodies in flight (false: over it). */
+static bool reserve(req_ctx *c, size_t n) {
+  serve_server *srv = c->srv;
+  size_t was = atomic_fetch_add(&srv->body_bytes, n);
+  if (was + n > srv->http.body_budget) {
+    atomic_fetch_sub(&srv->body_bytes, n);
+    return false;
+  }
+  c->reserved += n;
+  return true;
+}
+
+/* Frees the body and gives its bytes back to the budget. */
+static void drop_body(req_ctx *c) {
+  free(c->body);
+  c->body = NULL;
+  c->cap = 0;
+  atomic_fetch_sub(&c->srv->body_bytes, c->reserved);
+  c->reserved = 0;
+}
+
+static enum MHD_Result respond_h(req_ctx *c, int code, char *body, size_t len,
+                                 const char *content_type, const char *header,
+                                 const char *value) {
   struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
   if (!r) {
     free(body);
     return MHD_NO;
   }
   if (content_type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-  if (allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+  if (header) MHD_add_response_header(r, header, value);
   enum MHD_Result ok = MHD_queue_response(c->conn, (unsigned)code, r);
   MHD_destroy_response(r);
   c->state = ST_ANSWERED;
   serve_metrics_response(&c->srv->metrics, code);
   if (c->is_infer) serve_metrics_infer_latency(&c->srv->metrics, cli_mono_now() - c->started);
   return ok;
+}
+
+static enum MHD_Result respond(req_ctx *c, int code, char *body, size_t len,
+                               const char *content_type, const char *allow) {
+  return respond_h(c, code, body, len, content_type, allow ? MHD_HTTP_HEADER_ALLOW : NULL, allow);
 }
 
 static enum MHD_Result respond_json(req_ctx *c, int code, char *body, size_t len) {
@@ -91,6 +123,17 @@ static enum MHD_Result respond_error(req_ctx *c, int code, const char *allow, co
   char *body = serve_error_body(msg, &len);
   if (!body) return respond_json(c, 500, NULL, 0);
   return respond(c, code, body, len, "application/json", allow);
+}
+
+/* 503 with Retry-After: the bodies in flight hold the whole budget. */
+static enum MHD_Result respond_busy(req_ctx *c) {
+  size_t len = 0;
+  char msg[256];
+  snprintf(msg, sizeof msg, "the server holds its limit of request bodies in flight (%zu bytes, "
+           "--body-budget-bytes): retry shortly", c->srv->http.body_budget);
+  char *body = serve_error_body(msg, &len);
+  if (!body) return respond_json(c, 500, NULL, 0);
+  return respond_h(c, 503, body, len, "application/json", "Retry-After", "1");
 }
 
 static enum MHD_Result respond_text(req_ctx *c, int code, const char *text) {
@@ -186,8 +229,7 @@ static enum MHD_Result submit_infer(req_ctx *c, const route *r, bool *submitted)
   }
   char msg[512];
   int code = serve_infer_parse(c->body ? c->body : "", c->len, m, &c->req, msg, sizeof msg);
-  free(c->body);
-  c->body = NULL;
+  drop_body(c);
   if (code) {
     serve_model_unref(m);
     return respond_error(c, code, NULL, "%s", msg);
@@ -361,6 +403,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     c->started = cli_mono_now();
     *con_cls = c;
     atomic_fetch_add(&srv->open, 1);
+    /* libmicrohttpd 0.9.75's epoll loop idles a connection resumed from
+     * suspension (an answered inference) only if it is the oldest on the
+     * daemon's default-timeout list; else the next pass reads it first,
+     * with its request's state unchanged, and a client that half-closed
+     * after sending (EOF) is taken for an abort: closed, its answer
+     * unsent. While any other connection sat open (a garbage request line,
+     * an idle keep-alive) most half-closed POSTs were dropped. A timeout
+     * other than the default moves the connection to the manual-timeout
+     * list, which every pass idles before it reads: the answer is queued
+     * and sent first. Its value bounds a body that stops coming: the body
+     * deadline (--body-timeout), rounded up, never the default. */
+    unsigned body_idle = (unsigned)srv->http.body_timeout_s + 1;
+    if (body_idle == SERVE_IDLE_TIMEOUT_S) body_idle++;
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, body_idle);
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     c->state = ST_BODY;
@@ -383,6 +439,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return respond_error(c, 413, NULL, "the body (%s bytes) is over the limit of %zu bytes "
                              "(--max-body-bytes)", cl, srv->http.max_body_bytes);
       c->too_big = true;
+    } else if (n > 0) {
+      /* The whole body's room at once, from the budget for bodies in
+       * flight: past it the body is read and dropped and 503 goes out at
+       * its end (at once when the client waits for "100 Continue"). */
+      const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                       MHD_HTTP_HEADER_EXPECT);
+      if (!reserve(c, (size_t)n + 1)) {
+        if (expect && !strcasecmp(expect, "100-continue")) return respond_busy(c);
+        c->over_budget = true;
+      } else if (!(c->body = malloc((size_t)n + 1))) {
+        return MHD_NO;
+      } else {
+        c->cap = (size_t)n + 1;
+      }
     }
     return MHD_YES;
   }
@@ -393,14 +463,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0;
-    if (c->too_big || c->len + n > srv->http.max_body_bytes) {
+    /* A body that trickles in (a byte a second resets the idle timeout)
+     * is cut at its deadline; libmicrohttpd cannot answer mid-upload. */
+    if (cli_mono_now() - c->started > srv->http.body_timeout_s) {
+      serve_metrics_response(&srv->metrics, 408);
+      return MHD_NO;
+    }
+    if (c->too_big || c->over_budget || c->len + n > srv->http.max_body_bytes) {
       /* Over the cap: nothing more is kept. libmicrohttpd cannot answer in
        * the middle of an upload, so the rest is read and dropped and 413
        * goes out at its end; a body that goes on past drop_limit has its
-       * connection closed instead. */
-      free(c->body);
-      c->body = NULL;
-      c->too_big = true;
+       * connection closed instead. Over the budget: the same, with 503. */
+      drop_body(c);
+      if (!c->over_budget) c->too_big = true;
       c->len += n;
       return c->len > drop_limit(srv) ? MHD_NO : MHD_YES;
     }
@@ -408,6 +483,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
       size_t cap = c->cap ? c->cap * 2 : 16384;
       while (cap < c->len + n + 1) cap *= 2;
       if (cap > srv->http.max_body_bytes + 1) cap = srv->http.max_body_bytes + 1;
+      if (!reserve(c, cap - c->cap)) { /* a chunked body grew past the budget */
+        drop_body(c);
+        c->over_budget = true;
+        c->len += n;
+        return MHD_YES;
+      }
       char *b = realloc(c->body, cap);
       if (!b) return MHD_NO;
       c->body = b;
@@ -424,6 +505,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   }
 
   /* the whole request is in */
+  if (c->over_budget) return respond_busy(c);
   if (c->too_big)
     return respond_error(c, 413, NULL, "the body is over the limit of %zu bytes "
                          "(--max-body-bytes)", srv->http.max_body_bytes);
@@ -447,41 +529,47 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   req_ctx *c = *con_cls;
   if (!c) return;
   release_infer(c); /* a connection closed with its answer unsent */
-  free(c->body);
+  drop_body(c);
   free(c);
   *con_cls = NULL;
   atomic_fetch_sub(&srv->open, 1);
 }
 
+/* The listening socket is the front door's (serve-guard.c): it hands
+ * libmicrohttpd each connection once the head of its first request is
+ * in and looks sound. */
 em_status serve_http_start(serve_server *srv, em_error *err) {
-  char port[16];
-  snprintf(port, sizeof port, "%d", srv->http.port);
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_PASSIVE}, *ai = NULL;
-  int rc = getaddrinfo(srv->http.host, port, &hints, &ai);
-  if (rc != 0)
-    return em_error_set(err, EM_ERR_INVALID, "cannot listen on host '%s': %s", srv->http.host,
-                        gai_strerror(rc));
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME;
-  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  if (serve_guard_listen(srv, err) != EM_OK) return err->status;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                   MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
   unsigned pool = srv->http.http_threads > 1 ? (unsigned)srv->http.http_threads : 0;
+  /* libmicrohttpd's own limit, a backstop past the front door's (which
+   * answers 503): it closes without a word */
+  unsigned limit = (unsigned)srv->http.max_connections + 64;
   srv->daemon = MHD_start_daemon(
-      flags, (uint16_t)srv->http.port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-      ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+      flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+      MHD_OPTION_NOTIFY_CONNECTION, serve_guard_notify(), srv,
       MHD_OPTION_UNESCAPE_CALLBACK, unescape_but_nul, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)120, MHD_OPTION_LISTEN_BACKLOG_SIZE,
-      (unsigned)1024, pool ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, pool,
-      MHD_OPTION_END);
-  freeaddrinfo(ai);
-  if (!srv->daemon)
-    return em_error_set(err, EM_ERR_IO, "cannot listen on %s port %d (in use? try --port 0 "
-                        "for any free port)", srv->http.host, srv->http.port);
-  const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
-  srv->bound_port = info ? info->port : srv->http.port;
+      (unsigned)SERVE_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, limit,
+      pool ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, pool, MHD_OPTION_END);
+  if (!srv->daemon) {
+    serve_guard_stop(srv);
+    serve_guard_free(srv);
+    return em_error_set(err, EM_ERR_IO, "cannot start the HTTP threads");
+  }
+  if (serve_guard_start(srv, err) != EM_OK) {
+    MHD_stop_daemon(srv->daemon);
+    srv->daemon = NULL;
+    serve_guard_stop(srv);
+    serve_guard_free(srv);
+    return err->status;
+  }
   return EM_OK;
 }
 
 void serve_http_stop(serve_server *srv) {
+  serve_guard_stop(srv); /* no more connections handed over */
   if (srv->daemon) MHD_stop_daemon(srv->daemon);
   srv->daemon = NULL;
+  serve_guard_free(srv);
 }

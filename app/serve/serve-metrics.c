@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Latency buckets (seconds) and batch-size buckets (rows per forward). */
 static const double lat_le[SERVE_LAT_BUCKETS] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
@@ -66,6 +67,20 @@ void serve_metrics_model(serve_metrics *m, const serve_model *model, bool reload
 void serve_metrics_reload_failed(serve_metrics *m) {
   pthread_mutex_lock(&m->mu);
   m->c.reload_failures++;
+  m->c.reload_last_failure = (double)time(NULL);
+  pthread_mutex_unlock(&m->mu);
+}
+
+void serve_metrics_refused(serve_metrics *m, serve_refused why) {
+  pthread_mutex_lock(&m->mu);
+  m->c.refused[why]++;
+  pthread_mutex_unlock(&m->mu);
+}
+
+void serve_metrics_reload_retry(serve_metrics *m, int attempts, double next_in_s) {
+  pthread_mutex_lock(&m->mu);
+  m->c.reload_attempts = attempts;
+  m->c.reload_next_retry = attempts ? (double)time(NULL) + next_in_s : 0;
   pthread_mutex_unlock(&m->mu);
 }
 
@@ -181,6 +196,22 @@ char *serve_metrics_format(serve_metrics *m, size_t *len) {
   head(&t, "ember_serve_reload_failures_total", "counter",
        "Times loading a new model version failed (the old one kept serving).");
   put(&t, "ember_serve_reload_failures_total %llu\n", (unsigned long long)s.reload_failures);
+  static const char *const why[] = {"max_connections", "max_connections_per_ip", "bad_request",
+                                    "header_timeout"};
+  head(&t, "ember_serve_connections_refused_total", "counter",
+       "Connections answered and closed before their first request reached the handler.");
+  for (int i = 0; i < 4; i++)
+    put(&t, "ember_serve_connections_refused_total{reason=\"%s\"} %llu\n", why[i],
+        (unsigned long long)s.refused[i]);
+  head(&t, "ember_serve_reload_retry_attempts", "gauge",
+       "Failed loads of the version the alias names (0: none failing).");
+  put(&t, "ember_serve_reload_retry_attempts %d\n", s.reload_attempts);
+  head(&t, "ember_serve_reload_last_failure_timestamp_seconds", "gauge",
+       "Unix time of the last failed load (0: none).");
+  put(&t, "ember_serve_reload_last_failure_timestamp_seconds %.0f\n", s.reload_last_failure);
+  head(&t, "ember_serve_reload_next_retry_timestamp_seconds", "gauge",
+       "Unix time of the next try of a version that failed to load (0: none due).");
+  put(&t, "ember_serve_reload_next_retry_timestamp_seconds %.0f\n", s.reload_next_retry);
   head(&t, "ember_serve_uptime_seconds", "gauge", "Seconds since the server started.");
   put(&t, "ember_serve_uptime_seconds %.3f\n", cli_mono_now() - m->started);
   if (t.oom) {

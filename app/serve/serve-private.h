@@ -78,7 +78,10 @@ typedef struct {
   double lat_sum;
   uint64_t batch_counts[SERVE_BATCH_BUCKETS + 1];
   uint64_t batch_rows_sum;
+  uint64_t refused[4];        /* connections answered by the front door, by serve_refused */
   uint64_t reloads, reload_failures;
+  int reload_attempts;        /* failed loads of the pending version (0: none pending) */
+  double reload_last_failure, reload_next_retry; /* unix seconds, 0: none */
   char model[128], version[32], sha256[72];
 } serve_counters;
 
@@ -97,6 +100,15 @@ void serve_metrics_infer_latency(serve_metrics *m, double seconds);
 void serve_metrics_batch(serve_metrics *m, int64_t rows);
 void serve_metrics_model(serve_metrics *m, const serve_model *model, bool reloaded);
 void serve_metrics_reload_failed(serve_metrics *m);
+typedef enum {
+  SERVE_REFUSED_LIMIT,          /* --max-connections: 503 */
+  SERVE_REFUSED_PER_IP,         /* --max-connections-per-ip: 503 */
+  SERVE_REFUSED_BAD_REQUEST,    /* a request line or Content-Length that is not one: 400 */
+  SERVE_REFUSED_HEADER_TIMEOUT, /* --header-timeout: 408 */
+} serve_refused;
+void serve_metrics_refused(serve_metrics *m, serve_refused why);
+/* The retry state: attempts so far (0: nothing pending), next try in next_in_s. */
+void serve_metrics_reload_retry(serve_metrics *m, int attempts, double next_in_s);
 /* The Prometheus text exposition (malloc'd, NUL-terminated). */
 char *serve_metrics_format(serve_metrics *m, size_t *len);
 
@@ -167,8 +179,28 @@ typedef struct {
   const char *host;       /* bind address */
   int port;               /* 0: any free port */
   size_t max_body_bytes;
+  size_t body_budget;     /* bytes all request bodies in flight may hold together */
   int http_threads;
+  double header_timeout_s; /* a connection's first request head must be in by then */
+  double body_timeout_s;   /* a request's body must be in this long after its head */
+  int max_connections, max_connections_per_ip;
 } serve_http_config;
+
+/* The front door (serve-guard.c): owns the listening socket, looks at
+ * each connection's first request head, then hands it to libmicrohttpd. */
+typedef struct {
+  int listen_fd, wake[2];
+  pthread_t thread;
+  bool started;
+  atomic_bool stopping;
+  atomic_int open;            /* connections held here or by libmicrohttpd */
+  struct serve_pending *pending; /* connections whose first head is not in yet */
+  int n_pending, cap_pending;
+  struct { unsigned char key[16]; int count; } *ips; /* open connections per address */
+  int n_ips, cap_ips;
+  pthread_mutex_t mu;         /* ips */
+  serve_metrics *metrics;
+} serve_guard;
 
 typedef struct serve_server {
   serve_slot slot;
@@ -177,9 +209,21 @@ typedef struct serve_server {
   serve_http_config http;
   atomic_bool ready;      /* false while starting or draining */
   atomic_int open;        /* requests whose headers are in and whose answer is not sent */
+  atomic_size_t body_bytes; /* held by request bodies in flight (<= http.body_budget) */
   struct MHD_Daemon *daemon;
   int bound_port;
+  serve_guard guard;
 } serve_server;
+
+/* Binds the listening socket (sets bound_port). */
+em_status serve_guard_listen(serve_server *srv, em_error *err);
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (its close gives back the counts). */
+void *serve_guard_notify(void);
+em_status serve_guard_start(serve_server *srv, em_error *err);
+/* Stops accepting; serve_guard_free after libmicrohttpd stopped (its close
+ * notices still count). */
+void serve_guard_stop(serve_server *srv);
+void serve_guard_free(serve_server *srv);
 
 em_status serve_http_start(serve_server *srv, em_error *err);
 void serve_http_stop(serve_server *srv);

@@ -1,8 +1,12 @@
 /* serve-reload.c: the registry watcher. Every poll_ms it resolves
  * NAME@ALIAS again; when the alias points at another version it loads
  * that version here, off the request path, and swaps it into the slot
- * (serve-model.c). A version that fails to load is reported once and the
- * old one keeps serving; the watcher tries again when the alias moves. */
+ * (serve-model.c). A version that fails to load leaves the old one
+ * serving and is tried again with back-off (1 s, doubling to 60 s; each
+ * at the first poll past its time), so that fixing the file (or the
+ * registry) is enough: it used to be tried again only when the alias
+ * moved. /metrics shows the attempts, the last failure's time and the
+ * next try's. */
 #include "serve-private.h"
 
 #include <errno.h>
@@ -11,7 +15,18 @@
 #include <string.h>
 #include <time.h>
 
-static void check_once(serve_watcher *w, int *failed_version) {
+#define RETRY_FIRST_S 1.0
+#define RETRY_MAX_S 60.0
+
+/* The retry state of a version that failed to load (version 0: none). */
+typedef struct {
+  int version;
+  int attempts;
+  double next;  /* monotonic seconds */
+  double delay; /* until the try after the next */
+} retry_state;
+
+static void check_once(serve_watcher *w, int *failed_version, retry_state *rs) {
   em_error err = {0};
   em_version_ref ref;
   if (em_store_resolve_version(w->store, w->ref, &ref, &err) != EM_OK) {
@@ -22,7 +37,13 @@ static void check_once(serve_watcher *w, int *failed_version) {
   }
   int version = ref.version;
   em_version_ref_clear(&ref);
-  if (version == w->served_version || version == *failed_version) return;
+  *failed_version = 0;
+  if (version == w->served_version) {
+    if (rs->version) serve_metrics_reload_retry(&w->srv->metrics, 0, 0); /* rolled back */
+    rs->version = 0;
+    return;
+  }
+  if (version == rs->version && cli_mono_now() < rs->next) return;
 
   cli_model cm;
   double t0 = cli_mono_now();
@@ -36,12 +57,19 @@ static void check_once(serve_watcher *w, int *failed_version) {
     m = serve_model_new(&cm, cm.ref.name, vtext, w->quant, &err);
   }
   if (!m) {
+    if (rs->version != version) *rs = (retry_state){version, 0, 0, RETRY_FIRST_S};
+    rs->attempts++;
+    rs->next = cli_mono_now() + rs->delay;
     fprintf(stderr, "ember serve: %s moved to version %d but it failed to load (still serving "
-            "version %d): %s\n", w->ref, version, w->served_version, err.msg);
+            "version %d; attempt %d, next in %.0f s): %s\n", w->ref, version,
+            w->served_version, rs->attempts, rs->delay, err.msg);
     serve_metrics_reload_failed(&w->srv->metrics);
-    *failed_version = version;
+    serve_metrics_reload_retry(&w->srv->metrics, rs->attempts, rs->delay);
+    rs->delay = rs->delay * 2 < RETRY_MAX_S ? rs->delay * 2 : RETRY_MAX_S;
     return;
   }
+  if (rs->version) serve_metrics_reload_retry(&w->srv->metrics, 0, 0);
+  rs->version = 0;
   int old = w->served_version;
   serve_metrics_model(&w->srv->metrics, m, true);
   serve_slot_swap(&w->srv->slot, m);
@@ -53,7 +81,8 @@ static void check_once(serve_watcher *w, int *failed_version) {
 
 static void *watch_main(void *arg) {
   serve_watcher *w = arg;
-  int failed_version = 0;
+  int failed_version = 0; /* -1: the alias could not be resolved (reported once) */
+  retry_state rs = {0};
   pthread_mutex_lock(&w->mu);
   while (!w->stopping) {
     struct timespec ts;
@@ -64,7 +93,7 @@ static void *watch_main(void *arg) {
     while (!w->stopping && pthread_cond_timedwait(&w->cv, &w->mu, &ts) != ETIMEDOUT) {}
     if (w->stopping) break;
     pthread_mutex_unlock(&w->mu);
-    check_once(w, &failed_version);
+    check_once(w, &failed_version, &rs);
     pthread_mutex_lock(&w->mu);
   }
   pthread_mutex_unlock(&w->mu);
