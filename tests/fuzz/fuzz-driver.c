@@ -15,10 +15,11 @@
  *
  * S defaults to $EMBER_FUZZ_SECONDS, else 5 (0: replay only); the seed to
  * $EMBER_FUZZ_SEED, else one from the clock, printed so a run can be
- * repeated; -runs caps the mutated inputs. Before the sanitizer's report
- * of a crash (or an abort), the input is written to
- * $EMBER_FUZZ_OUT/crash-<target>-<seed>-<run> (default: the current
- * folder) and named on stderr: add it to the corpus once fixed.
+ * repeated; -runs caps the mutated inputs. When an input fails (the
+ * sanitizer's report ends in its death callback; a signal, an abort
+ * without one), it is written to $EMBER_FUZZ_OUT/crash-<target>-<seed>-<run>
+ * (default: the current folder), named on the last line of stderr: add it
+ * to the corpus once fixed.
  * EMBER_FUZZ_LEAK_CHECK=1 runs LeakSanitizer after every input, to name
  * the input that leaked (slow); otherwise a leak is reported at exit. */
 #include <dirent.h>
