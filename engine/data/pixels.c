@@ -8,8 +8,9 @@
  * (the uint8_t source may alias the floats). The division stays a
  * division, so every value is the correctly rounded p / 255 as before. */
 #include "data-private.h"
+#include "em-cpu.h"
 
-void em_pixels_to_unit(const uint8_t *restrict p, float *restrict x, int64_t n) {
+EM_CPU_CLONES void em_pixels_to_unit(const uint8_t *restrict p, float *restrict x, int64_t n) {
   for (int64_t k = 0; k < n; k++) x[k] = (float)p[k] / 255.0f;
 }
 

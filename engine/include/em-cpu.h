@@ -67,3 +67,18 @@ const char *em_cpu_isa_blas_core(em_cpu_isa isa);
  * avx512_bf16), OpenBLAS Haswell", with ", capped by EMBER_CPU_ISA=avx512"
  * inside the parentheses under a cap. */
 void em_cpu_kernels_describe(char *buf, size_t cap);
+
+/* For the engine's element-wise and per-lane loops outside the kernel
+ * tables (an optimiser's update, a bias gradient's column sums, pixel
+ * conversion): GCC compiles the function for x86-64-v4, x86-64-v3 and the
+ * baseline and picks one from cpuid when the program loads, so the
+ * portable build vectorises them as a -march=native one would. Only for
+ * loops whose numbers do not depend on the vector width (each element or
+ * lane computed alone, no sum across lanes; ISO C mode contracts no
+ * a * b + c into an FMA): EMBER_CPU_ISA does not cap this choice, and
+ * need not. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define EM_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define EM_CPU_CLONES
+#endif

@@ -7,6 +7,7 @@
  * Under bf16 autocast (em-amp.h) both ops, and their backward, use the
  * bf16 GEMM. */
 #include "ops-private.h"
+#include "em-cpu.h"
 
 #include "em-amp.h"
 #include "em-pool.h"
@@ -46,8 +47,9 @@ typedef struct {
     }                                                                                  \
   } while (0)
 
-/* Blocks [b0, b1) of 16 columns. */
-static void cols_blocks(void *ctx, int64_t b0, int64_t b1) {
+/* Blocks [b0, b1) of 16 columns (each column summed down the rows alone:
+ * the same numbers at every vector width). */
+EM_CPU_CLONES static void cols_blocks(void *ctx, int64_t b0, int64_t b1) {
   const cols_job *j = ctx;
   int64_t j0 = 16 * b0, j1 = 16 * b1 < j->K ? 16 * b1 : j->K;
   if (j->dt == EM_DTYPE_F32) COLS(float);

@@ -16,6 +16,7 @@
  * backend's adam_step kernel (the same formulas; AMSGrad is refused there
  * by em_optimizer_new). */
 #include "optim-private.h"
+#include "em-cpu.h"
 
 #include <math.h>
 
@@ -24,7 +25,7 @@
 /* One kernel for both dtypes; T is float or double (SQRT to match), and
  * the f32 one computes in float as PyTorch does. */
 #define ADAM_KERNEL(NAME, T, SQRT)                                            \
-  static void NAME(void *ctx, int64_t begin, int64_t end) {                  \
+  EM_CPU_CLONES static void NAME(void *ctx, int64_t begin, int64_t end) {    \
     const em_adam_args *a = ctx;                                              \
     T *restrict p = (T *)a->p + begin;                             /* (D) */  \
     T *restrict m = (T *)a->m + begin;                             /* (D) */  \

@@ -14,13 +14,14 @@
  * count). A parameter on a device runs its backend's sgd_step kernel (the
  * same formulas, engine/device/kernels). */
 #include "optim-private.h"
+#include "em-cpu.h"
 
 #include "../device/device-private.h"
 
 /* One kernel for both dtypes; T is float or double, and the f32 one
  * computes in float as PyTorch does. */
 #define SGD_KERNEL(NAME, T)                                                   \
-  static void NAME(void *ctx, int64_t begin, int64_t end) {                  \
+  EM_CPU_CLONES static void NAME(void *ctx, int64_t begin, int64_t end) {    \
     const em_sgd_args *a = ctx;                                               \
     T *restrict p = (T *)a->p + begin;                          /* (D) */     \
     const T *restrict g = (const T *)a->g + begin;              /* (D) */     \
