@@ -5,7 +5,7 @@
  * unloaded, and its type would be left behind pointing into it. Types are
  * kept by pointer in registration order (the GUI palette's order). */
 #include "nn-private.h"
-#include "../plugin/plugin-private.h"
+#include "../plugin/plugin-host.h"
 
 #include <pthread.h>
 #include <stdlib.h>

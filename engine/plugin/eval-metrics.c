@@ -3,7 +3,7 @@
  * test set and, at the end, runs every metric asked for (the spec's
  * "training": {"metrics": [...]} and the process's --metric selections)
  * and publishes the values for the event sinks (em_metrics_last). */
-#include "plugin-private.h"
+#include "plugin-host.h"
 
 #include <math.h>
 #include <pthread.h>

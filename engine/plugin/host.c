@@ -6,7 +6,7 @@
  * back and the module closed. Every file tried is recorded, loaded or
  * refused with the reason, for `ember plugins` and for the messages of a
  * spec that names a layer type nobody provides. */
-#include "plugin-private.h"
+#include "plugin-host.h"
 
 #include <ctype.h>
 #include <dirent.h>

@@ -3,7 +3,7 @@
  * by pointer in registration order; the host adds and removes entries
  * (removal only rolls back a plugin whose load failed). The three share
  * one small list (reg_list) under one mutex. */
-#include "plugin-private.h"
+#include "plugin-host.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * checking that a model fits it. */
 #include "em-train.h"
 
-#include "../plugin/plugin-private.h"
+#include "../plugin/plugin-host.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -12,7 +12,7 @@
 #include "em-dist.h"
 #include "em-rng.h"
 #include "em-train.h"
-#include "../plugin/plugin-private.h"
+#include "../plugin/plugin-host.h"
 
 /* ---- the divergence watchdog (watchdog.c) ------------------------------- */
 #define EM_WATCHDOG_WINDOW 50 /* norms remembered */
@@ -117,7 +117,7 @@ em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, boo
                               em_error *err);
 /* em_evaluate, with gather (NULL: none) exchanging the outputs kept for
  * the plugins' metrics before they are computed (a data-parallel
- * evaluation of one shard; plugin/plugin-private.h). */
+ * evaluation of one shard; plugin/plugin-host.h). */
 em_status em_evaluate_gathered(em_model *m, const em_dataset *ds, int batch_size,
                                em_loss_kind loss, double label_smoothing,
                                em_eval_gather_fn gather, void *gather_user, double *mean_loss,

@@ -9,7 +9,7 @@
 #include <glib/gstdio.h>
 #include <string.h>
 
-#include "../plugin/plugin-private.h" /* em_dataset_type_add, found through engine/train */
+#include "../plugin/plugin-host.h" /* em_dataset_type_add, found through engine/train */
 #include "train-helpers.h"
 
 /* The remaining batches of epoch e after `skip`, compared between a loader

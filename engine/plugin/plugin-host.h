@@ -1,7 +1,8 @@
-/* plugin-private.h: what the plugin host shares with the rest of libember:
+/* plugin-host.h: what the plugin host shares with the rest of libember
+ * (engine/nn, engine/train; a header of its own, not a folder-private one):
  * adding and removing entries of the registries it fills (dataset kinds,
- * metrics, layer ONNX forms), and the metric collector the evaluation
- * feeds. */
+ * metrics, layer ONNX forms), the plugin load a registry lookup that
+ * misses asks for, and the metric collector the evaluation feeds. */
 #pragma once
 
 #include "em-plugin.h"
