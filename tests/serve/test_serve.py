@@ -33,6 +33,7 @@ EMBER = SOURCE = None
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 import safetensors_io  # noqa: E402
+from serve_process import ServeProcess  # noqa: E402
 
 TOL = 1e-4
 
@@ -60,19 +61,11 @@ def infer_body(x, nested=False, **extra):
     return json.dumps(body).encode()
 
 
-class Server:
-    """An `ember serve` process; its URL comes from the line it prints when ready."""
+class Server(ServeProcess):
+    """An `ember serve` process, asked through urllib."""
 
     def __init__(self, env, *args):
-        self.p = subprocess.Popen([EMBER, "serve", *args, "--port", "0"], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.p.stdout.readline()
-        m = re.search(r"(http://[0-9.]+:\d+)", line)
-        if not m:
-            self.p.kill()
-            raise AssertionError("no ready line: %r\n%s" % (line, self.p.stderr.read()))
-        self.url = m.group(1)
-        self.host, self.port = self.url[7:].split(":")
+        super().__init__(EMBER, env, *args)
 
     def request(self, method, path, body=None, headers=None, timeout=30):
         """(status, parsed body or text)."""
@@ -95,18 +88,6 @@ class Server:
         status, text = self.request("GET", "/metrics")
         assert status == 200
         return text
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.p.poll() is None:
-            self.p.send_signal(sig)
-        try:
-            out, err = self.p.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            out, err = self.p.communicate()
-        assert "runtime error:" not in err, err  # UndefinedBehaviorSanitizer, in a sanitized build
-        return self.p.returncode, err
-
 
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*=\"(\\.|[^\"\\])*\""
                     r"(,[a-zA-Z_][a-zA-Z0-9_]*=\"(\\.|[^\"\\])*\")*)?\})? "
@@ -352,7 +333,7 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(st, 413)
         self.assertIn("limit", r["error"])
         # chunked (no Content-Length): refused too, as the body passes the cap
-        conn = http.client.HTTPConnection(s.host, int(s.port), timeout=30)
+        conn = http.client.HTTPConnection(s.host, s.port, timeout=30)
         conn.request("POST", "/v2/models/mlp/infer",
                      body=iter([body[i:i + 65536] for i in range(0, len(body), 65536)]),
                      encode_chunked=True)
@@ -369,7 +350,7 @@ class ServeTest(unittest.TestCase):
 
     def raw(self, request):
         """Status line and body of one request sent byte for byte."""
-        with socket.create_connection((self.srv.host, int(self.srv.port)), timeout=30) as so:
+        with socket.create_connection((self.srv.host, self.srv.port), timeout=30) as so:
             so.sendall(request)
             out = b""
             while True:

@@ -18,6 +18,8 @@ import threading
 import time
 import unittest
 
+from serve_process import ServeProcess
+
 EMBER = SOURCE = None
 
 
@@ -47,16 +49,11 @@ def read_all(so, limit=10):
     return out
 
 
-class Server:
+class Server(ServeProcess):
+    """An `ember serve` process, spoken to over raw sockets."""
+
     def __init__(self, env, *args):
-        self.p = subprocess.Popen([EMBER, "serve", *args, "--port", "0"], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.p.stdout.readline()
-        m = re.search(r"http://([0-9.]+):(\d+)", line)
-        if not m:
-            self.p.kill()
-            raise AssertionError("no ready line: %r\n%s" % (line, self.p.stderr.read()))
-        self.host, self.port = m.group(1), int(m.group(2))
+        super().__init__(EMBER, env, *args)
 
     def connect(self):
         return socket.create_connection((self.host, self.port), timeout=10)
@@ -78,17 +75,6 @@ class Server:
     def metrics(self):
         out = self.get("/metrics")
         return out.partition(b"\r\n\r\n")[2].decode()
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-        try:
-            _, err = self.p.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            _, err = self.p.communicate()
-        return self.p.returncode, err
-
 
 def status_lines(raw):
     return re.findall(rb"HTTP/1\.[01] \d{3}[^\r\n]*", raw)
