@@ -216,6 +216,12 @@ int64_t em_spec_node_param_count(const em_spec *spec, int i);
 /* Input node indices (-1 = the model input); returns how many. */
 int em_spec_node_inputs(const em_spec *spec, int i, int *idx);
 int em_spec_output_node(const em_spec *spec);
+/* Whether node i (a Linear or a Conv2d) runs with the ReLU node after it
+ * as one op (em_linear_relu, em_conv2d_relu): node i + 1 is a ReLU that
+ * alone reads node i's output, and both count towards the output. The
+ * model fuses exactly these pairs; the memory estimate counts one output
+ * tensor for the pair. */
+bool em_spec_node_fuses_relu(const em_spec *spec, int i);
 
 /* The `ember info` table (name, type, output shape, params) and totals. */
 em_status em_spec_print_summary(const em_spec *spec, FILE *out, em_error *err);

@@ -75,6 +75,12 @@ typedef struct {
 } em_conv2d_params;
 /* x (N, C, H, W), w (K, C/groups, kh, kw), b (K) or NULL -> (N, K, H', W') */
 em_tensor *em_conv2d(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv2d_params *p);
+/* em_relu(em_conv2d(x, w, b, p)) with the ReLU done in place on the
+ * convolution's output and its gradient mask taken from it: the same
+ * numbers, one op ("conv2d_relu") and one activation tensor fewer (the
+ * convolution's backward needs its input, not its output). On a device
+ * and in anomaly mode it is the two ops. */
+em_tensor *em_conv2d_relu(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv2d_params *p);
 
 typedef struct {
   int kernel[2], stride[2], padding[2]; /* (H, W) */

@@ -71,8 +71,9 @@ static em_status conv2d_infer(const em_layer_node *node, int n_in, const em_shap
   return EM_OK;
 }
 
-static em_tensor *conv2d_forward(const em_layer_node *node, int n_in, em_tensor **in,
-                                 em_tensor **params, const em_forward_ctx *ctx) {
+/* em_conv2d (or em_conv2d_relu) with the node's attributes. */
+static em_tensor *conv2d_apply(const em_layer_node *node, em_tensor *x, em_tensor **params,
+                               bool relu) {
   em_conv2d_params p;
   for (int a = 0; a < 2; a++) {
     p.stride[a] = (int)em_attr_int(node, CV_STRIDE, a);
@@ -81,7 +82,18 @@ static em_tensor *conv2d_forward(const em_layer_node *node, int n_in, em_tensor 
   }
   p.groups = (int)em_attr_int(node, CV_GROUPS, 0);
   /* x (N, C, H, W), w (K, C/groups, kh, kw), b (K) */
-  return em_conv2d(in[0], params[0], em_attr_bool(node, CV_BIAS) ? params[1] : NULL, &p);
+  em_tensor *b = em_attr_bool(node, CV_BIAS) ? params[1] : NULL;
+  return relu ? em_conv2d_relu(x, params[0], b, &p) : em_conv2d(x, params[0], b, &p);
+}
+
+static em_tensor *conv2d_forward(const em_layer_node *node, int n_in, em_tensor **in,
+                                 em_tensor **params, const em_forward_ctx *ctx) {
+  return conv2d_apply(node, in[0], params, false);
+}
+
+em_tensor *em_conv2d_relu_layer_forward(const em_layer_node *node, em_tensor *x,
+                                        em_tensor **params) {
+  return conv2d_apply(node, x, params, true);
 }
 
 const em_layer_type em_layer_conv2d = {

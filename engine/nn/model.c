@@ -10,9 +10,10 @@
  * (em_model_quantize, engine/quant) runs its int8 Linear nodes through
  * the plan it holds, in inference only. em_model_to_device moves every
  * tensor to a device; forward then wants its input there. A Linear node
- * whose output only a ReLU node reads runs with it as one op
- * (em_linear_relu: the same numbers, one tensor and one pass fewer); the
- * profiler then shows the pair under the Linear's name. */
+ * or Conv2d node whose output only a ReLU node reads runs with it as one
+ * op (em_linear_relu, em_conv2d_relu: the same numbers, one tensor and one
+ * pass fewer; em_spec_node_fuses_relu); the profiler then shows the pair
+ * under the first node's name. */
 #include "nn-private.h"
 #include "em-device.h"
 #include "em-profile.h"
@@ -34,20 +35,13 @@ struct em_model {
   em_rng rng;     /* dropout stream when the caller gives none */
   em_quant_plan *quant; /* int8 Linear layers (engine/quant), or NULL */
   em_device device;     /* where every tensor lives */
-  bool *fuse_relu;      /* node i is a Linear that node i + 1, a ReLU, alone reads */
+  bool *fuse_relu;      /* em_spec_node_fuses_relu(spec, i) */
 };
 
-/* Which Linear nodes run with the ReLU after them (see the top). */
+/* Which Linear and Conv2d nodes run with the ReLU after them (see the
+ * top). */
 static void find_fusions(em_model *m) {
-  const em_spec *s = m->spec;
-  for (int i = 0; i + 1 < s->n_nodes && i < s->output; i++) {
-    const em_spec_node *nd = &s->nodes[i], *nx = &s->nodes[i + 1];
-    bool ok = nd->live && nx->live && nd->type == &em_layer_linear && nx->type == &em_layer_relu &&
-              nx->n_in == 1 && nx->in[0] == i;
-    for (int j = i + 2; ok && j < s->n_nodes; j++)
-      for (int k = 0; k < s->nodes[j].n_in; k++) ok = ok && s->nodes[j].in[k] != i;
-    m->fuse_relu[i] = ok;
-  }
+  for (int i = 0; i < m->spec->n_nodes; i++) m->fuse_relu[i] = em_spec_node_fuses_relu(m->spec, i);
 }
 
 static uint64_t name_hash(const char *s) {
@@ -299,7 +293,9 @@ em_tensor *em_model_forward(em_model *m, em_tensor *x, bool training, em_rng *rn
     const em_quant_layer *ql = em_quant_plan_layer(m->quant, i);
     relu_done = m->fuse_relu[i]; /* the int8 layer's ReLU too, in its rescale */
     em_tensor *y = ql          ? em_quant_linear_forward(ql, m->quant->kernel, in[0], relu_done)
-                   : relu_done ? em_linear_relu_layer_forward(&nd->view, in[0], params)
+                   : relu_done ? (nd->type == &em_layer_conv2d ? em_conv2d_relu_layer_forward
+                                                               : em_linear_relu_layer_forward)(
+                                     &nd->view, in[0], params)
                                : nd->type->forward(&nd->view, nd->n_in, in, params, &ctx);
     em_profile_layer_end(span);
     /* what shape inference promised (a plugin's bug shows here, not later) */

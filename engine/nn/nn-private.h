@@ -61,9 +61,11 @@ void em_decl_set(em_param_decl *d, const char *name, bool buffer, em_dtype dt, i
 void em_init_weight(em_tensor *t, em_weight_init scheme, int64_t fan_in, int64_t fan_out,
                     em_rng *rng);
 
-/* A Linear node's forward followed by a ReLU's, as one op (model.c fuses
- * the pair where the ReLU alone reads the Linear's output). */
+/* A Linear or Conv2d node's forward followed by a ReLU's, as one op
+ * (model.c fuses the pairs em_spec_node_fuses_relu names). */
 em_tensor *em_linear_relu_layer_forward(const em_layer_node *node, em_tensor *x,
+                                        em_tensor **params);
+em_tensor *em_conv2d_relu_layer_forward(const em_layer_node *node, em_tensor *x,
                                         em_tensor **params);
 
 /* Built-in layer types (registered on first use of the registry). */

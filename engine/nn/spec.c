@@ -742,6 +742,18 @@ int64_t em_spec_node_param_count(const em_spec *s, int i) {
   return s->nodes[i].n_params;
 }
 
+bool em_spec_node_fuses_relu(const em_spec *s, int i) {
+  EM_ASSERT(i >= 0 && i < s->n_nodes);
+  if (i + 1 >= s->n_nodes || i >= s->output) return false;
+  const em_spec_node *nd = &s->nodes[i], *nx = &s->nodes[i + 1];
+  bool ok = nd->live && nx->live &&
+            (nd->type == &em_layer_linear || nd->type == &em_layer_conv2d) &&
+            nx->type == &em_layer_relu && nx->n_in == 1 && nx->in[0] == i;
+  for (int j = i + 2; ok && j < s->n_nodes; j++)
+    for (int k = 0; k < s->nodes[j].n_in; k++) ok = ok && s->nodes[j].in[k] != i;
+  return ok;
+}
+
 int em_spec_node_inputs(const em_spec *s, int i, int *idx) {
   EM_ASSERT(i >= 0 && i < s->n_nodes);
   for (int k = 0; k < s->nodes[i].n_in; k++) idx[k] = s->nodes[i].in[k];

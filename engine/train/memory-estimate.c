@@ -5,7 +5,11 @@
  * The builder's estimate (ui/builder/em-spec-costs.c) is this one. Weights and buffers, one gradient per parameter and the optimiser's
  * state are fixed; every node's output and its gradient (everything an
  * op makes lives until the step's scope ends), plus what some ops keep
- * (Conv2d's unfolded input, MaxPool2d's indices), grow with the batch.
+ * (Conv2d's unfolded input, MaxPool2d's indices), grow with the batch. A
+ * ReLU that runs inside the Linear or Conv2d before it on the CPU
+ * (em_spec_node_fuses_relu; a device runs the two ops) makes no output of
+ * its own there: its gradient still counts (the masked one is a buffer of
+ * that size).
  * The device ops keep less than the CPU's (no unfolded input), so on a
  * device the estimate errs high, which is the safe side for a refusal. */
 #include "train-private.h"
@@ -34,22 +38,24 @@ void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int
   out->optim_states = states;
   int64_t in_shape[EM_MAX_DIMS];
   int nd = em_spec_input_shape(spec, in_shape);
-  int64_t act = em_spec_input_dtype(spec) == EM_DTYPE_I64 ? 8 : 4, ws = 0;
+  int64_t act = em_spec_input_dtype(spec) == EM_DTYPE_I64 ? 8 : 4, ws = 0, fused = 0;
   for (int d = 0; d < nd; d++) act *= in_shape[d];
   int n = em_spec_node_count(spec);
+  const bool cpu = em_device_is_cpu(c->device);
   for (int i = 0; i < n; i++) {
     const char *type = em_spec_node_type(spec, i)->name;
     const em_shape *s = em_spec_node_output(spec, i);
     int64_t bytes = per_sample_numel(s) * (s->dtype == EM_DTYPE_I64 ? 8 : 4);
     act += bytes;
+    if (cpu && i > 0 && em_spec_node_fuses_relu(spec, i - 1)) fused += bytes; /* no output */
     if (!strcmp(type, "Conv2d") && s->ndim == 4 && s->shape[1] > 0)
       ws += em_spec_node_param_count(spec, i) / s->shape[1] * s->shape[2] * s->shape[3] * 4;
     else if (!strcmp(type, "MaxPool2d"))
       ws += bytes * 2;
   }
   out->fixed_bytes = out->weights_bytes + out->grads_bytes + out->optim_bytes;
-  out->per_sample_bytes = 2 * act + ws;
-  out->act_bytes = 2 * act * batch;
+  out->per_sample_bytes = 2 * act - fused + ws;
+  out->act_bytes = (2 * act - fused) * batch;
   out->workspace_bytes = ws * batch;
   out->total_bytes = out->fixed_bytes + out->per_sample_bytes * batch;
 }

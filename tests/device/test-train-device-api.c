@@ -269,7 +269,14 @@ static void test_preflight(void) {
   g_assert_cmpint(e1.grads_bytes, ==, 4 * params);
   g_assert_cmpint(e1.optim_bytes, ==, 4 * params); /* momentum */
   g_assert_cmpint(e2.total_bytes, ==, e2.fixed_bytes + 100 * e2.per_sample_bytes);
-  g_assert_cmpint(e2.per_sample_bytes, ==, 2 * 4 * (6 + 5 + 5 + 3));
+  /* each node's output and its gradient; on the CPU the ReLU runs inside
+   * the Linear before it (linear_relu): no output of its own there */
+  g_assert_cmpint(e2.per_sample_bytes, ==, 2 * 4 * (6 + 5 + 5 + 3) - 4 * 5);
+  em_train_config cd = c;
+  cd.device = dev; /* a device runs the two ops */
+  em_train_memory_estimate e3;
+  em_train_estimate_memory(spec, &cd, 100, &e3);
+  g_assert_cmpint(e3.per_sample_bytes, ==, 2 * 4 * (6 + 5 + 5 + 3));
   /* the CPU has no pre-flight; a device with too little free memory */
   int batch;
   char note[512];

@@ -1,8 +1,11 @@
 /* test-conv.c: em_conv2d against finite differences (f64, which runs the
  * loop reference), the f32 fast path against the reference, and both
- * directions against PyTorch. */
+ * directions against PyTorch; em_conv2d_relu against finite differences
+ * and against em_relu(em_conv2d(.)), bit for bit. */
 #include <glib.h>
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "conv-check.h"
 #include "conv-private.h"
@@ -83,6 +86,76 @@ static void test_gradcheck(gconstpointer data) {
   make_inputs(c, EM_DTYPE_F64, 11, in);
   g_assert_true(gradcheck(c->name, f_conv, 3, in, (void *)c, NULL));
   free_inputs(in);
+}
+
+static em_tensor *f_conv_relu(em_tensor **in, void *ctx) {
+  em_conv2d_params p = params_of(ctx);
+  return em_conv2d_relu(in[0], in[1], in[2], &p);
+}
+
+static void test_gradcheck_relu(gconstpointer data) {
+  const conv_case *c = data;
+  em_tensor *in[3];
+  make_inputs(c, EM_DTYPE_F64, 17, in);
+  g_assert_true(gradcheck(c->name, f_conv_relu, 3, in, (void *)c, NULL));
+  free_inputs(in);
+}
+
+static void assert_same_bits(const em_tensor *a, const em_tensor *b) {
+  g_assert_nonnull(a);
+  g_assert_nonnull(b);
+  g_assert_cmpint(em_tensor_numel(a), ==, em_tensor_numel(b));
+  g_assert_true(memcmp(em_tensor_ptr((em_tensor *)a), em_tensor_ptr((em_tensor *)b),
+                       em_dtype_size(a->dtype) * (size_t)em_tensor_numel(a)) == 0);
+}
+
+/* em_conv2d_relu gives em_relu(em_conv2d(.)) bit for bit: the output and
+ * each input's gradient, fresh and then accumulated by a second backward;
+ * a NaN in x (its outputs NaN, which pass the ReLU and its gradient)
+ * passes both alike. */
+static void check_conv_relu_same(const conv_case *c, em_dtype dt, int threads) {
+  em_set_num_threads(threads);
+  em_tensor *in[2][3];
+  for (int v = 0; v < 2; v++) {
+    make_inputs(c, dt, 31, in[v]);
+    if (dt == EM_DTYPE_F32) em_f32(in[v][0])[c->W + 1] = NAN;
+    else em_f64(in[v][0])[c->W + 1] = NAN;
+  }
+  em_tensor *r = make_gy(c, 32);
+  if (dt != EM_DTYPE_F32) {
+    em_tensor *r64 = em_tensor_new(dt, r->ndim, r->shape, NULL);
+    em_tensor_copy_(r64, r);
+    em_tensor_free(r);
+    r = r64;
+  }
+  em_conv2d_params p = params_of(c);
+  for (int rep = 0; rep < 2; rep++) {
+    em_scope *s = em_scope_begin();
+    em_tensor *y0 = em_relu(em_conv2d(in[0][0], in[0][1], in[0][2], &p));
+    em_scope *s1 = em_scope_begin(); /* a tape of its own */
+    em_tensor *y1 = em_conv2d_relu(in[1][0], in[1][1], in[1][2], &p);
+    assert_same_bits(y0, y1);
+    em_backward_grad(y1, r);
+    em_scope_end(s1);
+    em_backward_grad(y0, r);
+    em_scope_end(s);
+    for (int i = 0; i < 3; i++)
+      if (in[0][i]) assert_same_bits(in[0][i]->grad, in[1][i]->grad);
+  }
+  em_tensor_free(r);
+  for (int v = 0; v < 2; v++) free_inputs(in[v]);
+  em_set_num_threads(1);
+}
+
+static void test_conv_relu_same(void) {
+  /* 3x3 stride 1 (Winograd on the fast path), its ReLU pass split over
+   * 2 threads; a strided case (the direct kernels); f64 (the reference) */
+  const conv_case wino = {"wino", 4, 8, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, true};
+  const conv_case strided = {"strided", 2, 3, 9, 8, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1, false};
+  check_conv_relu_same(&wino, EM_DTYPE_F32, 2);
+  check_conv_relu_same(&wino, EM_DTYPE_F32, 1);
+  check_conv_relu_same(&strided, EM_DTYPE_F32, 1);
+  check_conv_relu_same(&strided, EM_DTYPE_F64, 2);
 }
 
 /* ---- fast path against the reference (f32) ------------------------------------- */
@@ -375,6 +448,11 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "/engine/conv2d/backward/%s", grad_cases[i].name);
     g_test_add_data_func(path, &grad_cases[i], test_gradcheck);
   }
+  for (size_t i = 0; i < sizeof grad_cases / sizeof grad_cases[0]; i++) {
+    snprintf(path, sizeof path, "/engine/conv2d_relu/backward/%s", grad_cases[i].name);
+    g_test_add_data_func(path, &grad_cases[i], test_gradcheck_relu);
+  }
+  g_test_add_func("/engine/conv2d_relu/same-as-two-ops", test_conv_relu_same);
   for (size_t i = 0; i < sizeof fast_cases / sizeof fast_cases[0]; i++) {
     snprintf(path, sizeof path, "/engine/conv2d/fast-vs-ref/%s", fast_cases[i].name);
     g_test_add_data_func(path, &fast_cases[i], test_fast_vs_ref);
