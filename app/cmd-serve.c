@@ -78,8 +78,9 @@ int cli_cmd_serve(int argc, char **argv) {
   if (body_budget <= max_body)
     cli_die_usage("--body-budget-bytes %zu must be more than --max-body-bytes %zu (else a body "
                   "at the cap is never taken)", body_budget, max_body);
-  /* What one client may hold: the head of a connection's first request
-   * within --header-timeout s of its connect, a body within --body-timeout
+  /* What one client may hold: each request's head within --header-timeout
+   * s (of the connect for the first, of its first byte for a later one on
+   * a kept-alive connection), a body within --body-timeout
    * s of its head (30 s: 8 MiB at 280 kB/s), --max-connections open in all
    * and --max-connections-per-ip from one address (503 past them). The
    * defaults held a loopback load test of 64 clients with hostile ones
