@@ -67,8 +67,9 @@
 #define LINGER_S 1.0          /* after our last byte, what the client still sends is read
                                  and dropped this long (a close with unread bytes would
                                  reset the connection, the answer lost) */
-#define DRAIN_S 30.0          /* libmicrohttpd's answers before one of ours (the stop's
-                                 bound for answers in flight) */
+#define DRAIN_S 30.0          /* libmicrohttpd's answers before one of ours, or what it
+                                 left when it closed, reach the client within this (the
+                                 stop's bound for answers in flight) */
 #define SCAN_S 0.05           /* how often deadlines are looked at */
 #define STOP_S 2.0            /* at the stop, for what libmicrohttpd left to send */
 
@@ -337,6 +338,8 @@ static void conn_run(serve_guard *g, serve_server *srv, conn *c) {
         moved = true;
       } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         c->m_eof = moved = true;
+        /* what is left goes to a client that takes it in time */
+        if (!c->end_deadline) c->end_deadline = cli_mono_now() + DRAIN_S;
       } else if (errno != EINTR) {
         c->m_rd = false;
       }
@@ -500,6 +503,7 @@ static void *guard_main(void *arg) {
   }
   for (int i = 0; i < g->cap_conns; i++)
     if (g->conns[i]) conn_kill(g, g->conns[i]);
+  atomic_store(&g->no_handoff_ack, true); /* whoever waits for it, if it ended first */
   return NULL;
 }
 
