@@ -33,7 +33,10 @@
  * answers to the requests before it: libmicrohttpd's side is half-closed
  * after the last good request, libmicrohttpd answers what it has and
  * closes, and then this answer goes out (so pipelined answers keep their
- * order, with no parsing of responses here).
+ * order, with no parsing of responses here). That leans on libmicrohttpd
+ * answering a request whose connection was half-closed after it, which
+ * 0.9.75 does only with a connection timeout other than its default
+ * (serve-http.c sets one on every request: see on_request).
  *
  * Why a relay, not a watch over libmicrohttpd's own sockets (TCP_INFO's
  * byte counts for a request's start, its callbacks for the phases): that
@@ -72,6 +75,9 @@
                                  stop's bound for answers in flight) */
 #define SCAN_S 0.05           /* how often deadlines are looked at */
 #define STOP_S 2.0            /* at the stop, for what libmicrohttpd left to send */
+#define RUN_ROUNDS 16         /* reads of one connection in a row (512 kB) before the
+                                 others get a turn: a client streaming a body as fast as
+                                 loopback goes would hold the thread */
 
 #define EV_LISTEN UINT64_MAX
 #define EV_WAKE (UINT64_MAX - 1)
@@ -86,6 +92,8 @@ typedef struct serve_conn {
   bool c_shut, m_shut;         /* our writes to each side ended */
   bool refusing;               /* judged bad: nothing more is passed on; answer when done */
   bool dead;                   /* to be closed (libmicrohttpd would not take it) */
+  bool again;                  /* in the list to be run again (it used its rounds) */
+  bool cut;                    /* refused mid-body: libmicrohttpd's side is cut, not ended */
   serve_frame frame;           /* the current request's body (FRAME_HEAD between) */
   double head_deadline, body_deadline, end_deadline; /* 0: none */
   size_t in_len, passed; /* in[0, passed) judged, to go to libmicrohttpd; the rest not yet */
@@ -176,6 +184,13 @@ static void refuse(serve_guard *g, conn *c, int code, const char *reason, const 
                    serve_refused why) {
   c->answer_len = format_answer(c->answer, sizeof c->answer, code, reason, msg, NULL);
   c->refusing = true;
+  /* mid-body, libmicrohttpd 0.9.75 neither answers nor closes on an end
+   * of input: it waits for the rest until its timeout. Its side is cut
+   * once what it wrote so far is read: it takes one request at a time, so
+   * the answers before this one were written before it read this head
+   * (but for the tail of one still being written to a full socketpair:
+   * lost, behind a broken chunked body of the client's own) */
+  c->cut = c->frame.phase != FRAME_HEAD && c->mfd >= 0;
   c->in_len = c->passed;
   c->end_deadline = cli_mono_now() + DRAIN_S;
   serve_metrics_response(g->metrics, code);
@@ -286,9 +301,16 @@ static bool judge(serve_guard *g, serve_server *srv, conn *c) {
   return moved;
 }
 
-/* Moves what can move on c, both ways, until nothing does. */
+/* Moves what can move on c, both ways, until nothing does (or for
+ * RUN_ROUNDS, then it is run again after the others: with edge-triggered
+ * events nothing else would come back to what it left unread). */
 static void conn_run(serve_guard *g, serve_server *srv, conn *c) {
-  for (;;) {
+  for (int round = 0;; round++) {
+    if (round == RUN_ROUNDS) {
+      if (!c->again) g->again[g->n_again++] = c->slot;
+      c->again = true;
+      break;
+    }
     bool moved = false;
     ssize_t n;
     /* from the client */
@@ -343,6 +365,10 @@ static void conn_run(serve_guard *g, serve_server *srv, conn *c) {
       } else if (errno != EINTR) {
         c->m_rd = false;
       }
+    }
+    if (c->cut && !c->m_eof && !c->m_rd) { /* all it wrote is read: see refuse */
+      shutdown(c->mfd, SHUT_RDWR);
+      c->m_eof = c->m_shut = moved = true;
     }
     /* our answer, once libmicrohttpd is done */
     if (c->answer_len && c->out_len == 0 && (c->mfd < 0 || c->m_eof)) {
@@ -483,7 +509,8 @@ static void *guard_main(void *arg) {
       if (!stop_at) stop_at = now + STOP_S;
       if (!g->n_conns || now >= stop_at) break;
     }
-    int n = epoll_wait(g->epoll_fd, evs, 64, g->n_conns ? (int)(SCAN_S * 1000) + 1 : 1000);
+    int wait_ms = g->n_again ? 0 : g->n_conns ? (int)(SCAN_S * 1000) + 1 : 1000;
+    int n = epoll_wait(g->epoll_fd, evs, 64, wait_ms);
     if (n < 0 && errno != EINTR) break;
     for (int i = 0; i < n; i++) {
       if (evs[i].data.u64 == EV_WAKE) {
@@ -493,6 +520,16 @@ static void *guard_main(void *arg) {
         if (!atomic_load(&g->no_handoff)) accept_all(g, srv);
       } else {
         on_event(g, srv, &evs[i]);
+      }
+    }
+    int n_again = g->n_again; /* those that used their rounds, once each */
+    g->n_again = 0;
+    memcpy(g->again_run, g->again, sizeof *g->again * (size_t)n_again);
+    for (int i = 0; i < n_again; i++) {
+      conn *c = g->conns[g->again_run[i]];
+      if (c && c->again) {
+        c->again = false;
+        conn_run(g, srv, c);
       }
     }
     now = cli_mono_now();
@@ -542,9 +579,11 @@ em_status serve_guard_listen(serve_server *srv, em_error *err) {
   g->cap_conns = srv->http.max_connections + 1;
   g->cap_ips = srv->http.max_connections + 1;
   g->conns = calloc((size_t)g->cap_conns, sizeof *g->conns);
+  g->again = calloc((size_t)g->cap_conns, sizeof *g->again);
+  g->again_run = calloc((size_t)g->cap_conns, sizeof *g->again_run);
   g->ips = calloc((size_t)g->cap_ips, sizeof *g->ips);
   pthread_mutex_init(&g->mu, NULL);
-  if (!g->conns || !g->ips || pipe2(g->wake, O_CLOEXEC | O_NONBLOCK) != 0 ||
+  if (!g->conns || !g->again || !g->again_run || !g->ips || pipe2(g->wake, O_CLOEXEC | O_NONBLOCK) != 0 ||
       (g->epoll_fd = epoll_create1(EPOLL_CLOEXEC)) < 0)
     return em_error_set(err, EM_ERR_IO, "out of memory for the connection table");
   struct epoll_event lev = {.events = EPOLLIN, .data.u64 = EV_LISTEN};
@@ -593,7 +632,10 @@ void serve_guard_stop(serve_server *srv) {
 void serve_guard_free(serve_server *srv) {
   serve_guard *g = &srv->guard;
   free(g->conns);
+  free(g->again);
+  free(g->again_run);
   free(g->ips);
+  g->again = g->again_run = NULL;
   g->conns = NULL;
   g->ips = NULL;
 }

@@ -204,6 +204,8 @@ typedef struct {
   atomic_int open;            /* client connections held */
   struct serve_conn **conns;  /* [cap_conns], NULL where free */
   int n_conns, cap_conns;
+  int *again, *again_run;     /* [cap_conns] slots to run again, and those being run */
+  int n_again;
   struct { unsigned char key[16]; int count; } *ips; /* open connections per address */
   int n_ips, cap_ips;
   pthread_mutex_t mu;         /* ips */
