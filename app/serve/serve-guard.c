@@ -18,15 +18,15 @@
  *     and again in its state machine); it never calls the handler, so the
  *     check has to come before it sees the head. So does a
  *     Transfer-Encoding other than chunked, or a folded header line
- *     (either leaves the body's end in doubt), and a chunked body whose
- *     framing breaks;
+ *     (either leaves the body's end in doubt);
  *   - answers 431 to a head over 16 kB;
  *   - answers 408 and closes when a head is not in within
  *     --header-timeout (of the connect for the first request, of the
  *     head's first byte for a later one: slowloris, a byte a second,
  *     used to hold a connection as long as the client liked);
  *   - closes a connection whose body is not in within --body-timeout of
- *     its head (libmicrohttpd's answer could not come mid-upload anyway);
+ *     its head (libmicrohttpd's answer could not come mid-upload anyway),
+ *     or whose chunked body's framing breaks (see end_mid_body);
  *   - answers 503 (Retry-After: 1) and closes past --max-connections open
  *     connections, or --max-connections-per-ip from one address.
  * An answer of its own on a connection libmicrohttpd holds waits for the
@@ -93,7 +93,6 @@ typedef struct serve_conn {
   bool refusing;               /* judged bad: nothing more is passed on; answer when done */
   bool dead;                   /* to be closed (libmicrohttpd would not take it) */
   bool again;                  /* in the list to be run again (it used its rounds) */
-  bool cut;                    /* refused mid-body: libmicrohttpd's side is cut, not ended */
   serve_frame frame;           /* the current request's body (FRAME_HEAD between) */
   double head_deadline, body_deadline, end_deadline; /* 0: none */
   size_t in_len, passed; /* in[0, passed) judged, to go to libmicrohttpd; the rest not yet */
@@ -184,17 +183,21 @@ static void refuse(serve_guard *g, conn *c, int code, const char *reason, const 
                    serve_refused why) {
   c->answer_len = format_answer(c->answer, sizeof c->answer, code, reason, msg, NULL);
   c->refusing = true;
-  /* mid-body, libmicrohttpd 0.9.75 neither answers nor closes on an end
-   * of input: it waits for the rest until its timeout. Its side is cut
-   * once what it wrote so far is read: it takes one request at a time, so
-   * the answers before this one were written before it read this head
-   * (but for the tail of one still being written to a full socketpair:
-   * lost, behind a broken chunked body of the client's own) */
-  c->cut = c->frame.phase != FRAME_HEAD && c->mfd >= 0;
   c->in_len = c->passed;
   c->end_deadline = cli_mono_now() + DRAIN_S;
   serve_metrics_response(g->metrics, code);
   serve_metrics_refused(g->metrics, why);
+}
+
+/* A request that cannot be whole (a chunked body's framing broke, or the
+ * client ended its input mid-body): libmicrohttpd 0.9.75 neither answers
+ * nor closes on an end of input mid-body, it waits for the rest until its
+ * timeout. It keeps LINGER_S to send what it has (an answer it gave from
+ * the head, 413 say, or the answers before), then the connection is
+ * closed: no answer of ours, which could come second to one of its own. */
+static void end_mid_body(conn *c) {
+  double end = cli_mono_now() + LINGER_S;
+  if (!c->end_deadline || end < c->end_deadline) c->end_deadline = end;
 }
 
 /* ---- connections ------------------------------------------------------------------ */
@@ -256,9 +259,11 @@ static bool judge(serve_guard *g, serve_server *srv, conn *c) {
       size_t k = serve_frame_take(&c->frame, s, avail);
       c->passed += k;
       moved |= k > 0;
-      if (c->frame.phase == FRAME_BAD) {
-        refuse(g, c, 400, "Bad Request", "the chunked body's framing is broken",
-               SERVE_REFUSED_BAD_REQUEST);
+      if (c->frame.phase == FRAME_BAD) { /* nothing more is passed on */
+        c->refusing = true;
+        c->in_len = c->passed;
+        end_mid_body(c);
+        serve_metrics_refused(g->metrics, SERVE_REFUSED_BAD_REQUEST);
         return true;
       }
       if (c->frame.phase != FRAME_HEAD) return moved; /* the rest of the body is to come */
@@ -366,10 +371,8 @@ static void conn_run(serve_guard *g, serve_server *srv, conn *c) {
         c->m_rd = false;
       }
     }
-    if (c->cut && !c->m_eof && !c->m_rd) { /* all it wrote is read: see refuse */
-      shutdown(c->mfd, SHUT_RDWR);
-      c->m_eof = c->m_shut = moved = true;
-    }
+    if (c->c_eof && c->frame.phase != FRAME_HEAD && c->mfd >= 0 && !c->end_deadline)
+      end_mid_body(c); /* the client ended mid-body */
     /* our answer, once libmicrohttpd is done */
     if (c->answer_len && c->out_len == 0 && (c->mfd < 0 || c->m_eof)) {
       memcpy(c->out, c->answer, c->answer_len);
