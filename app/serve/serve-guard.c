@@ -88,6 +88,7 @@ typedef struct serve_conn {
   socklen_t alen;
   bool c_rd, c_wr, m_rd, m_wr; /* readable, writable as epoll last said (false at EAGAIN) */
   uint32_t c_ev, m_ev;         /* the events asked for */
+  bool c_hup, m_hup;           /* epoll said the side's input ends (EPOLLRDHUP) */
   bool c_eof, m_eof;           /* each side's end of input seen */
   bool c_shut, m_shut;         /* our writes to each side ended */
   bool refusing;               /* judged bad: nothing more is passed on; answer when done */
@@ -222,7 +223,7 @@ static bool watch(serve_guard *g, int fd, uint32_t *have, uint32_t want, uint64_
 /* Asks for EPOLLOUT on a side only while a write to it is blocked. */
 static void conn_watch(serve_guard *g, conn *c) {
   uint64_t tag = (uint64_t)c->slot << 1;
-  uint32_t base = EPOLLIN | EPOLLET;
+  uint32_t base = EPOLLIN | EPOLLRDHUP | EPOLLET;
   bool c_blocked = !c->c_wr && c->out_len > c->out_off;
   watch(g, c->cfd, &c->c_ev, base | (c_blocked ? EPOLLOUT : 0), tag);
   if (c->mfd >= 0) {
@@ -306,7 +307,14 @@ static bool judge(serve_guard *g, serve_server *srv, conn *c) {
   return moved;
 }
 
-/* Moves what can move on c, both ways, until nothing does (or for
+/* SHORT_READ: a read that returns less than there was room for has
+ * drained the socket, so it is not tried again until epoll says more came
+ * (edge-triggered events come on every arrival, not only on an empty
+ * socket's first): a read that would only say EAGAIN saved per side and
+ * request. But an end of input that came with the bytes has no event of
+ * its own left: once epoll said EPOLLRDHUP, reads go on until one says 0.
+ *
+ * Moves what can move on c, both ways, until nothing does (or for
  * RUN_ROUNDS, then it is run again after the others: with edge-triggered
  * events nothing else would come back to what it left unread). */
 static void conn_run(serve_guard *g, serve_server *srv, conn *c) {
@@ -320,9 +328,11 @@ static void conn_run(serve_guard *g, serve_server *srv, conn *c) {
     ssize_t n;
     /* from the client */
     if (c->c_rd && !c->c_eof && c->in_len < IN_CAP) {
-      n = recv(c->cfd, c->in + c->in_len, IN_CAP - c->in_len, 0);
+      size_t room = IN_CAP - c->in_len;
+      n = recv(c->cfd, c->in + c->in_len, room, 0);
       if (n > 0) {
         if (!c->refusing && !c->c_shut) c->in_len += (size_t)n; /* else dropped */
+        c->c_rd = (size_t)n == room || c->c_hup; /* short: drained (see SHORT_READ) */
         moved = true;
       } else if (n == 0) {
         c->c_eof = moved = true;
@@ -359,9 +369,11 @@ static void conn_run(serve_guard *g, serve_server *srv, conn *c) {
     }
     /* from libmicrohttpd */
     if (c->mfd >= 0 && c->m_rd && !c->m_eof && c->out_len < OUT_CAP) {
-      n = recv(c->mfd, c->out + c->out_len, OUT_CAP - c->out_len, 0);
+      size_t room = OUT_CAP - c->out_len;
+      n = recv(c->mfd, c->out + c->out_len, room, 0);
       if (n > 0) {
         c->out_len += (size_t)n;
+        c->m_rd = (size_t)n == room || c->m_hup;
         moved = true;
       } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         c->m_eof = moved = true;
@@ -485,12 +497,15 @@ static void on_event(serve_guard *g, serve_server *srv, const struct epoll_event
   if (!c) return; /* closed earlier in this batch */
   bool rd = ev->events & (EPOLLIN | EPOLLHUP | EPOLLERR);
   bool wr = ev->events & (EPOLLOUT | EPOLLHUP | EPOLLERR);
+  bool hup = ev->events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
   if (ev->data.u64 & 1) {
-    c->m_rd |= rd;
+    c->m_rd |= rd || hup;
     c->m_wr |= wr;
+    c->m_hup |= hup;
   } else {
-    c->c_rd |= rd;
+    c->c_rd |= rd || hup;
     c->c_wr |= wr;
+    c->c_hup |= hup;
   }
   conn_run(g, srv, c);
 }

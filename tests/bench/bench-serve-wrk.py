@@ -5,8 +5,10 @@ kept alive), for one or more ember binaries in the same session, runs
 interleaved (A B A B ...) so that a machine's drift hits each alike; alone
 and beside hostile clients that keep garbage request lines, slow heads and
 oversized bodies coming, on new connections and on kept-alive ones after a
-good request. Prints each run and the medians; exits 1 if a normal request
-failed (wrk's socket errors or non-2xx answers).
+good request. Prints each run and the medians (req/s, p50/p99, and the
+server's CPU time per request, which the cores' other work blurs less);
+exits 1 if a normal request failed (wrk's socket errors or non-2xx
+answers).
 
 usage: bench-serve-wrk.py SPEC EMBER [EMBER...] [--runs 3] [--seconds 5]
                           [--connections 16] [--label NAME ...]
@@ -130,7 +132,15 @@ def hostile(srv, stop, counts):
     return threads
 
 
+def cpu_seconds(pid):
+    """user + system CPU seconds of a process so far (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_wrk(srv, lua, seconds, connections):
+    cpu0 = cpu_seconds(srv.p.pid)
     out = subprocess.run(["wrk", "-t1", "-c%d" % connections, "-d%ds" % seconds, "--latency",
                           "-s", lua, "http://%s:%d/v2/models/fmnist-mlp/infer"
                           % (srv.host, srv.port)], capture_output=True, text=True,
@@ -140,12 +150,17 @@ def run_wrk(srv, lua, seconds, connections):
         m = re.search(r"^\s+%s%%\s+([\d.]+)(us|ms|s)\s*$" % pct, out, re.M)
         return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
 
+    cpu = cpu_seconds(srv.p.pid) - cpu0
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     errors = sum(int(x) for x in m.groups()) if m else 0
     m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors += int(m.group(1)) if m else 0
-    return {"rps": rps, "p50": lat(50), "p99": lat(99), "errors": errors}
+    # the server's CPU per request: what the relay adds, less blurred than req/s
+    # when other work shares the cores (hostile clients' own requests count in it)
+    return {"rps": rps, "p50": lat(50), "p99": lat(99), "errors": errors,
+            "cpu_us": cpu / max(total, 1) * 1e6}
 
 
 def main():
@@ -186,19 +201,21 @@ def main():
                 key = (label, hostile_on)
                 results.setdefault(key, []).append(r)
                 failed |= r["errors"] > 0
-                print("run %d %-10s %-8s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d%s"
+                print("run %d %-10s %-8s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  "
+                      "server CPU %5.0f us/req  errors %d%s"
                       % (run + 1, label, "hostile" if hostile_on else "alone", r["rps"], r["p50"],
-                         r["p99"], r["errors"], "  %s" % counts if hostile_on else ""),
-                      flush=True)
+                         r["p99"], r["cpu_us"], r["errors"],
+                         "  %s" % counts if hostile_on else ""), flush=True)
     print("\nmedians of %d runs (%d connections kept alive, %d s each, wrk -t1):" %
           (a.runs, a.connections, a.seconds))
-    print("%-10s %-8s %10s %9s %9s %7s" % ("binary", "clients", "req/s", "p50 ms", "p99 ms",
-                                           "errors"))
+    print("%-10s %-8s %10s %9s %9s %14s %7s" % ("binary", "clients", "req/s", "p50 ms",
+                                                 "p99 ms", "CPU us/req", "errors"))
     for (label, hostile_on), rs in results.items():
-        print("%-10s %-8s %10.0f %9.2f %9.2f %7d" % (
+        print("%-10s %-8s %10.0f %9.2f %9.2f %14.0f %7d" % (
             label, "hostile" if hostile_on else "alone",
             statistics.median(r["rps"] for r in rs), statistics.median(r["p50"] for r in rs),
-            statistics.median(r["p99"] for r in rs), sum(r["errors"] for r in rs)))
+            statistics.median(r["p99"] for r in rs), statistics.median(r["cpu_us"] for r in rs),
+            sum(r["errors"] for r in rs)))
     return 1 if failed else 0
 
 
