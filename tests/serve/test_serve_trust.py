@@ -1,7 +1,9 @@
 """`ember serve` against hostile or broken clients: one bad connection
 does not hold up the others, and what the server keeps for clients
-(connections, bodies in flight, time) is bounded. Also: a failed reload
-is retried. Weights are the spec's initial ones (`ember train --epochs 0
+(connections, bodies in flight, time) is bounded, on every request of a
+connection (the first, and later ones kept alive or pipelined), on IPv4
+and IPv6 loopback. Also: a failed reload is retried, and a stop signal
+drains whichever thread it lands on. Weights are the spec's initial ones (`ember train --epochs 0
 --save`): the answers' values are not what is tested here.
 
 usage: test_serve_trust.py EMBER SOURCE_ROOT
