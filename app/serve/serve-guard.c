@@ -26,17 +26,12 @@
  *     used to hold a connection as long as the client liked);
  *   - closes a connection whose body is not in within --body-timeout of
  *     its head (libmicrohttpd's answer could not come mid-upload anyway),
- *     or whose chunked body's framing breaks (see end_mid_body);
+ *     or whose chunked body's framing breaks (serve-relay.c, end_mid_body);
  *   - answers 503 (Retry-After: 1) and closes past --max-connections open
- *     connections, or --max-connections-per-ip from one address.
- * An answer of its own on a connection libmicrohttpd holds waits for the
- * answers to the requests before it: libmicrohttpd's side is half-closed
- * after the last good request, libmicrohttpd answers what it has and
- * closes, and then this answer goes out (so pipelined answers keep their
- * order, with no parsing of responses here). That leans on libmicrohttpd
- * answering a request whose connection was half-closed after it, which
- * 0.9.75 does only with a connection timeout other than its default
- * (serve-http.c sets one on every request: see on_request).
+ *     connections, or --max-connections-per-ip from one address (as it
+ *     accepts them, here).
+ * (An answer of its own comes after libmicrohttpd's answers to the
+ * requests before it: serve-relay.c.)
  *
  * Why a relay, not a watch over libmicrohttpd's own sockets (TCP_INFO's
  * byte counts for a request's start, its callbacks for the phases): that
@@ -44,18 +39,17 @@
  * answering a bad Content-Length twice or from holding a garbage line,
  * since it reads the head before anything can look at it. The relay
  * costs a copy each way and two socket hops per request (see README for
- * the figures); the buffers are bounded (IN_CAP + OUT_CAP a connection),
- * and a side that does not take bytes stops the reads from the other
- * (back-pressure, not buffering). */
-#include "serve-frame.h"
-#include "serve-head.h"
-#include "serve-private.h"
+ * the figures).
+ *
+ * This file holds the listening socket, the limits, the thread and its
+ * loop; a connection's relay (its buffers, its requests' heads and bodies,
+ * its answers and deadlines) is serve-relay.c. */
+#include "serve-relay.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,46 +57,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <microhttpd.h>
-
-#define IN_CAP (2 * HEAD_MAX) /* client bytes not yet passed on: a whole head fits */
-#define OUT_CAP 32768         /* libmicrohttpd's bytes not yet sent to the client */
-#define LINGER_S 1.0          /* after our last byte, what the client still sends is read
-                                 and dropped this long (a close with unread bytes would
-                                 reset the connection, the answer lost) */
-#define DRAIN_S 30.0          /* libmicrohttpd's answers before one of ours, or what it
-                                 left when it closed, reach the client within this (the
-                                 stop's bound for answers in flight) */
-#define SCAN_S 0.05           /* how often deadlines are looked at */
-#define STOP_S 2.0            /* at the stop, for what libmicrohttpd left to send */
-#define RUN_ROUNDS 16         /* reads of one connection in a row (512 kB) before the
-                                 others get a turn: a client streaming a body as fast as
-                                 loopback goes would hold the thread */
+#define SCAN_S 0.05 /* how often deadlines are looked at */
+#define STOP_S 2.0  /* at the stop, for what libmicrohttpd left to send */
 
 #define EV_LISTEN UINT64_MAX
 #define EV_WAKE (UINT64_MAX - 1)
-
-typedef struct serve_conn {
-  int slot, cfd, mfd; /* the client's socket; ours of the pair (-1 before the first head) */
-  struct sockaddr_storage addr;
-  socklen_t alen;
-  bool c_rd, c_wr, m_rd, m_wr; /* readable, writable as epoll last said (false at EAGAIN) */
-  uint32_t c_ev, m_ev;         /* the events asked for */
-  bool c_hup, m_hup;           /* epoll said the side's input ends (EPOLLRDHUP) */
-  bool c_eof, m_eof;           /* each side's end of input seen */
-  bool c_shut, m_shut;         /* our writes to each side ended */
-  bool refusing;               /* judged bad: nothing more is passed on; answer when done */
-  bool dead;                   /* to be closed (libmicrohttpd would not take it) */
-  bool again;                  /* in the list to be run again (it used its rounds) */
-  serve_frame frame;           /* the current request's body (FRAME_HEAD between) */
-  double head_deadline, body_deadline, end_deadline; /* 0: none */
-  size_t in_len, passed; /* in[0, passed) judged, to go to libmicrohttpd; the rest not yet */
-  size_t out_off, out_len;
-  size_t answer_len;
-  char answer[800];
-  char in[IN_CAP];
-  char out[OUT_CAP];
-} conn;
 
 /* ---- open connections per address ------------------------------------------------ */
 
@@ -143,305 +102,29 @@ static int ip_count(serve_guard *g, const unsigned char key[16], int delta) {
   return n;
 }
 
-static void release(serve_guard *g, const struct sockaddr_storage *addr) {
+void serve_guard_release(serve_guard *g, const struct sockaddr_storage *addr) {
   unsigned char key[16];
   addr_key((const struct sockaddr *)addr, key);
   ip_count(g, key, -1);
   atomic_fetch_sub(&g->open, 1);
 }
 
-/* ---- answers ---------------------------------------------------------------------- */
-
-static size_t format_answer(char *out, size_t cap, int code, const char *reason,
-                            const char *msg, const char *extra) {
-  char body[400];
-  int blen = snprintf(body, sizeof body, "{\"error\":\"%s\"}", msg);
-  int n = snprintf(out, cap, "HTTP/1.1 %d %s\r\nConnection: close\r\n%s"
-                   "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-                   code, reason, extra ? extra : "", blen, body);
-  return n > 0 && (size_t)n < cap ? (size_t)n : 0;
-}
+/* ---- the thread ---------------------------------------------------------------- */
 
 /* A connection refused as it is accepted (it holds no slot): what it sent
  * is read first, the answer sent, the socket closed. */
 static void refuse_at_accept(serve_guard *g, int fd, const struct sockaddr_storage *addr,
                              const char *msg, serve_refused why) {
   char out[800], sink[4096];
-  size_t n = format_answer(out, sizeof out, 503, "Service Unavailable", msg, "Retry-After: 1\r\n");
+  size_t n = serve_answer_format(out, sizeof out, 503, "Service Unavailable", msg,
+                                 "Retry-After: 1\r\n");
   while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {}
   if (n) (void)!send(fd, out, n, MSG_DONTWAIT | MSG_NOSIGNAL);
   shutdown(fd, SHUT_WR);
   close(fd);
-  release(g, addr);
+  serve_guard_release(g, addr);
   serve_metrics_response(g->metrics, 503);
   serve_metrics_refused(g->metrics, why);
-}
-
-/* Judged bad: nothing after the requests already passed on goes to
- * libmicrohttpd; the answer goes out once libmicrohttpd is done with
- * them (at once when it has none), then the connection closes. */
-static void refuse(serve_guard *g, conn *c, int code, const char *reason, const char *msg,
-                   serve_refused why) {
-  c->answer_len = format_answer(c->answer, sizeof c->answer, code, reason, msg, NULL);
-  c->refusing = true;
-  c->in_len = c->passed;
-  c->end_deadline = cli_mono_now() + DRAIN_S;
-  serve_metrics_response(g->metrics, code);
-  serve_metrics_refused(g->metrics, why);
-}
-
-/* A request that cannot be whole (a chunked body's framing broke, or the
- * client ended its input mid-body): libmicrohttpd 0.9.75 neither answers
- * nor closes on an end of input mid-body, it waits for the rest until its
- * timeout. It keeps LINGER_S to send what it has (an answer it gave from
- * the head, 413 say, or the answers before), then the connection is
- * closed: no answer of ours, which could come second to one of its own. */
-static void end_mid_body(conn *c) {
-  double end = cli_mono_now() + LINGER_S;
-  if (!c->end_deadline || end < c->end_deadline) c->end_deadline = end;
-}
-
-/* ---- connections ------------------------------------------------------------------ */
-
-static void conn_kill(serve_guard *g, conn *c) {
-  if (c->cfd >= 0) close(c->cfd); /* closing removes it from the epoll set */
-  if (c->mfd >= 0) close(c->mfd);
-  release(g, &c->addr);
-  g->conns[c->slot] = NULL;
-  g->n_conns--;
-  free(c);
-}
-
-static bool watch(serve_guard *g, int fd, uint32_t *have, uint32_t want, uint64_t tag) {
-  if (*have == want) return true;
-  struct epoll_event ev = {.events = want, .data.u64 = tag};
-  bool ok = epoll_ctl(g->epoll_fd, *have ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) == 0;
-  if (ok) *have = want;
-  return ok;
-}
-
-/* Asks for EPOLLOUT on a side only while a write to it is blocked. */
-static void conn_watch(serve_guard *g, conn *c) {
-  uint64_t tag = (uint64_t)c->slot << 1;
-  uint32_t base = EPOLLIN | EPOLLRDHUP | EPOLLET;
-  bool c_blocked = !c->c_wr && c->out_len > c->out_off;
-  watch(g, c->cfd, &c->c_ev, base | (c_blocked ? EPOLLOUT : 0), tag);
-  if (c->mfd >= 0) {
-    bool m_blocked = !c->m_wr && c->passed && !c->m_shut;
-    watch(g, c->mfd, &c->m_ev, base | (m_blocked ? EPOLLOUT : 0), tag | 1);
-  }
-}
-
-/* The first head passed: libmicrohttpd gets its end of a socketpair. */
-static bool hand_off(serve_guard *g, serve_server *srv, conn *c) {
-  int sv[2];
-  if (atomic_load(&g->no_handoff) ||
-      socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
-    return false;
-  /* libmicrohttpd owns sv[1] from here (and closes it on failure); the
-   * address given is what it reports as the client's */
-  if (MHD_add_connection(srv->daemon, sv[1], (struct sockaddr *)&c->addr, c->alen) != MHD_YES) {
-    close(sv[0]);
-    return false;
-  }
-  c->mfd = sv[0];
-  c->m_wr = true;
-  return true;
-}
-
-/* Judges what came in after the bytes already judged: heads, and where
- * bodies end. false when nothing changed. */
-static bool judge(serve_guard *g, serve_server *srv, conn *c) {
-  bool moved = false;
-  while (!c->refusing && c->passed < c->in_len) {
-    const char *s = c->in + c->passed;
-    size_t avail = c->in_len - c->passed;
-    if (c->frame.phase != FRAME_HEAD) {
-      size_t k = serve_frame_take(&c->frame, s, avail);
-      c->passed += k;
-      moved |= k > 0;
-      if (c->frame.phase == FRAME_BAD) { /* nothing more is passed on */
-        c->refusing = true;
-        c->in_len = c->passed;
-        end_mid_body(c);
-        serve_metrics_refused(g->metrics, SERVE_REFUSED_BAD_REQUEST);
-        return true;
-      }
-      if (c->frame.phase != FRAME_HEAD) return moved; /* the rest of the body is to come */
-      c->body_deadline = 0;
-      continue;
-    }
-    if (!c->head_deadline) c->head_deadline = cli_mono_now() + srv->http.header_timeout_s;
-    serve_head h;
-    switch (serve_look_at_head(s, avail < HEAD_MAX ? avail : HEAD_MAX, &h)) {
-    case HEAD_MORE: return moved;
-    case HEAD_BAD_LINE:
-      refuse(g, c, 400, "Bad Request", "the request line is not METHOD TARGET HTTP/1.x in "
-             "visible ASCII", SERVE_REFUSED_BAD_REQUEST);
-      return true;
-    case HEAD_BAD_LENGTH:
-      refuse(g, c, 400, "Bad Request", "Content-Length is not a decimal number of at most 19 "
-             "digits", SERVE_REFUSED_BAD_REQUEST);
-      return true;
-    case HEAD_BAD_CODING:
-      refuse(g, c, 400, "Bad Request", "a Transfer-Encoding other than chunked, or a header "
-             "line folded onto the next", SERVE_REFUSED_BAD_REQUEST);
-      return true;
-    case HEAD_TOO_BIG:
-      refuse(g, c, 431, "Request Header Fields Too Large", "the request's head is over 16384 "
-             "bytes", SERVE_REFUSED_BAD_REQUEST);
-      return true;
-    case HEAD_OK: break;
-    }
-    if (c->mfd < 0 && !hand_off(g, srv, c)) {
-      c->dead = true;
-      return true;
-    }
-    c->passed += h.len;
-    c->head_deadline = 0;
-    serve_frame_begin(&c->frame, &h);
-    if (c->frame.phase != FRAME_HEAD)
-      c->body_deadline = cli_mono_now() + srv->http.body_timeout_s;
-    moved = true;
-  }
-  return moved;
-}
-
-/* SHORT_READ: a read that returns less than there was room for has
- * drained the socket, so it is not tried again until epoll says more came
- * (edge-triggered events come on every arrival, not only on an empty
- * socket's first): a read that would only say EAGAIN saved per side and
- * request. But an end of input that came with the bytes has no event of
- * its own left: once epoll said EPOLLRDHUP, reads go on until one says 0.
- *
- * Moves what can move on c, both ways, until nothing does (or for
- * RUN_ROUNDS, then it is run again after the others: with edge-triggered
- * events nothing else would come back to what it left unread). */
-static void conn_run(serve_guard *g, serve_server *srv, conn *c) {
-  for (int round = 0;; round++) {
-    if (round == RUN_ROUNDS) {
-      if (!c->again) g->again[g->n_again++] = c->slot;
-      c->again = true;
-      break;
-    }
-    bool moved = false;
-    ssize_t n;
-    /* from the client */
-    if (c->c_rd && !c->c_eof && c->in_len < IN_CAP) {
-      size_t room = IN_CAP - c->in_len;
-      n = recv(c->cfd, c->in + c->in_len, room, 0);
-      if (n > 0) {
-        if (!c->refusing && !c->c_shut) c->in_len += (size_t)n; /* else dropped */
-        c->c_rd = (size_t)n == room || c->c_hup; /* short: drained (see SHORT_READ) */
-        moved = true;
-      } else if (n == 0) {
-        c->c_eof = moved = true;
-      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        c->c_rd = false;
-      } else if (errno != EINTR) {
-        conn_kill(g, c);
-        return;
-      }
-    }
-    if (judge(g, srv, c)) moved = true;
-    if (c->dead || (c->mfd < 0 && c->c_eof && !c->refusing)) { /* or gone before a whole head */
-      conn_kill(g, c);
-      return;
-    }
-    /* to libmicrohttpd */
-    if (c->mfd >= 0 && !c->m_shut && c->passed && c->m_wr) {
-      n = send(c->mfd, c->in, c->passed, MSG_NOSIGNAL);
-      if (n > 0) {
-        memmove(c->in, c->in + n, c->in_len - (size_t)n);
-        c->in_len -= (size_t)n;
-        c->passed -= (size_t)n;
-        moved = true;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        c->m_wr = false;
-      } else if (n < 0 && errno != EINTR) { /* it closed: what it had not read is dropped */
-        c->m_shut = moved = true;
-        c->in_len = c->passed = 0;
-      }
-    }
-    if (c->mfd >= 0 && !c->m_shut && !c->passed && (c->c_eof || c->refusing)) {
-      shutdown(c->mfd, SHUT_WR); /* it answers what it has, then closes */
-      c->m_shut = moved = true;
-    }
-    /* from libmicrohttpd */
-    if (c->mfd >= 0 && c->m_rd && !c->m_eof && c->out_len < OUT_CAP) {
-      size_t room = OUT_CAP - c->out_len;
-      n = recv(c->mfd, c->out + c->out_len, room, 0);
-      if (n > 0) {
-        c->out_len += (size_t)n;
-        c->m_rd = (size_t)n == room || c->m_hup;
-        moved = true;
-      } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        c->m_eof = moved = true;
-        /* what is left goes to a client that takes it in time */
-        if (!c->end_deadline) c->end_deadline = cli_mono_now() + DRAIN_S;
-      } else if (errno != EINTR) {
-        c->m_rd = false;
-      }
-    }
-    if (c->c_eof && c->frame.phase != FRAME_HEAD && c->mfd >= 0 && !c->end_deadline)
-      end_mid_body(c); /* the client ended mid-body */
-    /* our answer, once libmicrohttpd is done */
-    if (c->answer_len && c->out_len == 0 && (c->mfd < 0 || c->m_eof)) {
-      memcpy(c->out, c->answer, c->answer_len);
-      c->out_len = c->answer_len;
-      c->answer_len = 0;
-      moved = true;
-    }
-    /* to the client */
-    if (c->out_len > c->out_off && c->c_wr) {
-      n = send(c->cfd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
-      if (n > 0) {
-        c->out_off += (size_t)n;
-        if (c->out_off == c->out_len) c->out_off = c->out_len = 0;
-        moved = true;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        c->c_wr = false;
-      } else if (n < 0 && errno != EINTR) {
-        conn_kill(g, c);
-        return;
-      }
-    }
-    /* the end: libmicrohttpd closed (or never had a request) and all is sent */
-    if (!c->c_shut && !c->out_len && !c->answer_len && (c->mfd >= 0 ? c->m_eof : c->refusing)) {
-      shutdown(c->cfd, SHUT_WR);
-      c->c_shut = moved = true;
-      c->in_len = c->passed = 0;
-      c->end_deadline = cli_mono_now() + LINGER_S;
-    }
-    if (c->c_shut && c->c_eof) {
-      conn_kill(g, c);
-      return;
-    }
-    if (!moved) break;
-  }
-  conn_watch(g, c);
-}
-
-/* Deadlines: a head late, 408; a body late, closed; an end that does not come, closed. */
-static void scan(serve_guard *g, serve_server *srv, double now) {
-  for (int i = 0; i < g->cap_conns; i++) {
-    conn *c = g->conns[i];
-    if (!c) continue;
-    if (c->end_deadline && now >= c->end_deadline) {
-      conn_kill(g, c);
-      continue;
-    }
-    if (c->refusing) continue;
-    if (c->frame.phase == FRAME_HEAD && c->head_deadline && now >= c->head_deadline) {
-      refuse(g, c, 408, "Request Timeout", "the request's head did not come in time "
-             "(--header-timeout)", SERVE_REFUSED_HEADER_TIMEOUT);
-      conn_run(g, srv, c);
-    } else if (c->frame.phase != FRAME_HEAD && c->body_deadline && now >= c->body_deadline) {
-      /* libmicrohttpd cannot answer in the middle of an upload */
-      serve_metrics_response(g->metrics, 408);
-      conn_kill(g, c);
-    }
-  }
 }
 
 static void accept_all(serve_guard *g, serve_server *srv) {
@@ -464,50 +147,19 @@ static void accept_all(serve_guard *g, serve_server *srv) {
                        "(--max-connections-per-ip): retry shortly", SERVE_REFUSED_PER_IP);
       continue;
     }
-    conn *c = malloc(sizeof *c);
     int slot = 0;
     while (slot < g->cap_conns && g->conns[slot]) slot++;
-    if (!c || slot == g->cap_conns) {
-      free(c);
+    serve_conn *c = slot < g->cap_conns ? serve_conn_new(slot, fd, &addr, alen) : NULL;
+    if (!c) {
       close(fd);
-      release(g, &addr);
+      serve_guard_release(g, &addr);
       continue;
     }
-    memset(c, 0, offsetof(conn, in));
-    c->slot = slot;
-    c->cfd = fd;
-    c->mfd = -1;
-    c->addr = addr;
-    c->alen = alen;
-    c->c_rd = c->c_wr = true; /* until a call says otherwise */
     c->head_deadline = cli_mono_now() + srv->http.header_timeout_s;
-    c->frame.phase = FRAME_HEAD;
-    /* the relay writes answers in the pieces it reads them: no Nagle wait
-     * for the client's delayed ACK between a head and its body */
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     g->conns[slot] = c;
     g->n_conns++;
-    conn_run(g, srv, c);
+    serve_conn_run(g, srv, c);
   }
-}
-
-static void on_event(serve_guard *g, serve_server *srv, const struct epoll_event *ev) {
-  conn *c = g->conns[ev->data.u64 >> 1];
-  if (!c) return; /* closed earlier in this batch */
-  bool rd = ev->events & (EPOLLIN | EPOLLHUP | EPOLLERR);
-  bool wr = ev->events & (EPOLLOUT | EPOLLHUP | EPOLLERR);
-  bool hup = ev->events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
-  if (ev->data.u64 & 1) {
-    c->m_rd |= rd || hup;
-    c->m_wr |= wr;
-    c->m_hup |= hup;
-  } else {
-    c->c_rd |= rd || hup;
-    c->c_wr |= wr;
-    c->c_hup |= hup;
-  }
-  conn_run(g, srv, c);
 }
 
 static void *guard_main(void *arg) {
@@ -519,7 +171,7 @@ static void *guard_main(void *arg) {
     if (atomic_load(&g->no_handoff) && !atomic_load(&g->no_handoff_ack)) {
       epoll_ctl(g->epoll_fd, EPOLL_CTL_DEL, g->listen_fd, NULL);
       for (int i = 0; i < g->cap_conns; i++) /* those libmicrohttpd never had */
-        if (g->conns[i] && g->conns[i]->mfd < 0) conn_kill(g, g->conns[i]);
+        if (g->conns[i] && g->conns[i]->mfd < 0) serve_conn_kill(g, g->conns[i]);
       atomic_store(&g->no_handoff_ack, true);
     }
     double now = cli_mono_now();
@@ -536,28 +188,29 @@ static void *guard_main(void *arg) {
         while (read(g->wake[0], sink, sizeof sink) > 0) {}
       } else if (evs[i].data.u64 == EV_LISTEN) {
         if (!atomic_load(&g->no_handoff)) accept_all(g, srv);
-      } else {
-        on_event(g, srv, &evs[i]);
+      } else if (g->conns[evs[i].data.u64 >> 1]) { /* else closed earlier in this batch */
+        serve_conn_event(g, srv, g->conns[evs[i].data.u64 >> 1], evs[i].events,
+                         evs[i].data.u64 & 1);
       }
     }
     int n_again = g->n_again; /* those that used their rounds, once each */
     g->n_again = 0;
     memcpy(g->again_run, g->again, sizeof *g->again * (size_t)n_again);
     for (int i = 0; i < n_again; i++) {
-      conn *c = g->conns[g->again_run[i]];
+      serve_conn *c = g->conns[g->again_run[i]];
       if (c && c->again) {
         c->again = false;
-        conn_run(g, srv, c);
+        serve_conn_run(g, srv, c);
       }
     }
     now = cli_mono_now();
     if (now >= next_scan) {
-      scan(g, srv, now);
+      serve_conns_scan(g, srv, now);
       next_scan = now + SCAN_S;
     }
   }
   for (int i = 0; i < g->cap_conns; i++)
-    if (g->conns[i]) conn_kill(g, g->conns[i]);
+    if (g->conns[i]) serve_conn_kill(g, g->conns[i]);
   atomic_store(&g->no_handoff_ack, true); /* whoever waits for it, if it ended first */
   return NULL;
 }

@@ -7,8 +7,10 @@
  *   serve-protocol.c  the Open Inference Protocol v2 JSON: parse and
  *                     validate an infer request, format responses
  *   serve-metrics.c   counters and histograms, /metrics in Prometheus text
- *   serve-guard.c     the front door: connections, limits, each request's
- *                     head and deadlines, relayed to libmicrohttpd
+ *   serve-guard.c     the front door: the listening socket, connection
+ *                     limits, the thread that relays every connection
+ *   serve-relay.c     one connection's relay to libmicrohttpd: each
+ *                     request's head and body judged, deadlines, answers
  *   serve-head.c      the check of a request head (and its body's framing)
  *   serve-frame.c     where a body ends (Content-Length, chunked)
  *   serve-http.c      libmicrohttpd: routing, body caps, suspend/resume
