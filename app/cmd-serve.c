@@ -20,6 +20,8 @@
  * SIGINT / SIGTERM: readiness goes false (new inference requests get
  * 503), requests in flight finish and are answered, then the server
  * stops and the command exits 0. */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,16 @@
 #define DEFAULT_MAX_WAIT_MS 0.0
 #define DEFAULT_MAX_BODY (8u << 20)
 #define DEFAULT_BODY_BUDGET_FACTOR 8 /* x --max-body-bytes: 64 MiB by default */
+
+/* SIGINT / SIGTERM, caught on whichever thread they land, to main. */
+static int stop_pipe[2] = {-1, -1};
+
+static void on_stop_signal(int sig) {
+  int saved = errno;
+  unsigned char b = (unsigned char)sig;
+  (void)!write(stop_pipe[1], &b, 1);
+  errno = saved;
+}
 
 int cli_cmd_serve(int argc, char **argv) {
   const char *weights = NULL, *registry = NULL, *port_s = NULL, *host = "127.0.0.1",
@@ -78,8 +90,9 @@ int cli_cmd_serve(int argc, char **argv) {
   if (body_budget <= max_body)
     cli_die_usage("--body-budget-bytes %zu must be more than --max-body-bytes %zu (else a body "
                   "at the cap is never taken)", body_budget, max_body);
-  /* What one client may hold: the head of a connection's first request
-   * within --header-timeout s of its connect, a body within --body-timeout
+  /* What one client may hold: each request's head within --header-timeout
+   * s (of the connect for the first, of its first byte for a later one on
+   * a kept-alive connection), a body within --body-timeout
    * s of its head (30 s: 8 MiB at 280 kB/s), --max-connections open in all
    * and --max-connections-per-ip from one address (503 past them). The
    * defaults held a loopback load test of 64 clients with hostile ones
@@ -121,8 +134,21 @@ int cli_cmd_serve(int argc, char **argv) {
                                            "reloaded)");
   em_set_num_threads(threads);
 
-  /* Block the stop signals in every thread (the threads started below
-   * inherit the mask); main takes them with sigwait. */
+  /* The stop signals are caught, whatever thread they land on, and told
+   * to main through a pipe. Blocking them for sigwait was not enough:
+   * OpenBLAS starts its threads as the library loads, before this code
+   * runs, with nothing blocked, and a SIGTERM the kernel gave one of them
+   * killed the process outright (no drain, no exit 0). The threads started
+   * below still block them (inherited), so that their calls are not cut
+   * short (EINTR); main unblocks them when it waits. */
+  if (pipe2(stop_pipe, O_CLOEXEC) != 0) {
+    fprintf(stderr, "ember serve: cannot make a pipe: %s\n", strerror(errno));
+    return 1;
+  }
+  struct sigaction sa = {.sa_handler = on_stop_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
@@ -188,8 +214,10 @@ int cli_cmd_serve(int argc, char **argv) {
          watch ? ", reloads when the alias moves" : "");
   fflush(stdout);
 
-  int sig = 0;
-  sigwait(&stop, &sig);
+  pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
+  unsigned char sig_byte = 0;
+  while (read(stop_pipe[0], &sig_byte, 1) < 0 && errno == EINTR) {}
+  int sig = sig_byte;
   atomic_store(&srv.ready, false);
   int left = atomic_load(&srv.metrics.inflight);
   fprintf(stderr, "ember serve: %s: finishing %d request%s in flight, then stopping\n",

@@ -18,7 +18,9 @@ em_status em_store_run_tag_plugins(em_store *s, int64_t run, em_error *err) {
     snprintf(key, sizeof key, EM_RUN_PLUGIN_TAG "%s", p->name);
     char hex[65];
     em_error e = {0};
-    bool hashed = em_store_file_sha256(p->path, hex, NULL, &e) == EM_OK;
+    /* the bytes that were checked and loaded: by now the path may name
+     * another file (replaced, renamed over) */
+    bool hashed = p->fd >= 0 && em_store_fd_sha256(p->fd, p->path, hex, NULL, &e) == EM_OK;
     snprintf(value, sizeof value, "%s%s%s %s", p->version[0] ? p->version : "-",
              hashed ? " sha256:" : "", hashed ? hex : "", p->path);
     em_status st = em_store_run_tag_any(s, run, key, value, err);

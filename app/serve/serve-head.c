@@ -1,9 +1,8 @@
-/* serve-head.c: the guard's look at the head of a connection's first
- * request (serve-head.h), a pure function of the bytes peeked so far, kept
+/* serve-head.c: the front door's look at the head of each request on a
+ * connection (serve-head.h), a pure function of the bytes in so far, kept
  * apart from the socket code so that tests/fuzz can call it. */
 #include "serve-head.h"
 
-#include <stdbool.h>
 #include <string.h>
 #include <strings.h>
 
@@ -24,25 +23,49 @@ static bool request_line_ok(const unsigned char *s, size_t len) {
   return len - i == 8 && !memcmp(s + i, "HTTP/1.", 7) && (s[i + 7] == '0' || s[i + 7] == '1');
 }
 
-/* Every Content-Length in the header lines [s, end) is 1-19 digits. */
-static bool lengths_ok(const char *s, const char *end) {
+static bool field_is(const char *s, const char *eol, const char *name, size_t n) {
+  return (size_t)(eol - s) > n && !strncasecmp(s, name, n);
+}
+
+/* The value of the header line [s, eol) after its n-byte name, trimmed. */
+static void field_value(const char *s, const char *eol, size_t n, const char **v,
+                        const char **ve) {
+  *v = s + n;
+  *ve = eol;
+  while (*v < *ve && (**v == ' ' || **v == '\t')) (*v)++;
+  while (*ve > *v && ((*ve)[-1] == '\r' || (*ve)[-1] == ' ' || (*ve)[-1] == '\t')) (*ve)--;
+}
+
+/* The header lines [s, end): every Content-Length is 1-19 digits, a
+ * Transfer-Encoding is "chunked", no line is folded; fills h. */
+static head_verdict fields_ok(const char *s, const char *end, serve_head *h) {
+  bool have_length = false;
   while (s < end) {
     const char *eol = memchr(s, '\n', (size_t)(end - s));
     if (!eol) eol = end;
-    if ((size_t)(eol - s) > 15 && !strncasecmp(s, "content-length:", 15)) {
-      const char *v = s + 15, *ve = eol;
-      while (v < ve && (*v == ' ' || *v == '\t')) v++;
-      while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t')) ve--;
-      if (ve == v || ve - v > 19) return false;
-      for (const char *q = v; q < ve; q++)
-        if (*q < '0' || *q > '9') return false;
+    const char *v, *ve;
+    if (*s == ' ' || *s == '\t') return HEAD_BAD_CODING; /* obs-fold */
+    if (field_is(s, eol, "content-length:", 15)) {
+      field_value(s, eol, 15, &v, &ve);
+      if (ve == v || ve - v > 19) return HEAD_BAD_LENGTH;
+      uint64_t n = 0;
+      for (const char *q = v; q < ve; q++) {
+        if (*q < '0' || *q > '9') return HEAD_BAD_LENGTH;
+        n = n * 10 + (uint64_t)(*q - '0'); /* 19 digits fit */
+      }
+      if (!have_length) h->content_length = n; /* libmicrohttpd takes the first */
+      have_length = true;
+    } else if (field_is(s, eol, "transfer-encoding:", 18)) {
+      field_value(s, eol, 18, &v, &ve);
+      if (ve - v != 7 || strncasecmp(v, "chunked", 7) || h->chunked) return HEAD_BAD_CODING;
+      h->chunked = true;
     }
     s = eol + 1;
   }
-  return true;
+  return HEAD_OK;
 }
 
-head_verdict serve_look_at_head(const char *buf, size_t n) {
+head_verdict serve_look_at_head(const char *buf, size_t n, serve_head *out) {
   size_t i = 0;
   while (i < n && (buf[i] == '\r' || buf[i] == '\n')) i++; /* RFC 9112 2.2 */
   const char *line = buf + i, *end = buf + n;
@@ -68,5 +91,10 @@ head_verdict serve_look_at_head(const char *buf, size_t n) {
     }
   }
   if (!stop) return n >= HEAD_MAX ? HEAD_TOO_BIG : HEAD_MORE;
-  return lengths_ok(h, stop) ? HEAD_OK : HEAD_BAD_LENGTH;
+  serve_head info = {.len = (size_t)(stop + 1 - buf)};
+  /* the empty line itself is no field line */
+  const char *fields_end = stop > h && stop[-1] == '\r' ? stop - 1 : stop;
+  head_verdict v = fields_ok(h, fields_end, &info);
+  if (v == HEAD_OK && out) *out = info;
+  return v;
 }

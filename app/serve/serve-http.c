@@ -535,9 +535,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   atomic_fetch_sub(&srv->open, 1);
 }
 
-/* The listening socket is the front door's (serve-guard.c): it hands
- * libmicrohttpd each connection once the head of its first request is
- * in and looks sound. */
+/* The listening socket and the clients' sockets are the front door's
+ * (serve-guard.c): libmicrohttpd gets one end of a socketpair per client
+ * once the head of its first request is in and looks sound, and every
+ * request after it passes the same checks on the way. */
 em_status serve_http_start(serve_server *srv, em_error *err) {
   if (serve_guard_listen(srv, err) != EM_OK) return err->status;
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
@@ -548,7 +549,6 @@ em_status serve_http_start(serve_server *srv, em_error *err) {
   unsigned limit = (unsigned)srv->http.max_connections + 64;
   srv->daemon = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-      MHD_OPTION_NOTIFY_CONNECTION, serve_guard_notify(), srv,
       MHD_OPTION_UNESCAPE_CALLBACK, unescape_but_nul, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
       (unsigned)SERVE_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, limit,
       pool ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, pool, MHD_OPTION_END);
@@ -568,8 +568,9 @@ em_status serve_http_start(serve_server *srv, em_error *err) {
 }
 
 void serve_http_stop(serve_server *srv) {
-  serve_guard_stop(srv); /* no more connections handed over */
+  serve_guard_stop_handoff(srv); /* no more connections handed over */
   if (srv->daemon) MHD_stop_daemon(srv->daemon);
   srv->daemon = NULL;
+  serve_guard_stop(srv); /* what libmicrohttpd wrote before it closed goes out */
   serve_guard_free(srv);
 }

@@ -7,6 +7,12 @@
  *   serve-protocol.c  the Open Inference Protocol v2 JSON: parse and
  *                     validate an infer request, format responses
  *   serve-metrics.c   counters and histograms, /metrics in Prometheus text
+ *   serve-guard.c     the front door: the listening socket, connection
+ *                     limits, the thread that relays every connection
+ *   serve-relay.c     one connection's relay to libmicrohttpd: each
+ *                     request's head and body judged, deadlines, answers
+ *   serve-head.c      the check of a request head (and its body's framing)
+ *   serve-frame.c     where a body ends (Content-Length, chunked)
  *   serve-http.c      libmicrohttpd: routing, body caps, suspend/resume
  *   serve-reload.c    the registry watcher (re-resolves NAME@ALIAS)
  *   ../cmd-serve.c    the command: options, threads, signals, shutdown
@@ -181,21 +187,27 @@ typedef struct {
   size_t max_body_bytes;
   size_t body_budget;     /* bytes all request bodies in flight may hold together */
   int http_threads;
-  double header_timeout_s; /* a connection's first request head must be in by then */
+  double header_timeout_s; /* a request's head must be in by then (of the connect, or of
+                              its first byte on a kept-alive connection) */
   double body_timeout_s;   /* a request's body must be in this long after its head */
   int max_connections, max_connections_per_ip;
 } serve_http_config;
 
-/* The front door (serve-guard.c): owns the listening socket, looks at
- * each connection's first request head, then hands it to libmicrohttpd. */
+/* The front door (serve-guard.c): owns the listening socket and every
+ * client connection, judges each request's head as it passes and relays
+ * the bytes to and from libmicrohttpd over a socketpair. */
 typedef struct {
-  int listen_fd, wake[2];
+  int listen_fd, wake[2], epoll_fd;
   pthread_t thread;
   bool started;
-  atomic_bool stopping;
-  atomic_int open;            /* connections held here or by libmicrohttpd */
-  struct serve_pending *pending; /* connections whose first head is not in yet */
-  int n_pending, cap_pending;
+  atomic_bool stopping;       /* the thread ends once its connections are closed (2 s at most) */
+  atomic_bool no_handoff;     /* asked: hand nothing more to libmicrohttpd */
+  atomic_bool no_handoff_ack; /* the thread will not call MHD_add_connection again */
+  atomic_int open;            /* client connections held */
+  struct serve_conn **conns;  /* [cap_conns], NULL where free */
+  int n_conns, cap_conns;
+  int *again, *again_run;     /* [cap_conns] slots to run again, and those being run */
+  int n_again;
   struct { unsigned char key[16]; int count; } *ips; /* open connections per address */
   int n_ips, cap_ips;
   pthread_mutex_t mu;         /* ips */
@@ -217,11 +229,12 @@ typedef struct serve_server {
 
 /* Binds the listening socket (sets bound_port). */
 em_status serve_guard_listen(serve_server *srv, em_error *err);
-/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (its close gives back the counts). */
-void *serve_guard_notify(void);
 em_status serve_guard_start(serve_server *srv, em_error *err);
-/* Stops accepting; serve_guard_free after libmicrohttpd stopped (its close
- * notices still count). */
+/* Stops handing connections to libmicrohttpd (returns once the thread
+ * will not); libmicrohttpd may then be stopped. */
+void serve_guard_stop_handoff(serve_server *srv);
+/* Relays what libmicrohttpd's closes left to send, then closes every
+ * connection and joins the thread; serve_guard_free after. */
 void serve_guard_stop(serve_server *srv);
 void serve_guard_free(serve_server *srv);
 

@@ -159,6 +159,9 @@ int em_metrics_last(em_metric_value *out, int cap, int64_t *serial);
 typedef struct {
   char path[1024];
   bool loaded;
+  int fd;               /* loaded: the descriptor it was checked on and loaded from, open
+                           for the life of the process (hash its bytes with pread: its
+                           path may name another file by now); else -1 */
   char reason[1024];    /* why it was refused ("" when loaded) */
   /* from the table (empty when it could not be read) */
   char name[64], version[32], description[256];
@@ -167,8 +170,10 @@ typedef struct {
 } em_plugin_info;
 
 /* Every file is loaded (both functions below) only when nobody else could
- * have written it: the file and the folder it is in are owned by the
- * user (effective uid) or root and are not writable by group or others;
+ * have written it: the file and the folder it is in (and, for
+ * em_plugins_load_dir, the folder named, when a "*.so" there is a link
+ * to a file elsewhere) are owned by the user (effective uid) or root and
+ * are not writable by group or others;
  * else it is refused, the reason naming the path, the owner or mode found
  * and what to do. It is opened once (O_NOFOLLOW), checked with fstat and
  * loaded from that descriptor, never by its path again.

@@ -156,6 +156,7 @@ static em_plugin_info *new_record(const char *path) {
   if (n_plugins == MAX_PLUGINS) return NULL;
   em_plugin_info *p = &plugins[n_plugins++];
   memset(p, 0, sizeof *p);
+  p->fd = -1;
   copy_str(p->path, sizeof p->path, path);
   return p;
 }
@@ -198,7 +199,10 @@ static bool elf_whole(int fd, const struct stat *sb, char *why, size_t cap) {
  * effective uid) or by root, and neither is writable by group or others.
  * (A folder others may write could gain a new "*.so", or have the file
  * replaced by another; sticky folders such as /tmp are refused too.)
- * Only the folder the file is in is checked, not the folders above it. */
+ * The folder the file is in is checked, and the plugin folder that was
+ * named (em_plugins_load_dir), which is another one when its "*.so" is a
+ * symbolic link: anyone who may write the named folder could put a link
+ * there to any file of yours or root's. The folders above are not. */
 static bool trusted(const struct stat *sb, const char *what, const char *path, char *why,
                     size_t cap) {
   uid_t me = geteuid();
@@ -393,7 +397,8 @@ static em_status load_locked(const char *path, em_plugin_verify_fn verify, void 
     }
     return st;
   }
-  info->loaded = true; /* dl stays open for the life of the process */
+  info->loaded = true; /* dl stays open for the life of the process, and fd with it */
+  info->fd = fd;
   for (int i = 0; i < h->n_layers; i++) info->layers[info->n_layers++] = h->layers[i]->name;
   for (int i = 0; i < h->n_datasets; i++)
     info->datasets[info->n_datasets++] = h->datasets[i]->name;
@@ -434,7 +439,10 @@ int em_plugins_load_dir(const char *dir, const char *origin) {
       pthread_mutex_unlock(&lock);
       return 0;
     }
-  DIR *dh = opendir(d);
+  /* the folder is checked on the descriptor it is listed from */
+  int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *dh = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (dfd >= 0 && !dh) close(dfd);
   if (n_dirs < MAX_DIRS) {
     copy_str(dirs[n_dirs].path, sizeof dirs[n_dirs].path, d);
     copy_str(dirs[n_dirs].origin, sizeof dirs[n_dirs].origin, origin ? origin : "");
@@ -463,6 +471,13 @@ int em_plugins_load_dir(const char *dir, const char *origin) {
     }
     if ((names[n] = strdup(de->d_name))) n++;
   }
+  struct stat ds;
+  char dir_why[900] = "";
+  if (fstat(dirfd(dh), &ds) != 0)
+    snprintf(dir_why, sizeof dir_why, "cannot stat its folder %.300s: %s", d,
+             strerror(errno));
+  else
+    trusted(&ds, "its folder", d, dir_why, sizeof dir_why);
   closedir(dh);
   if (n) qsort(names, (size_t)n, sizeof names[0], cmp_str);
   if (n > MAX_DIR_FILES) {
@@ -478,7 +493,12 @@ int em_plugins_load_dir(const char *dir, const char *origin) {
     char real[PATH_MAX];
     const char *p = realpath(path, real) ? real : path;
     em_error e = {0};
-    if (load_locked(p, NULL, NULL, &e) != EM_OK) {
+    if (dir_why[0]) { /* recorded as named: the link's target may load from elsewhere */
+      em_plugin_info *info = new_record(path);
+      if (info) copy_str(info->reason, sizeof info->reason, dir_why);
+      em_log_msg(EM_LOG_WARNING, "plugin %.300s refused: %s", path, dir_why);
+      refused++;
+    } else if (load_locked(p, NULL, NULL, &e) != EM_OK) {
       em_log_msg(EM_LOG_WARNING, "%s", e.msg);
       refused++;
     }

@@ -131,7 +131,7 @@ put("png", "grey-alpha-interlaced.png", png(2, 2, 8, 4, [b"\x00\xff", b"\xff\x80
                                             interlace=1))
 put("png", "bad-crc.png", png(1, 1, 8, 0, [b"\x00"])[:-5] + b"\x00\x00\x00\x01")
 
-# ---- the HTTP request head (what the serve guard peeks) ----
+# ---- HTTP request heads and bodies (what the serve guard judges) ----
 put("http-head", "get", "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
 put("http-head", "post", "POST /v1/predict HTTP/1.1\r\nContent-Length: 12\r\n"
     "content-type: application/json\r\n\r\n{\"inputs\":1}")
@@ -139,3 +139,8 @@ put("http-head", "bad-length", "POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n")
 put("http-head", "binary", b"\x00\x01\x02\xff\r\n")
 put("http-head", "bare-lf", "\r\n\nGET / HTTP/1.0\nA: b\n\n")
 put("http-head", "partial", "GET /slow HTTP/1.1\r\nHost: sl")
+# a kept-alive stream: the guard judges every head on it, finding where each body ends
+put("http-head", "pipeline", "POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
+    "POST /v2/models/m/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    "1;x=y\r\n{\r\n1\r\n}\r\n0\r\nT: 1\r\n\r\nGET /v2 HTTP/1.1\r\n\r\n\x00\x01")
+put("http-head", "bad-chunk", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")

@@ -13,6 +13,16 @@
 #include <unistd.h>
 
 __attribute__((constructor)) static void mark(void) {
+  /* $EMBER_TEST_MARKER_SWAP=FROM:TO renames FROM over TO (this very file,
+   * say) the moment the module is mapped: the test's stand-in for a file
+   * replaced between its load and anything that reads it by path later */
+  const char *swap = getenv("EMBER_TEST_MARKER_SWAP");
+  const char *colon = swap ? strchr(swap, ':') : NULL;
+  if (colon) {
+    char from[4096];
+    snprintf(from, sizeof from, "%.*s", (int)(colon - swap), swap);
+    (void)!rename(from, colon + 1);
+  }
   const char *path = getenv("EMBER_TEST_MARKER");
   if (!path || !path[0]) return;
   int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

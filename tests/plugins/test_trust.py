@@ -7,10 +7,13 @@ check of its table could have refused it.
 - A plugin folder or file writable by group or others, or owned by another
   user, is refused (the reason names the path, the owner or mode found and
   what to do); the marker stays absent. Owned by the user (or root) and
-  not writable by others, it loads.
+  not writable by others, it loads. The folder named is checked as well
+  as the one the file is in (a link to a trusted file, in a folder others
+  may write, is refused).
 
 - Run tags: `ember run tag RUN plugin.x=...` is refused (the trainer writes
-  those tags). A tag written into the registry by other means (anyone who
+  those tags), and the SHA-256 the trainer records is of the bytes loaded,
+  even when the file's path names another file by then. A tag written into the registry by other means (anyone who
   can write a shared registry can), naming a plugin file with a wrong or
   no SHA-256, refuses `ember train --resume` (exit 1, what to do, nothing
   recorded changed) and `ember export NAME@1`, and the file's constructor
@@ -171,6 +174,26 @@ class FolderAndFile(Base):
         self.assertIn("its folder %s is writable by" % d, refused[so])
         self.assertFalse(self.ran())
 
+    def test_link_in_a_world_writable_folder_is_refused(self):
+        """The folder named is checked too, not only the one the file is in:
+        anyone who may write it could put a link there to any file of mine."""
+        d, so = self.plugin_dir("link-target")  # trusted: the file alone would load
+        ww = os.path.join(self.tmp, "ww-links")
+        os.makedirs(ww)
+        os.chmod(ww, 0o777)
+        link = os.path.join(ww, "marker.so")
+        os.symlink(so, link)
+        names, refused = self.listing(ww)
+        self.assertEqual(names, [])
+        self.assertIn("its folder %s is writable by group and others (mode 0777)" % ww,
+                      refused[link])
+        self.assertFalse(self.ran(), "the plugin's constructor ran")
+        # each folder named is checked on its own: a trusted one beside it still loads
+        env = dict(self.env, EMBER_PLUGIN_PATH="%s:%s" % (ww, d))
+        j = json.loads(self.ok("plugins", "--json", env=env).stdout)
+        self.assertEqual([e["name"] for e in j["plugins"]], ["marker"])
+        self.assertEqual([e["path"] for e in j["refused"]], [link])
+
 
 
 def sha256_of(path):
@@ -200,6 +223,23 @@ class RunTags(Base):
     def status(self, run):
         return [r["status"] for r in json.loads(self.ok("runs", "--json").stdout)
                 if r["id"] == run][0]
+
+    def test_tag_hashes_the_bytes_loaded(self):
+        """The tag's SHA-256 is of the file that was checked and loaded (its
+        descriptor), not of whatever its path names when the run is recorded."""
+        d, so = self.plugin_dir("swapped")
+        other = os.path.join(d, "other.bin")  # not "*.so": the folder does not load it
+        with open(other, "wb") as f:
+            f.write(b"not the plugin that was loaded")
+        loaded = sha256_of(so)
+        env = dict(self.env, EMBER_TEST_MARKER_SWAP="%s:%s" % (other, so))
+        spec = os.path.join(SOURCE, "data", "models", "fmnist-mlp.json")
+        p = self.ok("--plugin-dir", d, "train", spec, "--epochs", "1", "--dataset", "synthetic",
+                    "--limit", "256", "--batch", "64", "--threads", "2", "--quiet", env=env)
+        run = json.loads(p.stdout.strip().splitlines()[-1])["run_id"]
+        self.assertTrue(self.ran())
+        self.assertNotEqual(sha256_of(so), loaded)  # the path names the other file now
+        self.assertEqual(self.tags(run)["plugin.marker"], "1.0 sha256:%s %s" % (loaded, so))
 
     def test_plugin_tags_are_not_set_by_hand(self):
         run = self.quick("--stop-after-steps", "2")["run_id"]

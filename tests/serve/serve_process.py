@@ -1,7 +1,8 @@
 """serve_process.py: an `ember serve` process for the serve tests, on a
 free port (--port 0); its address comes from the line it prints when
-ready. Each test file adds the client side it needs (urllib requests in
-test_serve.py, raw sockets in test_serve_trust.py)."""
+ready (an IPv6 one in brackets, http://[::1]:PORT). Each test file adds
+the client side it needs (urllib requests in test_serve.py, raw sockets
+in test_serve_trust.py)."""
 import re
 import signal
 import subprocess
@@ -12,12 +13,12 @@ class ServeProcess:
         self.p = subprocess.Popen([ember, "serve", *args, "--port", "0"], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.p.stdout.readline()
-        m = re.search(r"http://([0-9.]+):(\d+)", line)
+        m = re.search(r"http://(\[[0-9a-fA-F:]+\]|[0-9.]+):(\d+)", line)
         if not m:
             self.p.kill()
             raise AssertionError("no ready line: %r\n%s" % (line, self.p.stderr.read()))
-        self.host, self.port = m.group(1), int(m.group(2))
-        self.url = "http://%s:%d" % (self.host, self.port)
+        self.host, self.port = m.group(1).strip("[]"), int(m.group(2))
+        self.url = "http://%s:%d" % (m.group(1), self.port)
 
     def stop(self, sig=signal.SIGTERM):
         """(exit status, stderr) once it ended; kills it after 30 s."""
