@@ -43,7 +43,6 @@ struct _EmTrainPage {
 
 G_DEFINE_FINAL_TYPE(EmTrainPage, em_train_page, GTK_TYPE_WIDGET)
 
-static const char *const optimizers[] = {"sgd", "adam", "adamw"};
 static const char *const schedules[] = {"constant", "cosine", "onecycle"};
 
 /* ---- the spec ------------------------------------------------------------ */
@@ -161,8 +160,8 @@ static void load_spec(EmTrainPage *self, gboolean fill_form) {
     gtk_label_set_text(GTK_LABEL(self->model_label), label);
     g_free(label);
     if (fill_form) {
-      gtk_drop_down_set_selected(GTK_DROP_DOWN(self->optimizer),
-                                 (guint)index_of(optimizers, 3, em_optim_kind_name(cfg.optim.kind)));
+      /* the list is the settings table's, in the enum's order */
+      gtk_drop_down_set_selected(GTK_DROP_DOWN(self->optimizer), (guint)cfg.optim.kind);
       gtk_drop_down_set_selected(GTK_DROP_DOWN(self->schedule),
                                  (guint)index_of(schedules, 3,
                                                  em_schedule_kind_name(cfg.schedule.kind)));
@@ -482,10 +481,9 @@ static gboolean build_config(EmTrainPage *self, const char *spec_json, em_train_
     return FALSE;
   }
   em_spec_free(spec);
-  em_optim_kind kind = EM_OPTIM_SGD;
-  em_optim_parse_kind(optimizers[gtk_drop_down_get_selected(GTK_DROP_DOWN(self->optimizer))],
-                      &kind, &err);
-  if (kind != cfg->optim.kind) em_optim_config_defaults(&cfg->optim, kind);
+  /* another optimiser than the spec's starts from its own defaults */
+  em_setting_set_choice(em_setting_by_key("optim", "kind"), cfg,
+                        (int)gtk_drop_down_get_selected(GTK_DROP_DOWN(self->optimizer)));
   cfg->optim.lr = spin(self->lr);
   em_sched_kind sk = EM_SCHED_CONSTANT;
   em_schedule_parse_name(schedules[gtk_drop_down_get_selected(GTK_DROP_DOWN(self->schedule))],
@@ -723,9 +721,38 @@ static int on_lr_input(GtkSpinButton *spin, double *value, gpointer data) {
   return TRUE;
 }
 
+/* A spin button's range: its setting's, from the settings table. */
+static void bound_spin(GtkWidget *spin, const char *group, const char *key) {
+  double lo, hi;
+  em_setting_bounds(em_setting_by_key(group, key), &lo, &hi);
+  /* a spin button holds a double: whole numbers are exact up to 2^53 - 1 */
+  gtk_spin_button_set_range(GTK_SPIN_BUTTON(spin), lo, MIN(hi, 9007199254740991.0));
+}
+
+/* The form's bounds and choices are the settings table's (em-train.h):
+ * the same as the spec's and `ember train`'s. */
+static void bind_settings(EmTrainPage *self) {
+  bound_spin(self->lr, "optim", "lr");
+  bound_spin(self->batch, NULL, "batch_size");
+  bound_spin(self->epochs, NULL, "epochs");
+  bound_spin(self->seed, NULL, "seed");
+  bound_spin(self->threads, NULL, "threads");
+  bound_spin(self->clip, NULL, "clip_grad_norm");
+  bound_spin(self->ckpt_every, NULL, "checkpoint_every");
+  bound_spin(self->limit, NULL, "limit");
+  const em_setting *kind = em_setting_by_key("optim", "kind");
+  GtkStringList *names = gtk_string_list_new(NULL);
+  for (int i = 0; kind->choice_name(i); i++) gtk_string_list_append(names, kind->choice_name(i));
+  gtk_drop_down_set_model(GTK_DROP_DOWN(self->optimizer), G_LIST_MODEL(names));
+  g_object_unref(names);
+}
+
 static void em_train_page_init(EmTrainPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
-  gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->threads), MIN(g_get_num_processors(), 256));
+  bind_settings(self);
+  double lo, hi; /* the cores, within the setting's range */
+  em_setting_bounds(em_setting_by_key(NULL, "threads"), &lo, &hi);
+  gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->threads), MIN(g_get_num_processors(), hi));
   /* the seed is the spec's, or 0 as `ember train` has it (load_spec) */
   g_signal_connect(self->lr, "output", G_CALLBACK(on_lr_output), NULL);
   g_signal_connect(self->lr, "input", G_CALLBACK(on_lr_input), NULL);
