@@ -100,7 +100,9 @@ static void print_setting(FILE *f, const em_setting *s) {
   snprintf(head, sizeof head, "  --%s%s%s", s->flag, s->metavar ? " " : "",
            s->metavar ? s->metavar : "");
   fprintf(f, "%-22s", head);
-  const char *help = s->help ? s->help : "";
+  char names[256] = "";
+  if (!s->help && s->type == EM_SETTING_CHOICE) em_setting_choices(s, " | ", names, sizeof names);
+  const char *help = s->help ? s->help : names;
   for (const char *line = help; *line;) {
     const char *nl = strchr(line, '\n');
     int len = nl ? (int)(nl - line) : (int)strlen(line);

@@ -139,10 +139,13 @@ typedef struct {
   double def;               /* INT, NUM, BOOL, CHOICE */
   const char *def_str;      /* STR */
   const char *(*choice_name)(int i); /* CHOICE; NULL past the last */
+  void (*choose)(em_train_config *c, int v); /* CHOICE: sets the field itself (NULL:
+                                                stored as it is) */
   const char *flag;         /* `ember train --flag`; NULL: none */
   const char *metavar;      /* "N", "X", "NAME"; NULL: a switch that sets flag_sets */
   bool flag_sets;
-  const char *help;         /* the flag's help (lines after the first start "\n") */
+  const char *help;         /* the flag's help (lines after the first start "\n");
+                               NULL on a CHOICE row: its names, "a | b | c" */
 } em_setting;
 
 /* The table, in the config JSON's order. */
@@ -154,8 +157,8 @@ const em_setting *em_setting_by_spec(const char *section, const char *key);
 const em_setting *em_setting_by_flag(const char *flag);
 
 /* Typed access to a row's field of c. set_choice on the optimiser's row
- * resets the optimiser's settings to the new kind's defaults when the
- * kind changes (the spec's lr was chosen for its own optimiser). */
+ * (its choose) resets the optimiser's settings to the new kind's defaults
+ * when the kind changes (the spec's lr was chosen for its own optimiser). */
 int64_t em_setting_get_int(const em_setting *s, const em_train_config *c);
 void em_setting_set_int(const em_setting *s, em_train_config *c, int64_t v);
 double em_setting_get_num(const em_setting *s, const em_train_config *c);

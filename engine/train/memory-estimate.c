@@ -25,8 +25,7 @@ void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int
                               em_train_memory_estimate *out) {
   memset(out, 0, sizeof *out);
   out->batch = batch;
-  const em_optim_config *o = &c->optim;
-  int states = o->kind == EM_OPTIM_SGD ? (o->momentum > 0) : (o->amsgrad ? 3 : 2);
+  int states = em_optim_state_per_param(&c->optim);
   int64_t params = em_spec_param_count(spec), buffers = em_spec_buffer_count(spec);
   out->weights_bytes = 4 * (params + buffers);
   out->grads_bytes = 4 * params;

@@ -13,9 +13,12 @@
 #include <string.h>
 
 /* The names of the enum settings, by index (NULL past the last). */
-static const char *optim_name(int i) {
-  return i >= 0 && i <= EM_OPTIM_ADAMW ? em_optim_kind_name((em_optim_kind)i) : NULL;
+static const char *optim_name(int i) { return em_optim_kind_name((em_optim_kind)i); }
+/* Choosing another optimiser starts from its defaults. */
+static void choose_optim(em_train_config *c, int v) {
+  if ((em_optim_kind)v != c->optim.kind) em_optim_config_defaults(&c->optim, (em_optim_kind)v);
 }
+
 static const char *sched_name(int i) {
   return i >= 0 && i < EM_SCHED_COUNT ? em_schedule_kind_name((em_sched_kind)i) : NULL;
 }
@@ -66,7 +69,7 @@ static const em_setting table[] = {
     /* the optimiser: choosing one resets the rest to its defaults */
     {.key = "kind", .group = "optim", SPEC("training", "optimizer"), .type = EM_SETTING_CHOICE,
      AT(optim.kind), .flags = ON | EM_SETTING_FIRST, .choice_name = optim_name,
-     .flag = "optimizer", .metavar = "NAME", .help = "sgd | adam | adamw"},
+     .choose = choose_optim, .flag = "optimizer", .metavar = "NAME"},
     {.key = "lr", .group = "optim", SPEC("training", "lr"), .type = EM_SETTING_NUM,
      AT(optim.lr), .flags = OWN, .lo = 0, .hi = 1e12, .flag = "lr", .metavar = "X",
      .help = "learning rate (by default sgd 0.01, adam and adamw 1e-3)"},
@@ -283,8 +286,8 @@ int em_setting_get_choice(const em_setting *s, const em_train_config *c) {
 }
 
 void em_setting_set_choice(const em_setting *s, em_train_config *c, int v) {
-  if (s->offset == offsetof(em_train_config, optim.kind)) {
-    if ((em_optim_kind)v != c->optim.kind) em_optim_config_defaults(&c->optim, (em_optim_kind)v);
+  if (s->choose) {
+    s->choose(c, v);
     return;
   }
   *(int *)field(s, c) = v;
