@@ -100,9 +100,17 @@ static void print_setting(FILE *f, const em_setting *s) {
   snprintf(head, sizeof head, "  --%s%s%s", s->flag, s->metavar ? " " : "",
            s->metavar ? s->metavar : "");
   fprintf(f, "%-22s", head);
-  char names[256] = "";
-  if (!s->help && s->type == EM_SETTING_CHOICE) em_setting_choices(s, " | ", names, sizeof names);
-  const char *help = s->help ? s->help : names;
+  /* a name list read off the row: a CHOICE without help of its own, or
+   * the names a STR row knows (the dataset kinds) before its help */
+  bool list = s->choice_name && (s->type == EM_SETTING_STR || !s->help);
+  char names[512] = "";
+  if (list) {
+    em_setting_choices(s, " | ", names, sizeof names);
+    if (s->help)
+      snprintf(names + strlen(names), sizeof names - strlen(names), " |%s%s",
+               s->help[0] == '\n' ? "" : " ", s->help);
+  }
+  const char *help = list ? names : s->help ? s->help : "";
   for (const char *line = help; *line;) {
     const char *nl = strchr(line, '\n');
     int len = nl ? (int)(nl - line) : (int)strlen(line);

@@ -550,20 +550,8 @@ out:
 static em_dataset *open_data(const em_spec *spec, const em_train_config *cfg, bool train,
                              int *rc) {
   em_error err = {0};
-  int64_t shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
-  int nd = em_spec_input_shape(spec, shape);
-  em_spec_output_shape(spec, out);
-  em_dataset *ds = em_dataset_open_named(cfg->dataset, cfg->data_dir, train, shape, nd,
-                                         (int)out[0], &err);
-  if (!ds) {
-    *rc = cli_fail(&err, cfg->dataset);
-    return NULL;
-  }
-  if (em_train_check_fit(spec, ds, cfg->dataset, cfg->loss, &err) != EM_OK) {
-    *rc = cli_fail(&err, NULL);
-    em_dataset_free(ds);
-    return NULL;
-  }
+  em_dataset *ds = em_train_open_dataset(spec, cfg, train, &err);
+  if (!ds) *rc = cli_fail(&err, NULL);
   return ds;
 }
 

@@ -138,14 +138,17 @@ typedef struct {
   double lo, hi;            /* NUM, PAIR */
   double def;               /* INT, NUM, BOOL, CHOICE */
   const char *def_str;      /* STR */
-  const char *(*choice_name)(int i); /* CHOICE; NULL past the last */
+  const char *(*choice_name)(int i); /* CHOICE; NULL past the last. STR: the names it
+                                        knows, for the help (any other is the
+                                        reader's to refuse: the dataset) */
   void (*choose)(em_train_config *c, int v); /* CHOICE: sets the field itself (NULL:
                                                 stored as it is) */
   const char *flag;         /* `ember train --flag`; NULL: none */
   const char *metavar;      /* "N", "X", "NAME"; NULL: a switch that sets flag_sets */
   bool flag_sets;
   const char *help;         /* the flag's help (lines after the first start "\n");
-                               NULL on a CHOICE row: its names, "a | b | c" */
+                               NULL on a CHOICE row: its names, "a | b | c"; a
+                               STR row with names: the names, then " | " this */
 } em_setting;
 
 /* The table, in the config JSON's order. */
@@ -417,15 +420,9 @@ em_status em_train_preflight(const em_spec *spec, const em_train_config *c, int 
 em_status em_train_check_fit(const em_spec *spec, const em_dataset *ds, const char *dsname,
                              em_loss_kind loss, em_error *err);
 
-/* Opens the named dataset ("fashion-mnist", "cifar10", "csv", "synthetic",
- * or a kind a plugin registered, em-plugin.h). csv: dir is the file, read
- * with em_csv_options' defaults (the label last, no header), split by
- * em_dataset_csv_split. */
-em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
-                                  const int64_t *sample_shape, int sample_ndim, int classes,
+/* Opens the dataset c names (c->dataset from c->data_dir, the training
+ * or the test split) for spec's model, and checks that the model fits it
+ * (em_train_check_fit). What `ember train`, `eval`, `profile` and the
+ * workbench's runs open their data with. */
+em_dataset *em_train_open_dataset(const em_spec *spec, const em_train_config *c, bool train,
                                   em_error *err);
-/* The files a named dataset reads (absolute paths, sorted), for lineage:
- * up to cap paths of up to 1024 bytes each into paths; *n gets the count.
- * "synthetic" has none. */
-em_status em_dataset_files_named(const char *name, const char *dir, bool train,
-                                 char (*paths)[1024], int cap, int *n, em_error *err);

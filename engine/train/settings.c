@@ -14,6 +14,13 @@
 
 /* The names of the enum settings, by index (NULL past the last). */
 static const char *optim_name(int i) { return em_optim_kind_name((em_optim_kind)i); }
+/* The dataset kinds registered (the built-ins, and the plugins' loaded so
+ * far): the dataset row's names, for its help. */
+static const char *dataset_name(int i) {
+  const em_dataset_type *k = em_dataset_type_at(i);
+  return k ? k->name : NULL;
+}
+
 /* Choosing another optimiser starts from its defaults. */
 static void choose_optim(em_train_config *c, int v) {
   if ((em_optim_kind)v != c->optim.kind) em_optim_config_defaults(&c->optim, (em_optim_kind)v);
@@ -43,9 +50,8 @@ static const char *amp_name(int i) {
 
 static const em_setting table[] = {
     {.key = "dataset", SPEC("training", "dataset"), .type = EM_SETTING_STR, AT(dataset),
-     .flags = ON | EM_SETTING_EVAL, .def_str = "fashion-mnist", .flag = "dataset",
-     .metavar = "NAME", .help = "fashion-mnist | cifar10 | csv | synthetic | a plugin's "
-     "(png-folder)"},
+     .flags = ON | EM_SETTING_EVAL, .def_str = "fashion-mnist", .choice_name = dataset_name,
+     .flag = "dataset", .metavar = "NAME", .help = "\na plugin's (`ember plugins` lists them)"},
     {.key = "data_dir", SPEC("training", "data_dir"), .type = EM_SETTING_STR, AT(data_dir),
      .flags = ON | EM_SETTING_EVAL, .def_str = "", .flag = "data-dir", .metavar = "DIR",
      .help = "folder of the dataset's files (csv: the file; 1 row in 5 is held out)"},

@@ -135,20 +135,6 @@ static bool on_event(const em_train_event *ev, void *user) {
 
 /* ---- the worker ---------------------------------------------------------------- */
 
-static em_dataset *open_data(const em_spec *spec, const em_train_config *cfg, bool train,
-                             em_error *err) {
-  int64_t shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
-  int nd = em_spec_input_shape(spec, shape);
-  em_spec_output_shape(spec, out);
-  em_dataset *ds = em_dataset_open_named(cfg->dataset, cfg->data_dir, train, shape, nd,
-                                         (int)out[0], err);
-  if (ds && em_train_check_fit(spec, ds, cfg->dataset, cfg->loss, err) != EM_OK) {
-    em_dataset_free(ds);
-    return NULL;
-  }
-  return ds;
-}
-
 static int cmp_path(const void *a, const void *b) { return strcmp(a, b); }
 
 /* Creates the run row and its checkpoint folder (into cfg); 0 on error. */
@@ -262,7 +248,8 @@ static gpointer worker_main(gpointer data) {
     s->dirty = TRUE;
     g_mutex_unlock(&s->lock);
   }
-  if (!(train = open_data(spec, &cfg, true, &err)) || !(test = open_data(spec, &cfg, false, &err)))
+  if (!(train = em_train_open_dataset(spec, &cfg, true, &err)) ||
+      !(test = em_train_open_dataset(spec, &cfg, false, &err)))
     goto out;
   if (!(model = em_model_new(spec, cfg.seed, &err))) goto out;
   if (s->registry_dir) {
