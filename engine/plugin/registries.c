@@ -1,6 +1,6 @@
 /* registries.c: the registries plugins fill besides the layer types and
  * dataset kinds (engine/nn, engine/data): metrics, and the ONNX forms of
- * plugin layer types. Kept by pointer in registration order; the host
+ * layer types (the built-ins', engine/export/onnx-layers.c, and plugins'). Kept by pointer in registration order; the host
  * adds and removes entries (removal only rolls back a plugin whose load
  * failed). The two share one small list (reg_list) under one mutex. */
 #include "plugin-host.h"
@@ -34,7 +34,7 @@ typedef struct {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static reg_list metrics = {.what = "metric", .what_plural = "metrics"};
-static reg_list onnx = {.what = "plugin layer ONNX form", .what_plural = "plugin layer ONNX forms"};
+static reg_list onnx = {.what = "layer ONNX form", .what_plural = "layer ONNX forms"};
 
 /* Appends e; a named entry fails on a name already taken. */
 static em_status reg_add(reg_list *l, reg_entry e, em_error *err) {
