@@ -404,6 +404,18 @@ typedef struct {
   int64_t fixed_bytes, per_sample_bytes, total_bytes;
   int optim_states; /* tensors of state per parameter: Adam 2, SGD+momentum 1 */
 } em_train_memory_estimate;
+/* One sample's costs at spec node i: its output's bytes, its FLOPs (an
+ * estimate: 2 per weight use for Linear and Conv2d, 0 for Embedding, one
+ * per output value otherwise) and the workspace its op keeps till the
+ * step ends (Conv2d's unfolded input, MaxPool2d's indices). One table of
+ * layer types, engine/train/layer-costs.c; the estimate below and the
+ * builder's costs read it. */
+typedef struct {
+  int64_t act_bytes;
+  double flops;
+  int64_t workspace_bytes;
+} em_node_costs;
+void em_spec_node_costs(const em_spec *spec, int i, em_node_costs *out);
 void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int64_t batch,
                               em_train_memory_estimate *out);
 /* Before a run on a device (EM_OK at once on the CPU): the estimate at

@@ -6,7 +6,7 @@
  * state are fixed; every node's output and its gradient (everything an
  * op makes lives until the step's scope ends), plus what some ops keep
  * (Conv2d's unfolded input, MaxPool2d's indices), grow with the batch.
- * The device ops keep less than the CPU's (no unfolded input), so on a
+ * (per node: em_spec_node_costs, layer-costs.c). The device ops keep less than the CPU's (no unfolded input), so on a
  * device the estimate errs high, which is the safe side for a refusal. */
 #include "train-private.h"
 
@@ -14,12 +14,6 @@
 #include <string.h>
 
 #include "em-device.h"
-
-static int64_t per_sample_numel(const em_shape *s) {
-  int64_t n = 1;
-  for (int d = 1; d < s->ndim; d++) n *= s->shape[d];
-  return n;
-}
 
 void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int64_t batch,
                               em_train_memory_estimate *out) {
@@ -37,14 +31,10 @@ void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int
   for (int d = 0; d < nd; d++) act *= in_shape[d];
   int n = em_spec_node_count(spec);
   for (int i = 0; i < n; i++) {
-    const char *type = em_spec_node_type(spec, i)->name;
-    const em_shape *s = em_spec_node_output(spec, i);
-    int64_t bytes = per_sample_numel(s) * (s->dtype == EM_DTYPE_I64 ? 8 : 4);
-    act += bytes;
-    if (!strcmp(type, "Conv2d") && s->ndim == 4 && s->shape[1] > 0)
-      ws += em_spec_node_param_count(spec, i) / s->shape[1] * s->shape[2] * s->shape[3] * 4;
-    else if (!strcmp(type, "MaxPool2d"))
-      ws += bytes * 2;
+    em_node_costs nc;
+    em_spec_node_costs(spec, i, &nc);
+    act += nc.act_bytes;
+    ws += nc.workspace_bytes;
   }
   out->fixed_bytes = out->weights_bytes + out->grads_bytes + out->optim_bytes;
   out->per_sample_bytes = 2 * act + ws;
