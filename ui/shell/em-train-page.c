@@ -10,9 +10,7 @@
 #include "em-store.h"
 #include "em-train-session.h"
 #include "em-train.h"
-#if EM_HAVE_LINE_CHART
 #include "em-line-chart.h"
-#endif
 
 struct _EmTrainPage {
   GtkWidget parent_instance;
@@ -371,7 +369,6 @@ static void apply_drain(EmTrainPage *self, em_train_drain *d) {
     em_app_state_run_progress(self->state, &u);
   }
   self->worker_paused = d->paused;
-#if EM_HAVE_LINE_CHART
   if (n > 0 || ne > 0) {
     double *x = g_new(double, MAX(n, ne)), *y = g_new(double, MAX(n, ne));
     for (int i = 0; i < n; i++) x[i] = (double)g_array_index(d->step, int64_t, i);
@@ -385,7 +382,6 @@ static void apply_drain(EmTrainPage *self, em_train_drain *d) {
     g_free(x);
     g_free(y);
   }
-#endif
   gint64 now = g_get_monotonic_time();
   if (d->last_step > 0 && now - self->labels_at >= 250000) {
     self->labels_at = now;
@@ -396,10 +392,8 @@ static void apply_drain(EmTrainPage *self, em_train_drain *d) {
     g_snprintf(buf, sizeof buf, "Epoch %lld of %lld · elapsed %s · ETA %s",
                (long long)MIN(d->epoch + 1, d->epochs), (long long)d->epochs, el, eta);
     gtk_label_set_text(GTK_LABEL(self->eta_label), buf);
-#if EM_HAVE_LINE_CHART
     g_snprintf(buf, sizeof buf, "%.0f samples/s · ETA %s", d->samples_per_sec, eta);
     em_line_chart_set_note(EM_LINE_CHART(self->loss_chart), buf);
-#endif
   }
   if (d->warnings->len > 0) { /* the latest stays under the status (an auto-batch halving) */
     g_free(self->last_warning);
@@ -459,9 +453,7 @@ static void finish_session(EmTrainPage *self, const em_train_drain *d) {
     gtk_label_set_text(GTK_LABEL(self->eta_label), line);
     show_throughput(self, d);
   }
-#if EM_HAVE_LINE_CHART
   em_line_chart_set_note(EM_LINE_CHART(self->loss_chart), NULL);
-#endif
   em_app_state_run_finished(self->state, d->run_id, d->status, d->message);
   if (self->spec_stale || self->dataset_stale) load_spec(self, self->spec_stale);
   self->spec_stale = self->dataset_stale = FALSE;
@@ -560,7 +552,6 @@ static void start_action(GtkWidget *w, const char *name, GVariant *param) {
   self->run_device = o.cfg.device;
   g_clear_pointer(&self->last_warning, g_free);
   self->started_emitted = self->pause_requested = self->worker_paused = FALSE;
-#if EM_HAVE_LINE_CHART
   EmLineChart *lc = EM_LINE_CHART(self->loss_chart), *ac = EM_LINE_CHART(self->acc_chart);
   em_line_chart_clear(lc);
   em_line_chart_clear(ac);
@@ -569,7 +560,6 @@ static void start_action(GtkWidget *w, const char *name, GVariant *param) {
   self->s_acc = em_line_chart_add_series(ac, "test accuracy", NULL);
   em_line_chart_reset_view(lc);
   em_line_chart_reset_view(ac);
-#endif
   self->session = em_train_session_start(&o);
   g_free(json);
   g_free(model);
@@ -690,12 +680,10 @@ static void em_train_page_class_init(EmTrainPageClass *klass) {
   gtk_widget_class_install_action(wc, "train.stop", NULL, stop_action);
 }
 
-#if EM_HAVE_LINE_CHART
 static void on_loss_log_toggled(GtkCheckButton *b, gpointer data) {
   EmTrainPage *self = data;
   em_line_chart_set_log_y(EM_LINE_CHART(self->loss_chart), gtk_check_button_get_active(b));
 }
-#endif
 
 /* The learning rate reads as %g: 1e-06 (five fixed digits showed it as
  * 0.00000), and takes what `--lr` takes, 0 to 1e6 (the spin button kept
@@ -756,7 +744,6 @@ static void em_train_page_init(EmTrainPage *self) {
   /* the seed is the spec's, or 0 as `ember train` has it (load_spec) */
   g_signal_connect(self->lr, "output", G_CALLBACK(on_lr_output), NULL);
   g_signal_connect(self->lr, "input", G_CALLBACK(on_lr_input), NULL);
-#if EM_HAVE_LINE_CHART
   self->loss_chart = em_line_chart_new();
   self->acc_chart = em_line_chart_new();
   em_line_chart_set_integer_x(EM_LINE_CHART(self->loss_chart), TRUE);
@@ -776,12 +763,6 @@ static void em_train_page_init(EmTrainPage *self) {
   gtk_box_append(GTK_BOX(self->chart_box), log_check);
   gtk_box_append(GTK_BOX(self->chart_box), self->loss_chart);
   gtk_box_append(GTK_BOX(self->chart_box), self->acc_chart);
-#else
-  GtkWidget *ph = gtk_label_new("The loss and accuracy charts appear here once ui/chart is built.");
-  gtk_widget_set_vexpand(ph, TRUE);
-  gtk_widget_add_css_class(ph, "dim-label");
-  gtk_box_append(GTK_BOX(self->chart_box), ph);
-#endif
   set_status(self, "Ready: press Start to train.");
 }
 
