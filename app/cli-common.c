@@ -161,7 +161,7 @@ int cli_parse_args(int argc, char **argv, int first, const cli_opt *opts, const 
       while (o->name && !(strlen(o->name) == len && strncmp(o->name, name, len) == 0)) o++;
       if (!o->name) {
         if (len == 4 && strncmp(name, "help", 4) == 0) {
-          fputs(cli_usage_text, stdout);
+          cli_usage_print(stdout);
           exit(0);
         }
         cli_die_usage("%s: unknown option '%.*s'", what, (int)(len + 2), a);

@@ -18,7 +18,8 @@
 #define CLI_EXIT_USAGE 2
 
 /* The whole --help text (cli-usage.c). */
-extern const char *const cli_usage_text;
+/* `ember --help`: the commands, the settings table's flags, the rest. */
+void cli_usage_print(FILE *f);
 
 /* "ember: <message>" plus a pointer to --help on stderr; exits with 2. */
 _Noreturn void cli_die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

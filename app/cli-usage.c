@@ -1,7 +1,13 @@
-/* cli-usage.c: the text of `ember --help`. */
+/* cli-usage.c: the text of `ember --help`. The training settings' flags
+ * are printed from the settings table (em-train.h), with their ranges, so
+ * the help cannot drift from what the flags accept. */
 #include "cli-common.h"
 
-const char *const cli_usage_text =
+#include <string.h>
+
+#include "em-train.h"
+
+static const char *const usage_head =
     "usage: ember train SPEC [options]          train (recorded in the registry), JSON last\n"
     "       ember train --resume RUN|latest [--save FILE] [--threads N] [--device D]\n"
     "       ember eval SPEC --weights FILE [--batch N] [--data-dir DIR] [--threads N]\n"
@@ -42,40 +48,11 @@ const char *const cli_usage_text =
     "  RUN is a run id from 'ember runs', or 'latest'. The registry is --registry DIR,\n"
     "  else $EMBER_HOME, else $XDG_DATA_HOME/ember (~/.local/share/ember).\n"
     "\n"
-    "train options (defaults come from the spec's \"training\" section):\n"
-    "  --epochs N            passes over the training set (0: save the initial weights;\n"
-    "                        nothing is recorded)\n"
-    "  --batch N             batch size\n"
-    "  --lr X                learning rate\n"
-    "  --optimizer NAME      sgd | adam | adamw\n"
-    "  --momentum X          SGD momentum\n"
-    "  --nesterov            Nesterov momentum (SGD)\n"
-    "  --weight-decay X      weight decay (L2 for sgd/adam, decoupled for adamw)\n"
-    "  --schedule NAME       constant | step | cosine | warmup | warmup-cosine | onecycle\n"
-    "  --warmup-steps N      linear warm-up length (warmup, warmup-cosine)\n"
-    "  --clip-grad-norm X    clip the gradients' total L2 norm to X\n"
-    "  --accumulate N        micro-batches per optimiser step\n"
-    "  --label-smoothing X   cross-entropy label smoothing\n"
-    "  --seed N              seed for initialisation, shuffling and dropout\n"
-    "  --threads N           CPU threads (OpenBLAS and Ember's pool)\n"
-    "  --workers N           data-loader threads\n"
-    "  --limit N             use only the first N training samples\n"
-    "  --no-shuffle          keep the training set in file order\n"
-    "  --amp MODE            off (default) | bf16: Linear/matmul in bf16 with f32 sums\n"
-    "                        (AMX or AVX512-BF16 CPUs; else f32; on a GPU: tensor\n"
-    "                        cores) | f16 (GPU only; with --amp-scaler)\n"
-    "  --amp-scaler          dynamic loss scaling (GradScaler's rules; off for bf16)\n"
-    "  --amp-init-scale S    the scaler's first scale (default 65536)\n"
-    "  --device D            cpu (default) | cuda | cuda:N | ref (the device code path on\n"
-    "                        the host, for tests); the model, optimiser state and batches\n"
-    "                        live there. A pre-flight estimate refuses a batch that will\n"
-    "                        not fit; out of device memory stops the run with the\n"
-    "                        allocator's state (recorded as failed). --resume may change it\n"
-    "  --auto-batch          out of device memory (or a pre-flight that does not fit):\n"
-    "                        halve the batch size and go on, said in a warning\n"
+    "train settings (defaults come from the spec's \"training\" section):\n";
+
+static const char *const usage_tail =
+    "other train options:\n"
     "  --no-preflight        skip the device memory estimate (it errs high)\n"
-    "  --dataset NAME        fashion-mnist | cifar10 | csv | synthetic | a plugin's (png-folder)\n"
-    "  --data-dir DIR        folder of the dataset's files (csv: the file; 1 row in 5 is held out)\n"
     "  --init FILE           start from these weights (.safetensors)\n"
     "  --save FILE           write the final weights (.safetensors)\n"
     "  --quiet               no progress output\n"
@@ -89,8 +66,6 @@ const char *const cli_usage_text =
     "  --registry DIR        the registry to record into (default: see above)\n"
     "  --no-record           do not record this run\n"
     "  --name NAME           the run's name (default: <model>-<run id>)\n"
-    "  --checkpoint-every N  also checkpoint every N optimiser steps (default 0: at each\n"
-    "                        evaluation and at the end, when recording)\n"
     "  --keep-checkpoints N  keep a recorded run's newest N checkpoints (default 3) and\n"
     "                        its best (lowest test loss)\n"
     "  --checkpoint-dir DIR  where a --no-record run writes its checkpoints (for its\n"
@@ -100,12 +75,6 @@ const char *const cli_usage_text =
     "                        registry (only --save, --threads, --device, --auto-batch,\n"
     "                        --name, --quiet, --keep-checkpoints and --registry may be\n"
     "                        given)\n"
-    "  --on-divergence P     rollback (to the last checkpoint, lower lr) | stop;\n"
-    "                        default: rollback when checkpoints are written, else stop\n"
-    "  --divergence-lr-factor X  a rollback multiplies the lr by X (default 0.5)\n"
-    "  --max-rollbacks N     rollbacks before the run stops with an error (default 5)\n"
-    "  --divergence-spike-factor X  a gradient norm over X times the largest of the last\n"
-    "                        50 steps is a divergence (default 10; 0: only NaN/inf are)\n"
     "diagnostics (they never change the numbers):\n"
     "  --profile FILE        profile a window of batches (after 5 warm-up batches) and\n"
     "                        write it as a Chrome trace (Perfetto); prints the op table\n"
@@ -123,3 +92,44 @@ const char *const cli_usage_text =
     "                        registry's plugins ($EMBER_HOME/plugins; not --registry's)\n"
     "  --metric NAME         compute a plugin metric at every evaluation (repeatable), like\n"
     "                        the spec's \"training\": {\"metrics\": [NAME]}\n";
+
+/* "  --flag M" padded to 24 columns, then the help, its later lines
+ * indented as far, and the range of a number. */
+static void print_setting(FILE *f, const em_setting *s) {
+  char head[64];
+  snprintf(head, sizeof head, "  --%s%s%s", s->flag, s->metavar ? " " : "",
+           s->metavar ? s->metavar : "");
+  fprintf(f, "%-22s", head);
+  /* a name list read off the row: a CHOICE without help of its own, or
+   * the names a STR row knows (the dataset kinds) before its help */
+  bool list = s->choice_name && (s->type == EM_SETTING_STR || !s->help);
+  char names[512] = "";
+  if (list) {
+    em_setting_choices(s, " | ", names, sizeof names);
+    if (s->help)
+      snprintf(names + strlen(names), sizeof names - strlen(names), " |%s%s",
+               s->help[0] == '\n' ? "" : " ", s->help);
+  }
+  const char *help = list ? names : s->help ? s->help : "";
+  for (const char *line = help; *line;) {
+    const char *nl = strchr(line, '\n');
+    int len = nl ? (int)(nl - line) : (int)strlen(line);
+    const char *indent = line == help ? "  " : "                        ";
+    fprintf(f, "%s%.*s\n", indent, len, line);
+    line += len + (nl != NULL);
+  }
+  if (!*help) fputc('\n', f);
+  if (s->metavar && (s->type == EM_SETTING_INT || s->type == EM_SETTING_SEED))
+    fprintf(f, "                        (%lld to %lld)\n", (long long)s->min, (long long)s->max);
+  else if (s->metavar && s->type == EM_SETTING_NUM)
+    fprintf(f, "                        (%g to %g)\n", s->lo, s->hi);
+}
+
+void cli_usage_print(FILE *f) {
+  fputs(usage_head, f);
+  int n;
+  const em_setting *rows = em_settings(&n);
+  for (int i = 0; i < n; i++)
+    if (rows[i].flag) print_setting(f, &rows[i]);
+  fputs(usage_tail, f);
+}

@@ -88,15 +88,8 @@ int cli_cmd_eval(int argc, char **argv) {
   em_model *model = NULL;
   em_quant_report qrep = {0};
   double loss = 0, acc = 0;
-  int64_t shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
-  int nd = em_spec_input_shape(spec, shape);
-  em_spec_output_shape(spec, out);
   if (em_train_config_validate(&cfg, &err) != EM_OK) rc = cli_fail(&err, NULL);
-  else if (!(test = em_dataset_open_named(cfg.dataset, cfg.data_dir, false, shape, nd,
-                                          (int)out[0], &err)))
-    rc = cli_fail(&err, cfg.dataset);
-  else if (em_train_check_fit(spec, test, cfg.dataset, cfg.loss, &err) != EM_OK)
-    rc = cli_fail(&err, NULL);
+  else if (!(test = em_train_open_dataset(spec, &cfg, false, &err))) rc = cli_fail(&err, NULL);
   else if (!(model = em_model_new(spec, cfg.seed, &err))) rc = cli_fail(&err, o.spec_path);
   else if (em_model_load(model, o.weights, &err) != EM_OK) rc = cli_fail(&err, o.weights);
   else if (qmode != EM_QUANT_NONE && (em_model_quantize(model, qmode, &qrep, &err) != EM_OK ||

@@ -246,7 +246,7 @@ int cli_cmd_model(int argc, char **argv) {
     cli_die_usage("model expects register, versions, promote, rollback or history");
   const char *sub = argv[2];
   if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {
-    fputs(cli_usage_text, stdout);
+    cli_usage_print(stdout);
     return 0;
   }
   if (strcmp(sub, "register") == 0) return model_register(argc, argv);

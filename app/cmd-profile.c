@@ -234,15 +234,8 @@ int em_cli_profile(int argc, char **argv) {
     }
   }
 
-  int64_t shape[EM_MAX_DIMS], classes[EM_MAX_DIMS];
-  int nd = em_spec_input_shape(spec, shape);
-  em_spec_output_shape(spec, classes);
-  ds = em_dataset_open_named(cfg.dataset, cfg.data_dir, true, shape, nd, (int)classes[0], &err);
+  ds = em_train_open_dataset(spec, &cfg, true, &err);
   if (!ds) {
-    rc = failure(&err, cfg.dataset);
-    goto out;
-  }
-  if (em_train_check_fit(spec, ds, cfg.dataset, cfg.loss, &err) != EM_OK) {
     rc = failure(&err, NULL);
     goto out;
   }

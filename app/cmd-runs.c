@@ -440,7 +440,7 @@ int cli_cmd_run(int argc, char **argv) {
   if (argc < 3) cli_die_usage("run expects show, delete, tag or note");
   const char *sub = argv[2];
   if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {
-    fputs(cli_usage_text, stdout);
+    cli_usage_print(stdout);
     return 0;
   }
   if (strcmp(sub, "show") == 0) return run_show(argc, argv);

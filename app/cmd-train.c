@@ -550,20 +550,8 @@ out:
 static em_dataset *open_data(const em_spec *spec, const em_train_config *cfg, bool train,
                              int *rc) {
   em_error err = {0};
-  int64_t shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
-  int nd = em_spec_input_shape(spec, shape);
-  em_spec_output_shape(spec, out);
-  em_dataset *ds = em_dataset_open_named(cfg->dataset, cfg->data_dir, train, shape, nd,
-                                         (int)out[0], &err);
-  if (!ds) {
-    *rc = cli_fail(&err, cfg->dataset);
-    return NULL;
-  }
-  if (em_train_check_fit(spec, ds, cfg->dataset, cfg->loss, &err) != EM_OK) {
-    *rc = cli_fail(&err, NULL);
-    em_dataset_free(ds);
-    return NULL;
-  }
+  em_dataset *ds = em_train_open_dataset(spec, cfg, train, &err);
+  if (!ds) *rc = cli_fail(&err, NULL);
   return ds;
 }
 
@@ -586,36 +574,10 @@ static em_status make_dirs(const char *path, em_error *err) {
   return EM_OK;
 }
 
-static int cmp_path(const void *a, const void *b) { return strcmp(a, b); }
-
-/* The dataset's identity for the run row: its name, folder and files
- * (training and test, sorted). paths must hold 64 entries. */
-static const em_dataset_identity *dataset_identity(const em_train_config *cfg,
-                                                   em_dataset_identity *id,
-                                                   char (*paths)[1024], const char **files,
-                                                   char *folder, size_t folder_cap) {
-  em_error err = {0};
-  int n1 = 0, n2 = 0;
-  if (em_dataset_files_named(cfg->dataset, cfg->data_dir, true, paths, 32, &n1, &err) != EM_OK ||
-      em_dataset_files_named(cfg->dataset, cfg->data_dir, false, paths + n1, 32, &n2, &err) !=
-          EM_OK) {
-    cli_warn("the dataset's files are not recorded: %s", err.msg);
-    return NULL;
-  }
-  int n = n1 + n2;
-  qsort(paths, (size_t)n, sizeof paths[0], cmp_path);
-  for (int i = 0; i < n; i++) files[i] = paths[i];
-  if (cfg->data_dir[0]) {
-    snprintf(folder, folder_cap, "%s", cfg->data_dir);
-  } else if (n > 0) {
-    snprintf(folder, folder_cap, "%s", paths[0]);
-    char *slash = strrchr(folder, '/');
-    if (slash && slash != folder) *slash = '\0';
-  } else {
-    folder[0] = '\0';
-  }
-  *id = (em_dataset_identity){.name = cfg->dataset, .path = folder, .n_files = n, .files = files};
-  return id;
+/* A warning the run's record gives (what it could not record). */
+static void warn_line(void *user, const char *msg) {
+  (void)user;
+  cli_warn("%s", msg);
 }
 
 /* Ends a run through a connection of its own (see the writer's comment
@@ -623,10 +585,8 @@ static const em_dataset_identity *dataset_identity(const em_train_config *cfg,
  * recorded, the registry will show it as killed. */
 static void finish_run(const char *regdir, int64_t run, em_run_status st, const char *msg) {
   em_error err = {0};
-  em_store *s = em_store_open(regdir, false, &err);
-  if (!s || em_store_run_finish(s, run, st, msg, &err) != EM_OK)
+  if (em_store_run_end(regdir, run, st, msg, &err) != EM_OK)
     cli_warn("run %lld's end is not recorded: %s", (long long)run, err.msg);
-  em_store_close(s);
 }
 
 /* ---- the summary line ------------------------------------------------------ */
@@ -908,57 +868,29 @@ int cli_cmd_train(int argc, char **argv) {
 
   /* The run row, its checkpoint folder and the writer. */
   if (record) {
-    char (*paths)[1024] = cli_xmalloc(64 * sizeof *paths);
-    const char *files[64];
-    char folder[1024];
-    em_dataset_identity ident;
     char *config_json = em_train_config_to_json(cfg); /* checkpoint_dir still empty */
-    char devname[32], kernels[256];
-    em_cpu_kernels_describe(kernels, sizeof kernels);
     if (config_json && o.world > 1) {
       char *w = config_with_world(config_json, o.world);
       free(config_json);
       config_json = w;
     }
-    em_run_new rn = {
+    em_run_start rs = {
         .name = o.name,
         .model = j.model,
         .spec_json = j.spec_text,
         .config_json = config_json ? config_json : "{}",
-        .seed = cfg->seed,
-        .device = em_device_str(cfg->device, devname, sizeof devname),
-        .threads = cfg->threads,
         .engine_version = EMBER_VERSION,
         .parent_run = j.parent,
-        .dataset = dataset_identity(cfg, &ident, paths, files, folder, sizeof folder),
-        .kernels = em_device_is_cpu(cfg->device) ? kernels : NULL, /* a device's own */
+        .shorter_registry = "use a shorter --registry or EMBER_HOME",
+        .warn = warn_line,
     };
-    em_status st = em_store_run_create(store, &rn, &run, &err);
+    em_status st = em_store_run_start(store, &rs, cfg, &run, &err);
     free(config_json);
-    free(paths);
     if (st != EM_OK) {
       rc = cli_fail1(&err, "cannot record the run");
       goto out;
     }
-    if (em_store_run_tag_plugins(store, run, &err) != EM_OK) {
-      cli_warn("the run's plugins are not recorded: %s", err.msg);
-      em_error_clear(&err);
-    }
     if (j.parent) warn_if_data_changed(store, j.parent, run);
-    char ckdir[4096];
-    em_store_run_checkpoint_dir(store, run, ckdir, sizeof ckdir);
-    if (strlen(ckdir) >= sizeof cfg->checkpoint_dir)
-      em_error_set(&err, EM_ERR_INVALID,
-                   "the registry's path is too long for checkpoints (%zu bytes, at most %zu): "
-                   "use a shorter --registry or EMBER_HOME",
-                   strlen(ckdir), sizeof cfg->checkpoint_dir - 1);
-    else
-      memcpy(cfg->checkpoint_dir, ckdir, strlen(ckdir) + 1);
-    if (err.status != EM_OK || make_dirs(cfg->checkpoint_dir, &err) != EM_OK) {
-      em_store_run_finish(store, run, EM_RUN_FAILED, err.msg, NULL);
-      rc = cli_fail1(&err, "cannot record the run");
-      goto out;
-    }
   }
 
   tr = em_trainer_new(model, cfg, train, test, &err);

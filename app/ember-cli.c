@@ -70,12 +70,12 @@ int main(int argc, char **argv) {
   em_cpu_isa_active(); /* a bad EMBER_CPU_ISA is warned of now, once */
   argc = app_plugin_options(argc, argv, true); /* --plugin-dir, --metric: global options */
   if (argc < 2) {
-    fputs(cli_usage_text, stderr);
+    cli_usage_print(stderr);
     return CLI_EXIT_USAGE;
   }
   const char *cmd = argv[1];
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-    fputs(cli_usage_text, stdout);
+    cli_usage_print(stdout);
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -171,3 +171,24 @@ em_dataset *em_dataset_cifar10(const char *dir, bool train, em_error *err) {
   for (int i = 0; i < n; i++) paths[i] = names[i];
   return em_dataset_cifar10_files(n, paths, err);
 }
+
+/* The built-in kind "cifar10": the folder of the binary version. */
+static em_dataset *cifar_open(const char *dir, bool train, const void *want, em_error *err) {
+  (void)want;
+  return em_dataset_cifar10(dir, train, err);
+}
+
+static em_status cifar_files(const char *dir, bool train, char (*found)[4096], int *n,
+                             em_error *err) {
+  *n = em_dataset_cifar10_dir_files(dir, train, found);
+  if (*n < 0) return em_error_set(err, EM_ERR_INVALID, "folder name too long: '%.200s...'", dir);
+  return EM_OK;
+}
+
+const em_dataset_builtin em_dataset_kind_cifar10 = {
+  .type = {.name = "cifar10", .help = "CIFAR-10's binary version: data_batch_1.bin ... "
+           "test_batch.bin", .open = cifar_open},
+  .needs_dir = true,
+  .dir_hint = "the folder with data_batch_1.bin ... test_batch.bin",
+  .files = cifar_files,
+};

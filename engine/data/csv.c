@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ---- the table reader ---------------------------------------------------- */
 void em_csv_table_options_defaults(em_csv_table_options *o) {
@@ -450,3 +451,59 @@ em_dataset *em_dataset_csv_split(const char *path, const em_csv_options *o, bool
                                  em_error *err) {
   return csv_open(path, o, train ? 0 : 1, err);
 }
+
+/* The built-in kind "csv": --data-dir is the file; 1 row in 5 is held
+ * out (em_dataset_csv_split). */
+static em_dataset *csv_kind_open(const char *d, bool train, const void *options, em_error *err) {
+  const em_dataset_want *want = options;
+  if (!d) {
+    em_error_set(err, EM_ERR_INVALID,
+                 "the csv dataset needs its file: give --data-dir FILE.csv (numeric columns, "
+                 "the label last)");
+    return NULL;
+  }
+  /* read twice (the training rows, then the held-out ones): a pipe
+   * would give its rows to the first reading only */
+  struct stat sb;
+  if (stat(d, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    if (S_ISDIR(sb.st_mode))
+      em_error_set(err, EM_ERR_INVALID, "'%s' is a folder: the csv dataset's --data-dir is "
+                   "the CSV file itself", d);
+    else
+      em_error_set(err, EM_ERR_INVALID,
+                   "'%s' is not a regular file: training reads a CSV twice (its training and "
+                   "its held-out rows), so save it to a file first", d);
+    return NULL;
+  }
+  /* a first line with no number in it is a header, as `ember predict`
+   * reads CSV (the Data page opens it here too) */
+  em_csv_options o;
+  em_csv_options_defaults(&o);
+  o.header = EM_CSV_HEADER_AUTO;
+  /* a label past the model's outputs is named by its line (it read as a
+   * model that needs more outputs, a typo's 7 making 8 classes) */
+  if (want && want->classes > 0) o.num_classes = want->classes;
+  return em_dataset_csv_split(d, &o, train, err);
+}
+
+/* One file for both splits: named once, for the training split. */
+static em_status csv_kind_files(const char *d, bool train, char (*found)[4096], int *n,
+                                em_error *err) {
+  *n = 0;
+  if (!d)
+    return em_error_set(err, EM_ERR_INVALID,
+                        "the csv dataset needs its file: give --data-dir FILE.csv");
+  if (strlen(d) >= sizeof found[0])
+    return em_error_set(err, EM_ERR_INVALID, "file name too long: '%.200s...'", d);
+  if (train) {
+    memcpy(found[0], d, strlen(d) + 1);
+    *n = 1;
+  }
+  return EM_OK;
+}
+
+const em_dataset_builtin em_dataset_kind_csv = {
+  .type = {.name = "csv", .help = "a CSV file of numbers, the label last (a header line is "
+           "skipped)", .open = csv_kind_open},
+  .files = csv_kind_files,
+};

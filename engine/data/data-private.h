@@ -8,6 +8,25 @@
 
 #include "em-data.h"
 
+/* A built-in dataset kind: the em_dataset_type every kind has, and what
+ * the registry knows of the built-ins besides (registry.c lists them;
+ * each is defined beside its reader). A plugin's kind needs a folder and
+ * reports no files. */
+typedef struct {
+  em_dataset_type type;
+  /* Refused without --data-dir: "the <name> dataset needs its folder:
+   * give --data-dir DIR (<dir_hint>)". false: it has a default folder, or
+   * no files, or its open says what it needs. */
+  bool needs_dir;
+  const char *dir_hint;
+  /* The files its split reads from dir (NULL when not given): up to 5
+   * paths into found, *n their count. NULL: it reads none (synthetic). */
+  em_status (*files)(const char *dir, bool train, char (*found)[4096], int *n, em_error *err);
+} em_dataset_builtin;
+
+extern const em_dataset_builtin em_dataset_kind_fashion_mnist, em_dataset_kind_cifar10,
+    em_dataset_kind_csv, em_dataset_kind_synthetic;
+
 /* x[k] = p[k] / 255 for k < n (the two must not overlap). */
 void em_pixels_to_unit(const uint8_t *restrict p, float *restrict x, int64_t n);
 /* Asks for the n bytes at p to be brought into the cache. */

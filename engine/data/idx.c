@@ -286,3 +286,22 @@ em_dataset *em_dataset_mnist(const char *dir, bool train, em_error *err) {
   }
   return idx_from_dir(dir, train, 10, err);
 }
+
+/* The built-in kind "fashion-mnist": its folder, or FASHION_MNIST_DIR. */
+static em_dataset *fmnist_open(const char *dir, bool train, const void *want, em_error *err) {
+  (void)want;
+  return em_dataset_fashion_mnist(dir, train, err);
+}
+
+static em_status fmnist_files(const char *dir, bool train, char (*found)[4096], int *n,
+                              em_error *err) {
+  *n = em_dataset_fashion_mnist_files(dir, train, found);
+  if (*n < 0) return em_error_set(err, EM_ERR_INVALID, "folder name too long: '%.200s...'", dir);
+  return EM_OK;
+}
+
+const em_dataset_builtin em_dataset_kind_fashion_mnist = {
+  .type = {.name = "fashion-mnist", .help = "Fashion-MNIST's IDX files (gzip or plain), "
+           "by default from " FASHION_MNIST_DIR, .open = fmnist_open},
+  .files = fmnist_files,
+};

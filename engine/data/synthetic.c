@@ -117,3 +117,18 @@ em_dataset *em_dataset_synthetic_split(int64_t n, int ndim, const int64_t *shape
   for (int64_t j = 0; j < numel * num_classes; j++) c[j] = (float)em_rng_normal(&r);
   return em_dataset_new(&synth_vtable, s, err);
 }
+
+/* The built-in kind "synthetic": 4096 training and 1024 test samples of
+ * the shape and classes the model wants. */
+static em_dataset *synth_open(const char *dir, bool train, const void *options, em_error *err) {
+  (void)dir;
+  const em_dataset_want *want = options;
+  return em_dataset_synthetic_split(train ? 4096 : 1024, want ? want->sample_ndim : 0,
+                                    want ? want->sample_shape : NULL, want ? want->classes : 0,
+                                    0.5, 1, train, err);
+}
+
+const em_dataset_builtin em_dataset_kind_synthetic = {
+  .type = {.name = "synthetic", .help = "made-up samples of the model's input shape and classes "
+           "(no files)", .open = synth_open},
+};

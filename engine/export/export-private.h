@@ -44,18 +44,27 @@ void em_onnx_init_raw(em_onnx_builder *b, const char *name, int32_t dtype, int n
 /* "<base>/<what>" unique within the graph. */
 char *em_onnx_tmp_name(em_onnx_builder *b, const char *base, const char *what);
 
+/* The public builder a layer's ONNX form writes into (em-plugin.h): the
+ * exporter's builder, the node being mapped and the first misuse. */
+struct em_onnx_graph {
+  em_onnx_builder *b;
+  const char *node;   /* the spec node being mapped: names start with it */
+  const char *misuse; /* the first call the mapping made wrongly, or NULL */
+};
+
 /* Appends the nodes of spec node i (inputs already named in in_names)
- * writing value out_name. tensors: the node's parameters and buffers in
- * declaration order, with their state-dict names. */
+ * writing value out_name, through its type's form in the registry
+ * (onnx-plugin.c); refused naming the node and type when it has none.
+ * tensors: the node's parameters and buffers in declaration order, with
+ * their state-dict names. */
 em_status em_onnx_layer(em_onnx_builder *b, const em_spec *spec, int i, const char *const *in_names,
                         const char *out_name, em_tensor *const *tensors,
                         const char *const *tensor_names, em_error *err);
-/* The same for a plugin layer type, through the mapping its plugin gave
- * (onnx-plugin.c); refused naming the node and type when it gave none. */
-em_status em_onnx_plugin_layer(em_onnx_builder *b, const em_spec *spec, int i,
-                               const char *const *in_names, const char *out_name,
-                               em_tensor *const *tensors, const char *const *tensor_names,
-                               em_error *err);
+/* Adds the built-in layer types' forms to the registry, once
+ * (onnx-layers.c). */
+void em_onnx_forms_register(void);
+/* A type exported as the identity (Dropout: its value is its input's). */
+bool em_onnx_layer_is_identity(const em_layer_type *type);
 /* A quantised Linear layer (engine/quant) in ONNX operators (onnx-quant.c):
  * x -> out, its int8 weights named after weight_name, its bias (if any)
  * bias_name. */

@@ -78,7 +78,7 @@ static em_status build_graph(em_onnx_builder *b, const em_model *m, em_error *er
     const char *in[EM_LAYER_MAX_INPUTS];
     for (int k = 0; k < sn->n_in; k++) in[k] = sn->in[k] < 0 ? "input" : value[sn->in[k]];
     bool is_out = i == spec->output;
-    if (!strcmp(sn->type->name, "Dropout") && sn->type == em_layer_type_find("Dropout")) {
+    if (em_onnx_layer_is_identity(sn->type)) {
       /* The identity at inference: later nodes read its input. */
       value[i] = in[0];
       if (is_out && !em_onnx_node(b, "Identity", sn->name, 1, in, "output"))

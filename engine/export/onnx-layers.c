@@ -1,10 +1,15 @@
 /* onnx-layers.c: each built-in layer type as ONNX operators (opset 17),
  * with inference semantics: Dropout is the identity (handled by the
  * caller, which aliases its output), BatchNorm2d uses running statistics,
- * GELU is the exact erf form Ember computes. */
+ * GELU is the exact erf form Ember computes. The forms are registered
+ * where plugin layers' forms are (em_layer_onnx_add) and reached the same
+ * way (onnx-plugin.c's em_onnx_form_layer); `forms` below is the table. */
 #include "export-private.h"
 
+#include "../plugin/plugin-host.h"
+
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 /* Index of attribute `name` in the node's type table (an invariant: the
@@ -20,12 +25,6 @@ static int64_t attr_i(const em_layer_node *n, const char *name, int k) {
   return em_attr_int(n, attr_index(n, name), k);
 }
 
-/* The input shape of node i's first input. */
-static const em_shape *in_shape(const em_spec *spec, int i) {
-  int k = spec->nodes[i].in[0];
-  return k < 0 ? &spec->input : &spec->nodes[k].out;
-}
-
 static const char *op1(em_onnx_builder *b, const char *op, const char *node, const char *x,
                        const char *out) {
   const char *in[1] = {x};
@@ -38,13 +37,30 @@ static const char *op2(em_onnx_builder *b, const char *op, const char *node, con
   return em_onnx_node(b, op, node, 2, in, out) ? out : NULL;
 }
 
-static void linear(em_onnx_builder *b, const em_spec *spec, int i, const char *x, const char *out,
-                   em_tensor *const *t, const char *const *tn) {
-  const char *name = spec->nodes[i].name;
-  bool bias = spec->nodes[i].n_decl > 1;
+/* What every built-in form reads: the builder, the node, its inputs'
+ * names and shapes, its output's name, its tensors and their names (the
+ * arguments of an em_layer_onnx_fn, the builder unwrapped). */
+typedef struct {
+  em_onnx_builder *b;
+  const em_layer_node *node;
+  int n_in;
+  const char *const *in;
+  const em_shape *in_shapes;
+  const char *out;
+  int n_t;
+  em_tensor *const *t;
+  const char *const *tn;
+} form_args;
+
+static void linear(const form_args *a) {
+  em_onnx_builder *b = a->b;
+  const char *name = a->node->name, *x = a->in[0], *out = a->out;
+  em_tensor *const *t = a->t;
+  const char *const *tn = a->tn;
+  bool bias = a->n_t > 1;
   em_onnx_init_tensor(b, tn[0], t[0]);
   if (bias) em_onnx_init_tensor(b, tn[1], t[1]);
-  if (in_shape(spec, i)->ndim == 2) { /* (N, D) @ (K, D)^T + (K) */
+  if (a->in_shapes[0].ndim == 2) { /* (N, D) @ (K, D)^T + (K) */
     const char *in[3] = {x, tn[0], bias ? tn[1] : NULL};
     Onnx__NodeProto *n = em_onnx_node(b, "Gemm", name, bias ? 3 : 2, in, out);
     em_onnx_attr_int(b, n, "transB", 1);
@@ -70,10 +86,13 @@ static void linear(em_onnx_builder *b, const em_spec *spec, int i, const char *x
   op2(b, "Add", na, mm, tn[1], out);
 }
 
-static void conv2d(em_onnx_builder *b, const em_spec *spec, int i, const char *x, const char *out,
-                   em_tensor *const *t, const char *const *tn) {
-  const em_layer_node *node = &spec->nodes[i].view;
-  bool bias = spec->nodes[i].n_decl > 1;
+static void conv2d(const form_args *a) {
+  em_onnx_builder *b = a->b;
+  const em_layer_node *node = a->node;
+  const char *x = a->in[0], *out = a->out;
+  em_tensor *const *t = a->t;
+  const char *const *tn = a->tn;
+  bool bias = a->n_t > 1;
   em_onnx_init_tensor(b, tn[0], t[0]);
   if (bias) em_onnx_init_tensor(b, tn[1], t[1]);
   const char *in[3] = {x, tn[0], bias ? tn[1] : NULL};
@@ -90,9 +109,10 @@ static void conv2d(em_onnx_builder *b, const em_spec *spec, int i, const char *x
   em_onnx_attr_int(b, n, "group", attr_i(node, "groups", 0));
 }
 
-static void pool2d(em_onnx_builder *b, const em_spec *spec, int i, const char *x, const char *out,
-                   bool avg) {
-  const em_layer_node *node = &spec->nodes[i].view;
+static void pool2d(const form_args *a, bool avg) {
+  em_onnx_builder *b = a->b;
+  const em_layer_node *node = a->node;
+  const char *x = a->in[0], *out = a->out;
   int ks = attr_index(node, "kernel_size"), ss = attr_index(node, "stride");
   int64_t k[2], s[2], p[4];
   for (int a = 0; a < 2; a++) {
@@ -123,10 +143,11 @@ static void pool2d(em_onnx_builder *b, const em_spec *spec, int i, const char *x
   if (avg) em_onnx_attr_int(b, n, "count_include_pad", 1);
 }
 
-static void flatten(em_onnx_builder *b, const em_spec *spec, int i, const char *x,
-                    const char *out) {
-  const em_layer_node *node = &spec->nodes[i].view;
-  const em_shape *in = in_shape(spec, i);
+static void flatten(const form_args *a) {
+  em_onnx_builder *b = a->b;
+  const em_layer_node *node = a->node;
+  const char *x = a->in[0], *out = a->out;
+  const em_shape *in = &a->in_shapes[0];
   int s = (int)attr_i(node, "start_dim", 0), e = (int)attr_i(node, "end_dim", 0);
   s = s < 0 ? s + in->ndim : s;
   e = e < 0 ? e + in->ndim : e;
@@ -148,7 +169,9 @@ static void flatten(em_onnx_builder *b, const em_spec *spec, int i, const char *
 }
 
 /* 0.5 x (1 + erf(x / sqrt 2)), as in engine/ops/unary.c. */
-static void gelu(em_onnx_builder *b, const char *name, const char *x, const char *out) {
+static void gelu(const form_args *a) {
+  em_onnx_builder *b = a->b;
+  const char *name = a->node->name, *x = a->in[0], *out = a->out;
   char *c_sqrt2 = em_onnx_printf(b, "%s/sqrt2", name), *c_one = em_onnx_printf(b, "%s/one", name);
   char *c_half = em_onnx_printf(b, "%s/half", name);
   char *v_div = em_onnx_tmp_name(b, name, "div"), *v_erf = em_onnx_tmp_name(b, name, "erf");
@@ -177,12 +200,14 @@ static void gelu(em_onnx_builder *b, const char *name, const char *x, const char
  * consumers that predate it (Debian 12's OpenCV 4.6) cannot load it, nor
  * broadcast (N, D) against (N, 1); this form runs everywhere and costs
  * O(D) extra weights. */
-static void layer_norm(em_onnx_builder *b, const em_spec *spec, int i, const char *x,
-                       const char *out, em_tensor *const *t, const char *const *tn) {
-  const char *name = spec->nodes[i].name;
-  const em_shape *in = in_shape(spec, i);
+static void layer_norm(const form_args *a) {
+  em_onnx_builder *b = a->b;
+  const char *name = a->node->name, *x = a->in[0], *out = a->out;
+  em_tensor *const *t = a->t;
+  const char *const *tn = a->tn;
+  const em_shape *in = &a->in_shapes[0];
   int64_t D = em_tensor_numel(t[0]);
-  const em_layer_node *node = &spec->nodes[i].view;
+  const em_layer_node *node = a->node;
   /* Weight and bias as (D) (they are contiguous model tensors). */
   em_tensor flat[2];
   for (int k = 0; k < 2; k++) {
@@ -253,58 +278,108 @@ static void layer_norm(em_onnx_builder *b, const em_spec *spec, int i, const cha
   }
 }
 
-em_status em_onnx_layer(em_onnx_builder *b, const em_spec *spec, int i, const char *const *in,
-                        const char *out, em_tensor *const *t, const char *const *tn,
-                        em_error *err) {
-  const em_spec_node *sn = &spec->nodes[i];
-  const char *type = sn->type->name, *name = sn->name;
-  /* A plugin may not reuse a built-in name (the registry refuses it), so
-   * a name match is the built-in type itself. */
-  if (sn->type != em_layer_type_find(type))
-    return em_error_set(err, EM_ERR_UNSUPPORTED,
-                        "node '%s': layer type '%s' is not the registered one", name, type);
-  if (!strcmp(type, "Linear")) {
-    linear(b, spec, i, in[0], out, t, tn);
-  } else if (!strcmp(type, "Conv2d")) {
-    conv2d(b, spec, i, in[0], out, t, tn);
-  } else if (!strcmp(type, "BatchNorm2d")) {
-    for (int k = 0; k < 4; k++) em_onnx_init_tensor(b, tn[k], t[k]);
-    const char *ins[5] = {in[0], tn[0], tn[1], tn[2], tn[3]};
-    Onnx__NodeProto *n = em_onnx_node(b, "BatchNormalization", name, 5, ins, out);
-    em_onnx_attr_float(b, n, "epsilon", (float)em_attr_float(&sn->view, attr_index(&sn->view, "eps")));
-  } else if (!strcmp(type, "LayerNorm")) {
-    layer_norm(b, spec, i, in[0], out, t, tn);
-  } else if (!strcmp(type, "ReLU") || !strcmp(type, "Sigmoid") || !strcmp(type, "Tanh")) {
-    op1(b, !strcmp(type, "ReLU") ? "Relu" : type, name, in[0], out);
-  } else if (!strcmp(type, "GELU")) {
-    gelu(b, name, in[0], out);
-  } else if (!strcmp(type, "SiLU")) { /* x sigmoid(x) */
-    char *v = em_onnx_tmp_name(b, name, "sigmoid");
-    char *ns = em_onnx_printf(b, "%s/Sigmoid", name), *nm = em_onnx_printf(b, "%s/Mul", name);
-    if (v && ns && nm) {
-      op1(b, "Sigmoid", ns, in[0], v);
-      op2(b, "Mul", nm, in[0], v, out);
-    }
-  } else if (!strcmp(type, "MaxPool2d") || !strcmp(type, "AvgPool2d")) {
-    pool2d(b, spec, i, in[0], out, type[0] == 'A');
-  } else if (!strcmp(type, "Flatten")) {
-    flatten(b, spec, i, in[0], out);
-  } else if (!strcmp(type, "Embedding")) { /* weight[indices] */
-    em_onnx_init_tensor(b, tn[0], t[0]);
-    Onnx__NodeProto *n = em_onnx_node(b, "Gather", name, 2, (const char *[]){tn[0], in[0]}, out);
-    em_onnx_attr_int(b, n, "axis", 0);
-  } else if (!strcmp(type, "Add")) { /* a chain of binary Adds */
-    const char *acc = in[0];
-    for (int k = 1; k < sn->n_in && !b->failed; k++) {
-      bool last = k == sn->n_in - 1;
-      const char *o = last ? out : em_onnx_tmp_name(b, name, "sum");
-      const char *nn = sn->n_in == 2 ? name : em_onnx_printf(b, "%s/Add_%d", name, k);
-      if (o && nn) acc = op2(b, "Add", nn, acc, in[k], o);
-    }
-  } else {
-    em_status st = em_onnx_plugin_layer(b, spec, i, in, out, t, tn, err);
-    if (st != EM_OK) return st;
+static void batch_norm2d(const form_args *a) {
+  for (int k = 0; k < 4; k++) em_onnx_init_tensor(a->b, a->tn[k], a->t[k]);
+  const char *ins[5] = {a->in[0], a->tn[0], a->tn[1], a->tn[2], a->tn[3]};
+  Onnx__NodeProto *n = em_onnx_node(a->b, "BatchNormalization", a->node->name, 5, ins, a->out);
+  em_onnx_attr_float(a->b, n, "epsilon",
+                     (float)em_attr_float(a->node, attr_index(a->node, "eps")));
+}
+
+static void relu(const form_args *a) { op1(a->b, "Relu", a->node->name, a->in[0], a->out); }
+static void sigmoid(const form_args *a) {
+  op1(a->b, "Sigmoid", a->node->name, a->in[0], a->out);
+}
+static void tanh_(const form_args *a) { op1(a->b, "Tanh", a->node->name, a->in[0], a->out); }
+
+static void silu(const form_args *a) { /* x sigmoid(x) */
+  em_onnx_builder *b = a->b;
+  const char *name = a->node->name;
+  char *v = em_onnx_tmp_name(b, name, "sigmoid");
+  char *ns = em_onnx_printf(b, "%s/Sigmoid", name), *nm = em_onnx_printf(b, "%s/Mul", name);
+  if (v && ns && nm) {
+    op1(b, "Sigmoid", ns, a->in[0], v);
+    op2(b, "Mul", nm, a->in[0], v, a->out);
   }
-  if (b->failed) return em_error_set(err, EM_ERR_NOMEM, "node '%s': out of memory building the ONNX graph", name);
-  return EM_OK;
+}
+
+static void max_pool2d(const form_args *a) { pool2d(a, false); }
+static void avg_pool2d(const form_args *a) { pool2d(a, true); }
+
+static void embedding(const form_args *a) { /* weight[indices] */
+  em_onnx_init_tensor(a->b, a->tn[0], a->t[0]);
+  Onnx__NodeProto *n = em_onnx_node(a->b, "Gather", a->node->name, 2,
+                                    (const char *[]){a->tn[0], a->in[0]}, a->out);
+  em_onnx_attr_int(a->b, n, "axis", 0);
+}
+
+static void add(const form_args *a) { /* a chain of binary Adds */
+  em_onnx_builder *b = a->b;
+  const char *name = a->node->name, *acc = a->in[0];
+  for (int k = 1; k < a->n_in && !b->failed; k++) {
+    bool last = k == a->n_in - 1;
+    const char *o = last ? a->out : em_onnx_tmp_name(b, name, "sum");
+    const char *nn = a->n_in == 2 ? name : em_onnx_printf(b, "%s/Add_%d", name, k);
+    if (o && nn) acc = op2(b, "Add", nn, acc, a->in[k], o);
+  }
+}
+
+/* Each built-in form as an em_layer_onnx_fn, the plugins' kind: the
+ * builder is the graph's (built-in forms name their nodes after the layer
+ * node, as they always have). */
+#define FORM(f)                                                                              \
+  static em_status f##_form(em_onnx_graph *g, const em_layer_node *node, int n_in,            \
+                            const char *const *in, const em_shape *in_shapes, const char *out, \
+                            int n_t, em_tensor *const *t, const char *const *tn,              \
+                            em_error *err) {                                                  \
+    (void)err;                                                                               \
+    f(&(form_args){g->b, node, n_in, in, in_shapes, out, n_t, t, tn});                       \
+    return EM_OK;                                                                            \
+  }
+FORM(linear)
+FORM(conv2d)
+FORM(batch_norm2d)
+FORM(layer_norm)
+FORM(relu)
+FORM(gelu)
+FORM(silu)
+FORM(sigmoid)
+FORM(tanh_)
+FORM(max_pool2d)
+FORM(avg_pool2d)
+FORM(flatten)
+FORM(embedding)
+FORM(add)
+
+/* The built-in layer types' ONNX forms, added to the registry plugin
+ * layers' forms are in (em_layer_onnx_add) on the first export. Dropout
+ * has none: it is the identity at inference, which the exporter writes by
+ * aliasing its input (em_onnx_layer_exportable says so). */
+static const struct {
+  const em_layer_type *type;
+  em_layer_onnx_fn fn;
+} forms[] = {
+    {&em_layer_linear, linear_form},         {&em_layer_conv2d, conv2d_form},
+    {&em_layer_batch_norm2d, batch_norm2d_form}, {&em_layer_layer_norm, layer_norm_form},
+    {&em_layer_relu, relu_form},             {&em_layer_gelu, gelu_form},
+    {&em_layer_silu, silu_form},             {&em_layer_sigmoid, sigmoid_form},
+    {&em_layer_tanh, tanh__form},            {&em_layer_max_pool2d, max_pool2d_form},
+    {&em_layer_avg_pool2d, avg_pool2d_form}, {&em_layer_flatten, flatten_form},
+    {&em_layer_embedding, embedding_form},   {&em_layer_add, add_form},
+};
+
+static pthread_once_t forms_once = PTHREAD_ONCE_INIT;
+
+static void register_forms(void) {
+  for (size_t k = 0; k < sizeof forms / sizeof *forms; k++)
+    EM_ASSERT(em_layer_onnx_add(forms[k].type, forms[k].fn, NULL) == EM_OK);
+}
+
+void em_onnx_forms_register(void) { pthread_once(&forms_once, register_forms); }
+
+bool em_onnx_layer_is_identity(const em_layer_type *type) { return type == &em_layer_dropout; }
+
+bool em_onnx_layer_exportable(const em_layer_type *type) {
+  em_onnx_forms_register();
+  return em_onnx_layer_is_identity(type) || em_layer_onnx_find(type) != NULL;
 }

@@ -1,19 +1,16 @@
-/* onnx-plugin.c: the ONNX form of plugin layer types. A plugin gives an
- * em_layer_onnx_fn with its layer (em-plugin.h); the exporter calls it for
- * a node whose type is not built in, through the small public builder
- * below (em_onnx_graph), a thin face of the exporter's own builder. A type
- * without a mapping is refused naming the node and the type. */
+/* onnx-plugin.c: a layer node in ONNX through its type's form, an
+ * em_layer_onnx_fn found in the forms registry: a plugin gives one with its
+ * layer (em-plugin.h) and writes through the small public builder below
+ * (em_onnx_graph), a thin face of the exporter's own builder; the built-in
+ * types' forms (onnx-layers.c) are registered there too and use the
+ * builder itself. Every form's nodes are checked to be a valid graph. A
+ * type without a form is refused naming the node and the type. */
 #include "export-private.h"
 
 #include <string.h>
 
 #include "em-plugin.h"
 
-struct em_onnx_graph {
-  em_onnx_builder *b;
-  const char *node;   /* the spec node being mapped: names start with it */
-  const char *misuse; /* the first call the mapping made wrongly, or NULL */
-};
 
 /* A call with arguments no graph can hold is remembered (the first one)
  * and refused, instead of reaching the builder. */
@@ -135,10 +132,11 @@ static em_status check_mapping(const Onnx__GraphProto *gr, const layer_inputs *l
   return EM_OK;
 }
 
-em_status em_onnx_plugin_layer(em_onnx_builder *b, const em_spec *spec, int i,
-                               const char *const *in, const char *out, em_tensor *const *t,
-                               const char *const *tn, em_error *err) {
+em_status em_onnx_layer(em_onnx_builder *b, const em_spec *spec, int i, const char *const *in,
+                        const char *out, em_tensor *const *t, const char *const *tn,
+                        em_error *err) {
   const em_spec_node *sn = &spec->nodes[i];
+  em_onnx_forms_register();
   em_layer_onnx_fn fn = em_layer_onnx_find(sn->type);
   if (!fn) {
     const char *who = em_plugin_provider(sn->type->name);
@@ -159,7 +157,9 @@ em_status em_onnx_plugin_layer(em_onnx_builder *b, const em_spec *spec, int i,
   if (st != EM_OK)
     return em_error_set(err, st, "node '%s' (%s): %s", sn->name, sn->type->name,
                         e.msg[0] ? e.msg : em_status_name(st));
-  if (b->failed) return EM_OK; /* out of memory: the exporter says so */
+  if (b->failed)
+    return em_error_set(err, EM_ERR_NOMEM, "node '%s': out of memory building the ONNX graph",
+                        sn->name);
   if (g.misuse)
     return em_error_set(err, EM_ERR_INVALID, "node '%s' (%s): its ONNX mapping called %s",
                         sn->name, sn->type->name, g.misuse);

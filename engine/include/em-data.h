@@ -79,6 +79,58 @@ em_status em_dataset_get(const em_dataset *ds, int64_t i, float *x /* (...sample
 em_status em_dataset_set_normalize(em_dataset *ds, int n, const float *mean, const float *std,
                                    em_error *err);
 
+/* ---- dataset kinds: the registry -------------------------------------------- */
+/* What a model asks of the data: its input's sample shape and its
+ * classes (its output's width). A kind may ignore it (a file's shape is
+ * the file's); synthetic makes its samples to it, csv names a label past
+ * it by its line. NULL or zeroed: nothing asked. */
+typedef struct {
+  const int64_t *sample_shape; /* (ndim) */
+  int sample_ndim;
+  int classes;
+} em_dataset_want;
+
+/* A dataset kind: `--dataset name --data-dir DIR`. open returns a dataset
+ * made with em_dataset_new (NULL with err filled: a message naming the
+ * file at fault). options is the em_dataset_want of the model that will
+ * read it (NULL when none is known, as on the workbench's Data page).
+ * Built-in kinds (fashion-mnist, cifar10, csv, synthetic) and plugins'
+ * (em_plugin_add_dataset) register alike; a plugin's open is always given
+ * a folder. */
+typedef struct {
+  const char *name; /* "png-folder" */
+  const char *help; /* one line */
+  em_dataset *(*open)(const char *dir, bool train, const void *options, em_error *err);
+} em_dataset_type;
+
+/* The kinds in registration order (the built-ins first), by name or
+ * index. find loads the plugins when the name is not registered (the
+ * host's lazy load, em_plugin_set_loader) and looks again. */
+const em_dataset_type *em_dataset_type_find(const char *name);
+int em_dataset_type_count(void);
+const em_dataset_type *em_dataset_type_at(int i);
+/* For the plugin host (a plugin calls em_plugin_add_dataset, which stages
+ * and rolls back) and tests: add fails on a name already taken. */
+em_status em_dataset_type_add(const em_dataset_type *kind, em_error *err);
+void em_dataset_type_remove(const em_dataset_type *kind);
+
+/* Opens the named kind's split from dir (a folder, or csv's file; NULL
+ * or "": the kind's default, or a clear "needs its folder") for a model
+ * whose input samples have sample_shape (sample_ndim 0: not known) and
+ * which has classes outputs (0: not known). An unknown name lists the
+ * known ones and where plugins were looked for. A spec's dataset is
+ * opened with em_train_open_dataset (em-train.h), which calls this. */
+em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
+                                  const int64_t *sample_shape, int sample_ndim, int classes,
+                                  em_error *err);
+/* The files a named dataset reads (absolute paths, sorted), for lineage:
+ * up to cap paths of up to 1024 bytes each into paths; *n gets the count.
+ * "synthetic" has none; a plugin's kind reports none (its files are its
+ * own business). */
+em_status em_dataset_files_named(const char *name, const char *dir, bool train,
+                                 char (*paths)[1024], int cap, int *n, em_error *err);
+
+
 /* IDX files (the MNIST format), gzip-compressed or plain. The images file
  * must hold unsigned bytes with >= 2 dims: (N, H, W) gives samples of
  * shape (1, H, W), (N, D) gives (D), (N, C, H, W) gives (C, H, W). The

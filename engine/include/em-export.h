@@ -34,6 +34,11 @@ typedef struct {
   const char *description;    /* NULL: the spec's description */
 } em_export_meta;
 
+/* Whether nodes of this layer type export: it has an ONNX form (a
+ * built-in's, or the one its plugin gave) or is the identity at inference
+ * (Dropout). */
+bool em_onnx_layer_exportable(const em_layer_type *type);
+
 /* meta may be NULL (the spec's name and description only). */
 em_status em_export_onnx(const em_model *m, const char *path, const em_export_meta *meta,
                          em_error *err);

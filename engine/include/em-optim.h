@@ -42,6 +42,9 @@
 #include "em-tensor.h"
 
 /* ---- optimisers ------------------------------------------------------------ */
+/* An optimiser is its position in engine/optim/optimizers.c's table;
+ * these name the built-ins' (a new optimiser needs no value here: it is
+ * found by name, em_optim_parse_kind). */
 typedef enum { EM_OPTIM_SGD, EM_OPTIM_ADAM, EM_OPTIM_ADAMW } em_optim_kind;
 
 typedef struct {
@@ -63,8 +66,14 @@ void em_optim_config_defaults(em_optim_config *c, em_optim_kind kind);
 /* Checks the values a person may have typed (lr >= 0, betas in [0, 1),
  * Nesterov with momentum and no dampening, ...). */
 em_status em_optim_config_check(const em_optim_config *c, em_error *err);
-const char *em_optim_kind_name(em_optim_kind kind); /* "sgd", "adam", "adamw" */
+/* The optimisers: kinds 0 .. em_optim_kind_count() - 1. A kind's name
+ * ("sgd", "adam", "adamw"), NULL past the last. */
+int em_optim_kind_count(void);
+const char *em_optim_kind_name(em_optim_kind kind);
 em_status em_optim_parse_kind(const char *name, em_optim_kind *out, em_error *err);
+/* State tensors the optimiser c keeps per parameter (SGD with momentum 1,
+ * Adam 2, with AMSGrad 3), each the parameter's size. */
+int em_optim_state_per_param(const em_optim_config *c);
 
 typedef struct em_optimizer em_optimizer;
 

@@ -100,15 +100,7 @@ typedef em_status (*em_layer_onnx_fn)(em_onnx_graph *g, const em_layer_node *nod
                                       const char *output, int n_params, em_tensor *const *params,
                                       const char *const *param_names, em_error *err);
 
-/* A dataset kind: `--dataset name --data-dir DIR`. open returns a dataset
- * made with em_dataset_new (NULL with err filled: a message naming the
- * file at fault). options is reserved for kind-specific settings and is
- * NULL today. */
-typedef struct {
-  const char *name; /* "png-folder" */
-  const char *help; /* one line */
-  em_dataset *(*open)(const char *dir, bool train, const void *options, em_error *err);
-} em_dataset_type;
+/* A dataset kind: em_dataset_type, em-data.h. */
 
 /* A metric over the evaluation's outputs: logits (N, K) row-major floats
  * (the model's output, in dataset order) and labels (N) in [0, K). Fills
@@ -127,10 +119,7 @@ em_status em_plugin_add_layer(em_plugin_host *h, const em_layer_type *type,
 em_status em_plugin_add_dataset(em_plugin_host *h, const em_dataset_type *kind, em_error *err);
 em_status em_plugin_add_metric(em_plugin_host *h, const em_metric_type *metric, em_error *err);
 
-/* ---- the registries (dataset kinds, metrics, layer ONNX forms) ------------- */
-const em_dataset_type *em_dataset_type_find(const char *name);
-int em_dataset_type_count(void);
-const em_dataset_type *em_dataset_type_at(int i);
+/* ---- the registries (metrics, layer ONNX forms; dataset kinds: em-data.h) -- */
 const em_metric_type *em_metric_find(const char *name);
 int em_metric_count(void);
 const em_metric_type *em_metric_at(int i);

@@ -84,8 +84,104 @@ em_status em_train_config_from_spec(em_train_config *c, const em_spec *spec, em_
  * The registry stores this, and --resume rebuilds the run from it. */
 char *em_train_config_to_json(const em_train_config *c);
 em_status em_train_config_from_json(em_train_config *c, const char *json, em_error *err);
-/* Checks ranges (batch >= 1, lr > 0, ...) before a run. */
+/* Checks ranges (the settings table's, and the rules between fields:
+ * nesterov needs momentum, checkpoint_every a folder, ...) before a run. */
 em_status em_train_config_validate(const em_train_config *c, em_error *err);
+/* The schedule a run follows: c->schedule with the one learning rate,
+ * c->optim.lr, as its base (the config's schedule.lr is not read). */
+em_schedule em_train_config_schedule(const em_train_config *c);
+
+/* ---- the training settings: one table -----------------------------------
+ * Every setting of em_train_config is one row of one table (settings.c):
+ * its config-JSON key, its key in the spec, its type and range, its
+ * default, its command-line flag and help. The spec reader, the JSON
+ * round trip, validate, `ember train`'s flags and --help, the workbench
+ * form's bounds and every "unknown key; known: ..." list are derived from
+ * it, so a new setting is one row (plus its field in em_train_config). */
+typedef enum {
+  EM_SETTING_INT,     /* int or int64_t (by size), a whole number in [min, max] */
+  EM_SETTING_NUM,     /* a finite double in [lo, hi] */
+  EM_SETTING_BOOL,
+  EM_SETTING_STR,     /* char[size] */
+  EM_SETTING_CHOICE,  /* an enum: one of n_choices names, choice_name(i) */
+  EM_SETTING_SEED,    /* uint64_t; [min, max] in the spec and the CLI; the
+                         config JSON holds any, above 2^63 - 1 as a string */
+  EM_SETTING_DEVICE,  /* em_device: "cpu", "cuda", "cuda:N", "ref" */
+  EM_SETTING_PAIR,    /* the spec's "betas": two doubles from offset on */
+  EM_SETTING_METRICS, /* the spec's "metrics": plugins' metrics, checked, not kept */
+} em_setting_type;
+
+enum {
+  EM_SETTING_SPEC = 1 << 0,      /* read from the spec (spec_section.spec_key) */
+  EM_SETTING_JSON = 1 << 1,      /* a key of the config JSON (group.key) */
+  EM_SETTING_SPARSE = 1 << 2,    /* written to the JSON only away from the default,
+                                    so that a run without it is stored as before */
+  EM_SETTING_RESUMABLE = 1 << 3, /* --resume may change it: where a run runs,
+                                    not what it computes */
+  EM_SETTING_EVAL = 1 << 4,      /* `ember eval` reads it */
+  EM_SETTING_FIRST = 1 << 5,     /* read before the others: choosing it resets
+                                    the settings it owns (the optimiser) */
+  EM_SETTING_OWN_DEFAULT = 1 << 6, /* its default is its owner's (the optimiser's
+                                      or the schedule's), not def */
+};
+
+typedef struct {
+  const char *key;          /* in the config JSON, inside group */
+  const char *group;        /* NULL: the JSON's top level; "optim", "schedule" */
+  const char *spec_section; /* "training", "schedule" (the spec's training.schedule
+                               object) or "loss" */
+  const char *spec_key;
+  em_setting_type type;
+  unsigned flags;
+  size_t offset, size;      /* in em_train_config */
+  int64_t min, max;         /* INT, SEED */
+  double lo, hi;            /* NUM, PAIR */
+  double def;               /* INT, NUM, BOOL, CHOICE */
+  const char *def_str;      /* STR */
+  const char *(*choice_name)(int i); /* CHOICE; NULL past the last. STR: the names it
+                                        knows, for the help (any other is the
+                                        reader's to refuse: the dataset) */
+  void (*choose)(em_train_config *c, int v); /* CHOICE: sets the field itself (NULL:
+                                                stored as it is) */
+  const char *flag;         /* `ember train --flag`; NULL: none */
+  const char *metavar;      /* "N", "X", "NAME"; NULL: a switch that sets flag_sets */
+  bool flag_sets;
+  const char *help;         /* the flag's help (lines after the first start "\n");
+                               NULL on a CHOICE row: its names, "a | b | c"; a
+                               STR row with names: the names, then " | " this */
+} em_setting;
+
+/* The table, in the config JSON's order. */
+const em_setting *em_settings(int *n);
+/* The row of a config-JSON key (group NULL: the top level), of a spec
+ * key, of a flag ("lr" for --lr); NULL when there is none. */
+const em_setting *em_setting_by_key(const char *group, const char *key);
+const em_setting *em_setting_by_spec(const char *section, const char *key);
+const em_setting *em_setting_by_flag(const char *flag);
+
+/* Typed access to a row's field of c. set_choice on the optimiser's row
+ * (its choose) resets the optimiser's settings to the new kind's defaults
+ * when the kind changes (the spec's lr was chosen for its own optimiser). */
+int64_t em_setting_get_int(const em_setting *s, const em_train_config *c);
+void em_setting_set_int(const em_setting *s, em_train_config *c, int64_t v);
+double em_setting_get_num(const em_setting *s, const em_train_config *c);
+void em_setting_set_num(const em_setting *s, em_train_config *c, double v);
+bool em_setting_get_bool(const em_setting *s, const em_train_config *c);
+void em_setting_set_bool(const em_setting *s, em_train_config *c, bool v);
+int em_setting_get_choice(const em_setting *s, const em_train_config *c);
+void em_setting_set_choice(const em_setting *s, em_train_config *c, int v);
+/* Text into a row's field (STR: too long is an error; CHOICE: one of the
+ * names; DEVICE: em_device_parse). Messages start with what: "--amp". */
+em_status em_setting_set_text(const em_setting *s, em_train_config *c, const char *what,
+                              const char *text, em_error *err);
+/* The names of a CHOICE row, joined with sep ("sgd, adam, adamw"). */
+void em_setting_choices(const em_setting *s, const char *sep, char *buf, size_t n);
+/* The keys of a spec section, or of a JSON group (NULL: the top level),
+ * comma-separated: what "unknown key" messages list. */
+void em_settings_spec_keys(const char *section, char *buf, size_t n);
+void em_settings_json_keys(const char *group, char *buf, size_t n);
+/* The range of a number row as doubles (INT, SEED: min, max), for a form. */
+void em_setting_bounds(const em_setting *s, double *lo, double *hi);
 
 typedef enum {
   EM_EVENT_START,
@@ -308,6 +404,18 @@ typedef struct {
   int64_t fixed_bytes, per_sample_bytes, total_bytes;
   int optim_states; /* tensors of state per parameter: Adam 2, SGD+momentum 1 */
 } em_train_memory_estimate;
+/* One sample's costs at spec node i: its output's bytes, its FLOPs (an
+ * estimate: 2 per weight use for Linear and Conv2d, 0 for Embedding, one
+ * per output value otherwise) and the workspace its op keeps till the
+ * step ends (Conv2d's unfolded input, MaxPool2d's indices). One table of
+ * layer types, engine/train/layer-costs.c; the estimate below and the
+ * builder's costs read it. */
+typedef struct {
+  int64_t act_bytes;
+  double flops;
+  int64_t workspace_bytes;
+} em_node_costs;
+void em_spec_node_costs(const em_spec *spec, int i, em_node_costs *out);
 void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int64_t batch,
                               em_train_memory_estimate *out);
 /* Before a run on a device (EM_OK at once on the CPU): the estimate at
@@ -324,15 +432,9 @@ em_status em_train_preflight(const em_spec *spec, const em_train_config *c, int 
 em_status em_train_check_fit(const em_spec *spec, const em_dataset *ds, const char *dsname,
                              em_loss_kind loss, em_error *err);
 
-/* Opens the named dataset ("fashion-mnist", "cifar10", "csv", "synthetic",
- * or a kind a plugin registered, em-plugin.h). csv: dir is the file, read
- * with em_csv_options' defaults (the label last, no header), split by
- * em_dataset_csv_split. */
-em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
-                                  const int64_t *sample_shape, int sample_ndim, int classes,
+/* Opens the dataset c names (c->dataset from c->data_dir, the training
+ * or the test split) for spec's model, and checks that the model fits it
+ * (em_train_check_fit). What `ember train`, `eval`, `profile` and the
+ * workbench's runs open their data with. */
+em_dataset *em_train_open_dataset(const em_spec *spec, const em_train_config *c, bool train,
                                   em_error *err);
-/* The files a named dataset reads (absolute paths, sorted), for lineage:
- * up to cap paths of up to 1024 bytes each into paths; *n gets the count.
- * "synthetic" has none. */
-em_status em_dataset_files_named(const char *name, const char *dir, bool train,
-                                 char (*paths)[1024], int cap, int *n, em_error *err);

@@ -4,12 +4,19 @@
 #include "em-optim.h"
 #include "em-pool.h"
 
+#include <stddef.h>
+
 /* An update streams four or five arrays at a few flops per element, so
  * one step updates every parameter in one pass over the pool, each
  * parameter cut into one share of rows per thread (pieces.c). Below this
  * many elements in all, the step (and the gradient norm, clip.c) runs in
  * the calling thread. */
 #define EM_OPTIM_PARALLEL_MIN ((int64_t)1 << 15)
+
+/* Per-parameter state tensors an optimiser may keep (Adam with AMSGrad
+ * keeps three), and the room for one update's arguments in a slot. */
+#define EM_OPTIM_MAX_BUFFERS 3
+#define EM_OPTIM_ARGS_BYTES 128
 
 /* The update of one parameter, element-wise over [begin, end). */
 typedef struct {
@@ -23,35 +30,18 @@ typedef struct {
  * the split. */
 void em_optim_pieces_run(const em_optim_piece *pieces, int n);
 
-typedef struct {
-  void *p, *buf;  /* (D) */
-  const void *g;  /* (D) */
-  double lr, wd, mom, damp;
-  bool first, nesterov;
-} em_sgd_args;
-
-typedef struct {
-  void *p, *m, *v, *vmax; /* (D); vmax NULL without amsgrad */
-  const void *g;          /* (D) */
-  double l2;              /* Adam's weight decay (0 for AdamW) */
-  double shrink;          /* AdamW's 1 - lr * wd (1 for Adam) */
-  double beta1, beta2, eps;
-  double step_size;       /* lr / (1 - beta1^t) */
-  double bc2_sqrt;        /* sqrt(1 - beta2^t) */
-} em_adam_args;
-
 /* One parameter and its state. */
 typedef struct {
   em_tensor *param; /* any shape, contiguous, f32 or f64 */
   char *name;
-  /* SGD: [0] momentum_buffer. Adam/AdamW: [0] exp_avg, [1] exp_avg_sq,
-   * [2] max_exp_avg_sq (amsgrad). Same shape and dtype as param. */
-  em_tensor *buf[3];
+  /* The optimiser's per-parameter state, named by its type's
+   * buffer_names; same shape and dtype as param. */
+  em_tensor *buf[EM_OPTIM_MAX_BUFFERS];
   em_tensor *step; /* i64 []: updates applied (SGD: through the buffer) */
-  union {           /* this step's update, for its piece */
-    em_sgd_args sgd;
-    em_adam_args adam;
-  } args;
+  /* This step's update's arguments, for its piece: each optimiser's own
+   * struct (checked to fit where it is defined), so a new optimiser adds
+   * nothing here. */
+  _Alignas(max_align_t) unsigned char args[EM_OPTIM_ARGS_BYTES];
 } em_optim_slot;
 
 struct em_optimizer {
@@ -64,11 +54,36 @@ struct em_optimizer {
   em_optim_piece *pieces; /* (n): a step's updates on the CPU */
 };
 
-/* One update of slot s from its parameter's gradient g (contiguous, the
- * parameter's shape and dtype), counted in the slot's step: a parameter
- * on a device is updated there at once (false); on the CPU *piece is set
- * to the update, for em_optim_pieces_run (true). */
-bool em_sgd_prepare(const em_optim_config *c, em_optim_slot *s, const em_tensor *g,
-                    em_optim_piece *piece);
-bool em_adam_prepare(const em_optim_config *c, em_optim_slot *s, const em_tensor *g,
-                     em_optim_piece *piece);
+/* An optimiser: one file (sgd.c, adam.c) defines its type, and one line
+ * of optimizers.c's table lists it; its index there is its
+ * em_optim_kind. Everything the rest of the engine asks of an optimiser
+ * (its name, defaults, checks, state, update) is read off this. */
+typedef struct {
+  const char *name;           /* "sgd": the spec's, the JSON's and --optimizer's */
+  em_optim_config defaults;   /* PyTorch's (kind is filled in from the table) */
+  /* Its own hyperparameters' ranges (lr and weight_decay are checked for
+   * every kind); messages start with the name. */
+  em_status (*check)(const em_optim_config *c, em_error *err);
+  /* A parameter it cannot update where it lives (NULL: any the optimiser
+   * object accepts). */
+  em_status (*check_param)(const em_optim_config *c, const em_tensor *p, const char *name,
+                           em_error *err);
+  /* State tensors per parameter under c (at most EM_OPTIM_MAX_BUFFERS),
+   * named "<param>.<buffer_names[b]>"; any state comes with the
+   * parameter's i64 "<param>.step". The memory estimate counts these. */
+  int (*buffers)(const em_optim_config *c);
+  const char *buffer_names[EM_OPTIM_MAX_BUFFERS];
+  /* What one-cycle cycles (SGD's momentum, Adam's beta1): set asserts the
+   * value is in range. */
+  double (*get_momentum)(const em_optim_config *c);
+  void (*set_momentum)(em_optim_config *c, double m);
+  /* One update of slot s from its parameter's gradient g (contiguous, the
+   * parameter's shape and dtype), counted in the slot's step: a parameter
+   * on a device is updated there at once (false); on the CPU *piece is
+   * set to the update, for em_optim_pieces_run (true). */
+  bool (*prepare)(const em_optim_config *c, em_optim_slot *s, const em_tensor *g,
+                  em_optim_piece *piece);
+} em_optim_type;
+
+/* The type of kind (asserted to be one of the table's). */
+const em_optim_type *em_optim_type_of(em_optim_kind kind);

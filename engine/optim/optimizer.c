@@ -1,6 +1,7 @@
 /* optimizer.c: the optimiser object: configuration, parameters and their
  * state tensors, the step count, and the state list that checkpoints
- * read and write. The updates themselves are in sgd.c and adam.c.
+ * read and write, for any optimiser type (optimizers.c's table). The
+ * updates themselves are in each type's file (sgd.c, adam.c).
  *
  * A parameter's buffers (momentum, moments) live on the parameter's
  * device; the step counts (i64 scalars the host reads at every update)
@@ -14,67 +15,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[] = {"sgd", "adam", "adamw"};
-
-const char *em_optim_kind_name(em_optim_kind kind) {
-  return (unsigned)kind <= EM_OPTIM_ADAMW ? kind_names[kind] : "?";
-}
-
-em_status em_optim_parse_kind(const char *name, em_optim_kind *out, em_error *err) {
-  for (int k = 0; k <= EM_OPTIM_ADAMW; k++)
-    if (name && strcmp(name, kind_names[k]) == 0) {
-      *out = (em_optim_kind)k;
-      return EM_OK;
-    }
-  return em_error_set(err, EM_ERR_INVALID,
-                      "unknown optimizer '%s' (expected sgd, adam or adamw)",
-                      name ? name : "(null)");
-}
-
-void em_optim_config_defaults(em_optim_config *c, em_optim_kind kind) {
-  *c = (em_optim_config){
-    .kind = kind,
-    .lr = kind == EM_OPTIM_SGD ? 0.01 : 1e-3,
-    .weight_decay = kind == EM_OPTIM_ADAMW ? 1e-2 : 0.0,
-    .beta1 = 0.9,
-    .beta2 = 0.999,
-    .eps = 1e-8,
-  };
-}
-
 static bool in_range(double v, double lo, double hi) { return v >= lo && v <= hi; }
 
 em_status em_optim_config_check(const em_optim_config *c, em_error *err) {
-  if ((unsigned)c->kind > EM_OPTIM_ADAMW)
+  if ((unsigned)c->kind >= (unsigned)em_optim_kind_count())
     return em_error_set(err, EM_ERR_INVALID, "unknown optimizer kind %d", (int)c->kind);
-  const char *what = em_optim_kind_name(c->kind);
+  const em_optim_type *type = em_optim_type_of(c->kind);
   if (!in_range(c->lr, 0, INFINITY) || isinf(c->lr))
-    return em_error_set(err, EM_ERR_INVALID, "%s: lr must be a finite number >= 0, got %g", what,
-                        c->lr);
+    return em_error_set(err, EM_ERR_INVALID, "%s: lr must be a finite number >= 0, got %g",
+                        type->name, c->lr);
   if (!in_range(c->weight_decay, 0, INFINITY) || isinf(c->weight_decay))
     return em_error_set(err, EM_ERR_INVALID,
-                        "%s: weight_decay must be a finite number >= 0, got %g", what,
+                        "%s: weight_decay must be a finite number >= 0, got %g", type->name,
                         c->weight_decay);
-  if (c->kind == EM_OPTIM_SGD) {
-    if (!in_range(c->momentum, 0, 1))
-      return em_error_set(err, EM_ERR_INVALID, "sgd: momentum must be in [0, 1], got %g",
-                          c->momentum);
-    if (!in_range(c->dampening, 0, 1))
-      return em_error_set(err, EM_ERR_INVALID, "sgd: dampening must be in [0, 1], got %g",
-                          c->dampening);
-    if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
-      return em_error_set(err, EM_ERR_INVALID,
-                          "sgd: nesterov needs momentum > 0 and dampening 0 (got momentum %g, "
-                          "dampening %g)", c->momentum, c->dampening);
-    return EM_OK;
-  }
-  if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
-    return em_error_set(err, EM_ERR_INVALID, "%s: betas must be in [0, 1), got (%g, %g)", what,
-                        c->beta1, c->beta2);
-  if (!in_range(c->eps, 0, INFINITY) || isinf(c->eps))
-    return em_error_set(err, EM_ERR_INVALID, "%s: eps must be a finite number >= 0, got %g",
-                        what, c->eps);
-  return EM_OK;
+  return type->check ? type->check(c, err) : EM_OK;
 }
 
 /* The shape of a 0-dimensional tensor (a step count). */
@@ -111,7 +65,7 @@ static int cmp_names(const void *a, const void *b) {
 static em_status state_list_build(em_optimizer *o, em_error *err) {
   int count = 1;
   for (int i = 0; i < o->n; i++) {
-    for (int b = 0; b < 3; b++) count += o->slots[i].buf[b] != NULL;
+    for (int b = 0; b < EM_OPTIM_MAX_BUFFERS; b++) count += o->slots[i].buf[b] != NULL;
     count += o->slots[i].step != NULL;
   }
   em_tensor **list = malloc(sizeof *list * (size_t)count);
@@ -124,7 +78,7 @@ static em_status state_list_build(em_optimizer *o, em_error *err) {
   int k = 0;
   list[k++] = o->step;
   for (int i = 0; i < o->n; i++) {
-    for (int b = 0; b < 3; b++)
+    for (int b = 0; b < EM_OPTIM_MAX_BUFFERS; b++)
       if (o->slots[i].buf[b]) list[k++] = o->slots[i].buf[b];
     if (o->slots[i].step) list[k++] = o->slots[i].step;
   }
@@ -145,15 +99,17 @@ static em_status state_list_build(em_optimizer *o, em_error *err) {
   return EM_OK;
 }
 
-/* Allocates slot s's state for the optimiser's kind and config. */
+/* Allocates what slot s's state lacks for the optimiser's kind and
+ * config. */
 static em_status slot_alloc(const em_optim_config *c, em_optim_slot *s, em_error *err) {
   const em_tensor *p = s->param;
-  static const char *const adam_names[3] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-  int nbuf = c->kind == EM_OPTIM_SGD ? (c->momentum != 0) : (c->amsgrad ? 3 : 2);
+  const em_optim_type *type = em_optim_type_of(c->kind);
+  int nbuf = type->buffers(c);
+  EM_ASSERT(nbuf >= 0 && nbuf <= EM_OPTIM_MAX_BUFFERS);
   for (int b = 0; b < nbuf; b++) {
     if (s->buf[b]) continue;
-    const char *suffix = c->kind == EM_OPTIM_SGD ? "momentum_buffer" : adam_names[b];
-    s->buf[b] = state_new(p->device, p->dtype, p->ndim, p->shape, s->name, suffix, err);
+    s->buf[b] = state_new(p->device, p->dtype, p->ndim, p->shape, s->name,
+                          type->buffer_names[b], err);
     if (!s->buf[b]) return em_error_prefix(err, "parameter '%s'", s->name);
   }
   if (nbuf > 0 && !s->step) {
@@ -195,13 +151,8 @@ em_optimizer *em_optimizer_new(const em_optim_config *c, int n, em_tensor *const
                    sizeof dn));
       return NULL;
     }
-    if (em_on_device(p) && c->kind != EM_OPTIM_SGD && c->amsgrad) {
-      char dn[32];
-      em_error_set(err, EM_ERR_UNSUPPORTED, "parameter '%s' is on %s: AMSGrad runs on the CPU "
-                   "only (turn amsgrad off, or train on the CPU)", nm,
-                   em_device_str(p->device, dn, sizeof dn));
-      return NULL;
-    }
+    const em_optim_type *type = em_optim_type_of(c->kind);
+    if (type->check_param && type->check_param(c, p, nm, err) != EM_OK) return NULL;
     for (int j = 0; j < i; j++)
       if (params[j] == p) {
         em_error_set(err, EM_ERR_INVALID, "parameter '%s' is given twice", nm);
@@ -252,7 +203,7 @@ void em_optimizer_free(em_optimizer *o) {
   if (!o) return;
   for (int i = 0; i < o->n; i++) {
     em_optim_slot *s = &o->slots[i];
-    for (int b = 0; b < 3; b++) state_free(s->buf[b]);
+    for (int b = 0; b < EM_OPTIM_MAX_BUFFERS; b++) state_free(s->buf[b]);
     state_free(s->step);
     free(s->name);
   }
@@ -264,6 +215,7 @@ void em_optimizer_free(em_optimizer *o) {
 }
 
 void em_optimizer_step(em_optimizer *o) {
+  const em_optim_type *type = em_optim_type_of(o->cfg.kind);
   int n_pieces = 0;
   for (int i = 0; i < o->n; i++) {
     em_optim_slot *s = &o->slots[i];
@@ -272,9 +224,7 @@ void em_optimizer_step(em_optimizer *o) {
     EM_ASSERT(g->dtype == p->dtype && em_tensor_numel(g) == em_tensor_numel(p));
     EM_ASSERT(em_tensor_is_contiguous(g));
     em_optim_piece *piece = &o->pieces[n_pieces];
-    if (o->cfg.kind == EM_OPTIM_SGD ? em_sgd_prepare(&o->cfg, s, g, piece)
-                                    : em_adam_prepare(&o->cfg, s, g, piece))
-      n_pieces++;
+    if (type->prepare(&o->cfg, s, g, piece)) n_pieces++;
   }
   em_optim_pieces_run(o->pieces, n_pieces);
   *em_i64(o->step) += 1;
@@ -292,14 +242,8 @@ void em_optimizer_set_lr(em_optimizer *o, double lr) {
 double em_optimizer_get_lr(const em_optimizer *o) { return o->cfg.lr; }
 
 void em_optimizer_set_momentum(em_optimizer *o, double m) {
-  if (o->cfg.kind != EM_OPTIM_SGD) {
-    EM_ASSERT(m >= 0 && m < 1);
-    o->cfg.beta1 = m;
-    return;
-  }
-  EM_ASSERT(m >= 0 && m <= 1);
-  o->cfg.momentum = m;
-  if (m == 0 || o->slots[0].buf[0]) return;
+  em_optim_type_of(o->cfg.kind)->set_momentum(&o->cfg, m);
+  if (em_optim_state_per_param(&o->cfg) == 0 || o->slots[0].buf[0]) return;
   /* Momentum switched on for an SGD made without it: allocate the buffers
    * now, once. Running out of memory here is as fatal as it is for a
    * gradient (em_grad_acquire). */
@@ -311,7 +255,7 @@ void em_optimizer_set_momentum(em_optimizer *o, double m) {
 }
 
 double em_optimizer_get_momentum(const em_optimizer *o) {
-  return o->cfg.kind == EM_OPTIM_SGD ? o->cfg.momentum : o->cfg.beta1;
+  return em_optim_type_of(o->cfg.kind)->get_momentum(&o->cfg);
 }
 
 const em_optim_config *em_optimizer_config(const em_optimizer *o) { return &o->cfg; }

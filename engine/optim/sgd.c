@@ -18,6 +18,15 @@
 
 #include "../device/device-private.h"
 
+/* One update's arguments (the slot's args). */
+typedef struct {
+  void *p, *buf;  /* (D) */
+  const void *g;  /* (D) */
+  double lr, wd, mom, damp;
+  bool first, nesterov;
+} em_sgd_args;
+_Static_assert(sizeof(em_sgd_args) <= EM_OPTIM_ARGS_BYTES, "a slot holds SGD's arguments");
+
 /* One kernel for both dtypes; T is float or double, and the f32 one
  * computes in float as PyTorch does. */
 #define SGD_KERNEL(NAME, T)                                                   \
@@ -61,8 +70,8 @@
 SGD_KERNEL(sgd_f32, float)
 SGD_KERNEL(sgd_f64, double)
 
-bool em_sgd_prepare(const em_optim_config *c, em_optim_slot *s, const em_tensor *g,
-                    em_optim_piece *piece) {
+static bool sgd_prepare(const em_optim_config *c, em_optim_slot *s, const em_tensor *g,
+                        em_optim_piece *piece) {
   bool use_buf = c->momentum != 0 && s->buf[0];
   bool first = use_buf && *em_i64(s->step) == 0;
   if (use_buf) *em_i64(s->step) += 1;
@@ -72,7 +81,8 @@ bool em_sgd_prepare(const em_optim_config *c, em_optim_slot *s, const em_tensor 
                                       first);
     return false;
   }
-  s->args.sgd = (em_sgd_args){
+  em_sgd_args *args = (em_sgd_args *)s->args;
+  *args = (em_sgd_args){
     .p = em_tensor_ptr(s->param),
     .g = em_tensor_ptr(g),
     .buf = use_buf ? em_tensor_ptr(s->buf[0]) : NULL,
@@ -83,7 +93,44 @@ bool em_sgd_prepare(const em_optim_config *c, em_optim_slot *s, const em_tensor 
     .first = first,
     .nesterov = c->nesterov,
   };
-  *piece = (em_optim_piece){s->param->dtype == EM_DTYPE_F32 ? sgd_f32 : sgd_f64, &s->args.sgd,
+  *piece = (em_optim_piece){s->param->dtype == EM_DTYPE_F32 ? sgd_f32 : sgd_f64, args,
                             em_tensor_numel(s->param)};
   return true;
 }
+
+static em_status sgd_check(const em_optim_config *c, em_error *err) {
+  if (!(c->momentum >= 0 && c->momentum <= 1))
+    return em_error_set(err, EM_ERR_INVALID, "sgd: momentum must be in [0, 1], got %g",
+                        c->momentum);
+  if (!(c->dampening >= 0 && c->dampening <= 1))
+    return em_error_set(err, EM_ERR_INVALID, "sgd: dampening must be in [0, 1], got %g",
+                        c->dampening);
+  if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+    return em_error_set(err, EM_ERR_INVALID,
+                        "sgd: nesterov needs momentum > 0 and dampening 0 (got momentum %g, "
+                        "dampening %g)", c->momentum, c->dampening);
+  return EM_OK;
+}
+
+/* The momentum buffer, once momentum is on. */
+static int sgd_buffers(const em_optim_config *c) { return c->momentum != 0; }
+
+static double sgd_get_momentum(const em_optim_config *c) { return c->momentum; }
+
+static void sgd_set_momentum(em_optim_config *c, double m) {
+  EM_ASSERT(m >= 0 && m <= 1);
+  c->momentum = m;
+}
+
+const em_optim_type em_optim_sgd = {
+  .name = "sgd",
+  /* PyTorch 1.13 has no default lr for SGD: 0.01. The betas and eps are
+   * not SGD's, but a config records them, so they are Adam's as before. */
+  .defaults = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8},
+  .check = sgd_check,
+  .buffers = sgd_buffers,
+  .buffer_names = {"momentum_buffer"},
+  .get_momentum = sgd_get_momentum,
+  .set_momentum = sgd_set_momentum,
+  .prepare = sgd_prepare,
+};

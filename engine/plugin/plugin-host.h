@@ -1,15 +1,14 @@
 /* plugin-host.h: what the plugin host shares with the rest of libember
  * (engine/nn, engine/train; a header of its own, not a folder-private one):
- * adding and removing entries of the registries it fills (dataset kinds,
- * metrics, layer ONNX forms), the plugin load a registry lookup that
+ * adding and removing entries of the registries it fills (metrics, layer
+ * ONNX forms), the plugin load a registry lookup that
  * misses asks for, and the metric collector the evaluation feeds. */
 #pragma once
 
 #include "em-plugin.h"
 
-/* Registries (plugin/registries.c). add fails on a name already taken. */
-em_status em_dataset_type_add(const em_dataset_type *kind, em_error *err);
-void em_dataset_type_remove(const em_dataset_type *kind);
+/* Registries (plugin/registries.c). add fails on a name already taken.
+ * Dataset kinds register in engine/data (em-data.h). */
 em_status em_metric_add(const em_metric_type *metric, em_error *err);
 void em_metric_remove(const em_metric_type *metric);
 em_status em_layer_onnx_add(const em_layer_type *type, em_layer_onnx_fn fn, em_error *err);
@@ -19,10 +18,6 @@ void em_layer_onnx_remove(const em_layer_type *type);
  * loader em_plugin_set_loader installed, once per process (the first
  * miss), and returns true when the lookup should be tried again. */
 bool em_plugin_load_on_miss(void);
-
-/* The built-in dataset names (datasets.c knows them; a plugin may not
- * take them). */
-bool em_dataset_name_is_builtin(const char *name);
 
 /* The metrics one evaluation computes (plugin/eval-metrics.c): those the
  * model's spec names plus those selected with em_metrics_select.

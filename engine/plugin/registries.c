@@ -1,8 +1,8 @@
-/* registries.c: the registries plugins fill besides the layer types:
- * dataset kinds, metrics, and the ONNX forms of plugin layer types. Kept
- * by pointer in registration order; the host adds and removes entries
- * (removal only rolls back a plugin whose load failed). The three share
- * one small list (reg_list) under one mutex. */
+/* registries.c: the registries plugins fill besides the layer types and
+ * dataset kinds (engine/nn, engine/data): metrics, and the ONNX forms of
+ * layer types (the built-ins', engine/export/onnx-layers.c, and plugins'). Kept by pointer in registration order; the host
+ * adds and removes entries (removal only rolls back a plugin whose load
+ * failed). The two share one small list (reg_list) under one mutex. */
 #include "plugin-host.h"
 
 #include <pthread.h>
@@ -33,9 +33,8 @@ typedef struct {
 } reg_list;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static reg_list kinds = {.what = "dataset kind", .what_plural = "dataset kinds"};
 static reg_list metrics = {.what = "metric", .what_plural = "metrics"};
-static reg_list onnx = {.what = "plugin layer ONNX form", .what_plural = "plugin layer ONNX forms"};
+static reg_list onnx = {.what = "layer ONNX form", .what_plural = "layer ONNX forms"};
 
 /* Appends e; a named entry fails on a name already taken. */
 static em_status reg_add(reg_list *l, reg_entry e, em_error *err) {
@@ -101,28 +100,6 @@ static bool valid_name(const char *s) {
       return false;
   return true;
 }
-
-em_status em_dataset_type_add(const em_dataset_type *k, em_error *err) {
-  if (!k || !valid_name(k->name) || !k->open)
-    return em_error_set(err, EM_ERR_INVALID,
-                        "a dataset kind needs a name (letters, digits, '_', '-', '.') and an open "
-                        "function");
-  if (em_dataset_name_is_builtin(k->name))
-    return em_error_set(err, EM_ERR_INVALID, "dataset '%s' is built in", k->name);
-  return reg_add(&kinds, (reg_entry){.item = k, .name = k->name}, err);
-}
-
-void em_dataset_type_remove(const em_dataset_type *k) { reg_remove(&kinds, k); }
-
-const em_dataset_type *em_dataset_type_find(const char *name) {
-  const em_dataset_type *k = reg_find(&kinds, name, NULL).item;
-  if (!k && em_plugin_load_on_miss()) k = reg_find(&kinds, name, NULL).item;
-  return k;
-}
-
-int em_dataset_type_count(void) { return reg_count(&kinds); }
-
-const em_dataset_type *em_dataset_type_at(int i) { return reg_at(&kinds, i); }
 
 /* The keys a run records of its own (store/run-recorder.c): a plugin
  * metric of one of these names would be written over them. */

@@ -1,152 +1,38 @@
-/* datasets.c: opening a dataset by the name a spec or a flag gives, and
- * checking that a model fits it. */
+/* datasets.c: opening the dataset a training config names for its spec's
+ * model (the kinds and their opening are engine/data's registry), and
+ * checking that the model fits it. */
 #include "em-train.h"
 
-#include "../plugin/plugin-host.h"
-
-#include <errno.h>
-#include <limits.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-/* "unknown dataset 'x'; known: ..., the plugins' kinds; where plugins were
- * looked for". */
-static em_status unknown_dataset(const char *name, em_error *err) {
-  char kinds[512] = "", search[1024];
-  size_t len = 0;
-  for (int i = 0; i < em_dataset_type_count() && len < sizeof kinds; i++) {
-    int w = snprintf(kinds + len, sizeof kinds - len, ", %s", em_dataset_type_at(i)->name);
-    if (w > 0) len += (size_t)w;
-  }
-  em_plugin_search_summary(search, sizeof search);
-  return em_error_set(err, EM_ERR_INVALID,
-                      "unknown dataset '%s'; known: fashion-mnist, cifar10, csv, synthetic%s; %s", name,
-                      kinds, search);
+/* Whether msg already says which dataset it is about: it starts "name:"
+ * or quotes 'name'. */
+static bool names_dataset(const char *msg, const char *name) {
+  size_t n = strlen(name);
+  if (strncmp(msg, name, n) == 0 && msg[n] == ':') return true;
+  for (const char *q = strchr(msg, '\''); q; q = strchr(q + 1, '\''))
+    if (strncmp(q + 1, name, n) == 0 && q[1 + n] == '\'') return true;
+  return false;
 }
 
-em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
-                                  const int64_t *sample_shape, int sample_ndim, int classes,
+em_dataset *em_train_open_dataset(const em_spec *spec, const em_train_config *c, bool train,
                                   em_error *err) {
-  const char *d = dir && dir[0] ? dir : NULL;
-  if (strcmp(name, "fashion-mnist") == 0) return em_dataset_fashion_mnist(d, train, err);
-  if (strcmp(name, "cifar10") == 0) {
-    if (!d) {
-      em_error_set(err, EM_ERR_INVALID,
-                   "the cifar10 dataset needs its folder: give --data-dir DIR (the folder with "
-                   "data_batch_1.bin ... test_batch.bin)");
-      return NULL;
-    }
-    return em_dataset_cifar10(d, train, err);
+  int64_t shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
+  int nd = em_spec_input_shape(spec, shape);
+  em_spec_output_shape(spec, out);
+  em_dataset *ds = em_dataset_open_named(c->dataset, c->data_dir, train, shape, nd, (int)out[0],
+                                         err);
+  /* A reader's message names its file, not always the kind: say which
+   * dataset could not be opened (a misfit's message names it already). */
+  if (!ds) {
+    if (err && !names_dataset(err->msg, c->dataset)) em_error_prefix(err, "%s", c->dataset);
+    return NULL;
   }
-  if (strcmp(name, "csv") == 0) {
-    if (!d) {
-      em_error_set(err, EM_ERR_INVALID,
-                   "the csv dataset needs its file: give --data-dir FILE.csv (numeric columns, "
-                   "the label last)");
-      return NULL;
-    }
-    /* read twice (the training rows, then the held-out ones): a pipe
-     * would give its rows to the first reading only */
-    struct stat sb;
-    if (stat(d, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-      if (S_ISDIR(sb.st_mode))
-        em_error_set(err, EM_ERR_INVALID, "'%s' is a folder: the csv dataset's --data-dir is "
-                     "the CSV file itself", d);
-      else
-        em_error_set(err, EM_ERR_INVALID,
-                     "'%s' is not a regular file: training reads a CSV twice (its training and "
-                     "its held-out rows), so save it to a file first", d);
-      return NULL;
-    }
-    /* a first line with no number in it is a header, as `ember predict`
-     * reads CSV (the Data page opens it here too) */
-    em_csv_options o;
-    em_csv_options_defaults(&o);
-    o.header = EM_CSV_HEADER_AUTO;
-    /* a label past the model's outputs is named by its line (it read as a
-     * model that needs more outputs, a typo's 7 making 8 classes) */
-    if (classes > 0) o.num_classes = classes;
-    return em_dataset_csv_split(d, &o, train, err);
+  if (em_train_check_fit(spec, ds, c->dataset, c->loss, err) != EM_OK) {
+    em_dataset_free(ds);
+    return NULL;
   }
-  if (strcmp(name, "synthetic") == 0)
-    return em_dataset_synthetic_split(train ? 4096 : 1024, sample_ndim, sample_shape, classes,
-                                      0.5, 1, train, err);
-  const em_dataset_type *kind = em_dataset_type_find(name);
-  if (kind) {
-    if (!d) {
-      em_error_set(err, EM_ERR_INVALID, "the %s dataset needs its folder: give --data-dir DIR",
-                   name);
-      return NULL;
-    }
-    em_dataset *ds = kind->open(d, train, NULL, err);
-    /* A plugin that fails without a word must not leave "ok" (or nothing)
-     * as the reason: say which kind failed, and its status if it set one. */
-    if (!ds && err && (err->status == EM_OK || !err->msg[0]))
-      em_error_set(err, err->status == EM_OK ? EM_ERR_INVALID : err->status,
-                   "the %s dataset (a plugin's kind) could not open '%s' and gave no reason "
-                   "(status: %s)",
-                   name, d, err->status == EM_OK ? "none" : em_status_name(err->status));
-    return ds;
-  }
-  unknown_dataset(name, err);
-  return NULL;
-}
-
-bool em_dataset_name_is_builtin(const char *name) {
-  return !strcmp(name, "fashion-mnist") || !strcmp(name, "cifar10") || !strcmp(name, "csv") ||
-         !strcmp(name, "synthetic");
-}
-
-static int cmp_path(const void *a, const void *b) { return strcmp(a, b); }
-
-em_status em_dataset_files_named(const char *name, const char *dir, bool train,
-                                 char (*paths)[1024], int cap, int *n, em_error *err) {
-  const char *d = dir && dir[0] ? dir : NULL;
-  char found[5][4096];
-  int k;
-  *n = 0;
-  if (strcmp(name, "synthetic") == 0) return EM_OK;
-  if (strcmp(name, "fashion-mnist") == 0) k = em_dataset_fashion_mnist_files(d, train, found);
-  else if (strcmp(name, "csv") == 0) {
-    if (!d)
-      return em_error_set(err, EM_ERR_INVALID, "the csv dataset needs its file: give --data-dir FILE.csv");
-    if (strlen(d) >= sizeof found[0])
-      return em_error_set(err, EM_ERR_INVALID, "file name too long: '%.200s...'", d);
-    /* one file for both splits: named once, for the training split */
-    k = train ? 1 : 0;
-    if (k) memcpy(found[0], d, strlen(d) + 1);
-  }
-  else if (strcmp(name, "cifar10") == 0) {
-    if (!d)
-      return em_error_set(err, EM_ERR_INVALID,
-                          "the cifar10 dataset needs its folder: give --data-dir DIR (the folder "
-                          "with data_batch_1.bin ... test_batch.bin)");
-    k = em_dataset_cifar10_dir_files(d, train, found);
-  } else if (em_dataset_type_find(name))
-    return EM_OK; /* a plugin's kind: its files are its own business */
-  else
-    return unknown_dataset(name, err);
-  if (k < 0) return em_error_set(err, EM_ERR_INVALID, "folder name too long: '%.200s...'", d);
-  if (k > cap)
-    return em_error_set(err, EM_ERR_INVALID, "the %s dataset reads %d files; room was given for %d",
-                        name, k, cap);
-  for (int i = 0; i < k; i++) {
-    char *abs = realpath(found[i], NULL);
-    if (!abs)
-      return em_error_set(err, EM_ERR_IO, "cannot find '%s', a file of the %s dataset: %s",
-                          found[i], name, strerror(errno));
-    size_t len = strlen(abs);
-    if (len < sizeof paths[i]) memcpy(paths[i], abs, len + 1);
-    free(abs);
-    if (len >= sizeof paths[i])
-      return em_error_set(err, EM_ERR_INVALID, "the path of '%s' is longer than %zu bytes",
-                          found[i], sizeof paths[i] - 1);
-  }
-  qsort(paths, (size_t)k, sizeof paths[0], cmp_path);
-  *n = k;
-  return EM_OK;
+  return ds;
 }
 
 /* The spec's input and output must fit the dataset's samples and classes. */

@@ -5,11 +5,11 @@
  * The builder's estimate (ui/builder/em-spec-costs.c) is this one. Weights and buffers, one gradient per parameter and the optimiser's
  * state are fixed; every node's output and its gradient (everything an
  * op makes lives until the step's scope ends), plus what some ops keep
- * (Conv2d's unfolded input, MaxPool2d's indices), grow with the batch. A
- * ReLU that runs inside the Linear or Conv2d before it on the CPU
- * (em_spec_node_fuses_relu; a device runs the two ops) makes no output of
- * its own there: its gradient still counts (the masked one is a buffer of
- * that size).
+ * (Conv2d's unfolded input, MaxPool2d's indices), grow with the batch
+ * (per node: em_spec_node_costs, layer-costs.c). A ReLU that runs inside
+ * the Linear or Conv2d before it on the CPU (em_spec_node_fuses_relu; a
+ * device runs the two ops) makes no output of its own there: its gradient
+ * still counts (the masked one is a buffer of that size).
  * The device ops keep less than the CPU's (no unfolded input), so on a
  * device the estimate errs high, which is the safe side for a refusal. */
 #include "train-private.h"
@@ -19,18 +19,11 @@
 
 #include "em-device.h"
 
-static int64_t per_sample_numel(const em_shape *s) {
-  int64_t n = 1;
-  for (int d = 1; d < s->ndim; d++) n *= s->shape[d];
-  return n;
-}
-
 void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int64_t batch,
                               em_train_memory_estimate *out) {
   memset(out, 0, sizeof *out);
   out->batch = batch;
-  const em_optim_config *o = &c->optim;
-  int states = o->kind == EM_OPTIM_SGD ? (o->momentum > 0) : (o->amsgrad ? 3 : 2);
+  int states = em_optim_state_per_param(&c->optim);
   int64_t params = em_spec_param_count(spec), buffers = em_spec_buffer_count(spec);
   out->weights_bytes = 4 * (params + buffers);
   out->grads_bytes = 4 * params;
@@ -43,15 +36,11 @@ void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int
   int n = em_spec_node_count(spec);
   const bool cpu = em_device_is_cpu(c->device);
   for (int i = 0; i < n; i++) {
-    const char *type = em_spec_node_type(spec, i)->name;
-    const em_shape *s = em_spec_node_output(spec, i);
-    int64_t bytes = per_sample_numel(s) * (s->dtype == EM_DTYPE_I64 ? 8 : 4);
-    act += bytes;
-    if (cpu && i > 0 && em_spec_node_fuses_relu(spec, i - 1)) fused += bytes; /* no output */
-    if (!strcmp(type, "Conv2d") && s->ndim == 4 && s->shape[1] > 0)
-      ws += em_spec_node_param_count(spec, i) / s->shape[1] * s->shape[2] * s->shape[3] * 4;
-    else if (!strcmp(type, "MaxPool2d"))
-      ws += bytes * 2;
+    em_node_costs nc;
+    em_spec_node_costs(spec, i, &nc);
+    act += nc.act_bytes;
+    ws += nc.workspace_bytes;
+    if (cpu && i > 0 && em_spec_node_fuses_relu(spec, i - 1)) fused += nc.act_bytes; /* no output */
   }
   out->fixed_bytes = out->weights_bytes + out->grads_bytes + out->optim_bytes;
   out->per_sample_bytes = 2 * act - fused + ws;

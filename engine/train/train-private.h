@@ -207,6 +207,22 @@ em_status em_json_want_bool(const char *sec, const char *key, const json_t *v, b
 em_status em_json_want_str(const char *sec, const char *key, const json_t *v, char *out,
                            size_t n, em_error *err);
 
+/* ---- the settings table's private half (settings.c, setting-json.c) -- */
+/* The table's defaults, for the rows whose default is not their owner's. */
+void em_settings_apply_defaults(em_train_config *c);
+/* Every row's range (INT, NUM) and enum (CHOICE); the message names the
+ * key, the range and the value. */
+em_status em_settings_check_ranges(const em_train_config *c, em_error *err);
+/* One row's value from v into c. ranged: the spec's reading (the row's
+ * range, and a seed as a whole number); else the config JSON's, which
+ * keeps any config, valid or not (the type's limits only; a seed may be a
+ * decimal string). Messages name "<sec>"."<key>". */
+em_status em_setting_from_json(const em_setting *s, const char *sec, const char *key,
+                               const json_t *v, bool ranged, em_train_config *c, em_error *err);
+/* A new JSON value of one row of c; NULL when it has none (a number that
+ * is not finite, an enum out of range). */
+json_t *em_setting_to_json(const em_setting *s, const em_train_config *c);
+
 #define EM_TRY(x)                  \
   do {                             \
     em_status st_ = (x);           \

@@ -603,8 +603,7 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   r.acc = c->accumulate > 0 ? c->accumulate : 1;
   int64_t steps_per_epoch = (r.bpe + r.acc - 1) / r.acc;
   int64_t total_steps = steps_per_epoch * c->epochs;
-  r.sched = c->schedule;
-  r.sched.lr = c->optim.lr;
+  r.sched = em_train_config_schedule(c);
   r.sched_total_auto = r.sched.total_steps == 0;
   if (r.sched.total_steps == 0) r.sched.total_steps = total_steps > 0 ? total_steps : 1;
   /* the config was checked before the run's length was known */

@@ -122,6 +122,33 @@ em_status em_store_run_create(em_store *s, const em_run_new *r, int64_t *run_id,
 em_status em_store_run_finish(em_store *s, int64_t run, em_run_status st, const char *message,
                               em_error *err);
 
+/* Starting a training run's record (run-start.c), as `ember train` and
+ * the workbench both do: the dataset's identity (the files its kind reads,
+ * hashed), the config as JSON, the device and the CPU kernels, the run
+ * row, the plugins loaded, and its checkpoint folder, made and written
+ * into cfg->checkpoint_dir. What goes unrecorded without stopping the run
+ * (the dataset's files, the plugins) is said through warn. */
+typedef struct {
+  const char *name;           /* NULL: "<model>-<id>" */
+  const char *model;
+  const char *spec_json;
+  const char *config_json;    /* NULL: em_train_config_to_json(cfg) */
+  const char *engine_version;
+  int64_t parent_run;         /* the run this resumes; 0: none */
+  const char *shorter_registry; /* how to choose a shorter registry path, for the
+                                   message when checkpoints' paths would not fit */
+  void (*warn)(void *user, const char *msg);
+  void *user;
+} em_run_start;
+/* *run gets the new run's id; an error after the row exists marks the
+ * run failed and leaves *run 0. */
+em_status em_store_run_start(em_store *s, const em_run_start *o, em_train_config *cfg,
+                             int64_t *run, em_error *err);
+/* Ends a run through a connection of its own, opened on the registry in
+ * dir and closed again (the writer's is closed by then). */
+em_status em_store_run_end(const char *dir, int64_t run, em_run_status st, const char *message,
+                           em_error *err);
+
 typedef struct {
   int64_t id;
   char *name, *model, *host, *device, *engine_version, *message;

@@ -391,6 +391,28 @@ class BadFlags(Base):
         self.fails(["train", spec_path("fmnist-mlp.json"), "--lr"], "--lr", code=2)
         self.fails(["frobnicate"], "unknown command", code=2)
 
+    def test_settings_flags(self):
+        """The settings table's flags: --help prints each with its range, and a value just
+        past that range is a usage error naming the flag (the same table bounds the spec,
+        validate and the workbench: tests/engine/train/test-settings.c)."""
+        import re
+        p = run("--help")
+        section = p.stdout.split("train settings")[1].split("other train options")[0]
+        ranged, flag = [], None
+        for line in section.splitlines():
+            m = re.match(r"  --([a-z-]+)", line)
+            r = re.match(r"\s+\((\S+) to (\S+)\)$", line)
+            if m:
+                flag = m.group(1)
+            elif r:
+                ranged.append((flag, r.group(1), r.group(2)))
+        self.assertGreater(len(ranged), 15)
+        for flag, lo, hi in ranged:
+            whole = "." not in hi and "e" not in hi
+            past = str(int(hi) + 1) if whole else repr(float(hi) * 10)
+            self.fails(["train", spec_path("fmnist-mlp.json"), "--" + flag, past],
+                       "--" + flag, code=2)
+
     def test_quantize_flag(self):
         # --quantize goes through the shared train/eval flags: eval takes it,
         # train refuses it by name, a bad mode is a usage error either way

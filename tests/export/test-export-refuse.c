@@ -1,7 +1,7 @@
 /* test-export-refuse.c: what the ONNX export refuses, and the file it
  * leaves (none) when it does. A layer type registered at run time (as a
  * plugin registers one) has no ONNX form: the export names the node and
- * the type. */
+ * the type. Every built-in type has a form. */
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <string.h>
@@ -35,6 +35,19 @@ static const char *spec_text =
     "{\"name\": \"refuse\", \"input\": {\"shape\": [4]},"
     " \"nodes\": [{\"name\": \"fc\", \"type\": \"Linear\", \"out_features\": 3},"
     "            {\"name\": \"double_it\", \"type\": \"TestTwice\"}]}";
+
+/* Every built-in layer type exports: it has an ONNX form in the forms
+ * registry or is the identity at inference (Dropout). Run before any
+ * other type is registered, so the list is the built-ins'. */
+static void test_every_builtin_exports(void) {
+  int n = em_layer_type_count();
+  g_assert_cmpint(n, >=, 15);
+  for (int i = 0; i < n; i++) {
+    const em_layer_type *t = em_layer_type_at(i);
+    if (!em_onnx_layer_exportable(t)) g_error("built-in layer type %s has no ONNX form", t->name);
+  }
+  g_assert_false(em_onnx_layer_exportable(&twice_type));
+}
 
 static void test_plugin_layer_refused(void) {
   em_error err = {0};
@@ -76,6 +89,7 @@ static void test_bad_path(void) {
 
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/export/onnx/every-builtin-exports", test_every_builtin_exports);
   g_test_add_func("/export/onnx/refuse-plugin-layer", test_plugin_layer_refused);
   g_test_add_func("/export/onnx/bad-path", test_bad_path);
   return g_test_run();

@@ -730,6 +730,59 @@ static void test_plugin_tag_parse(void) {
   g_free(with);
 }
 
+static void count_warning(void *user, const char *msg) {
+  (void)msg;
+  (*(int *)user)++;
+}
+
+/* em_store_run_start, the record `ember train` and the workbench share:
+ * the row with its config, device and dataset identity (a CSV file read
+ * for both splits is one file), the checkpoint folder made and written
+ * into the config; a dataset whose files cannot be listed is a warning,
+ * not a failure; em_store_run_end finishes it through its own
+ * connection. */
+static void test_run_start(fixture *f, gconstpointer data) {
+  (void)data;
+  char *csv = g_build_filename(f->dir, "rows.csv", NULL);
+  g_assert_true(g_file_set_contents(csv, "1,2,0\n3,4,1\n", -1, NULL));
+  em_train_config cfg;
+  em_train_config_defaults(&cfg);
+  g_strlcpy(cfg.dataset, "csv", sizeof cfg.dataset);
+  g_strlcpy(cfg.data_dir, csv, sizeof cfg.data_dir);
+  int warnings = 0;
+  em_run_start rs = {.model = "mlp", .spec_json = "{}", .engine_version = "test",
+                     .warn = count_warning, .user = &warnings};
+  int64_t run = 0;
+  em_error err = {0};
+  if (em_store_run_start(f->s, &rs, &cfg, &run, &err) != EM_OK) g_error("%s", err.msg);
+  g_assert_cmpint(run, >, 0);
+  g_assert_cmpint(warnings, ==, 0);
+  g_assert_true(g_file_test(cfg.checkpoint_dir, G_FILE_TEST_IS_DIR));
+  em_run r;
+  g_assert_cmpint(em_store_run_get(f->s, run, &r, &err), ==, EM_OK);
+  g_assert_cmpint(r.status, ==, EM_RUN_RUNNING);
+  g_assert_cmpstr(r.dataset_name, ==, "csv");
+  g_assert_cmpstr(r.dataset_path, ==, csv);
+  g_assert_true(em_dataset_sha_known(r.dataset_sha256));
+  g_assert_cmpstr(r.device, ==, "cpu");
+  g_assert_nonnull(strstr(r.config_json, "csv"));
+  em_run_clear(&r);
+  g_assert_cmpint(em_store_run_end(f->dir, run, EM_RUN_COMPLETED, NULL, &err), ==, EM_OK);
+  g_assert_cmpint(em_store_run_get(f->s, run, &r, &err), ==, EM_OK);
+  g_assert_cmpint(r.status, ==, EM_RUN_COMPLETED);
+  em_run_clear(&r);
+
+  /* a csv dataset without its file: recorded without files, said once */
+  em_train_config_defaults(&cfg);
+  g_strlcpy(cfg.dataset, "csv", sizeof cfg.dataset);
+  if (em_store_run_start(f->s, &rs, &cfg, &run, &err) != EM_OK) g_error("%s", err.msg);
+  g_assert_cmpint(warnings, ==, 1);
+  g_assert_cmpint(em_store_run_get(f->s, run, &r, &err), ==, EM_OK);
+  g_assert_null(r.dataset_name);
+  em_run_clear(&r);
+  g_free(csv);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
 #define ADD(path, fn) g_test_add(path, fixture, NULL, st_fixture_setup, fn, st_fixture_teardown)
@@ -739,6 +792,7 @@ int main(int argc, char **argv) {
   ADD("/store/runs/tags-all", test_tags_all);
   ADD("/store/runs/stale-killed", test_stale_runs);
   ADD("/store/runs/vanished-read-as-killed", test_vanished_read_as_killed);
+  ADD("/store/runs/start", test_run_start);
   ADD("/store/metrics/round-trip", test_metrics_round_trip);
   ADD("/store/metrics/merge", test_metrics_merge);
   g_test_add_func("/store/runs/status-names", test_status_names);

@@ -9,28 +9,13 @@
 #include "em-optim.h"
 #include "em-train.h"
 
-static int64_t numel_per_sample(const em_shape *s) {
-  int64_t n = 1;
-  for (int d = 1; d < s->ndim; d++) n *= s->shape[d];
-  return n;
-}
-
 void em_spec_costs_compute(const em_spec *spec, em_node_cost *costs) {
   int n = em_spec_node_count(spec);
-  for (int i = 0; i < n; i++) {
-    const em_shape *o = em_spec_node_output(spec, i);
-    const char *type = em_spec_node_type(spec, i)->name;
-    int64_t numel = numel_per_sample(o);
-    double p = (double)em_spec_node_param_count(spec, i);
-    double flops = (double)numel;
-    if (!strcmp(type, "Linear") && o->ndim >= 2 && o->shape[o->ndim - 1] > 0)
-      flops = 2.0 * p * (double)(numel / o->shape[o->ndim - 1]); /* per output row */
-    else if (!strcmp(type, "Conv2d") && o->ndim == 4)
-      flops = 2.0 * p * (double)(o->shape[2] * o->shape[3]); /* per output position */
-    else if (!strcmp(type, "Embedding"))
-      flops = 0;
-    costs[i].flops = flops;
-    costs[i].act_bytes = numel * (o->dtype == EM_DTYPE_I64 ? 8 : 4);
+  for (int i = 0; i < n; i++) { /* the engine's table, as the memory estimate reads it */
+    em_node_costs nc;
+    em_spec_node_costs(spec, i, &nc);
+    costs[i].flops = nc.flops;
+    costs[i].act_bytes = nc.act_bytes;
   }
 }
 

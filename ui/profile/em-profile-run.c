@@ -23,16 +23,11 @@ em_status em_profile_run(em_profile_run_options *o, em_error *err) {
   if (o->dataset) snprintf(cfg.dataset, sizeof cfg.dataset, "%s", o->dataset);
   if (o->data_dir) snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", o->data_dir);
   if ((st = em_train_config_validate(&cfg, err)) != EM_OK) goto out;
-  int64_t shape[EM_MAX_DIMS], classes[EM_MAX_DIMS];
-  int nd = em_spec_input_shape(spec, shape);
-  em_spec_output_shape(spec, classes);
-  ds = em_dataset_open_named(cfg.dataset, cfg.data_dir[0] ? cfg.data_dir : NULL, true, shape, nd,
-                             (int)classes[0], err);
+  ds = em_train_open_dataset(spec, &cfg, true, err);
   if (!ds) {
     st = err->status;
     goto out;
   }
-  if ((st = em_train_check_fit(spec, ds, cfg.dataset, cfg.loss, err)) != EM_OK) goto out;
   if (em_dataset_len(ds) < cfg.batch_size) {
     st = em_error_set(err, EM_ERR_INVALID,
                       "the dataset has %lld samples, fewer than one batch of %d: lower the batch",

@@ -13,18 +13,10 @@
 #include "em-window.h"
 
 extern GResource *em_ui_shell_get_resource(void);
-#if EM_HAVE_RESOURCE_CHART
 extern GResource *em_ui_chart_get_resource(void);
-#endif
-#if EM_HAVE_RESOURCE_REGISTRY
 extern GResource *em_ui_registry_get_resource(void);
-#endif
-#if EM_HAVE_RESOURCE_BUILDER
 extern GResource *em_ui_builder_get_resource(void);
-#endif
-#if EM_HAVE_RESOURCE_PROFILE
 extern GResource *em_ui_profile_get_resource(void);
-#endif
 
 struct _EmApplication {
   GtkApplication parent_instance;
@@ -41,18 +33,10 @@ void em_ui_register_resources(void) {
   static gsize done = 0;
   if (!g_once_init_enter(&done)) return;
   g_resources_register(em_ui_shell_get_resource());
-#if EM_HAVE_RESOURCE_CHART
   g_resources_register(em_ui_chart_get_resource());
-#endif
-#if EM_HAVE_RESOURCE_REGISTRY
   g_resources_register(em_ui_registry_get_resource());
-#endif
-#if EM_HAVE_RESOURCE_BUILDER
   g_resources_register(em_ui_builder_get_resource());
-#endif
-#if EM_HAVE_RESOURCE_PROFILE
   g_resources_register(em_ui_profile_get_resource());
-#endif
   g_once_init_leave(&done, 1);
 }
 

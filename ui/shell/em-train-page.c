@@ -10,9 +10,7 @@
 #include "em-store.h"
 #include "em-train-session.h"
 #include "em-train.h"
-#if EM_HAVE_LINE_CHART
 #include "em-line-chart.h"
-#endif
 
 struct _EmTrainPage {
   GtkWidget parent_instance;
@@ -43,7 +41,6 @@ struct _EmTrainPage {
 
 G_DEFINE_FINAL_TYPE(EmTrainPage, em_train_page, GTK_TYPE_WIDGET)
 
-static const char *const optimizers[] = {"sgd", "adam", "adamw"};
 static const char *const schedules[] = {"constant", "cosine", "onecycle"};
 
 /* ---- the spec ------------------------------------------------------------ */
@@ -161,8 +158,8 @@ static void load_spec(EmTrainPage *self, gboolean fill_form) {
     gtk_label_set_text(GTK_LABEL(self->model_label), label);
     g_free(label);
     if (fill_form) {
-      gtk_drop_down_set_selected(GTK_DROP_DOWN(self->optimizer),
-                                 (guint)index_of(optimizers, 3, em_optim_kind_name(cfg.optim.kind)));
+      /* the list is the settings table's, in the enum's order */
+      gtk_drop_down_set_selected(GTK_DROP_DOWN(self->optimizer), (guint)cfg.optim.kind);
       gtk_drop_down_set_selected(GTK_DROP_DOWN(self->schedule),
                                  (guint)index_of(schedules, 3,
                                                  em_schedule_kind_name(cfg.schedule.kind)));
@@ -372,7 +369,6 @@ static void apply_drain(EmTrainPage *self, em_train_drain *d) {
     em_app_state_run_progress(self->state, &u);
   }
   self->worker_paused = d->paused;
-#if EM_HAVE_LINE_CHART
   if (n > 0 || ne > 0) {
     double *x = g_new(double, MAX(n, ne)), *y = g_new(double, MAX(n, ne));
     for (int i = 0; i < n; i++) x[i] = (double)g_array_index(d->step, int64_t, i);
@@ -386,7 +382,6 @@ static void apply_drain(EmTrainPage *self, em_train_drain *d) {
     g_free(x);
     g_free(y);
   }
-#endif
   gint64 now = g_get_monotonic_time();
   if (d->last_step > 0 && now - self->labels_at >= 250000) {
     self->labels_at = now;
@@ -397,10 +392,8 @@ static void apply_drain(EmTrainPage *self, em_train_drain *d) {
     g_snprintf(buf, sizeof buf, "Epoch %lld of %lld · elapsed %s · ETA %s",
                (long long)MIN(d->epoch + 1, d->epochs), (long long)d->epochs, el, eta);
     gtk_label_set_text(GTK_LABEL(self->eta_label), buf);
-#if EM_HAVE_LINE_CHART
     g_snprintf(buf, sizeof buf, "%.0f samples/s · ETA %s", d->samples_per_sec, eta);
     em_line_chart_set_note(EM_LINE_CHART(self->loss_chart), buf);
-#endif
   }
   if (d->warnings->len > 0) { /* the latest stays under the status (an auto-batch halving) */
     g_free(self->last_warning);
@@ -460,9 +453,7 @@ static void finish_session(EmTrainPage *self, const em_train_drain *d) {
     gtk_label_set_text(GTK_LABEL(self->eta_label), line);
     show_throughput(self, d);
   }
-#if EM_HAVE_LINE_CHART
   em_line_chart_set_note(EM_LINE_CHART(self->loss_chart), NULL);
-#endif
   em_app_state_run_finished(self->state, d->run_id, d->status, d->message);
   if (self->spec_stale || self->dataset_stale) load_spec(self, self->spec_stale);
   self->spec_stale = self->dataset_stale = FALSE;
@@ -482,10 +473,9 @@ static gboolean build_config(EmTrainPage *self, const char *spec_json, em_train_
     return FALSE;
   }
   em_spec_free(spec);
-  em_optim_kind kind = EM_OPTIM_SGD;
-  em_optim_parse_kind(optimizers[gtk_drop_down_get_selected(GTK_DROP_DOWN(self->optimizer))],
-                      &kind, &err);
-  if (kind != cfg->optim.kind) em_optim_config_defaults(&cfg->optim, kind);
+  /* another optimiser than the spec's starts from its own defaults */
+  em_setting_set_choice(em_setting_by_key("optim", "kind"), cfg,
+                        (int)gtk_drop_down_get_selected(GTK_DROP_DOWN(self->optimizer)));
   cfg->optim.lr = spin(self->lr);
   em_sched_kind sk = EM_SCHED_CONSTANT;
   em_schedule_parse_name(schedules[gtk_drop_down_get_selected(GTK_DROP_DOWN(self->schedule))],
@@ -562,7 +552,6 @@ static void start_action(GtkWidget *w, const char *name, GVariant *param) {
   self->run_device = o.cfg.device;
   g_clear_pointer(&self->last_warning, g_free);
   self->started_emitted = self->pause_requested = self->worker_paused = FALSE;
-#if EM_HAVE_LINE_CHART
   EmLineChart *lc = EM_LINE_CHART(self->loss_chart), *ac = EM_LINE_CHART(self->acc_chart);
   em_line_chart_clear(lc);
   em_line_chart_clear(ac);
@@ -571,7 +560,6 @@ static void start_action(GtkWidget *w, const char *name, GVariant *param) {
   self->s_acc = em_line_chart_add_series(ac, "test accuracy", NULL);
   em_line_chart_reset_view(lc);
   em_line_chart_reset_view(ac);
-#endif
   self->session = em_train_session_start(&o);
   g_free(json);
   g_free(model);
@@ -692,12 +680,10 @@ static void em_train_page_class_init(EmTrainPageClass *klass) {
   gtk_widget_class_install_action(wc, "train.stop", NULL, stop_action);
 }
 
-#if EM_HAVE_LINE_CHART
 static void on_loss_log_toggled(GtkCheckButton *b, gpointer data) {
   EmTrainPage *self = data;
   em_line_chart_set_log_y(EM_LINE_CHART(self->loss_chart), gtk_check_button_get_active(b));
 }
-#endif
 
 /* The learning rate reads as %g: 1e-06 (five fixed digits showed it as
  * 0.00000), and takes what `--lr` takes, 0 to 1e6 (the spin button kept
@@ -723,13 +709,41 @@ static int on_lr_input(GtkSpinButton *spin, double *value, gpointer data) {
   return TRUE;
 }
 
+/* A spin button's range: its setting's, from the settings table. */
+static void bound_spin(GtkWidget *spin, const char *group, const char *key) {
+  double lo, hi;
+  em_setting_bounds(em_setting_by_key(group, key), &lo, &hi);
+  /* a spin button holds a double: whole numbers are exact up to 2^53 - 1 */
+  gtk_spin_button_set_range(GTK_SPIN_BUTTON(spin), lo, MIN(hi, 9007199254740991.0));
+}
+
+/* The form's bounds and choices are the settings table's (em-train.h):
+ * the same as the spec's and `ember train`'s. */
+static void bind_settings(EmTrainPage *self) {
+  bound_spin(self->lr, "optim", "lr");
+  bound_spin(self->batch, NULL, "batch_size");
+  bound_spin(self->epochs, NULL, "epochs");
+  bound_spin(self->seed, NULL, "seed");
+  bound_spin(self->threads, NULL, "threads");
+  bound_spin(self->clip, NULL, "clip_grad_norm");
+  bound_spin(self->ckpt_every, NULL, "checkpoint_every");
+  bound_spin(self->limit, NULL, "limit");
+  const em_setting *kind = em_setting_by_key("optim", "kind");
+  GtkStringList *names = gtk_string_list_new(NULL);
+  for (int i = 0; kind->choice_name(i); i++) gtk_string_list_append(names, kind->choice_name(i));
+  gtk_drop_down_set_model(GTK_DROP_DOWN(self->optimizer), G_LIST_MODEL(names));
+  g_object_unref(names);
+}
+
 static void em_train_page_init(EmTrainPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
-  gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->threads), MIN(g_get_num_processors(), 256));
+  bind_settings(self);
+  double lo, hi; /* the cores, within the setting's range */
+  em_setting_bounds(em_setting_by_key(NULL, "threads"), &lo, &hi);
+  gtk_spin_button_set_value(GTK_SPIN_BUTTON(self->threads), MIN(g_get_num_processors(), hi));
   /* the seed is the spec's, or 0 as `ember train` has it (load_spec) */
   g_signal_connect(self->lr, "output", G_CALLBACK(on_lr_output), NULL);
   g_signal_connect(self->lr, "input", G_CALLBACK(on_lr_input), NULL);
-#if EM_HAVE_LINE_CHART
   self->loss_chart = em_line_chart_new();
   self->acc_chart = em_line_chart_new();
   em_line_chart_set_integer_x(EM_LINE_CHART(self->loss_chart), TRUE);
@@ -749,12 +763,6 @@ static void em_train_page_init(EmTrainPage *self) {
   gtk_box_append(GTK_BOX(self->chart_box), log_check);
   gtk_box_append(GTK_BOX(self->chart_box), self->loss_chart);
   gtk_box_append(GTK_BOX(self->chart_box), self->acc_chart);
-#else
-  GtkWidget *ph = gtk_label_new("The loss and accuracy charts appear here once ui/chart is built.");
-  gtk_widget_set_vexpand(ph, TRUE);
-  gtk_widget_add_css_class(ph, "dim-label");
-  gtk_box_append(GTK_BOX(self->chart_box), ph);
-#endif
   set_status(self, "Ready: press Start to train.");
 }
 

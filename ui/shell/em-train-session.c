@@ -135,97 +135,26 @@ static bool on_event(const em_train_event *ev, void *user) {
 
 /* ---- the worker ---------------------------------------------------------------- */
 
-static em_dataset *open_data(const em_spec *spec, const em_train_config *cfg, bool train,
-                             em_error *err) {
-  int64_t shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
-  int nd = em_spec_input_shape(spec, shape);
-  em_spec_output_shape(spec, out);
-  em_dataset *ds = em_dataset_open_named(cfg->dataset, cfg->data_dir, train, shape, nd,
-                                         (int)out[0], err);
-  if (ds && em_train_check_fit(spec, ds, cfg->dataset, cfg->loss, err) != EM_OK) {
-    em_dataset_free(ds);
-    return NULL;
-  }
-  return ds;
-}
-
-static int cmp_path(const void *a, const void *b) { return strcmp(a, b); }
-
 /* Creates the run row and its checkpoint folder (into cfg); 0 on error. */
 static int64_t create_run(em_train_session *s, em_train_config *cfg, const em_spec *spec,
                           em_error *err) {
   em_store *st = em_store_open(s->registry_dir, false, err);
   if (!st) return 0;
-  char(*paths)[1024] = g_malloc(64 * sizeof *paths);
-  const char *files[64];
-  int n1 = 0, n2 = 0;
-  em_error ferr = {0};
-  em_dataset_identity ident, *idp = NULL;
-  char folder[1024] = "";
-  if (em_dataset_files_named(cfg->dataset, cfg->data_dir, true, paths, 32, &n1, &ferr) == EM_OK &&
-      em_dataset_files_named(cfg->dataset, cfg->data_dir, false, paths + n1, 32, &n2, &ferr) ==
-          EM_OK) {
-    int n = n1 + n2;
-    qsort(paths, (size_t)n, sizeof paths[0], cmp_path);
-    for (int i = 0; i < n; i++) files[i] = paths[i];
-    if (cfg->data_dir[0]) {
-      g_strlcpy(folder, cfg->data_dir, sizeof folder);
-    } else if (n > 0) {
-      char *dir = g_path_get_dirname(paths[0]);
-      g_strlcpy(folder, dir, sizeof folder);
-      g_free(dir);
-    }
-    ident = (em_dataset_identity){.name = cfg->dataset, .path = folder, .n_files = n,
-                                  .files = files};
-    idp = &ident;
-  }
-  char *config_json = em_train_config_to_json(cfg);
-  char device[16], kernels[256];
-  em_device_str(cfg->device, device, sizeof device);
-  em_cpu_kernels_describe(kernels, sizeof kernels);
-  em_run_new rn = {
+  em_run_start rs = {
       .model = s->model ? s->model : em_spec_name(spec),
       .spec_json = s->spec_json,
-      .config_json = config_json ? config_json : "{}",
-      .seed = cfg->seed,
-      .device = device,
-      .threads = cfg->threads,
       .engine_version = "workbench",
-      .dataset = idp,
-      .kernels = em_device_is_cpu(cfg->device) ? kernels : NULL, /* a device's own */
+      .shorter_registry = "choose a shorter registry folder in Preferences",
   };
   int64_t run = 0;
-  em_status rc = em_store_run_create(st, &rn, &run, err);
-  free(config_json);
-  g_free(paths);
-  if (rc == EM_OK) {
-    em_error terr = {0}; /* the plugins are lineage: not having them recorded stops nothing */
-    em_store_run_tag_plugins(st, run, &terr);
-    char dir[4096];
-    em_store_run_checkpoint_dir(st, run, dir, sizeof dir);
-    if (strlen(dir) >= sizeof cfg->checkpoint_dir) {
-      em_error_set(err, EM_ERR_INVALID,
-                   "the registry's path is too long for checkpoints: choose a shorter registry "
-                   "folder in Preferences");
-    } else if (g_mkdir_with_parents(dir, 0755) != 0) {
-      em_error_set(err, EM_ERR_IO, "cannot create the folder '%s': %s", dir, g_strerror(errno));
-    } else {
-      g_strlcpy(cfg->checkpoint_dir, dir, sizeof cfg->checkpoint_dir);
-    }
-    if (err->status != EM_OK) {
-      em_store_run_finish(st, run, EM_RUN_FAILED, err->msg, NULL);
-      run = 0;
-    }
-  }
+  em_store_run_start(st, &rs, cfg, &run, err);
   em_store_close(st);
   return run;
 }
 
 static void finish_run(em_train_session *s, em_run_status status, const char *msg) {
-  em_error err = {0};
-  em_store *st = em_store_open(s->registry_dir, false, &err);
-  if (st) em_store_run_finish(st, s->run, status, msg, &err);
-  em_store_close(st);
+  em_error err = {0}; /* the worker has nothing to tell it to */
+  em_store_run_end(s->registry_dir, s->run, status, msg, &err);
 }
 
 static gpointer worker_main(gpointer data) {
@@ -262,7 +191,8 @@ static gpointer worker_main(gpointer data) {
     s->dirty = TRUE;
     g_mutex_unlock(&s->lock);
   }
-  if (!(train = open_data(spec, &cfg, true, &err)) || !(test = open_data(spec, &cfg, false, &err)))
+  if (!(train = em_train_open_dataset(spec, &cfg, true, &err)) ||
+      !(test = em_train_open_dataset(spec, &cfg, false, &err)))
     goto out;
   if (!(model = em_model_new(spec, cfg.seed, &err))) goto out;
   if (s->registry_dir) {

@@ -6,27 +6,13 @@
 #include "em-shell-config.h"
 #include "em-store.h"
 #include "em-train-page.h"
-#if EM_HAVE_BUILDER_PAGE
 #include "em-builder-page.h"
-#endif
-#if EM_HAVE_DATA_PAGE
 #include "em-data-page.h"
-#endif
-#if EM_HAVE_MEMORY_PAGE
 #include "em-memory-page.h"
-#endif
-#if EM_HAVE_PROFILER_PAGE
 #include "em-profiler-page.h"
-#endif
-#if EM_HAVE_RUNS_PAGE
 #include "em-runs-page.h"
-#endif
-#if EM_HAVE_COMPARE_PAGE
 #include "em-compare-page.h"
-#endif
-#if EM_HAVE_REGISTRY_PAGE
 #include "em-registry-page.h"
-#endif
 
 struct _EmWindow {
   GtkApplicationWindow parent_instance;
@@ -54,28 +40,14 @@ static GtkWidget *placeholder(const char *title) {
 static GtkWidget *make_page(int i, EmAppState *st) {
   const char *n = page_names[i];
   (void)n;
-#if EM_HAVE_BUILDER_PAGE
   if (strcmp(n, "builder") == 0) return em_builder_page_new(st);
-#endif
-#if EM_HAVE_DATA_PAGE
   if (strcmp(n, "data") == 0) return em_data_page_new(st);
-#endif
   if (strcmp(n, "train") == 0) return em_train_page_new(st);
-#if EM_HAVE_MEMORY_PAGE
   if (strcmp(n, "memory") == 0) return em_memory_page_new(st);
-#endif
-#if EM_HAVE_PROFILER_PAGE
   if (strcmp(n, "profiler") == 0) return em_profiler_page_new(st);
-#endif
-#if EM_HAVE_RUNS_PAGE
   if (strcmp(n, "runs") == 0) return em_runs_page_new(st);
-#endif
-#if EM_HAVE_COMPARE_PAGE
   if (strcmp(n, "compare") == 0) return em_compare_page_new(st);
-#endif
-#if EM_HAVE_REGISTRY_PAGE
   if (strcmp(n, "registry") == 0) return em_registry_page_new(st);
-#endif
   return placeholder(page_titles[i]);
 }
 
@@ -106,7 +78,6 @@ static void show_error(EmWindow *self, const char *primary, const char *secondar
 }
 
 void em_window_open_spec(EmWindow *self, GFile *file) {
-#if EM_HAVE_BUILDER_PAGE && EM_HAVE_BUILDER_OPEN
   g_autoptr(GError) error = NULL;
   GtkWidget *b = em_window_get_page(self, "builder");
   if (b && EM_IS_BUILDER_PAGE(b)) {
@@ -116,9 +87,6 @@ void em_window_open_spec(EmWindow *self, GFile *file) {
       show_error(self, "The spec could not be opened", error->message);
     return;
   }
-#else
-  g_autoptr(GError) error = NULL;
-#endif
   char *text = NULL;
   if (!g_file_load_contents(file, NULL, &text, NULL, NULL, &error)) {
     show_error(self, "The spec could not be read", error->message);

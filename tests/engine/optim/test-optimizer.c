@@ -539,6 +539,50 @@ static void test_errors(void) {
   em_tensor_free(ints);
 }
 
+/* Every optimiser of the table: its name parses back to it, its defaults
+ * pass the check, and the state it says it keeps per parameter (what the
+ * memory estimate counts) is the state it makes, with and without the
+ * options that add state, each tensor the parameter's size. */
+static void test_every_kind(void) {
+  int64_t shape[1] = {5};
+  em_tensor *p[2] = {gc_rand(EM_DTYPE_F32, 1, shape, -1, 1, 1, true),
+                     gc_rand(EM_DTYPE_F32, 1, shape, -1, 1, 2, true)};
+  int n = em_optim_kind_count();
+  g_assert_cmpint(n, >=, 3);
+  g_assert_null(em_optim_kind_name((em_optim_kind)n));
+  for (int k = 0; k < n; k++) {
+    const char *name = em_optim_kind_name((em_optim_kind)k);
+    g_assert_nonnull(name);
+    em_optim_kind back;
+    g_assert_cmpint(em_optim_parse_kind(name, &back, NULL), ==, EM_OK);
+    g_assert_cmpint(back, ==, k);
+    for (int more = 0; more < 2; more++) {
+      em_optim_config c;
+      em_optim_config_defaults(&c, (em_optim_kind)k);
+      g_assert_cmpint(c.kind, ==, k);
+      if (more) {
+        c.momentum = 0.9;
+        c.amsgrad = true;
+      }
+      em_error err;
+      if (em_optim_config_check(&c, &err) != EM_OK) g_error("%s: %s", name, err.msg);
+      em_optimizer *o = em_optimizer_new(&c, 2, p, NULL, &err);
+      g_assert_nonnull(o);
+      int per = em_optim_state_per_param(&c);
+      /* optimizer.step; per parameter its buffers and, with any, its step */
+      g_assert_cmpint(em_optimizer_state_count(o), ==, 1 + 2 * (per + (per > 0)));
+      for (int i = 0; i < em_optimizer_state_count(o); i++) {
+        const char *sn;
+        em_tensor *t = em_optimizer_state(o, i, &sn);
+        if (t->dtype != EM_DTYPE_I64) g_assert_cmpint(em_tensor_numel(t), ==, 5);
+      }
+      em_optimizer_free(o);
+    }
+  }
+  em_tensor_free(p[0]);
+  em_tensor_free(p[1]);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   for (int ci = 0; ci < N_CASES; ci++)
@@ -549,5 +593,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/optim/accumulation", test_accumulation);
   g_test_add_func("/engine/optim/threads", test_threads);
   g_test_add_func("/engine/optim/errors", test_errors);
+  g_test_add_func("/engine/optim/every-kind", test_every_kind);
   return g_test_run();
 }

@@ -204,9 +204,42 @@ static void test_profile_training_accumulate(void) {
   fixture_free(&f);
 }
 
+/* The per-node costs table (layer-costs.c) the memory estimate and the
+ * builder read: one sample through a small CNN, worked out by hand. */
+static void test_node_costs(void) {
+  em_error err = {0};
+  em_spec *spec = em_spec_parse(
+      "{\"name\": \"c\", \"input\": {\"shape\": [1, 8, 8]}, \"nodes\": ["
+      " {\"name\": \"conv\", \"type\": \"Conv2d\", \"out_channels\": 4, \"kernel_size\": 3,"
+      "  \"padding\": 1},"
+      " {\"name\": \"relu\", \"type\": \"ReLU\"},"
+      " {\"name\": \"pool\", \"type\": \"MaxPool2d\", \"kernel_size\": 2},"
+      " {\"name\": \"flat\", \"type\": \"Flatten\"},"
+      " {\"name\": \"fc\", \"type\": \"Linear\", \"out_features\": 3}]}",
+      "<test>", &err);
+  g_assert_nonnull(spec);
+  em_node_costs c[5];
+  for (int i = 0; i < 5; i++) em_spec_node_costs(spec, i, &c[i]);
+  /* conv: 40 weights at each of 8x8 positions; its unfolded input (9 x 64) */
+  g_assert_cmpfloat(c[0].flops, ==, 2.0 * 40 * 64);
+  g_assert_cmpint(c[0].workspace_bytes, ==, 40 / 4 * 64 * 4);
+  g_assert_cmpint(c[0].act_bytes, ==, 4 * 64 * 4);
+  g_assert_cmpfloat(c[1].flops, ==, 256); /* one per value */
+  g_assert_cmpint(c[1].workspace_bytes, ==, 0);
+  g_assert_cmpint(c[2].workspace_bytes, ==, 2 * 64 * 4); /* an i64 index per value */
+  g_assert_cmpfloat(c[4].flops, ==, 2.0 * (64 * 3 + 3));
+  em_train_config cfg;
+  em_train_config_defaults(&cfg);
+  em_train_memory_estimate m;
+  em_train_estimate_memory(spec, &cfg, 1, &m);
+  g_assert_cmpint(m.workspace_bytes, ==, c[0].workspace_bytes + c[2].workspace_bytes);
+  em_spec_free(spec);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/train/diagnostics/profile-window", test_profile_window);
+  g_test_add_func("/train/diagnostics/node-costs", test_node_costs);
   g_test_add_func("/train/diagnostics/anomaly", test_anomaly_names_layer);
   g_test_add_func("/train/diagnostics/profile-training", test_profile_training);
   g_test_add_func("/train/diagnostics/profile-training-accumulate",

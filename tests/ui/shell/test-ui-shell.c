@@ -21,9 +21,7 @@
 #include "em-train-page.h"
 #include "em-window.h"
 #include "ui-test-util.h"
-#ifdef EM_TEST_HAVE_LINE_CHART
 #include "em-line-chart.h"
-#endif
 
 static char *g_home; /* the test's EMBER_HOME */
 static EmApplication *g_app;
@@ -99,9 +97,7 @@ static void test_window_pages(void) {
   g_assert_nonnull(path);
   g_assert_true(g_str_has_suffix(path, "fmnist-cnn.json"));
   g_assert_nonnull(strstr(em_app_state_get_spec_json(em_window_get_state(w)), "Conv2d"));
-#ifdef EM_TEST_HAVE_BUILDER
   g_assert_cmpstr(em_window_get_visible_page(w), ==, "builder");
-#endif
   g_object_unref(f);
   g_free(cnn);
   g_free(zoo);
@@ -222,11 +218,7 @@ static gboolean resumed_points(gpointer d) {
 }
 
 static gint64 chart_points(GtkWidget *chart) {
-#ifdef EM_TEST_HAVE_LINE_CHART
   return em_line_chart_get_n_points(EM_LINE_CHART(chart), 0);
-#else
-  return 20;
-#endif
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -307,7 +299,6 @@ static void test_train_run(void) {
 
   /* the chart holds the points */
   GtkWidget *chart = em_train_page_get_loss_chart(page);
-#ifdef EM_TEST_HAVE_LINE_CHART
   g_assert_nonnull(chart);
   g_assert_cmpint(em_line_chart_get_n_points(EM_LINE_CHART(chart), 0), >, 0);
   /* the loss axis goes logarithmic from its check button (the README says so) */
@@ -317,9 +308,6 @@ static void test_train_run(void) {
   g_assert_true(em_line_chart_get_log_y(EM_LINE_CHART(chart)));
   gtk_check_button_set_active(GTK_CHECK_BUTTON(log_check), FALSE);
   g_assert_false(em_line_chart_get_log_y(EM_LINE_CHART(chart)));
-#else
-  (void)chart;
-#endif
   g_free(ui_test_screenshot(GTK_WIDGET(win), "workbench-train")); /* while it trains */
 
   g_assert_true(gtk_widget_activate_action(GTK_WIDGET(page), "train.stop", NULL));
