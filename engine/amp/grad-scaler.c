@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 /* Unscales the device gradients among grads (all on one device) and
  * returns whether any held an Inf or NaN. */

@@ -5,7 +5,7 @@
  * and each backward function runs inside a backward span that names it
  * and that layer; anomaly mode then checks the gradients it wrote. */
 #include "core-private.h"
-#include "../device/device-private.h"
+#include "em-backend.h"
 #include "profile-private.h"
 
 #include <stdint.h>

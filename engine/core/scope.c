@@ -3,7 +3,7 @@
  * Scope objects, their arena chunks and their lists are kept on a per-
  * thread free list, so a steady training loop never calls malloc here. */
 #include "core-private.h"
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 #include <pthread.h>
 #include <stdlib.h>

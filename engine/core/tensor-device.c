@@ -2,7 +2,7 @@
  * devices (em_to_device with its backward, em_tensor_move_), host
  * uploads and downloads, and copies that involve a device. */
 #include "core-private.h"
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 #include <stdlib.h>
 #include <string.h>

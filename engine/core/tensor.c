@@ -1,6 +1,6 @@
 /* tensor.c: dtypes, shapes, persistent tensors and element access. */
 #include "core-private.h"
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 #include <math.h>
 #include <stdio.h>

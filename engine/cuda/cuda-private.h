@@ -26,7 +26,7 @@
 #endif
 
 extern "C" {
-#include "device-private.h"
+#include "em-backend.h"
 #include "em-amp.h"
 #include "em-device.h"
 #include "em-error.h"

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 typedef struct {
   float *buf;        /* (numel) the bucket's gradients, flat, on the

@@ -13,7 +13,7 @@
  *   concat: each input takes its region of g;
  *   cast: g cast back to the input's float type. */
 #include "ops-private.h"
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 /* ---- reshape / flatten --------------------------------------------------------------- */
 

@@ -20,7 +20,7 @@
 
 #include <math.h>
 
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 /* One kernel for both dtypes; T is float or double (SQRT to match), and
  * the f32 one computes in float as PyTorch does. */

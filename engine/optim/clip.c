@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 /* Sums of squares of contiguous gradients. f32: blocks of 512 values are
  * summed in 16 f32 lanes (one AVX-512 register's worth, which the

@@ -16,7 +16,7 @@
 #include "optim-private.h"
 #include "em-cpu.h"
 
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 /* One kernel for both dtypes; T is float or double, and the f32 one
  * computes in float as PyTorch does. */
