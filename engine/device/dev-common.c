@@ -117,7 +117,7 @@ void em_dev_copy_into(em_tensor *dst, const em_tensor *src) {
   EM_ASSERT(dst->dtype == src->dtype);
   em_dev_check_device("copy", 2, (em_tensor *const[]){dst, (em_tensor *)src});
   if (!dev_live(dst, (em_tensor *)src) || em_tensor_numel(dst) == 0) return;
-  dev_k(dst)->copy(dst, src);
+  EM_KCALL(dev_k(dst), copy, dst, src);
 }
 
 void em_dev_add_into(em_tensor *dst, const em_tensor *src) {
@@ -126,13 +126,13 @@ void em_dev_add_into(em_tensor *dst, const em_tensor *src) {
   if (!dev_live(dst, (em_tensor *)src) || em_tensor_numel(dst) == 0) return;
   const em_kernels *k = dev_k(dst);
   if (em_tensor_is_contiguous(dst) && em_tensor_same_shape(dst, src)) {
-    k->sum_to(true, dst, src); /* nothing summed: dst += src */
+    EM_KCALL(k, sum_to, true, dst, src); /* nothing summed: dst += src */
     return;
   }
   em_tensor *t = dev_empty_like(dst); /* (dst's shape) */
   if (!dev_live(t)) return;
-  k->binary(EM_KB_ADD, false, t, dst, src);
-  k->copy(dst, t);
+  EM_KCALL(k, binary, EM_KB_ADD, false, t, dst, src);
+  EM_KCALL(k, copy, dst, t);
 }
 
 /* out seen with g's number of dims (leading size-1 dims added). */
@@ -153,18 +153,18 @@ void em_dev_sum_into_broadcast(em_tensor *out, const em_tensor *g) {
   em_dev_check("sum_into", 2, (em_tensor *const[]){out, (em_tensor *)g});
   if (!dev_live(out, (em_tensor *)g) || em_tensor_numel(out) == 0) return;
   if (em_tensor_is_contiguous(out)) {
-    dev_k(out)->sum_to(true, with_ndim(out, g->ndim), g);
+    EM_KCALL(dev_k(out), sum_to, true, with_ndim(out, g->ndim), g);
     return;
   }
   em_tensor *t = dev_empty_like(out);
   if (!dev_live(t)) return;
-  dev_k(out)->sum_to(false, with_ndim(t, g->ndim), g);
+  EM_KCALL(dev_k(out), sum_to, false, with_ndim(t, g->ndim), g);
   em_dev_add_into(out, t);
 }
 
 em_tensor *em_dev_reduce_to_shape(em_tensor *g, int ndim, const int64_t *shape) {
   EM_ASSERT(ndim <= g->ndim);
   em_tensor *r = em_empty_on(g->device, g->dtype, ndim, shape);
-  if (dev_live(g, r) && em_tensor_numel(r) > 0) dev_k(g)->sum_to(false, with_ndim(r, g->ndim), g);
+  if (dev_live(g, r) && em_tensor_numel(r) > 0) EM_KCALL(dev_k(g), sum_to, false, with_ndim(r, g->ndim), g);
   return r;
 }

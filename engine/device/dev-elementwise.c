@@ -21,23 +21,23 @@ static void binary_term(em_kbin op, int which, em_tensor *dst, bool acc, em_tens
                         em_tensor *a, em_tensor *b) {
   const em_kernels *k = dev_k(g);
   switch (op) {
-  case EM_KB_ADD: k->unary_backward(EM_KU_MULS, acc, dst, g, g, g, 1.0, 0); break;
+  case EM_KB_ADD: EM_KCALL(k, unary_backward, EM_KU_MULS, acc, dst, g, g, g, 1.0, 0); break;
   case EM_KB_SUB:
-    k->unary_backward(EM_KU_MULS, acc, dst, g, g, g, which == 0 ? 1.0 : -1.0, 0);
+    EM_KCALL(k, unary_backward, EM_KU_MULS, acc, dst, g, g, g, which == 0 ? 1.0 : -1.0, 0);
     break;
-  case EM_KB_MUL: k->binary(EM_KB_MUL, acc, dst, g, which == 0 ? b : a); break;
+  case EM_KB_MUL: EM_KCALL(k, binary, EM_KB_MUL, acc, dst, g, which == 0 ? b : a); break;
   case EM_KB_DIV:
     if (which == 0) {
-      k->binary(EM_KB_DIV, acc, dst, g, b);
+      EM_KCALL(k, binary, EM_KB_DIV, acc, dst, g, b);
     } else { /* -(g * a) / (b * b), the CPU's order of operations */
       em_tensor *ga = dev_empty_like(g), *bb = dev_empty_like(g);
       if (!dev_live(ga, bb)) return;
-      k->binary(EM_KB_MUL, false, ga, g, a);
-      k->binary(EM_KB_MUL, false, bb, b, b);
+      EM_KCALL(k, binary, EM_KB_MUL, false, ga, g, a);
+      EM_KCALL(k, binary, EM_KB_MUL, false, bb, b, b);
       em_tensor *q = dev_empty_like(g);
       if (!dev_live(q)) return;
-      k->binary(EM_KB_DIV, false, q, ga, bb);
-      k->unary_backward(EM_KU_MULS, acc, dst, q, q, q, -1.0, 0);
+      EM_KCALL(k, binary, EM_KB_DIV, false, q, ga, bb);
+      EM_KCALL(k, unary_backward, EM_KU_MULS, acc, dst, q, q, q, -1.0, 0);
     }
     break;
   default: EM_ASSERT(!"unknown binary op");
@@ -74,7 +74,7 @@ static em_tensor *binary_apply(em_kbin op, em_tensor *a, em_tensor *b) {
   EM_ASSERT(nd >= 0 && "operands do not broadcast");
   em_tensor *y = dev_empty(a, EM_DTYPE_F32, nd, shape);
   if (dev_live(a, b, y)) {
-    if (em_tensor_numel(y) > 0) dev_k(a)->binary(op, false, y, a, b);
+    if (em_tensor_numel(y) > 0) EM_KCALL(dev_k(a), binary, op, false, y, a, b);
     em_tensor *ins[2] = {a, b};
     if (em_needs_grad(2, ins)) {
       em_node *node = em_record(name, binary_backward, y, 2, ins);
@@ -98,7 +98,7 @@ static void unary_backward(em_node *n) {
   bool fresh;
   em_tensor *gx = em_grad_acquire(x, &fresh);
   if (gx && dev_live(gx, g, x, y) && em_tensor_numel(gx) > 0)
-    dev_k(g)->unary_backward((em_kun)n->i[0], !fresh, gx, g, x, y, n->f[0], n->f[1]);
+    EM_KCALL(dev_k(g), unary_backward, (em_kun)n->i[0], !fresh, gx, g, x, y, n->f[0], n->f[1]);
   em_device_set_op(prev);
 }
 
@@ -107,7 +107,7 @@ static em_tensor *unary_apply(em_kun op, const char *name, em_tensor *x, double 
   EM_ASSERT(x->dtype == EM_DTYPE_F32);
   em_tensor *y = dev_empty_like(x);
   if (dev_live(x, y)) {
-    if (em_tensor_numel(y) > 0) dev_k(x)->unary(op, y, x, p0, p1);
+    if (em_tensor_numel(y) > 0) EM_KCALL(dev_k(x), unary, op, y, x, p0, p1);
     if (em_needs_grad(1, &x)) {
       em_node *nd = em_record(name, unary_backward, y, 1, &x);
       nd->saved[0] = y;

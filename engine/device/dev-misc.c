@@ -24,7 +24,7 @@ static void dropout_backward(em_node *n) {
   bool fresh;
   em_tensor *gx = em_grad_acquire(n->in[0], &fresh);
   if (gx && dev_live(gx, g, mask) && em_tensor_numel(gx) > 0)
-    dev_k(g)->binary(EM_KB_MUL, !fresh, gx, g, mask);
+    EM_KCALL(dev_k(g), binary, EM_KB_MUL, !fresh, gx, g, mask);
   em_device_set_op(prev);
 }
 
@@ -39,9 +39,9 @@ em_tensor *em_dev_dropout(em_tensor *x, double p, bool training, em_rng *rng) {
   if (dev_live(x, mask, y)) {
     const em_kernels *k = dev_k(x);
     if (em_tensor_numel(y) > 0) {
-      if (p >= 1) k->fill(mask, 0.0);
-      else k->dropout_mask(mask, p, seed, counter);
-      k->binary(EM_KB_MUL, false, y, x, mask);
+      if (p >= 1) EM_KCALL(k, fill, mask, 0.0);
+      else EM_KCALL(k, dropout_mask, mask, p, seed, counter);
+      EM_KCALL(k, binary, EM_KB_MUL, false, y, x, mask);
     }
     if (em_needs_grad(1, &x)) {
       em_node *nd = em_record("dropout", dropout_backward, y, 1, &x);
@@ -63,8 +63,8 @@ static void embedding_backward(em_node *n) {
   em_tensor *gc = em_contiguous_nograd(g);
   if (gw && dev_live(gw, gc, idx) && em_tensor_numel(gw) > 0) {
     const em_kernels *k = dev_k(g);
-    if (fresh) k->fill(gw, 0.0);
-    if (em_tensor_numel(idx) > 0) k->embedding_backward(gw, gc, idx);
+    if (fresh) EM_KCALL(k, fill, gw, 0.0);
+    if (em_tensor_numel(idx) > 0) EM_KCALL(k, embedding_backward, gw, gc, idx);
   }
   em_device_set_op(prev);
 }
@@ -88,7 +88,7 @@ em_tensor *em_dev_embedding(em_tensor *weight, em_tensor *idx) {
       if (iv[i] < 0 || iv[i] >= V)
         dev_fail("em_embedding: index %lld at %lld is out of range [0, %lld)", (long long)iv[i],
                  (long long)i, (long long)V);
-    if (D > 0) dev_k(weight)->embedding_forward(y, wc, ic);
+    if (D > 0) EM_KCALL(dev_k(weight), embedding_forward, y, wc, ic);
   }
   if (live && em_needs_grad(1, &weight)) {
     em_node *nd = em_record("embedding", embedding_backward, y, 1, &weight);

@@ -34,7 +34,7 @@ static void sum_backward(em_node *n) {
     bool reduced[EM_MAX_DIMS];
     for (int d = 0; d < x->ndim; d++) reduced[d] = n->i[0] < 0 || d == n->i[0];
     em_tensor *gv = em_dev_broadcast_back(g, x, reduced, n->i[0] >= 0 && n->i[1]);
-    dev_k(g)->unary_backward(EM_KU_MULS, !fresh, gx, gv, gv, gv, n->f[0], 0);
+    EM_KCALL(dev_k(g), unary_backward, EM_KU_MULS, !fresh, gx, gv, gv, gv, n->f[0], 0);
   }
   em_device_set_op(prev);
 }
@@ -51,8 +51,8 @@ static em_tensor *sum_dim(em_tensor *x, int dim, bool keepdim, bool mean) {
   em_tensor *s = mean ? dev_empty(x, EM_DTYPE_F32, x->ndim, keep) : y; /* the sum */
   if (dev_live(x, y, s) && em_tensor_numel(y) > 0) {
     const em_kernels *k = dev_k(x);
-    k->reduce(EM_KR_SUM, s, NULL, x, d);
-    if (mean) k->unary(EM_KU_MULS, y, s, scale, 0);
+    EM_KCALL(k, reduce, EM_KR_SUM, s, NULL, x, d);
+    if (mean) EM_KCALL(k, unary, EM_KU_MULS, y, s, scale, 0);
   }
   em_tensor *out = result_view(y, x, d, keepdim);
   if (dev_live(x, y) && em_needs_grad(1, &x)) {
@@ -83,10 +83,10 @@ static em_tensor *sum_all(em_tensor *x, bool mean) {
   if (dev_live(xc, y, s)) {
     const em_kernels *k = dev_k(x);
     if (numel == 0) {
-      k->fill(y, 0.0);
+      EM_KCALL(k, fill, y, 0.0);
     } else {
-      k->reduce(EM_KR_SUM, s, NULL, em_dev_view_as(xc, 1, &numel), 0);
-      if (mean) k->unary(EM_KU_MULS, y, s, scale, 0);
+      EM_KCALL(k, reduce, EM_KR_SUM, s, NULL, em_dev_view_as(xc, 1, &numel), 0);
+      if (mean) EM_KCALL(k, unary, EM_KU_MULS, y, s, scale, 0);
     }
   }
   em_tensor *out = em_dev_view_as(y, 0, NULL);
@@ -116,7 +116,7 @@ static void max_backward(em_node *n) {
   int64_t m = O * I, flat_shape[1] = {m}, rows[2] = {O * R * I, 1}, gshape[2] = {m, 1};
   em_tensor *flat = gx && m > 0 ? dev_empty(x, EM_DTYPE_I64, 1, flat_shape) : NULL; /* (O * I) */
   if (flat && dev_live(gx, g, idx, flat)) {
-    if (fresh) dev_k(g)->fill(gx, 0.0);
+    if (fresh) EM_KCALL(dev_k(g), fill, gx, 0.0);
     /* position (o, idx, i) of x for each output (o, i) */
     int64_t *pos = em_scratch(sizeof(int64_t) * (size_t)m);
     em_tensor_download(idx, pos);
@@ -125,7 +125,7 @@ static void max_backward(em_node *n) {
     em_tensor_upload(flat, pos);
     em_tensor *gc = em_contiguous_nograd(g);
     if (dev_live(gc))
-      dev_k(g)->embedding_backward(em_dev_view_as(gx, 2, rows), em_dev_view_as(gc, 2, gshape),
+      EM_KCALL(dev_k(g), embedding_backward, em_dev_view_as(gx, 2, rows), em_dev_view_as(gc, 2, gshape),
                                    flat);
   }
   em_device_set_op(prev);
@@ -140,12 +140,12 @@ static void max_run(em_tensor *x, int d, em_tensor **values, em_tensor **pos, bo
   em_tensor *xf = x;
   if (x->dtype != EM_DTYPE_F32) {
     xf = dev_empty(x, EM_DTYPE_F32, x->ndim, x->shape);
-    if (dev_live(x, xf) && em_tensor_numel(x) > 0) dev_k(x)->copy(xf, x);
+    if (dev_live(x, xf) && em_tensor_numel(x) > 0) EM_KCALL(dev_k(x), copy, xf, x);
   }
   *values = dev_empty(x, EM_DTYPE_F32, x->ndim, keep);
   *pos = dev_empty(x, EM_DTYPE_I64, x->ndim, keep);
   *live = dev_live(xf, *values, *pos);
-  if (*live && em_tensor_numel(*values) > 0) dev_k(x)->reduce(EM_KR_MAX, *values, *pos, xf, d);
+  if (*live && em_tensor_numel(*values) > 0) EM_KCALL(dev_k(x), reduce, EM_KR_MAX, *values, *pos, xf, d);
 }
 
 em_tensor *em_dev_max(em_tensor *x, int dim, bool keepdim, em_tensor **argmax) {

@@ -22,7 +22,7 @@ static void softmax_backward(em_node *n) {
   em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
   if (bx && dev_live(bx, g, y) && em_tensor_numel(bx) > 0) {
     /* a 0-dim x ran as a (1) row */
-    dev_k(g)->softmax_backward(n->i[1] != 0, em_dev_view_as(bx, y->ndim, y->shape),
+    EM_KCALL(dev_k(g), softmax_backward, n->i[1] != 0, em_dev_view_as(bx, y->ndim, y->shape),
                                em_dev_view_as(g, y->ndim, y->shape), y, (int)n->i[0]);
     em_dev_grad_end(&gx);
   }
@@ -44,7 +44,7 @@ static em_tensor *softmax_any(em_tensor *x, int dim, bool log_out) {
   em_tensor *yk = dev_empty_like(xc); /* what the kernel writes */
   em_tensor *y = x->ndim == 0 ? em_dev_view_as(yk, 0, NULL) : yk;
   if (dev_live(xc, yk)) {
-    if (em_tensor_numel(xc) > 0) dev_k(x)->softmax_forward(log_out, yk, xc, dim);
+    if (em_tensor_numel(xc) > 0) EM_KCALL(dev_k(x), softmax_forward, log_out, yk, xc, dim);
     if (em_needs_grad(1, &x)) {
       em_node *nd = em_record(name, softmax_backward, y, 1, &x);
       nd->saved[0] = yk;
@@ -67,7 +67,7 @@ static void cross_entropy_backward(em_node *n) {
   dev_grad gx;
   em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
   if (bx && dev_live(bx, g, x, target, lse)) {
-    dev_k(g)->cross_entropy_backward(bx, g, x, target, lse, n->f[0]);
+    EM_KCALL(dev_k(g), cross_entropy_backward, bx, g, x, target, lse, n->f[0]);
     em_dev_grad_end(&gx);
   }
   em_device_set_op(prev);
@@ -107,7 +107,7 @@ em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double lab
       em_tensor_download(tc, t);
       check_targets(t, N, K);
     }
-    dev_k(x)->cross_entropy_forward(out, lse, x, tc, label_smoothing);
+    EM_KCALL(dev_k(x), cross_entropy_forward, out, lse, x, tc, label_smoothing);
   }
   if (live && em_needs_grad(1, &logits)) {
     em_node *nd = em_record("cross_entropy", cross_entropy_backward, out, 1, &logits);
@@ -136,8 +136,8 @@ static void mse_backward(em_node *n) {
     if (!gx) continue;
     em_tensor *t = dev_empty_like(d);
     if (!dev_live(gx, t, d, g)) continue;
-    k->unary(EM_KU_MULS, t, d, which == 0 ? scale : -scale, 0);
-    k->binary(EM_KB_MUL, !fresh, gx, t, gb);
+    EM_KCALL(k, unary, EM_KU_MULS, t, d, which == 0 ? scale : -scale, 0);
+    EM_KCALL(k, binary, EM_KB_MUL, !fresh, gx, t, gb);
   }
   em_device_set_op(prev);
 }
@@ -152,9 +152,9 @@ em_tensor *em_dev_mse_loss(em_tensor *a, em_tensor *b) {
   bool live = dev_live(a, b, d, s, out);
   if (live) {
     const em_kernels *k = dev_k(a);
-    k->binary(EM_KB_SUB, false, d, a, b);
-    k->sumsq(false, s, d);
-    k->unary(EM_KU_MULS, out, s, 1.0 / (double)numel, 0);
+    EM_KCALL(k, binary, EM_KB_SUB, false, d, a, b);
+    EM_KCALL(k, sumsq, false, s, d);
+    EM_KCALL(k, unary, EM_KU_MULS, out, s, 1.0 / (double)numel, 0);
   }
   em_tensor *ins[2] = {a, b};
   if (live && em_needs_grad(2, ins)) {

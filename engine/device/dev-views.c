@@ -30,7 +30,7 @@ em_tensor *em_dev_contiguous(em_tensor *x) {
   const char *prev = em_device_set_op("contiguous");
   em_tensor *y = dev_empty_like(x);
   if (dev_live(x, y)) {
-    dev_k(x)->copy(y, x);
+    EM_KCALL(dev_k(x), copy, y, x);
     if (em_needs_grad(1, &x)) em_record("contiguous", contiguous_backward, y, 1, &x);
   }
   em_device_set_op(prev);
@@ -44,7 +44,7 @@ static void cast_backward(em_node *n) {
   const char *prev = dev_backward_begin(n);
   em_tensor *gc = dev_empty(x, x->dtype, g->ndim, g->shape);
   if (dev_live(g, gc)) {
-    dev_k(g)->copy(gc, g);
+    EM_KCALL(dev_k(g), copy, gc, g);
     em_grad_add(x, gc);
   }
   em_device_set_op(prev);
@@ -57,7 +57,7 @@ em_tensor *em_dev_cast(em_tensor *x, em_dtype dt) {
   const char *prev = em_device_set_op("cast");
   em_tensor *y = dev_empty(x, dt, x->ndim, x->shape);
   if (dev_live(x, y)) {
-    if (em_tensor_numel(x) > 0) dev_k(x)->copy(y, x);
+    if (em_tensor_numel(x) > 0) EM_KCALL(dev_k(x), copy, y, x);
     if (em_dtype_is_float(x->dtype) && em_dtype_is_float(dt) && em_needs_grad(1, &x))
       em_record("cast", cast_backward, y, 1, &x);
   }

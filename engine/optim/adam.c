@@ -63,7 +63,7 @@ bool em_adam_prepare(const em_optim_config *c, em_optim_slot *s, const em_tensor
   *em_i64(s->step) = t;
   bool decoupled = c->kind == EM_OPTIM_ADAMW;
   if (em_on_device(s->param)) {
-    em_kernels_of(s->param)->adam_step(s->param, g, s->buf[0], s->buf[1], t, c->lr, c->beta1,
+    EM_KCALL(em_kernels_of(s->param), adam_step, s->param, g, s->buf[0], s->buf[1], t, c->lr, c->beta1,
                                        c->beta2, c->eps, c->weight_decay, decoupled);
     return false;
   }
