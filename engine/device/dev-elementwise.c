@@ -1,13 +1,12 @@
-/* dev-elementwise.c: the element-wise ops on devices: add, sub, mul, div
- * (broadcasting) and the one-input maps (neg, scalar arithmetic, exp,
- * log, sqrt, abs, clamp and the activations), with backward.
+/* dev-elementwise.c: the broadcasting element-wise ops on devices: add,
+ * sub, mul, div, with backward. (The one-input maps have one front-end
+ * for every device, engine/ops/unary.c.)
  *
  * Forward is one kernel. Backward of a binary op computes each input's
  * term (g, -g, g * other, g / b, -g * a / b^2) straight into its gradient
  * buffer (accumulating unless fresh) when the input has the output's
  * shape, else into a temporary that em_reduce_to_shape sums down to the
- * input's shape. A one-input map's backward is the unary_backward kernel
- * on the saved x and y. */
+ * input's shape. */
 #include "dev-private.h"
 
 #include "../ops/ops-private.h"
@@ -88,56 +87,3 @@ em_tensor *em_dev_add(em_tensor *a, em_tensor *b) { return binary_apply(EM_KB_AD
 em_tensor *em_dev_sub(em_tensor *a, em_tensor *b) { return binary_apply(EM_KB_SUB, a, b); }
 em_tensor *em_dev_mul(em_tensor *a, em_tensor *b) { return binary_apply(EM_KB_MUL, a, b); }
 em_tensor *em_dev_div(em_tensor *a, em_tensor *b) { return binary_apply(EM_KB_DIV, a, b); }
-
-/* ---- one-input maps ------------------------------------------------------------ */
-
-/* in[0] = x; saved[0] = y; i[0] = the kernel op; f = its scalars. */
-static void unary_backward(em_node *n) {
-  em_tensor *x = n->in[0], *y = n->saved[0], *g = n->out->grad;
-  const char *prev = dev_backward_begin(n);
-  bool fresh;
-  em_tensor *gx = em_grad_acquire(x, &fresh);
-  if (gx && dev_live(gx, g, x, y) && em_tensor_numel(gx) > 0)
-    EM_KCALL(dev_k(g), unary_backward, (em_kun)n->i[0], !fresh, gx, g, x, y, n->f[0], n->f[1]);
-  em_device_set_op(prev);
-}
-
-static em_tensor *unary_apply(em_kun op, const char *name, em_tensor *x, double p0, double p1) {
-  DEV_OP_BEGIN(name, 1, x);
-  EM_ASSERT(x->dtype == EM_DTYPE_F32);
-  em_tensor *y = dev_empty_like(x);
-  if (dev_live(x, y)) {
-    if (em_tensor_numel(y) > 0) EM_KCALL(dev_k(x), unary, op, y, x, p0, p1);
-    if (em_needs_grad(1, &x)) {
-      em_node *nd = em_record(name, unary_backward, y, 1, &x);
-      nd->saved[0] = y;
-      nd->i[0] = op;
-      nd->f[0] = p0;
-      nd->f[1] = p1;
-    }
-  }
-  return DEV_OP_END(y);
-}
-
-em_tensor *em_dev_neg(em_tensor *x) { return unary_apply(EM_KU_NEG, "neg", x, 0, 0); }
-em_tensor *em_dev_add_scalar(em_tensor *x, double s) {
-  return unary_apply(EM_KU_ADDS, "add_scalar", x, s, 0);
-}
-em_tensor *em_dev_mul_scalar(em_tensor *x, double s) {
-  return unary_apply(EM_KU_MULS, "mul_scalar", x, s, 0);
-}
-em_tensor *em_dev_pow_scalar(em_tensor *x, double p) {
-  return unary_apply(EM_KU_POWS, "pow_scalar", x, p, 0);
-}
-em_tensor *em_dev_exp(em_tensor *x) { return unary_apply(EM_KU_EXP, "exp", x, 0, 0); }
-em_tensor *em_dev_log(em_tensor *x) { return unary_apply(EM_KU_LOG, "log", x, 0, 0); }
-em_tensor *em_dev_sqrt(em_tensor *x) { return unary_apply(EM_KU_SQRT, "sqrt", x, 0, 0); }
-em_tensor *em_dev_abs(em_tensor *x) { return unary_apply(EM_KU_ABS, "abs", x, 0, 0); }
-em_tensor *em_dev_clamp(em_tensor *x, double lo, double hi) {
-  return unary_apply(EM_KU_CLAMP, "clamp", x, lo, hi);
-}
-em_tensor *em_dev_relu(em_tensor *x) { return unary_apply(EM_KU_RELU, "relu", x, 0, 0); }
-em_tensor *em_dev_gelu(em_tensor *x) { return unary_apply(EM_KU_GELU, "gelu", x, 0, 0); }
-em_tensor *em_dev_silu(em_tensor *x) { return unary_apply(EM_KU_SILU, "silu", x, 0, 0); }
-em_tensor *em_dev_sigmoid(em_tensor *x) { return unary_apply(EM_KU_SIGMOID, "sigmoid", x, 0, 0); }
-em_tensor *em_dev_tanh(em_tensor *x) { return unary_apply(EM_KU_TANH, "tanh", x, 0, 0); }

@@ -4,7 +4,9 @@
  * arguments, same results, same autograd. Each op of engine/ops starts
  * with `if (EM_ON_DEVICE(x, w, b)) return em_dev_X(...);` (every tensor
  * input tested, before the op's profiler span: the device op opens its
- * own), so callers never name these. The pure views (reshape, flatten,
+ * own), so callers never name these. The one-input element-wise maps
+ * (unary.c) have no em_dev_X: they are on the op front-end
+ * (engine/ops/op-frontend.h), one function for every device. The pure views (reshape, flatten,
  * transpose, permute, slice, expand) and concat have no em_dev_X:
  * engine/ops/views.c only changes metadata and reaches data through the
  * helpers below, so it serves every device.
@@ -26,20 +28,6 @@ em_tensor *em_dev_add(em_tensor *a, em_tensor *b);
 em_tensor *em_dev_sub(em_tensor *a, em_tensor *b);
 em_tensor *em_dev_mul(em_tensor *a, em_tensor *b);
 em_tensor *em_dev_div(em_tensor *a, em_tensor *b);
-em_tensor *em_dev_add_scalar(em_tensor *x, double s);
-em_tensor *em_dev_mul_scalar(em_tensor *x, double s);
-em_tensor *em_dev_pow_scalar(em_tensor *x, double p);
-em_tensor *em_dev_neg(em_tensor *x);
-em_tensor *em_dev_exp(em_tensor *x);
-em_tensor *em_dev_log(em_tensor *x);
-em_tensor *em_dev_sqrt(em_tensor *x);
-em_tensor *em_dev_abs(em_tensor *x);
-em_tensor *em_dev_clamp(em_tensor *x, double lo, double hi);
-em_tensor *em_dev_relu(em_tensor *x);
-em_tensor *em_dev_gelu(em_tensor *x);
-em_tensor *em_dev_silu(em_tensor *x);
-em_tensor *em_dev_sigmoid(em_tensor *x);
-em_tensor *em_dev_tanh(em_tensor *x);
 em_tensor *em_dev_sum(em_tensor *x, int dim, bool keepdim);
 em_tensor *em_dev_mean(em_tensor *x, int dim, bool keepdim);
 em_tensor *em_dev_sum_all(em_tensor *x);

@@ -14,6 +14,7 @@ static const char *const kind_names[EM_DEVICE_KIND_COUNT] = {"cpu", "cuda", "ref
 
 const em_backend *em_backend_of_kind(em_device_kind k) {
   switch (k) {
+  case EM_DEVICE_CPU: return em_cpu_backend();
   case EM_DEVICE_CUDA: return em_cuda_backend();
   case EM_DEVICE_REF: return em_ref_backend();
   default: return NULL;

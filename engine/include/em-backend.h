@@ -5,8 +5,9 @@
  * dist) includes this header, never a backend folder's private one.
  *
  * A backend is memory (a caching allocator with the CPU's statistics),
- * copies, and the kernels the device-generic op layer (dev-*.c) calls.
- * The op layer does everything else once for every device: shapes,
+ * copies, and the kernels the op front-end (engine/ops/op-frontend.h; the
+ * families not yet moved there: the device-generic op layer, dev-*.c)
+ * calls. The op layer does everything else once for every device: shapes,
  * checks, allocation of outputs (on the inputs' device), the autograd
  * tape and backward. Kernels only compute.
  *
@@ -18,7 +19,8 @@
  *  - All tensors of one call live on the same device (the op layer has
  *    checked). A tensor whose data is NULL (an allocation that failed,
  *    see em-device.h) never reaches a kernel.
- *  - Float kernels take F32; copy and fill take every dtype. Index
+ *  - Float kernels take F32 (and F64 where the backend's f64 says so);
+ *    copy and fill take every dtype. Index
  *    tensors (targets, argmax, embedding indices) are I64.
  *  - `acc`: add into the output instead of overwriting it.
  *  - Kernels are queued on the device's stream in call order; only the
@@ -180,7 +182,10 @@ typedef struct em_kernels {
 } em_kernels;
 
 typedef struct em_backend {
-  const char *name; /* "cuda", "ref" */
+  const char *name; /* "cpu", "cuda", "ref" */
+  /* Whether float kernels take f64 as well as f32 (the CPU's do: f64 is
+   * for gradient checks); the op front-end checks it. */
+  bool f64;
   int (*count)(void);
   /* Explains why a device of this kind cannot be used (no driver, none
    * present); called only when count() is 0. */
@@ -212,10 +217,14 @@ typedef struct em_backend {
   const em_kernels *k;
 } em_backend;
 
-/* The backend of a device kind (NULL for the CPU, for a kind this
- * build lacks, and for a value out of range). Each is defined by its
- * folder: engine/device/ref-*.c, engine/cuda/ (or cuda-none.c). */
+/* The backend of a device kind (NULL for a kind this build lacks and for
+ * a value out of range). Each is defined by its folder: the CPU's in
+ * engine/ops/cpu-backend.c (its kernels are the tuned CPU ones), the
+ * reference device's in engine/device/ref-*.c, CUDA's in engine/cuda/
+ * (or cuda-none.c). A kernel entry may be NULL: the op front-end then
+ * reports that the device lacks it. */
 const em_backend *em_backend_of_kind(em_device_kind k);
+const em_backend *em_cpu_backend(void);
 const em_backend *em_ref_backend(void);
 const em_backend *em_cuda_backend(void); /* NULL when built without CUDA */
 static inline const em_backend *em_backend_of(const em_tensor *t) {

@@ -213,6 +213,12 @@ static inline float em_logf(float x) {
 /* gemm-fast.c, the f32 GEMM behind em_gemm, is in the CPU kernel table
  * (cpu-kernels.h). */
 
+/* The CPU backend's kernel entries (cpu-backend.c's table; em-backend.h
+ * says what each does), f32 and f64. */
+#include "em-backend.h"
+em_k_unary em_cpu_unary;                   /* cpu-unary.c */
+em_k_unary_backward em_cpu_unary_backward; /* cpu-unary.c */
+
 /* Max and sum of x[0, n) (n >= 1) in float, with 16 lanes so that they
  * vectorise once n >= 64 (the row kernels of softmax and cross-entropy). */
 float em_lane_max_f32(const float *x, int64_t n);

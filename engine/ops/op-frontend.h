@@ -1,0 +1,95 @@
+/* op-frontend.h: the one op front-end of libember (issue 24, item 1).
+ *
+ * An op is written once for every device. Its front-end function (one
+ * file per op family in engine/ops/) does, in this order:
+ *
+ *   OP_BEGIN(name, n, inputs...)   every input on one device (a mismatch
+ *                                  names the op and both devices), float
+ *                                  inputs of a dtype that device's backend
+ *                                  takes (f32 everywhere, f64 on the CPU),
+ *                                  the profiler span, the op's name for
+ *                                  the out-of-memory message
+ *   y = op_empty(x, ...)           outputs on the inputs' device
+ *   k = OP_KERNEL(x, entry)        the backend's kernel, or the error
+ *                                  "em_relu: ref:0 has no kernel 'unary'"
+ *   if (op_live(...))              the out-of-memory rule (em-device.h)
+ *     op_check(k(...), "entry")    a kernel's status: a failure becomes
+ *                                  the thread's sticky device error,
+ *                                  naming the op and the failed call
+ *     em_record(...)               the tape node, and its backward,
+ *                                  written once, in kernels and ops
+ *   return OP_END(y)
+ *
+ * Every device kind, the CPU included, is a backend: a table of memory,
+ * copies and kernels (em-backend.h), em_backend_of_kind(kind). The CPU's
+ * table holds its tuned kernels (the AVX-512/AVX2/AMX GEMM, Winograd,
+ * the fused linear+ReLU pass, the vectorised element rows), chosen at
+ * start-up (cpu-kernels.h); the reference device's holds host loops over
+ * the shared kernel bodies (engine/device/kernels/), CUDA's its .cu files.
+ * A backend may leave an entry NULL: the op then reports which kernel the
+ * device lacks instead of crashing. Kernels only compute and return a
+ * status; they never allocate outputs, check user input or touch the
+ * tape.
+ *
+ * What a new op touches: its declaration in em-ops.h; its front-end
+ * function in the family's file here (checks, outputs, tape, backward);
+ * one kernel entry in em-backend.h when no existing entry fits; one
+ * kernel per backend that has it (engine/ops/cpu-backend-*.c,
+ * engine/device/ref-*.c, engine/cuda/cuda-*.cu, the body shared by ref
+ * and CUDA in engine/device/kernels/); its tests. CONTRIBUTING.md has
+ * the list.
+ *
+ * Where the tree stands: the one-input element-wise family (neg, the
+ * scalar maps, pow, exp, log, sqrt, abs, clamp and the activations,
+ * unary.c over cpu-unary.c) goes through this front-end, and the CPU
+ * backend's table (cpu-backend.c) has its kernels. The other families
+ * (the binary element-wise ops, views' copies and casts, reductions,
+ * matmul/linear, softmax and the losses, dropout, conv/pool, the norms,
+ * embedding) still have a CPU op in engine/ops/ that hands a device input
+ * to its twin in engine/device/dev-*.c (dev-ops.h), with the backward
+ * written in both; each converts by moving the device twin's frame here,
+ * putting the CPU's kernels in the CPU table and deleting the CPU copy of
+ * the backward. */
+#pragma once
+
+#include "em-backend.h"
+#include "em-ops.h"
+#include "em-profile.h"
+
+#include <stdbool.h>
+
+/* Checks the tensors of op `name` (NULL entries skipped): all on the
+ * device of the first ("em_add: inputs on ref:0 and cpu: move one with
+ * em_to_device"), and float ones of a dtype that device's backend takes
+ * ("em_relu on ref:0 supports f32, got f64"). Both are broken invariants
+ * (the layer and trainer code moves and casts data explicitly). Integer
+ * inputs are the op's to check. */
+void em_op_check(const char *name, int n, em_tensor *const *ts);
+/* False when kernels must be skipped: the device error is pending, or a
+ * tensor (NULL entries skipped) has no data (em-device.h). */
+bool em_op_live(int n, em_tensor *const *ts);
+/* False, with the device error raised ("em_relu: ref:0 has no kernel
+ * 'unary'"), when the backend of t left kernel `entry` NULL. */
+bool em_op_has_(const void *kernel, const char *entry, const char *op, const em_tensor *t);
+
+#define OP_TS(...) (int)(sizeof((em_tensor *const[]){__VA_ARGS__}) / sizeof(em_tensor *)), \
+                   (em_tensor *const[]){__VA_ARGS__}
+#define op_live(...) em_op_live(OP_TS(__VA_ARGS__))
+/* Whether t's backend has kernel `entry` (k: its table). */
+#define OP_HAS(k, entry, op, t) em_op_has_((const void *)(k)->entry, #entry, (op), (t))
+
+#define OP_BEGIN(name, n, ...)                                                  \
+  em_op_check((name), (n), (em_tensor *const[]){__VA_ARGS__});                  \
+  EM_OP_BEGIN((name), (n), __VA_ARGS__);                                        \
+  const char *const op_prev_name_ = em_device_set_op(name)
+#define OP_END(y) (em_device_set_op(op_prev_name_), EM_OP_END(y))
+
+/* The kernel table of t's device. */
+static inline const em_kernels *op_k(const em_tensor *t) { return em_kernels_of(t); }
+/* Scoped outputs on like's device. */
+static inline em_tensor *op_empty_like(const em_tensor *t) {
+  return em_empty_on(t->device, t->dtype, t->ndim, t->shape);
+}
+/* Names the op of a backward function for the device error; returns the
+ * previous name for em_device_set_op. */
+static inline const char *op_backward_begin(const em_node *n) { return em_device_set_op(n->op); }
