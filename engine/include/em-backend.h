@@ -239,9 +239,10 @@ em_status em_kernel_fail(em_status st, const char *fmt, ...) __attribute__((form
 /* True for EM_OK. Otherwise raises the thread's device error (unless one
  * is pending), naming the op of em_device_set_op, the kernel entry and the
  * backend's message ("linear: kernel gemm failed: cuBLAS call failed in
- * em_cuda_gemm (engine/cuda, line 120): ... -> ..."), and returns false:
- * the op's later kernels and ops are skipped as after an out-of-memory
- * error (em-device.h). */
+ * em_cuda_gemm (engine/cuda, line 120): ... -> ..."), and returns false.
+ * From then on ops skip their kernels as after an out-of-memory error
+ * (em-device.h); kernels the failing op queues after the failure still
+ * run, harmlessly, on its device buffers. */
 bool em_kernel_done(const char *entry, em_status st);
 /* Calls kernel `entry` of table k and checks its status: the one way
  * engine code calls a kernel. */
