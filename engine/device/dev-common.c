@@ -1,14 +1,9 @@
 /* dev-common.c: what the device ops share (dev-private.h): input checks,
- * the out-of-memory rule, views and gradient buffers, and the device side
- * of the low-level helpers of engine/ops/ops-common.c (copies and adds
- * into views, sums down to a broadcast shape, contiguous copies).
- *
- * Kernels write contiguous outputs unless their contract says otherwise
- * (copy and fill take any strides), so an add into a strided view goes
- * through a contiguous temporary and a copy back. */
+ * the out-of-memory rule, views and gradient buffers. (The copies and
+ * adds into gradients serve every device from engine/core/grad-accumulate.c.) */
 #include "dev-private.h"
 
-#include "../ops/ops-private.h"
+#include "../core/grad-accumulate.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -108,63 +103,5 @@ em_tensor *em_dev_grad_begin(em_tensor *x, dev_grad *g) {
 
 void em_dev_grad_end(dev_grad *g) {
   if (!g->buf || g->buf == g->grad) return;
-  em_dev_add_into(g->grad, g->buf);
-}
-
-/* ---- the helpers of ops-common.c ------------------------------------------------ */
-
-void em_dev_copy_into(em_tensor *dst, const em_tensor *src) {
-  EM_ASSERT(dst->dtype == src->dtype);
-  em_dev_check_device("copy", 2, (em_tensor *const[]){dst, (em_tensor *)src});
-  if (!dev_live(dst, (em_tensor *)src) || em_tensor_numel(dst) == 0) return;
-  EM_KCALL(dev_k(dst), copy, dst, src);
-}
-
-void em_dev_add_into(em_tensor *dst, const em_tensor *src) {
-  EM_ASSERT(dst->dtype == src->dtype && dst->dtype == EM_DTYPE_F32);
-  em_dev_check("add_into", 2, (em_tensor *const[]){dst, (em_tensor *)src});
-  if (!dev_live(dst, (em_tensor *)src) || em_tensor_numel(dst) == 0) return;
-  const em_kernels *k = dev_k(dst);
-  if (em_tensor_is_contiguous(dst) && em_tensor_same_shape(dst, src)) {
-    EM_KCALL(k, sum_to, true, dst, src); /* nothing summed: dst += src */
-    return;
-  }
-  em_tensor *t = dev_empty_like(dst); /* (dst's shape) */
-  if (!dev_live(t)) return;
-  EM_KCALL(k, binary, EM_KB_ADD, false, t, dst, src);
-  EM_KCALL(k, copy, dst, t);
-}
-
-/* out seen with g's number of dims (leading size-1 dims added). */
-static em_tensor *with_ndim(em_tensor *out, int ndim) {
-  if (out->ndim == ndim) return out;
-  int64_t shape[EM_MAX_DIMS], stride[EM_MAX_DIMS];
-  int lead = ndim - out->ndim;
-  for (int d = 0; d < ndim; d++) {
-    shape[d] = d < lead ? 1 : out->shape[d - lead];
-    stride[d] = d < lead ? 0 : out->stride[d - lead];
-  }
-  for (int d = lead - 1; d >= 0; d--) stride[d] = d + 1 < ndim ? stride[d + 1] * shape[d + 1] : 1;
-  return em_view_raw(out, ndim, shape, stride, out->offset);
-}
-
-void em_dev_sum_into_broadcast(em_tensor *out, const em_tensor *g) {
-  EM_ASSERT(out->dtype == g->dtype && g->dtype == EM_DTYPE_F32 && out->ndim <= g->ndim);
-  em_dev_check("sum_into", 2, (em_tensor *const[]){out, (em_tensor *)g});
-  if (!dev_live(out, (em_tensor *)g) || em_tensor_numel(out) == 0) return;
-  if (em_tensor_is_contiguous(out)) {
-    EM_KCALL(dev_k(out), sum_to, true, with_ndim(out, g->ndim), g);
-    return;
-  }
-  em_tensor *t = dev_empty_like(out);
-  if (!dev_live(t)) return;
-  EM_KCALL(dev_k(out), sum_to, false, with_ndim(t, g->ndim), g);
-  em_dev_add_into(out, t);
-}
-
-em_tensor *em_dev_reduce_to_shape(em_tensor *g, int ndim, const int64_t *shape) {
-  EM_ASSERT(ndim <= g->ndim);
-  em_tensor *r = em_empty_on(g->device, g->dtype, ndim, shape);
-  if (dev_live(g, r) && em_tensor_numel(r) > 0) EM_KCALL(dev_k(g), sum_to, false, with_ndim(r, g->ndim), g);
-  return r;
+  em_add_into(g->grad, g->buf);
 }

@@ -11,7 +11,8 @@
 #include "dev-private.h"
 
 #include "../ops/conv-private.h"
-#include "../ops/ops-private.h"
+#include "../core/grad-accumulate.h"
+#include "../core/node-params.h"
 #include "em-amp.h"
 
 /* ---- conv2d ------------------------------------------------------------------------ */

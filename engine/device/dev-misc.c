@@ -13,7 +13,7 @@
  * scatter-adds rows into the weight gradient (zeroed when fresh). */
 #include "dev-private.h"
 
-#include "../ops/ops-private.h"
+#include "../core/grad-accumulate.h"
 
 /* ---- dropout ----------------------------------------------------------------------------- */
 

@@ -11,7 +11,7 @@
  * (sums over every dim but the channel, with sum_to). */
 #include "dev-private.h"
 
-#include "../ops/ops-private.h"
+#include "../core/grad-accumulate.h"
 
 /* t (C) seen as (1, C, 1, ...) against x's ndim. */
 static em_tensor *channel_view(em_tensor *t, int ndim) {

@@ -4,10 +4,11 @@
  * arguments, same results, same autograd. Each op of engine/ops starts
  * with `if (EM_ON_DEVICE(x, w, b)) return em_dev_X(...);` (every tensor
  * input tested, before the op's profiler span: the device op opens its
- * own), so callers never name these. The one-input element-wise maps
- * (unary.c) have no em_dev_X: they are on the op front-end
- * (engine/ops/op-frontend.h), one function for every device. The pure views (reshape, flatten,
- * transpose, permute, slice, expand) and concat have no em_dev_X:
+ * own), so callers never name these. The element-wise ops (unary.c,
+ * elementwise.c) have no em_dev_X: they are on the op front-end
+ * (engine/ops/op-frontend.h), one function for every device. The pure
+ * views (reshape, flatten, transpose, permute, slice, expand) and concat
+ * have no em_dev_X:
  * engine/ops/views.c only changes metadata and reaches data through the
  * helpers below, so it serves every device.
  *
@@ -24,10 +25,6 @@
 
 em_tensor *em_dev_contiguous(em_tensor *x);
 em_tensor *em_dev_cast(em_tensor *x, em_dtype dt);
-em_tensor *em_dev_add(em_tensor *a, em_tensor *b);
-em_tensor *em_dev_sub(em_tensor *a, em_tensor *b);
-em_tensor *em_dev_mul(em_tensor *a, em_tensor *b);
-em_tensor *em_dev_div(em_tensor *a, em_tensor *b);
 em_tensor *em_dev_sum(em_tensor *x, int dim, bool keepdim);
 em_tensor *em_dev_mean(em_tensor *x, int dim, bool keepdim);
 em_tensor *em_dev_sum_all(em_tensor *x);
@@ -48,7 +45,7 @@ em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double lab
 em_tensor *em_dev_mse_loss(em_tensor *a, em_tensor *b);
 em_tensor *em_dev_embedding(em_tensor *weight, em_tensor *idx);
 
-/* ---- the hand-off test, and the helpers of engine/ops/ops-common.c ----- */
+/* ---- the hand-off test and the device checks ---------------------------- */
 /* True when one of the n tensors (NULL entries skipped) lives off the
  * CPU: the CPU ops test all their tensor inputs, so that a mix of CPU and
  * device tensors reaches the device layer's same-device check. */
@@ -68,12 +65,3 @@ void em_dev_check_device(const char *name, int n, em_tensor *const *ts);
 /* False when kernels must be skipped: the device error is pending, or one
  * of the tensors (NULL entries skipped) has no data. */
 bool em_dev_live(int n, em_tensor *const *ts);
-
-/* em_copy_into, em_add_into, em_sum_into_broadcast and em_reduce_to_shape
- * (its no-grad path) (ops-private.h) for tensors on a device: the same
- * contracts, through the kernels (em_contiguous_nograd serves every
- * device through em_copy_into). */
-void em_dev_copy_into(em_tensor *dst, const em_tensor *src);
-void em_dev_add_into(em_tensor *dst, const em_tensor *src);
-void em_dev_sum_into_broadcast(em_tensor *out, const em_tensor *g);
-em_tensor *em_dev_reduce_to_shape(em_tensor *g, int ndim, const int64_t *shape);

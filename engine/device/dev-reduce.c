@@ -12,7 +12,8 @@
  * would remove it. */
 #include "dev-private.h"
 
-#include "../ops/ops-private.h"
+#include "../core/grad-accumulate.h"
+#include "../core/shape.h"
 
 /* y (x's shape, size 1 at d) seen as the op's result. */
 static em_tensor *result_view(em_tensor *y, const em_tensor *x, int d, bool keepdim) {

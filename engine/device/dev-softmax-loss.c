@@ -9,7 +9,7 @@
  * incoming gradient, read on the device (no host round trip). */
 #include "dev-private.h"
 
-#include "../ops/ops-private.h"
+#include "../core/grad-accumulate.h"
 
 /* ---- softmax ---------------------------------------------------------------------------- */
 

@@ -11,7 +11,7 @@
  * for cast). */
 #include "dev-private.h"
 
-#include "../ops/ops-private.h"
+#include "../core/grad-accumulate.h"
 
 /* ---- contiguous ------------------------------------------------------------- */
 

@@ -60,7 +60,8 @@ typedef em_status em_k_unary_backward(em_kun op, bool acc, em_tensor *gx, const 
  * I64, or NULL) gets the first index of the maximum; NaN wins. */
 typedef em_status em_k_reduce(em_kred op, em_tensor *y, em_tensor *idx, const em_tensor *x, int dim);
 /* y (=|+=) x summed over the dims where y (whose shape x broadcasts
- * from, same ndim, sizes 1 where reduced) is broadcast. */
+ * from, same ndim, sizes 1 where reduced) is broadcast; y any strides
+ * (not broadcast itself). With nothing reduced it is y (=|+=) x. */
 typedef em_status em_k_sum_to(bool acc, em_tensor *y, const em_tensor *x);
 /* For b in [0, batch): C_b (m, n, ldc) = alpha * op(A_b) (m, k) @
  * op(B_b) (k, n) + beta * C_b, row-major, X_b = X + b * strideX

@@ -1,7 +1,7 @@
 /* cpu-backend.c: the CPU's backend table (em-backend.h): host memory
  * through the engine's caching allocator (em_alloc), plain copies, and
  * the CPU's kernels. Each kernel is in the file of its family
- * (cpu-unary.c, ...), tuned per instruction set where it matters
+ * (cpu-copy.c, cpu-binary.c, cpu-unary.c, cpu-reduce.c), tuned per instruction set where it matters
  * (cpu-kernels.h). Entries still NULL belong to the op families that
  * have not moved to the front-end yet (op-frontend.h): their CPU ops
  * compute directly and never reach this table. */
@@ -51,8 +51,11 @@ static void cpu_memcpy(int index, void *dst, const void *src, size_t n) {
 static void cpu_synchronize(int index) { (void)index; }
 
 static const em_kernels cpu_kernels = {
+  .copy = em_cpu_copy,
+  .binary = em_cpu_binary,
   .unary = em_cpu_unary,
   .unary_backward = em_cpu_unary_backward,
+  .sum_to = em_cpu_sum_to,
 };
 
 const em_backend *em_cpu_backend(void) {

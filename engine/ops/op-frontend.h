@@ -39,17 +39,40 @@
  * and CUDA in engine/device/kernels/); its tests. CONTRIBUTING.md has
  * the list.
  *
- * Where the tree stands: the one-input element-wise family (neg, the
- * scalar maps, pow, exp, log, sqrt, abs, clamp and the activations,
- * unary.c over cpu-unary.c) goes through this front-end, and the CPU
- * backend's table (cpu-backend.c) has its kernels. The other families
- * (the binary element-wise ops, views' copies and casts, reductions,
- * matmul/linear, softmax and the losses, dropout, conv/pool, the norms,
- * embedding) still have a CPU op in engine/ops/ that hands a device input
- * to its twin in engine/device/dev-*.c (dev-ops.h), with the backward
- * written in both; each converts by moving the device twin's frame here,
- * putting the CPU's kernels in the CPU table and deleting the CPU copy of
- * the backward. */
+ * Where the tree stands. On the front-end, one function per op for every
+ * device, the backward once:
+ *   - the one-input element-wise family (neg, the scalar maps, pow, exp,
+ *     log, sqrt, abs, clamp, the activations): unary.c over cpu-unary.c;
+ *   - the broadcasting binary ops (add, sub, mul, div): elementwise.c
+ *     over cpu-binary.c.
+ * The gradient copies and adds every backward uses (em_grad_add,
+ * em_reduce_to_shape, em_add_into, ...) serve every device from
+ * engine/core/grad-accumulate.c through the copy, binary and sum_to
+ * kernels (the CPU's in cpu-copy.c, cpu-binary.c, cpu-reduce.c); shapes
+ * and broadcasting are engine/core/shape.c, the convolution and pooling
+ * parameters of a tape node engine/core/node-params.c.
+ *
+ * Still to convert (a CPU op in engine/ops/ that hands a device input to
+ * its twin in engine/device/dev-*.c, dev-ops.h, with the backward written
+ * in both): views' copies and casts, reductions, matmul/linear, softmax
+ * and the losses, dropout, conv/pool, the norms, embedding. Each
+ * converts by moving the device twin's frame here, putting the CPU's
+ * kernels in the CPU table and deleting the CPU copy of the backward.
+ *
+ * Includes of another folder's private header that remain, and why:
+ *   - every engine/ops file includes ../device/dev-ops.h (through
+ *     ops-private.h) for the hand-offs of the unconverted families; it
+ *     goes with the last of them;
+ *   - engine/device/dev-linalg.c includes ops-private.h for
+ *     em_blas_operand_of (how a strided matrix is handed to a GEMM), and
+ *     dev-conv-pool.c conv-private.h for the convolution and pooling
+ *     geometry (em_conv_geom, em_pool_geom): both move with their families
+ *     (matmul/linear, conv/pool), the geometry to a header of its own;
+ *   - engine/device/ref-linalg.c includes conv-private.h and, through it,
+ *     ops-private.h: the reference device runs the CPU's reference
+ *     convolution loops (conv-ref.c) and its BLAS GEMM on the host. Those
+ *     loops belong in engine/device/kernels/ (the bodies ref and the
+ *     CPU's fallback share), which is the conv family's conversion. */
 #pragma once
 
 #include "em-backend.h"
