@@ -1,11 +1,5 @@
-/* dev-misc.c: em_dropout and em_embedding on devices, with backward.
- *
- * Dropout draws one (seed, counter) pair from the caller's rng (two
- * em_rng_next calls, whatever the size) and the dropout_mask kernel turns
- * it into the mask 1 / (1 - p) or 0 per element, the same on every device
- * kind; y = x * mask, gx = g * mask. (The CPU draws its keep decisions
- * from the rng element by element, so the masks of the two differ; their
- * statistics do not.)
+/* dev-misc.c: em_embedding on devices, with backward. (Dropout has one
+ * front-end for every device, engine/ops/dropout.c.)
  *
  * Embedding gathers rows with its kernel; indices are checked on the host
  * first (one copy of the index tensor), since an index out of range is a
@@ -14,43 +8,6 @@
 #include "dev-private.h"
 
 #include "../core/grad-accumulate.h"
-
-/* ---- dropout ----------------------------------------------------------------------------- */
-
-/* in: x; saved[0]: the mask (x's shape, contiguous). */
-static void dropout_backward(em_node *n) {
-  em_tensor *mask = n->saved[0], *g = n->out->grad;
-  const char *prev = dev_backward_begin(n);
-  bool fresh;
-  em_tensor *gx = em_grad_acquire(n->in[0], &fresh);
-  if (gx && dev_live(gx, g, mask) && em_tensor_numel(gx) > 0)
-    EM_KCALL(dev_k(g), binary, EM_KB_MUL, !fresh, gx, g, mask);
-  em_device_set_op(prev);
-}
-
-em_tensor *em_dev_dropout(em_tensor *x, double p, bool training, em_rng *rng) {
-  em_dev_check("dropout", 1, &x);
-  EM_ASSERT(x->dtype == EM_DTYPE_F32 && p >= 0 && p <= 1);
-  if (!training || p == 0) return x;
-  EM_ASSERT(rng);
-  DEV_OP_BEGIN("dropout", 1, x);
-  uint64_t seed = em_rng_next(rng), counter = em_rng_next(rng);
-  em_tensor *mask = dev_empty_like(x), *y = dev_empty_like(x);
-  if (dev_live(x, mask, y)) {
-    const em_kernels *k = dev_k(x);
-    if (em_tensor_numel(y) > 0) {
-      if (p >= 1) EM_KCALL(k, fill, mask, 0.0);
-      else EM_KCALL(k, dropout_mask, mask, p, seed, counter);
-      EM_KCALL(k, binary, EM_KB_MUL, false, y, x, mask);
-    }
-    if (em_needs_grad(1, &x)) {
-      em_node *nd = em_record("dropout", dropout_backward, y, 1, &x);
-      nd->saved[0] = mask;
-      nd->f[0] = p;
-    }
-  }
-  return DEV_OP_END(y);
-}
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 

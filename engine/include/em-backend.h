@@ -129,9 +129,10 @@ typedef em_status em_k_cross_entropy_backward(em_tensor *gx, const em_tensor *gs
  * caller) += g rows at idx (duplicates add up). */
 typedef em_status em_k_embedding_forward(em_tensor *y, const em_tensor *w, const em_tensor *idx);
 typedef em_status em_k_embedding_backward(em_tensor *gw, const em_tensor *g, const em_tensor *idx);
-/* mask (contiguous) = 1 / (1 - p) with probability 1 - p, else 0, from
- * the counter-based generator (seed, counter): the same (seed, counter)
- * gives the same mask on every device kind. */
+/* mask (contiguous) = 1 / (1 - p) with probability 1 - p, else 0 (all 0
+ * for p = 1), from the counter-based generator (seed, counter) of
+ * engine/device/kernels/kern-random.h: the same (seed, counter) gives the
+ * same mask on every device kind, the CPU included. */
 typedef em_status em_k_dropout_mask(em_tensor *mask, double p, uint64_t seed, uint64_t counter);
 /* Optimiser steps over contiguous p, g, state of one parameter (the
  * formulas of engine/optim/sgd.c and adam.c). buf may be NULL (no

@@ -44,7 +44,11 @@
  *   - the one-input element-wise family (neg, the scalar maps, pow, exp,
  *     log, sqrt, abs, clamp, the activations): unary.c over cpu-unary.c;
  *   - the broadcasting binary ops (add, sub, mul, div): elementwise.c
- *     over cpu-binary.c.
+ *     over cpu-binary.c;
+ *   - dropout: dropout.c over the dropout_mask kernel (the CPU's in
+ *     cpu-random.c) and binary; every backend draws its mask from the one
+ *     counter-based generator (engine/device/kernels/kern-random.h), so a
+ *     seed gives the same mask on the CPU and on every device.
  * The gradient copies and adds every backward uses (em_grad_add,
  * em_reduce_to_shape, em_add_into, ...) serve every device from
  * engine/core/grad-accumulate.c through the copy, binary and sum_to
@@ -55,7 +59,7 @@
  * Still to convert (a CPU op in engine/ops/ that hands a device input to
  * its twin in engine/device/dev-*.c, dev-ops.h, with the backward written
  * in both): views' copies and casts, reductions, matmul/linear, softmax
- * and the losses, dropout, conv/pool, the norms, embedding. Each
+ * and the losses, conv/pool, the norms, embedding. Each
  * converts by moving the device twin's frame here, putting the CPU's
  * kernels in the CPU table and deleting the CPU copy of the backward.
  *

@@ -191,6 +191,7 @@ em_k_binary em_cpu_binary;                 /* cpu-binary.c */
 em_k_unary em_cpu_unary;                   /* cpu-unary.c */
 em_k_unary_backward em_cpu_unary_backward; /* cpu-unary.c */
 em_k_sum_to em_cpu_sum_to;                 /* cpu-reduce.c */
+em_k_dropout_mask em_cpu_dropout_mask;     /* cpu-random.c */
 
 /* Max and sum of x[0, n) (n >= 1) in float, with 16 lanes so that they
  * vectorise once n >= 64 (the row kernels of softmax and cross-entropy). */
