@@ -5,7 +5,7 @@
  * with `if (EM_ON_DEVICE(x, w, b)) return em_dev_X(...);` (every tensor
  * input tested, before the op's profiler span: the device op opens its
  * own), so callers never name these. The element-wise ops (unary.c,
- * elementwise.c) and dropout have no em_dev_X: they are on the op front-end
+ * elementwise.c), dropout and embedding have no em_dev_X: they are on the op front-end
  * (engine/ops/op-frontend.h), one function for every device. The pure
  * views (reshape, flatten, transpose, permute, slice, expand) and concat
  * have no em_dev_X:
@@ -42,7 +42,6 @@ em_tensor *em_dev_softmax(em_tensor *x, int dim);
 em_tensor *em_dev_log_softmax(em_tensor *x, int dim);
 em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
 em_tensor *em_dev_mse_loss(em_tensor *a, em_tensor *b);
-em_tensor *em_dev_embedding(em_tensor *weight, em_tensor *idx);
 
 /* ---- the hand-off test and the device checks ---------------------------- */
 /* True when one of the n tensors (NULL entries skipped) lives off the

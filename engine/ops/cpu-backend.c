@@ -1,7 +1,7 @@
 /* cpu-backend.c: the CPU's backend table (em-backend.h): host memory
  * through the engine's caching allocator (em_alloc), plain copies, and
  * the CPU's kernels. Each kernel is in the file of its family
- * (cpu-copy.c, cpu-binary.c, cpu-unary.c, cpu-reduce.c, cpu-random.c), tuned per instruction set where it matters
+ * (cpu-copy.c, cpu-binary.c, cpu-unary.c, cpu-reduce.c, cpu-random.c, cpu-embedding.c), tuned per instruction set where it matters
  * (cpu-kernels.h). Entries still NULL belong to the op families that
  * have not moved to the front-end yet (op-frontend.h): their CPU ops
  * compute directly and never reach this table. */
@@ -51,11 +51,14 @@ static void cpu_memcpy(int index, void *dst, const void *src, size_t n) {
 static void cpu_synchronize(int index) { (void)index; }
 
 static const em_kernels cpu_kernels = {
+  .fill = em_cpu_fill,
   .copy = em_cpu_copy,
   .binary = em_cpu_binary,
   .unary = em_cpu_unary,
   .unary_backward = em_cpu_unary_backward,
   .sum_to = em_cpu_sum_to,
+  .embedding_forward = em_cpu_embedding_forward,
+  .embedding_backward = em_cpu_embedding_backward,
   .dropout_mask = em_cpu_dropout_mask,
 };
 

@@ -1,6 +1,6 @@
-/* cpu-copy.c: the CPU backend's copy kernel (the copy entry of
- * em-backend.h): y = x, x broadcastable to y's shape, any strides, any
- * dtype. Same-dtype copies are rows of the strided iterator (one memmove
+/* cpu-copy.c: the CPU backend's copy and fill kernels (the copy and fill
+ * entries of em-backend.h). fill is core's em_tensor_fill_. copy: y = x,
+ * x broadcastable to y's shape, any strides, any dtype. Same-dtype copies are rows of the strided iterator (one memmove
  * per contiguous row, split over the pool when large); converting copies
  * take core's plain loop, which is what em_cast and the checkpoint loader
  * use too. */
@@ -35,6 +35,11 @@ static em_tensor *broadcast_to(const em_tensor *x, const em_tensor *y) {
     EM_ASSERT(xd < 0 || x->shape[xd] == 1 || x->shape[xd] == y->shape[d]);
   }
   return em_view_raw(x, y->ndim, y->shape, stride, x->offset);
+}
+
+em_status em_cpu_fill(em_tensor *y, double v) {
+  em_tensor_fill_(y, v);
+  return EM_OK;
 }
 
 em_status em_cpu_copy(em_tensor *y, const em_tensor *x) {

@@ -48,7 +48,8 @@
  *   - dropout: dropout.c over the dropout_mask kernel (the CPU's in
  *     cpu-random.c) and binary; every backend draws its mask from the one
  *     counter-based generator (engine/device/kernels/kern-random.h), so a
- *     seed gives the same mask on the CPU and on every device.
+ *     seed gives the same mask on the CPU and on every device;
+ *   - embedding: embedding.c over cpu-embedding.c.
  * The gradient copies and adds every backward uses (em_grad_add,
  * em_reduce_to_shape, em_add_into, ...) serve every device from
  * engine/core/grad-accumulate.c through the copy, binary and sum_to
@@ -59,7 +60,7 @@
  * Still to convert (a CPU op in engine/ops/ that hands a device input to
  * its twin in engine/device/dev-*.c, dev-ops.h, with the backward written
  * in both): views' copies and casts, reductions, matmul/linear, softmax
- * and the losses, conv/pool, the norms, embedding. Each
+ * and the losses, conv/pool, the norms. Each
  * converts by moving the device twin's frame here, putting the CPU's
  * kernels in the CPU table and deleting the CPU copy of the backward.
  *

@@ -186,12 +186,15 @@ static inline float em_logf(float x) {
 /* The CPU backend's kernel entries (cpu-backend.c's table; em-backend.h
  * says what each does), f32 and f64. */
 #include "em-backend.h"
+em_k_fill em_cpu_fill;                     /* cpu-copy.c */
 em_k_copy em_cpu_copy;                     /* cpu-copy.c */
 em_k_binary em_cpu_binary;                 /* cpu-binary.c */
 em_k_unary em_cpu_unary;                   /* cpu-unary.c */
 em_k_unary_backward em_cpu_unary_backward; /* cpu-unary.c */
 em_k_sum_to em_cpu_sum_to;                 /* cpu-reduce.c */
 em_k_dropout_mask em_cpu_dropout_mask;     /* cpu-random.c */
+em_k_embedding_forward em_cpu_embedding_forward;   /* cpu-embedding.c */
+em_k_embedding_backward em_cpu_embedding_backward; /* cpu-embedding.c */
 
 /* Max and sum of x[0, n) (n >= 1) in float, with 16 lanes so that they
  * vectorise once n >= 64 (the row kernels of softmax and cross-entropy). */
