@@ -72,22 +72,6 @@ em_tensor *em_dev_view_as(em_tensor *t, int ndim, const int64_t *shape) {
   return em_view_raw(t, ndim, shape, stride, t->offset);
 }
 
-em_tensor *em_dev_broadcast_back(em_tensor *g, const em_tensor *x, const bool *reduced,
-                                 bool keepdim) {
-  int64_t stride[EM_MAX_DIMS];
-  int gd = 0;
-  for (int d = 0; d < x->ndim; d++) {
-    if (reduced[d]) {
-      stride[d] = 0;
-      if (keepdim) gd++;
-    } else {
-      stride[d] = g->stride[gd++];
-    }
-  }
-  EM_ASSERT(gd == g->ndim);
-  return em_view_raw(g, x->ndim, x->shape, stride, g->offset);
-}
-
 /* ---- gradient buffers --------------------------------------------------------- */
 
 em_tensor *em_dev_grad_begin(em_tensor *x, dev_grad *g) {

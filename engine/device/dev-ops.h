@@ -5,7 +5,8 @@
  * with `if (EM_ON_DEVICE(x, w, b)) return em_dev_X(...);` (every tensor
  * input tested, before the op's profiler span: the device op opens its
  * own), so callers never name these. The element-wise ops (unary.c,
- * elementwise.c), dropout and embedding have no em_dev_X: they are on the op front-end
+ * elementwise.c), the reductions (reduce.c), dropout and embedding have
+ * no em_dev_X: they are on the op front-end
  * (engine/ops/op-frontend.h), one function for every device. The pure
  * views (reshape, flatten, transpose, permute, slice, expand) and concat
  * have no em_dev_X:
@@ -25,12 +26,6 @@
 
 em_tensor *em_dev_contiguous(em_tensor *x);
 em_tensor *em_dev_cast(em_tensor *x, em_dtype dt);
-em_tensor *em_dev_sum(em_tensor *x, int dim, bool keepdim);
-em_tensor *em_dev_mean(em_tensor *x, int dim, bool keepdim);
-em_tensor *em_dev_sum_all(em_tensor *x);
-em_tensor *em_dev_mean_all(em_tensor *x);
-em_tensor *em_dev_max(em_tensor *x, int dim, bool keepdim, em_tensor **argmax);
-em_tensor *em_dev_argmax(em_tensor *x, int dim, bool keepdim);
 em_tensor *em_dev_matmul(em_tensor *a, em_tensor *b);
 em_tensor *em_dev_linear(em_tensor *x, em_tensor *w, em_tensor *b);
 em_tensor *em_dev_conv2d(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv2d_params *p);

@@ -62,11 +62,6 @@ static inline em_tensor *dev_empty_like(const em_tensor *t) {
 }
 /* A view of contiguous t with another shape (same numel). */
 em_tensor *em_dev_view_as(em_tensor *t, int ndim, const int64_t *shape);
-/* A view of g (the gradient of a reduction of x) in x's shape, stride 0
- * along the reduced dims (reduced[d] true; g has them as size 1 when
- * keepdim, else lacks them). */
-em_tensor *em_dev_broadcast_back(em_tensor *g, const em_tensor *x, const bool *reduced,
-                                 bool keepdim);
 
 /* Gradient buffers for kernels that write (not accumulate) a gradient:
  * dev_grad_begin gives the gradient buffer of x itself when it is fresh,

@@ -56,6 +56,7 @@ static const em_kernels cpu_kernels = {
   .binary = em_cpu_binary,
   .unary = em_cpu_unary,
   .unary_backward = em_cpu_unary_backward,
+  .reduce = em_cpu_reduce,
   .sum_to = em_cpu_sum_to,
   .embedding_forward = em_cpu_embedding_forward,
   .embedding_backward = em_cpu_embedding_backward,

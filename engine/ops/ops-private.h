@@ -191,6 +191,7 @@ em_k_copy em_cpu_copy;                     /* cpu-copy.c */
 em_k_binary em_cpu_binary;                 /* cpu-binary.c */
 em_k_unary em_cpu_unary;                   /* cpu-unary.c */
 em_k_unary_backward em_cpu_unary_backward; /* cpu-unary.c */
+em_k_reduce em_cpu_reduce;                 /* cpu-reduce.c */
 em_k_sum_to em_cpu_sum_to;                 /* cpu-reduce.c */
 em_k_dropout_mask em_cpu_dropout_mask;     /* cpu-random.c */
 em_k_embedding_forward em_cpu_embedding_forward;   /* cpu-embedding.c */
