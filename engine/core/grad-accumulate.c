@@ -94,3 +94,19 @@ em_tensor *em_reduce_to_shape(em_tensor *g, int ndim, const int64_t *shape) {
     EM_KCALL(em_kernels_of(g), sum_to, false, with_ndim(r, g->ndim), g);
   return r;
 }
+
+em_tensor *em_grad_buffer_begin(em_tensor *x, em_grad_buffer *g) {
+  g->x = x;
+  g->grad = g->buf = NULL;
+  if (!x) return NULL;
+  bool fresh;
+  g->grad = em_grad_acquire(x, &fresh);
+  if (!g->grad) return NULL;
+  g->buf = fresh ? g->grad : em_empty_like(g->grad);
+  return g->buf;
+}
+
+void em_grad_buffer_end(em_grad_buffer *g) {
+  if (!g->buf || g->buf == g->grad) return;
+  em_add_into(g->grad, g->buf);
+}

@@ -31,3 +31,13 @@ void em_sum_into_broadcast(em_tensor *out, const em_tensor *g);
 em_tensor *em_reduce_to_shape(em_tensor *g, int ndim, const int64_t *shape);
 /* t itself when contiguous, else a contiguous copy (no tape node). */
 em_tensor *em_contiguous_nograd(em_tensor *t);
+
+/* Gradient buffers for kernels that write (not accumulate) a gradient:
+ * em_grad_buffer_begin gives the gradient buffer of x itself when it is
+ * fresh, else a temporary of x's shape that em_grad_buffer_end adds into
+ * it. NULL when x needs no gradient. */
+typedef struct {
+  em_tensor *x, *grad, *buf;
+} em_grad_buffer;
+em_tensor *em_grad_buffer_begin(em_tensor *x, em_grad_buffer *g);
+void em_grad_buffer_end(em_grad_buffer *g);

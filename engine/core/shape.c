@@ -1,4 +1,5 @@
-/* shape.c: broadcasting, reduced shapes and negative dims (shape.h). */
+/* shape.c: broadcasting, reduced shapes, negative dims and reshaped views
+ * (shape.h). */
 #include "shape.h"
 
 int em_broadcast_shape(const em_tensor *a, const em_tensor *b, int64_t *out) {
@@ -25,4 +26,14 @@ int em_dim_norm(int dim, int ndim) {
   int d = dim < 0 ? dim + ndim : dim;
   EM_ASSERT(d >= 0 && d < ndim && "dim out of range");
   return d;
+}
+
+em_tensor *em_view_as(em_tensor *t, int ndim, const int64_t *shape) {
+  EM_ASSERT(em_tensor_is_contiguous(t));
+  int64_t stride[EM_MAX_DIMS], s = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    stride[d] = s;
+    s *= shape[d] > 0 ? shape[d] : 1;
+  }
+  return em_view_raw(t, ndim, shape, stride, t->offset);
 }

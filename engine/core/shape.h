@@ -1,6 +1,6 @@
 /* shape.h: shape arithmetic the op front-end and the device layer share:
- * broadcasting, reduced shapes and negative dims. Pure functions of
- * shapes; no data is touched. */
+ * broadcasting, reduced shapes, negative dims, and a contiguous tensor
+ * viewed with another shape. No data is touched. */
 #pragma once
 
 #include "em-tensor.h"
@@ -15,3 +15,6 @@ int em_broadcast_shape(const em_tensor *a, const em_tensor *b, int64_t *out);
 int em_reduced_shape(const em_tensor *x, int d, bool keepdim, int64_t *shape);
 /* A dim index counted from the end when negative (asserts range). */
 int em_dim_norm(int dim, int ndim);
+/* A view of contiguous t with another shape of the same numel (metadata
+ * only, no tape node). */
+em_tensor *em_view_as(em_tensor *t, int ndim, const int64_t *shape);

@@ -1,6 +1,6 @@
 /* dev-common.c: what the device ops share (dev-private.h): input checks,
- * the out-of-memory rule, views and gradient buffers. (The copies and
- * adds into gradients serve every device from engine/core/grad-accumulate.c.) */
+ * the out-of-memory rule. (Gradient buffers, copies and adds into
+ * gradients and reshaped views serve every device from engine/core.) */
 #include "dev-private.h"
 
 #include "../core/grad-accumulate.h"
@@ -53,39 +53,4 @@ bool em_dev_live(int n, em_tensor *const *ts) {
   for (int k = 0; k < n; k++)
     if (ts[k] && !ts[k]->data) return false;
   return true;
-}
-
-/* ---- views ----------------------------------------------------------------- */
-
-static void contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
-  int64_t s = 1;
-  for (int d = ndim - 1; d >= 0; d--) {
-    stride[d] = s;
-    s *= shape[d] > 0 ? shape[d] : 1;
-  }
-}
-
-em_tensor *em_dev_view_as(em_tensor *t, int ndim, const int64_t *shape) {
-  EM_ASSERT(em_tensor_is_contiguous(t));
-  int64_t stride[EM_MAX_DIMS];
-  contiguous_strides(ndim, shape, stride);
-  return em_view_raw(t, ndim, shape, stride, t->offset);
-}
-
-/* ---- gradient buffers --------------------------------------------------------- */
-
-em_tensor *em_dev_grad_begin(em_tensor *x, dev_grad *g) {
-  g->x = x;
-  g->grad = g->buf = NULL;
-  if (!x) return NULL;
-  bool fresh;
-  g->grad = em_grad_acquire(x, &fresh);
-  if (!g->grad) return NULL;
-  g->buf = fresh ? g->grad : dev_empty_like(g->grad);
-  return g->buf;
-}
-
-void em_dev_grad_end(dev_grad *g) {
-  if (!g->buf || g->buf == g->grad) return;
-  em_add_into(g->grad, g->buf);
 }

@@ -7,7 +7,7 @@
  * they read only shapes). conv2d runs under autocast with the amp mode
  * (on devices convolution is autocast too, unlike the CPU). Backward
  * kernels write gradients, so an accumulating gradient goes through a
- * temporary (dev_grad). */
+ * temporary (em_grad_buffer). */
 #include "dev-private.h"
 
 #include "../ops/conv-private.h"
@@ -22,16 +22,16 @@ static void conv2d_backward(em_node *n) {
   em_tensor *xs = n->saved[0], *ws = n->saved[1];
   const char *prev = dev_backward_begin(n);
   em_conv2d_params p = em_conv2d_params_load(n);
-  dev_grad gx, gw, gb;
-  em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
-  em_tensor *bw = em_dev_grad_begin(n->in[1], &gw);
-  em_tensor *bb = em_dev_grad_begin(n->in[2], &gb);
+  em_grad_buffer gx, gw, gb;
+  em_tensor *bx = em_grad_buffer_begin(n->in[0], &gx);
+  em_tensor *bw = em_grad_buffer_begin(n->in[1], &gw);
+  em_tensor *bb = em_grad_buffer_begin(n->in[2], &gb);
   em_tensor *g = em_contiguous_nograd(n->out->grad);
   if ((bx || bw || bb) && dev_live(g, xs, ws, bx, bw, bb)) {
     EM_KCALL(dev_k(g), conv2d_backward, (int)n->i[7], bx, bw, bb, g, xs, ws, &p);
-    em_dev_grad_end(&gx);
-    em_dev_grad_end(&gw);
-    em_dev_grad_end(&gb);
+    em_grad_buffer_end(&gx);
+    em_grad_buffer_end(&gw);
+    em_grad_buffer_end(&gb);
   }
   em_device_set_op(prev);
 }
@@ -70,12 +70,12 @@ static void pool_backward(em_node *n) {
   em_tensor *xs = n->saved[0], *y = n->out;
   const char *prev = dev_backward_begin(n);
   em_pool2d_params p = em_pool2d_params_load(n);
-  dev_grad gx;
-  em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
+  em_grad_buffer gx;
+  em_tensor *bx = em_grad_buffer_begin(n->in[0], &gx);
   em_tensor *g = em_contiguous_nograd(n->out->grad);
   if (bx && dev_live(bx, g, xs, y) && em_tensor_numel(bx) > 0) {
     EM_KCALL(dev_k(g), pool2d_backward, n->i[7] != 0, bx, g, xs, y, &p);
-    em_dev_grad_end(&gx);
+    em_grad_buffer_end(&gx);
   }
   em_device_set_op(prev);
 }

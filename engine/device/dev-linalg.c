@@ -183,7 +183,7 @@ static void linear_backward(em_node *n) {
   em_tensor *gb = b ? em_grad_acquire(b, &fresh) : NULL;
   if (gb && dev_live(gb, gyc) && K > 0) { /* db (K) = column sums of gy */
     int64_t row[2] = {1, K};
-    EM_KCALL(k, sum_to, !fresh, em_dev_view_as(gb, 2, row), gyc);
+    EM_KCALL(k, sum_to, !fresh, em_view_as(gb, 2, row), gyc);
   }
   em_device_set_op(prev);
 }

@@ -17,7 +17,7 @@
 static em_tensor *channel_view(em_tensor *t, int ndim) {
   int64_t shape[EM_MAX_DIMS];
   for (int d = 0; d < ndim; d++) shape[d] = d == 1 ? t->shape[0] : 1;
-  return em_dev_view_as(t, ndim, shape);
+  return em_view_as(t, ndim, shape);
 }
 
 /* ---- batch norm ------------------------------------------------------------------------ */
@@ -31,15 +31,15 @@ static void batch_norm_backward(em_node *n) {
   em_tensor *g = em_contiguous_nograd(n->out->grad);
   const em_kernels *k = dev_k(g);
   if (n->i[0]) {
-    dev_grad gx, gw, gb;
-    em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
-    em_tensor *bw = em_dev_grad_begin(n->in[1], &gw);
-    em_tensor *bb = em_dev_grad_begin(n->in[2], &gb);
+    em_grad_buffer gx, gw, gb;
+    em_tensor *bx = em_grad_buffer_begin(n->in[0], &gx);
+    em_tensor *bw = em_grad_buffer_begin(n->in[1], &gw);
+    em_tensor *bb = em_grad_buffer_begin(n->in[2], &gb);
     if ((bx || bw || bb) && dev_live(g, x, w, s0, s1, bx, bw, bb)) {
       EM_KCALL(k, batch_norm_backward, bx, bw, bb, g, x, w, s0, s1);
-      em_dev_grad_end(&gx);
-      em_dev_grad_end(&gw);
-      em_dev_grad_end(&gb);
+      em_grad_buffer_end(&gx);
+      em_grad_buffer_end(&gw);
+      em_grad_buffer_end(&gb);
     }
   } else {
     int nd = x->ndim;
@@ -128,15 +128,15 @@ static void layer_norm_backward(em_node *n) {
   em_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
   const char *prev = dev_backward_begin(n);
   em_tensor *g = em_contiguous_nograd(n->out->grad);
-  dev_grad gx, gw, gb;
-  em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
-  em_tensor *bw = em_dev_grad_begin(n->in[1], &gw);
-  em_tensor *bb = em_dev_grad_begin(n->in[2], &gb);
+  em_grad_buffer gx, gw, gb;
+  em_tensor *bx = em_grad_buffer_begin(n->in[0], &gx);
+  em_tensor *bw = em_grad_buffer_begin(n->in[1], &gw);
+  em_tensor *bb = em_grad_buffer_begin(n->in[2], &gb);
   if ((bx || bw || bb) && dev_live(g, x, w, mean, rstd, bx, bw, bb)) {
     EM_KCALL(dev_k(g), layer_norm_backward, bx, bw, bb, g, x, w, mean, rstd, n->i[0], n->i[1]);
-    em_dev_grad_end(&gx);
-    em_dev_grad_end(&gw);
-    em_dev_grad_end(&gb);
+    em_grad_buffer_end(&gx);
+    em_grad_buffer_end(&gw);
+    em_grad_buffer_end(&gb);
   }
   em_device_set_op(prev);
 }

@@ -5,8 +5,8 @@
  * with `if (EM_ON_DEVICE(x, w, b)) return em_dev_X(...);` (every tensor
  * input tested, before the op's profiler span: the device op opens its
  * own), so callers never name these. The element-wise ops (unary.c,
- * elementwise.c), the reductions (reduce.c), dropout and embedding have
- * no em_dev_X: they are on the op front-end
+ * elementwise.c), the reductions (reduce.c), softmax and log_softmax,
+ * dropout and embedding have no em_dev_X: they are on the op front-end
  * (engine/ops/op-frontend.h), one function for every device. The pure
  * views (reshape, flatten, transpose, permute, slice, expand) and concat
  * have no em_dev_X:
@@ -33,8 +33,6 @@ em_tensor *em_dev_max_pool2d(em_tensor *x, const em_pool2d_params *p);
 em_tensor *em_dev_avg_pool2d(em_tensor *x, const em_pool2d_params *p);
 em_tensor *em_dev_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias, em_tensor *running_mean, em_tensor *running_var, bool training, double momentum, double eps);
 em_tensor *em_dev_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bias, double eps);
-em_tensor *em_dev_softmax(em_tensor *x, int dim);
-em_tensor *em_dev_log_softmax(em_tensor *x, int dim);
 em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
 em_tensor *em_dev_mse_loss(em_tensor *a, em_tensor *b);
 

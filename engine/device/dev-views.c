@@ -19,7 +19,7 @@
 static void contiguous_backward(em_node *n) {
   em_tensor *x = n->in[0], *g = n->out->grad;
   const char *prev = dev_backward_begin(n);
-  em_grad_add(x, em_dev_view_as(g, x->ndim, x->shape));
+  em_grad_add(x, em_view_as(g, x->ndim, x->shape));
   em_device_set_op(prev);
 }
 

@@ -52,7 +52,8 @@
  *   - embedding: embedding.c over cpu-embedding.c;
  *   - the reductions (sum, mean, sum_all, mean_all, max, argmax):
  *     reduce.c over cpu-reduce.c's reduce (and max's backward over the
- *     embedding_backward scatter).
+ *     embedding_backward scatter);
+ *   - softmax and log_softmax: softmax.c over cpu-softmax.c.
  * The gradient copies and adds every backward uses (em_grad_add,
  * em_reduce_to_shape, em_add_into, ...) serve every device from
  * engine/core/grad-accumulate.c through the copy, binary and sum_to
@@ -62,8 +63,8 @@
  *
  * Still to convert (a CPU op in engine/ops/ that hands a device input to
  * its twin in engine/device/dev-*.c, dev-ops.h, with the backward written
- * in both): views' copies and casts, matmul/linear, softmax
- * and the losses, conv/pool, the norms. Each
+ * in both): views' copies and casts, matmul/linear, the losses
+ * (cross_entropy, mse_loss), conv/pool, the norms. Each
  * converts by moving the device twin's frame here, putting the CPU's
  * kernels in the CPU table and deleting the CPU copy of the backward.
  *

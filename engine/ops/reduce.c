@@ -21,23 +21,12 @@
 
 #include <math.h>
 
-/* A view of contiguous t with another shape (same numel). */
-static em_tensor *view_as(em_tensor *t, int ndim, const int64_t *shape) {
-  EM_ASSERT(em_tensor_is_contiguous(t));
-  int64_t stride[EM_MAX_DIMS], s = 1;
-  for (int d = ndim - 1; d >= 0; d--) {
-    stride[d] = s;
-    s *= shape[d] > 0 ? shape[d] : 1;
-  }
-  return em_view_raw(t, ndim, shape, stride, t->offset);
-}
-
 /* y (x's shape, size 1 at d) seen as the op's result. */
 static em_tensor *result_view(em_tensor *y, const em_tensor *x, int d, bool keepdim) {
   if (keepdim) return y;
   int64_t shape[EM_MAX_DIMS];
   int nd = em_reduced_shape(x, d, false, shape);
-  return view_as(y, nd, shape);
+  return em_view_as(y, nd, shape);
 }
 
 /* ---- sum / mean over a dim, sum_all / mean_all ----------------------------------------- */
@@ -125,11 +114,11 @@ static em_tensor *sum_all(em_tensor *x, bool mean) {
     if (numel == 0) {
       EM_KCALL(k, fill, y, mean ? NAN : 0.0);
     } else {
-      EM_KCALL(k, reduce, EM_KR_SUM, s, NULL, view_as(xc, 1, &numel), 0);
+      EM_KCALL(k, reduce, EM_KR_SUM, s, NULL, em_view_as(xc, 1, &numel), 0);
       if (mean) EM_KCALL(k, unary, EM_KU_MULS, y, s, scale, 0);
     }
   }
-  em_tensor *out = view_as(y, 0, NULL);
+  em_tensor *out = em_view_as(y, 0, NULL);
   if (live && em_needs_grad(1, &x)) {
     em_node *nd = em_record(name, sum_backward, out, 1, &x);
     nd->i[0] = -1;
@@ -166,7 +155,7 @@ static void max_backward(em_node *n) {
     em_tensor_upload(flat, pos);
     em_tensor *gc = em_contiguous_nograd(g);
     if (op_live(gc))
-      EM_KCALL(k, embedding_backward, view_as(gx, 2, rows), view_as(gc, 2, gshape), flat);
+      EM_KCALL(k, embedding_backward, em_view_as(gx, 2, rows), em_view_as(gc, 2, gshape), flat);
   }
   em_device_set_op(prev);
 }
