@@ -34,7 +34,7 @@
  * What a new op touches: its declaration in em-ops.h; its front-end
  * function in the family's file here (checks, outputs, tape, backward);
  * one kernel entry in em-backend.h when no existing entry fits; one
- * kernel per backend that has it (engine/ops/cpu-backend-*.c,
+ * kernel per backend that has it (engine/ops/cpu-<family>.c,
  * engine/device/ref-*.c, engine/cuda/cuda-*.cu, the body shared by ref
  * and CUDA in engine/device/kernels/); its tests. CONTRIBUTING.md has
  * the list.
@@ -67,6 +67,11 @@
  * (cross_entropy, mse_loss), conv/pool, the norms. Each
  * converts by moving the device twin's frame here, putting the CPU's
  * kernels in the CPU table and deleting the CPU copy of the backward.
+ * The losses want a choice first: the CPU's cross-entropy keeps a
+ * (shift, log-sum) pair per row and its backward takes exp((x - c) - ls),
+ * where the cross_entropy kernel entries keep one lse per row
+ * (exp(x - lse), one more rounding): either the entries widen to the pair
+ * (the ref and CUDA kernels too) or the CPU takes the lse form.
  *
  * Includes of another folder's private header that remain, and why:
  *   - every engine/ops file includes ../device/dev-ops.h (through
