@@ -6,12 +6,9 @@
  * input tested, before the op's profiler span: the device op opens its
  * own), so callers never name these. The element-wise ops (unary.c,
  * elementwise.c), the reductions (reduce.c), softmax and log_softmax,
- * dropout and embedding have no em_dev_X: they are on the op front-end
- * (engine/ops/op-frontend.h), one function for every device. The pure
- * views (reshape, flatten, transpose, permute, slice, expand) and concat
- * have no em_dev_X:
- * engine/ops/views.c only changes metadata and reaches data through the
- * helpers below, so it serves every device.
+ * dropout, embedding, and the views, contiguous, concat and cast
+ * (views.c) have no em_dev_X: they are on the op front-end
+ * (engine/ops/op-frontend.h), one function for every device.
  *
  * The device ops check that every input lives on the same device (a
  * mismatch is a broken invariant whose message names the op and both
@@ -24,8 +21,6 @@
 
 #include "em-ops.h"
 
-em_tensor *em_dev_contiguous(em_tensor *x);
-em_tensor *em_dev_cast(em_tensor *x, em_dtype dt);
 em_tensor *em_dev_matmul(em_tensor *a, em_tensor *b);
 em_tensor *em_dev_linear(em_tensor *x, em_tensor *w, em_tensor *b);
 em_tensor *em_dev_conv2d(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv2d_params *p);
@@ -36,7 +31,7 @@ em_tensor *em_dev_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor 
 em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
 em_tensor *em_dev_mse_loss(em_tensor *a, em_tensor *b);
 
-/* ---- the hand-off test and the device checks ---------------------------- */
+/* ---- the hand-off test ----------------------------------------------------- */
 /* True when one of the n tensors (NULL entries skipped) lives off the
  * CPU: the CPU ops test all their tensor inputs, so that a mix of CPU and
  * device tensors reaches the device layer's same-device check. */
@@ -48,11 +43,3 @@ static inline bool em_dev_any_(int n, em_tensor *const *ts) {
 #define EM_ON_DEVICE(...)                                                         \
   em_dev_any_((int)(sizeof((em_tensor *const[]){__VA_ARGS__}) / sizeof(em_tensor *)), \
               (em_tensor *const[]){__VA_ARGS__})
-
-/* The device half of the layer's input check, for ops of any dtype
- * (copies, casts, concat): all on the device of the first, or a broken
- * invariant naming the op and both devices. */
-void em_dev_check_device(const char *name, int n, em_tensor *const *ts);
-/* False when kernels must be skipped: the device error is pending, or one
- * of the tensors (NULL entries skipped) has no data. */
-bool em_dev_live(int n, em_tensor *const *ts);

@@ -38,6 +38,12 @@ _Noreturn void em_dev_fail_(const char *file, int line, const char *func, const 
  * em_to_device"), and float ones f32 ("em_relu on ref:0 supports f32,
  * got f64"). Integer inputs are the op's to check. */
 void em_dev_check(const char *name, int n, em_tensor *const *ts);
+/* The device half of em_dev_check: all on the device of the first, or a
+ * broken invariant naming the op and both devices. */
+void em_dev_check_device(const char *name, int n, em_tensor *const *ts);
+/* False when kernels must be skipped: the device error is pending, or one
+ * of the tensors (NULL entries skipped) has no data. */
+bool em_dev_live(int n, em_tensor *const *ts);
 /* Asserts that t (not NULL) has dtype dt (index tensors: I64). */
 void em_dev_check_dtype(const char *name, const em_tensor *t, em_dtype dt, const char *what);
 

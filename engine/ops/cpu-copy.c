@@ -2,8 +2,8 @@
  * entries of em-backend.h). fill is core's em_tensor_fill_. copy: y = x,
  * x broadcastable to y's shape, any strides, any dtype. Same-dtype copies are rows of the strided iterator (one memmove
  * per contiguous row, split over the pool when large); converting copies
- * take core's plain loop, which is what em_cast and the checkpoint loader
- * use too. */
+ * take core's plain loop (em_tensor_copy_), except the contiguous f32 <->
+ * f64 casts of gradient checks, which are flat vectorised loops. */
 #include "ops-private.h"
 
 #define COPY_ROW(NAME, T)                                                        \
@@ -43,6 +43,21 @@ em_status em_cpu_fill(em_tensor *y, double v) {
 }
 
 em_status em_cpu_copy(em_tensor *y, const em_tensor *x) {
+  const bool flat = em_tensor_is_contiguous(x) && em_tensor_is_contiguous(y) &&
+                    em_tensor_same_shape(x, y);
+  const int64_t n = em_tensor_numel(y);
+  if (flat && x->dtype == EM_DTYPE_F32 && y->dtype == EM_DTYPE_F64) { /* vectorised casts */
+    const float *s = em_tensor_ptr(x);
+    double *o = em_tensor_ptr(y);
+    for (int64_t i = 0; i < n; i++) o[i] = s[i];
+    return EM_OK;
+  }
+  if (flat && x->dtype == EM_DTYPE_F64 && y->dtype == EM_DTYPE_F32) {
+    const double *s = em_tensor_ptr(x);
+    float *o = em_tensor_ptr(y);
+    for (int64_t i = 0; i < n; i++) o[i] = (float)s[i];
+    return EM_OK;
+  }
   if (x->dtype != y->dtype) {
     em_tensor_copy_(y, em_tensor_same_shape(x, y) ? x : broadcast_to(x, y));
     return EM_OK;

@@ -20,7 +20,8 @@ __attribute__((format(printf, 4, 5))) _Noreturn static void op_fail_(const char 
   em_assert_fail(msg, file, line, func);
 }
 
-void em_op_check(const char *name, int n, em_tensor *const *ts) {
+/* The first non-NULL tensor, after checking that all are on its device. */
+static const em_tensor *check_one_device(const char *name, int n, em_tensor *const *ts) {
   const em_tensor *first = NULL;
   char a[32], b[32];
   for (int k = 0; k < n; k++) {
@@ -31,6 +32,16 @@ void em_op_check(const char *name, int n, em_tensor *const *ts) {
       op_fail("em_%s: inputs on %s and %s: move one with em_to_device", name,
               em_device_str(first->device, a, sizeof a), em_device_str(t->device, b, sizeof b));
   }
+  return first;
+}
+
+void em_op_check_device(const char *name, int n, em_tensor *const *ts) {
+  (void)check_one_device(name, n, ts);
+}
+
+void em_op_check(const char *name, int n, em_tensor *const *ts) {
+  const em_tensor *first = check_one_device(name, n, ts);
+  char a[32];
   if (!first) return;
   const em_backend *be = em_backend_of(first);
   EM_ASSERT(be && "a tensor on a device kind this build lacks");

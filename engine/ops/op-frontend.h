@@ -53,7 +53,10 @@
  *   - the reductions (sum, mean, sum_all, mean_all, max, argmax):
  *     reduce.c over cpu-reduce.c's reduce (and max's backward over the
  *     embedding_backward scatter);
- *   - softmax and log_softmax: softmax.c over cpu-softmax.c.
+ *   - softmax and log_softmax: softmax.c over cpu-softmax.c;
+ *   - the views, contiguous, concat and cast: views.c (the views change
+ *     metadata only; the rest copies through the copy kernel, the CPU's
+ *     in cpu-copy.c).
  * The gradient copies and adds every backward uses (em_grad_add,
  * em_reduce_to_shape, em_add_into, ...) serve every device from
  * engine/core/grad-accumulate.c through the copy, binary and sum_to
@@ -63,7 +66,7 @@
  *
  * Still to convert (a CPU op in engine/ops/ that hands a device input to
  * its twin in engine/device/dev-*.c, dev-ops.h, with the backward written
- * in both): views' copies and casts, matmul/linear, the losses
+ * in both): matmul/linear, the losses
  * (cross_entropy, mse_loss), conv/pool, the norms. Each
  * converts by moving the device twin's frame here, putting the CPU's
  * kernels in the CPU table and deleting the CPU copy of the backward.
@@ -102,6 +105,9 @@
  * (the layer and trainer code moves and casts data explicitly). Integer
  * inputs are the op's to check. */
 void em_op_check(const char *name, int n, em_tensor *const *ts);
+/* The device half of em_op_check, for ops of any dtype (copies, casts,
+ * concat). */
+void em_op_check_device(const char *name, int n, em_tensor *const *ts);
 /* False when kernels must be skipped: the device error is pending, or a
  * tensor (NULL entries skipped) has no data (em-device.h). */
 bool em_op_live(int n, em_tensor *const *ts);
@@ -117,6 +123,11 @@ bool em_op_has_(const void *kernel, const char *entry, const char *op, const em_
 
 #define OP_BEGIN(name, n, ...)                                                  \
   em_op_check((name), (n), (em_tensor *const[]){__VA_ARGS__});                  \
+  EM_OP_BEGIN((name), (n), __VA_ARGS__);                                        \
+  const char *const op_prev_name_ = em_device_set_op(name)
+/* OP_BEGIN for ops of any dtype: the device check only. */
+#define OP_BEGIN_ANY(name, n, ...)                                              \
+  em_op_check_device((name), (n), (em_tensor *const[]){__VA_ARGS__});           \
   EM_OP_BEGIN((name), (n), __VA_ARGS__);                                        \
   const char *const op_prev_name_ = em_device_set_op(name)
 #define OP_END(y) (em_device_set_op(op_prev_name_), EM_OP_END(y))
