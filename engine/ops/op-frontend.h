@@ -58,18 +58,19 @@
  *     metadata only; the rest copies through the copy kernel, the CPU's
  *     in cpu-copy.c).
  * The gradient copies and adds every backward uses (em_grad_add,
- * em_reduce_to_shape, em_add_into, ...) serve every device from
- * engine/core/grad-accumulate.c through the copy, binary and sum_to
- * kernels (the CPU's in cpu-copy.c, cpu-binary.c, cpu-reduce.c); shapes
- * and broadcasting are engine/core/shape.c, the convolution and pooling
- * parameters of a tape node engine/core/node-params.c.
+ * em_reduce_to_shape, em_add_into, the gradient buffers of kernels that
+ * write, ...) serve every device from engine/core/grad-accumulate.c
+ * through the copy, binary and sum_to kernels (the CPU's in cpu-copy.c,
+ * cpu-binary.c, cpu-reduce.c); shapes, broadcasting and reshaped views
+ * are engine/core/shape.c, the convolution and pooling parameters of a
+ * tape node engine/core/node-params.c.
  *
  * Still to convert (a CPU op in engine/ops/ that hands a device input to
  * its twin in engine/device/dev-*.c, dev-ops.h, with the backward written
- * in both): matmul/linear, the losses
- * (cross_entropy, mse_loss), conv/pool, the norms. Each
- * converts by moving the device twin's frame here, putting the CPU's
- * kernels in the CPU table and deleting the CPU copy of the backward.
+ * in both): matmul/linear, the losses (cross_entropy, mse_loss),
+ * conv/pool, the norms. Each converts by moving the device twin's frame
+ * here, putting the CPU's kernels in the CPU table and deleting the CPU
+ * copy of the backward.
  * The losses want a choice first: the CPU's cross-entropy keeps a
  * (shift, log-sum) pair per row and its backward takes exp((x - c) - ls),
  * where the cross_entropy kernel entries keep one lse per row
