@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 /* Unscales the device gradients among grads (all on one device) and
  * returns whether any held an Inf or NaN. */
@@ -29,7 +29,7 @@ static bool unscale_on_device(int n, em_tensor *const *grads, float inv) {
       if (!g || !em_on_device(g)) continue;
       EM_ASSERT(em_device_eq(g->device, first->device) && "gradients on two devices");
       EM_ASSERT(g->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(g));
-      k->unscale(g, inv, found);
+      EM_KCALL(k, unscale, g, inv, found);
     }
     found_inf = em_tensor_item(found) != 0;
   }

@@ -5,7 +5,7 @@
  * and each backward function runs inside a backward span that names it
  * and that layer; anomaly mode then checks the gradients it wrote. */
 #include "core-private.h"
-#include "../device/device-private.h"
+#include "em-backend.h"
 #include "profile-private.h"
 
 #include <stdint.h>
@@ -79,7 +79,7 @@ void em_tensor_zero_grad(em_tensor *t) { t->flags |= EM_TENSOR_GRAD_STALE; }
 static void add_into(em_tensor *dst, const em_tensor *src) {
   if (em_on_device(dst) || em_on_device(src)) {
     EM_ASSERT(em_device_eq(dst->device, src->device) && "a gradient from another device");
-    if (dst->data && src->data) em_kernels_of(dst)->binary(EM_KB_ADD, false, dst, dst, src);
+    if (dst->data && src->data) EM_KCALL(em_kernels_of(dst), binary, EM_KB_ADD, false, dst, dst, src);
     return;
   }
   int64_t n = em_tensor_numel(dst);

@@ -3,7 +3,7 @@
  * Scope objects, their arena chunks and their lists are kept on a per-
  * thread free list, so a steady training loop never calls malloc here. */
 #include "core-private.h"
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -219,7 +219,7 @@ em_tensor *em_empty_on(em_device d, em_dtype dt, int ndim, const int64_t *shape)
 em_tensor *em_zeros_on(em_device d, em_dtype dt, int ndim, const int64_t *shape) {
   if (d.kind == EM_DEVICE_CPU) return em_zeros(dt, ndim, shape);
   em_tensor *t = em_empty_on(d, dt, ndim, shape);
-  if (t->data && em_tensor_numel(t) > 0) em_kernels_of(t)->fill(t, 0.0);
+  if (t->data && em_tensor_numel(t) > 0) EM_KCALL(em_kernels_of(t), fill, t, 0.0);
   return t;
 }
 

@@ -2,7 +2,7 @@
  * devices (em_to_device with its backward, em_tensor_move_), host
  * uploads and downloads, and copies that involve a device. */
 #include "core-private.h"
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@ em_tensor *em_tensor_new_on(em_device d, em_dtype dt, int ndim, const int64_t *s
     em_device_error_take(err);
     return NULL;
   }
-  if (nbytes) em_backend_of(t)->k->fill(t, 0.0);
+  if (nbytes) EM_KCALL(em_backend_of(t)->k, fill, t, 0.0);
   t->flags = EM_TENSOR_PERSISTENT | EM_TENSOR_OWNS_DATA;
   return t;
 }
@@ -81,21 +81,21 @@ static void same_device_copy(em_tensor *dst, const em_tensor *src) {
   if (!dst->data || !src->data) return;
   const em_kernels *k = em_kernels_of(dst);
   if (em_tensor_same_shape(dst, src)) {
-    k->copy(dst, src);
+    EM_KCALL(k, copy, dst, src);
     return;
   }
   if (em_tensor_is_contiguous(src)) {
     em_tensor v = reshaped(src, dst->ndim, dst->shape);
-    k->copy(dst, &v);
+    EM_KCALL(k, copy, dst, &v);
     return;
   }
   size_t nbytes = em_tensor_nbytes(src);
   void *tmp = em_device_alloc(src->device, nbytes, "a copy");
   if (!tmp) return; /* the sticky error reports it */
   em_tensor c = contiguous_over(src, src->device, tmp);
-  k->copy(&c, src);
+  EM_KCALL(k, copy, &c, src);
   em_tensor v = reshaped(&c, dst->ndim, dst->shape);
-  k->copy(dst, &v);
+  EM_KCALL(k, copy, dst, &v);
   em_device_free(src->device, tmp, nbytes);
 }
 
@@ -130,7 +130,7 @@ void em_device_copy(em_tensor *dst, const em_tensor *src) {
       return;
     }
     em_tensor c = contiguous_over(src, src->device, tmp);
-    em_kernels_of(src)->copy(&c, src);
+    EM_KCALL(em_kernels_of(src), copy, &c, src);
     em_tensor_download(&c, host);
     em_device_free(src->device, tmp, nbytes);
   }
@@ -145,7 +145,7 @@ void em_device_copy(em_tensor *dst, const em_tensor *src) {
     if (tmp) {
       em_tensor c = contiguous_over(&hv, dst->device, tmp);
       em_tensor_upload(&c, host);
-      em_kernels_of(dst)->copy(dst, &c);
+      EM_KCALL(em_kernels_of(dst), copy, dst, &c);
       em_device_free(dst->device, tmp, nbytes);
     }
   }

@@ -1,6 +1,6 @@
 /* tensor.c: dtypes, shapes, persistent tensors and element access. */
 #include "core-private.h"
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -223,7 +223,7 @@ void em_tensor_fill_(em_tensor *t, double v) {
   int64_t n = em_tensor_numel(t);
   if (n == 0) return;
   if (em_on_device(t)) {
-    if (t->data) em_kernels_of(t)->fill(t, v);
+    if (t->data) EM_KCALL(em_kernels_of(t), fill, t, v);
     return;
   }
   size_t es = em_dtype_size(t->dtype);

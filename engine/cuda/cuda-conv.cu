@@ -71,23 +71,23 @@ struct ConvDescs {
     int K = as_int(wt->shape[0]), CG = as_int(wt->shape[1]), KH = as_int(wt->shape[2]),
         KW = as_int(wt->shape[3]);
     int OH = as_int(yt->shape[2]), OW = as_int(yt->shape[3]);
-    EM_CUDNN_ASSERT(cudnnCreateTensorDescriptor(&x));
-    EM_CUDNN_ASSERT(cudnnCreateTensorDescriptor(&y));
-    EM_CUDNN_ASSERT(cudnnCreateTensorDescriptor(&y32));
-    EM_CUDNN_ASSERT(cudnnCreateTensorDescriptor(&b));
-    EM_CUDNN_ASSERT(cudnnCreateFilterDescriptor(&w));
-    EM_CUDNN_ASSERT(cudnnCreateConvolutionDescriptor(&conv));
-    EM_CUDNN_ASSERT(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, N, C, H, W));
-    EM_CUDNN_ASSERT(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, N, K, OH, OW));
-    EM_CUDNN_ASSERT(
+    EM_CUDNN_KCHECK(cudnnCreateTensorDescriptor(&x));
+    EM_CUDNN_KCHECK(cudnnCreateTensorDescriptor(&y));
+    EM_CUDNN_KCHECK(cudnnCreateTensorDescriptor(&y32));
+    EM_CUDNN_KCHECK(cudnnCreateTensorDescriptor(&b));
+    EM_CUDNN_KCHECK(cudnnCreateFilterDescriptor(&w));
+    EM_CUDNN_KCHECK(cudnnCreateConvolutionDescriptor(&conv));
+    EM_CUDNN_KCHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, N, C, H, W));
+    EM_CUDNN_KCHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, N, K, OH, OW));
+    EM_CUDNN_KCHECK(
         cudnnSetTensor4dDescriptor(y32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, K, OH, OW));
-    EM_CUDNN_ASSERT(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, K, 1, 1));
-    EM_CUDNN_ASSERT(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, K, CG, KH, KW));
-    EM_CUDNN_ASSERT(cudnnSetConvolution2dDescriptor(
+    EM_CUDNN_KCHECK(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, K, 1, 1));
+    EM_CUDNN_KCHECK(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, K, CG, KH, KW));
+    EM_CUDNN_KCHECK(cudnnSetConvolution2dDescriptor(
         conv, p->padding[0], p->padding[1], p->stride[0], p->stride[1], p->dilation[0],
         p->dilation[1], CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    EM_CUDNN_ASSERT(cudnnSetConvolutionGroupCount(conv, p->groups));
-    EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(conv, amp ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    EM_CUDNN_KCHECK(cudnnSetConvolutionGroupCount(conv, p->groups));
+    EM_CUDNN_KCHECK(cudnnSetConvolutionMathType(conv, amp ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   }
 
   static ConvKey key_of(int index, int amp, int dir, const em_tensor *xt, const em_tensor *wt,
@@ -183,7 +183,7 @@ ConvAlgo decide(const Perf *perf, int n, int amp, int fallback) {
 ConvAlgo algo_fwd(cudnnHandle_t h, ConvDescs &d, int amp) {
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int n = 0;
-  EM_CUDNN_ASSERT(cudnnGetConvolutionForwardAlgorithm_v7(
+  EM_CUDNN_KCHECK(cudnnGetConvolutionForwardAlgorithm_v7(
       h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
   return decide(perf, n, amp, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
 }
@@ -191,7 +191,7 @@ ConvAlgo algo_fwd(cudnnHandle_t h, ConvDescs &d, int amp) {
 ConvAlgo algo_bwd_data(cudnnHandle_t h, ConvDescs &d, int amp) {
   cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   int n = 0;
-  EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+  EM_CUDNN_KCHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
       h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
   return decide(perf, n, amp, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
 }
@@ -199,7 +199,7 @@ ConvAlgo algo_bwd_data(cudnnHandle_t h, ConvDescs &d, int amp) {
 ConvAlgo algo_bwd_filter(cudnnHandle_t h, ConvDescs &d, int amp) {
   cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
   int n = 0;
-  EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+  EM_CUDNN_KCHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
       h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
   return decide(perf, n, amp, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
 }
@@ -315,57 +315,58 @@ struct DnnLock {
 
 } /* namespace */
 
-void em_cuda_conv2d_forward(int amp, em_tensor *y, const em_tensor *x, const em_tensor *w,
+em_status em_cuda_conv2d_forward(int amp, em_tensor *y, const em_tensor *x, const em_tensor *w,
                             const em_tensor *b, const em_conv2d_params *p) {
   EM_ASSERT(em_tensor_is_contiguous(x) && em_tensor_is_contiguous(w) && em_tensor_is_contiguous(y));
   em_cuda_ctx *c = em_cuda_enter_t(y);
-  if (!em_tensor_numel(y)) return;
+  if (!em_tensor_numel(y)) return em_cuda_kernel_end();
   int index = em_cuda_index(c);
   cudnnHandle_t h = em_cuda_cudnn(c);
-  if (!h) return; /* out of device memory: the pending error says so */
+  if (!h) return em_cuda_kernel_end(); /* out of device memory: the pending error says so */
   DnnLock held(c);
   ConvAlgo a;
   bool half;
   ConvDescs &d = *choose(h, algo_fwd, index, amp, DIR_FWD, x, w, y, p, &a, &half);
-  EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(d.conv, a.math));
+  EM_CUDNN_KCHECK(cudnnSetConvolutionMathType(d.conv, a.math));
   size_t ws = 0;
-  EM_CUDNN_ASSERT(cudnnGetConvolutionForwardWorkspaceSize(
+  EM_CUDNN_KCHECK(cudnnGetConvolutionForwardWorkspaceSize(
       h, d.x, d.w, d.conv, d.y, (cudnnConvolutionFwdAlgo_t)a.algo, &ws));
   Scratch s(index);
   const void *xp = operand(c, s, amp, half, x), *wp = operand(c, s, amp, half, w);
   void *yp = half ? s.get((size_t)em_tensor_numel(y) * 2, "conv2d (amp result)") : em_tensor_ptr(y);
   void *work = s.get(ws, "conv2d (cuDNN workspace)");
-  if (!s.ok) return;
+  if (!s.ok) return em_cuda_kernel_end();
   float one = 1.f, zero = 0.f;
-  EM_CUDNN_ASSERT(cudnnConvolutionForward(h, &one, d.x, xp, d.w, wp, d.conv,
+  EM_CUDNN_KCHECK(cudnnConvolutionForward(h, &one, d.x, xp, d.w, wp, d.conv,
                                           (cudnnConvolutionFwdAlgo_t)a.algo, work, ws, &zero,
                                           d.y, yp));
   if (half) widen(c, amp, em_f32(y), yp, em_tensor_numel(y));
-  if (b) EM_CUDNN_ASSERT(cudnnAddTensor(h, &one, d.b, em_tensor_ptr(b), &one, d.y32, em_f32(y)));
+  if (b) EM_CUDNN_KCHECK(cudnnAddTensor(h, &one, d.b, em_tensor_ptr(b), &one, d.y32, em_f32(y)));
+  return em_cuda_kernel_end();
 }
 
-void em_cuda_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *gb,
+em_status em_cuda_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *gb,
                              const em_tensor *g, const em_tensor *x, const em_tensor *w,
                              const em_conv2d_params *p) {
   EM_ASSERT(em_tensor_is_contiguous(g) && em_tensor_is_contiguous(x) && em_tensor_is_contiguous(w));
   em_cuda_ctx *c = em_cuda_enter_t(g);
   int index = em_cuda_index(c);
   cudnnHandle_t h = em_cuda_cudnn(c);
-  if (!h) return; /* out of device memory: the pending error says so */
+  if (!h) return em_cuda_kernel_end(); /* out of device memory: the pending error says so */
   DnnLock held(c);
   float one = 1.f, zero = 0.f;
   if (gb) {
-    if (!em_tensor_numel(g)) em_cuda_fill(gb, 0.0);
+    if (!em_tensor_numel(g)) em_cuda_fill_in(gb, 0.0);
     else {
       ConvDescs &d = *descs_of(index, 0, DIR_FWD, x, w, g, p);
-      EM_CUDNN_ASSERT(cudnnConvolutionBackwardBias(h, &one, d.y32, em_tensor_ptr(g), &zero, d.b,
+      EM_CUDNN_KCHECK(cudnnConvolutionBackwardBias(h, &one, d.y32, em_tensor_ptr(g), &zero, d.b,
                                                    em_f32(gb)));
     }
   }
   if (!em_tensor_numel(g)) {
-    if (gx) em_cuda_fill(gx, 0.0);
-    if (gw) em_cuda_fill(gw, 0.0);
-    return;
+    if (gx) em_cuda_fill_in(gx, 0.0);
+    if (gw) em_cuda_fill_in(gw, 0.0);
+    return em_cuda_kernel_end();
   }
   Scratch s(index);
   /* g as each direction reads it (its half or rounded copy made once) */
@@ -381,9 +382,9 @@ void em_cuda_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *g
     ConvAlgo a;
     bool half;
     ConvDescs &d = *choose(h, algo_bwd_data, index, amp, DIR_BWD_DATA, x, w, g, p, &a, &half);
-    EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(d.conv, a.math));
+    EM_CUDNN_KCHECK(cudnnSetConvolutionMathType(d.conv, a.math));
     size_t ws = 0;
-    EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardDataWorkspaceSize(
+    EM_CUDNN_KCHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
         h, d.w, d.y, d.conv, d.x, (cudnnConvolutionBwdDataAlgo_t)a.algo, &ws));
     Scratch s2(index);
     const void *gp = g_as(half);
@@ -391,8 +392,8 @@ void em_cuda_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *g
     void *gxp = half ? s2.get((size_t)em_tensor_numel(gx) * 2, "conv2d backward (amp result)")
                      : em_tensor_ptr(gx);
     void *work = s2.get(ws, "conv2d backward (cuDNN workspace)");
-    if (!s.ok || !s2.ok) return;
-    EM_CUDNN_ASSERT(cudnnConvolutionBackwardData(h, &one, d.w, wp, d.y, gp, d.conv,
+    if (!s.ok || !s2.ok) return em_cuda_kernel_end();
+    EM_CUDNN_KCHECK(cudnnConvolutionBackwardData(h, &one, d.w, wp, d.y, gp, d.conv,
                                                  (cudnnConvolutionBwdDataAlgo_t)a.algo, work, ws,
                                                  &zero, d.x, gxp));
     if (half) widen(c, amp, em_f32(gx), gxp, em_tensor_numel(gx));
@@ -402,9 +403,9 @@ void em_cuda_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *g
     bool half;
     ConvDescs &d =
         *choose(h, algo_bwd_filter, index, amp, DIR_BWD_FILTER, x, w, g, p, &a, &half);
-    EM_CUDNN_ASSERT(cudnnSetConvolutionMathType(d.conv, a.math));
+    EM_CUDNN_KCHECK(cudnnSetConvolutionMathType(d.conv, a.math));
     size_t ws = 0;
-    EM_CUDNN_ASSERT(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+    EM_CUDNN_KCHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
         h, d.x, d.y, d.conv, d.w, (cudnnConvolutionBwdFilterAlgo_t)a.algo, &ws));
     Scratch s2(index);
     const void *gp = g_as(half);
@@ -412,10 +413,11 @@ void em_cuda_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *g
     void *gwp = half ? s2.get((size_t)em_tensor_numel(gw) * 2, "conv2d backward (amp result)")
                      : em_tensor_ptr(gw);
     void *work = s2.get(ws, "conv2d backward (cuDNN workspace)");
-    if (!s.ok || !s2.ok) return;
-    EM_CUDNN_ASSERT(cudnnConvolutionBackwardFilter(h, &one, d.x, xp, d.y, gp, d.conv,
+    if (!s.ok || !s2.ok) return em_cuda_kernel_end();
+    EM_CUDNN_KCHECK(cudnnConvolutionBackwardFilter(h, &one, d.x, xp, d.y, gp, d.conv,
                                                    (cudnnConvolutionBwdFilterAlgo_t)a.algo, work,
                                                    ws, &zero, d.w, gwp));
     if (half) widen(c, amp, em_f32(gw), gwp, em_tensor_numel(gw));
   }
+  return em_cuda_kernel_end();
 }

@@ -46,6 +46,20 @@ void em_cuda_fail_fatal(const char *file, int line, const char *func) {
   em_assert_fail(last_error.msg, file, line, func);
 }
 
+/* The first failed call of the kernel entry running on this thread. */
+static thread_local em_error kernel_error;
+
+void em_cuda_kernel_fail(void) {
+  if (kernel_error.status == EM_OK) kernel_error = last_error;
+}
+
+em_status em_cuda_kernel_end(void) {
+  em_status st = kernel_error.status;
+  if (st == EM_OK) return EM_OK;
+  kernel_error.status = EM_OK;
+  return em_kernel_fail(st, "%s", kernel_error.msg);
+}
+
 /* ---- device count -------------------------------------------------------- */
 
 static std::once_flag count_once;
@@ -224,7 +238,10 @@ cublasHandle_t em_cuda_cublas(em_cuda_ctx *c) {
   std::lock_guard<std::mutex> g(c->lock);
   if (!c->cublas) {
     const em_cublas_api *api = em_cuda_cublas_api();
-    if (!api) em_cuda_fail_fatal(__FILE__, __LINE__, __func__);
+    if (!api) { /* reached from kernel entries: their status (cuda-private.h) */
+      em_cuda_kernel_fail();
+      return NULL;
+    }
     cublasHandle_t h;
     cublasStatus_t made = api->create(&h); /* allocates its workspace */
     if (made == CUBLAS_STATUS_ALLOC_FAILED) { /* the cached blocks back, then once more */
@@ -235,10 +252,18 @@ cublasHandle_t em_cuda_cublas(em_cuda_ctx *c) {
         return NULL;
       }
     }
-    EM_CUBLAS_ASSERT(made);
-    EM_CUBLAS_ASSERT(api->set_stream(h, c->stream));
+    /* Reached from kernel entries: a failure is their status and the
+     * handle is made again on the next call. */
+    if (EM_CUBLAS_CHECK(made) != EM_OK) {
+      em_cuda_kernel_fail();
+      return NULL;
+    }
     /* f32 GEMMs in full f32 (PyTorch's default: no TF32). */
-    EM_CUBLAS_ASSERT(api->set_math_mode(h, CUBLAS_DEFAULT_MATH));
+    if (EM_CUBLAS_CHECK(api->set_stream(h, c->stream)) != EM_OK ||
+        EM_CUBLAS_CHECK(api->set_math_mode(h, CUBLAS_DEFAULT_MATH)) != EM_OK) {
+      em_cuda_kernel_fail(); /* the handle leaks: the device is broken anyway */
+      return NULL;
+    }
     c->cublas = h;
   }
   return c->cublas;
@@ -257,8 +282,15 @@ cudnnHandle_t em_cuda_cudnn(em_cuda_ctx *c) {
         return NULL;
       }
     }
-    EM_CUDNN_ASSERT(made);
-    EM_CUDNN_ASSERT(cudnnSetStream(h, c->stream));
+    if (EM_CUDNN_CHECK(made) != EM_OK) { /* as for cuBLAS */
+      em_cuda_kernel_fail();
+      return NULL;
+    }
+    if (EM_CUDNN_CHECK(cudnnSetStream(h, c->stream)) != EM_OK) {
+      em_cuda_kernel_fail();
+      cudnnDestroy(h);
+      return NULL;
+    }
     c->cudnn = h;
   }
   return c->cudnn;

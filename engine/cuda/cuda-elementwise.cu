@@ -40,7 +40,7 @@ static void fill_as(em_cuda_ctx *c, em_tensor *y, double v) {
   EM_CUDA_LAUNCHED();
 }
 
-void em_cuda_fill(em_tensor *y, double v) {
+void em_cuda_fill_in(em_tensor *y, double v) {
   em_cuda_ctx *c = em_cuda_enter_t(y);
   switch (y->dtype) {
   case EM_DTYPE_F32: fill_as<float>(c, y, v); break;
@@ -50,6 +50,11 @@ void em_cuda_fill(em_tensor *y, double v) {
   case EM_DTYPE_U8: fill_as<uint8_t>(c, y, v); break;
   default: EM_ASSERT(!"cuda fill: unknown dtype");
   }
+}
+
+em_status em_cuda_fill(em_tensor *y, double v) {
+  em_cuda_fill_in(y, v);
+  return em_cuda_kernel_end();
 }
 
 /* A value in transit between dtypes: integers as int64, floats as double,
@@ -109,22 +114,22 @@ static void copy_same(cudaStream_t s, em_tensor *y, const em_tensor *x, int64_t 
   EM_CUDA_LAUNCHED();
 }
 
-void em_cuda_copy(em_tensor *y, const em_tensor *x) {
+em_status em_cuda_copy(em_tensor *y, const em_tensor *x) {
   em_cuda_ctx *c = em_cuda_enter_t(y);
   int64_t n = em_tensor_numel(y);
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   cudaStream_t s = em_cuda_stream(c);
   if (y->dtype == x->dtype && em_tensor_same_shape(x, y) && em_tensor_is_contiguous(x) &&
       em_tensor_is_contiguous(y)) {
-    EM_CUDA_ASSERT(cudaMemcpyAsync(em_tensor_ptr(y), em_tensor_ptr(x), em_tensor_nbytes(y),
+    EM_CUDA_KCHECK(cudaMemcpyAsync(em_tensor_ptr(y), em_tensor_ptr(x), em_tensor_nbytes(y),
                                    cudaMemcpyDeviceToDevice, s));
-    return;
+    return em_cuda_kernel_end();
   }
   if (y->dtype == x->dtype) {
     switch (em_dtype_size(y->dtype)) {
-    case 1: copy_same<uint8_t>(s, y, x, n); return;
-    case 4: copy_same<uint32_t>(s, y, x, n); return;
-    case 8: copy_same<uint64_t>(s, y, x, n); return;
+    case 1: copy_same<uint8_t>(s, y, x, n); return em_cuda_kernel_end();
+    case 4: copy_same<uint32_t>(s, y, x, n); return em_cuda_kernel_end();
+    case 8: copy_same<uint64_t>(s, y, x, n); return em_cuda_kernel_end();
     default: EM_ASSERT(!"cuda copy: unknown dtype size");
     }
   }
@@ -132,6 +137,7 @@ void em_cuda_copy(em_tensor *y, const em_tensor *x) {
       y->data, (int)y->dtype, em_cuda_arg_of(y, y), x->data, (int)x->dtype, em_cuda_arg_of(y, x),
       n);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }
 
 /* ---- binary -------------------------------------------------------------- */
@@ -145,15 +151,16 @@ __global__ void binary_kernel(int op, bool acc, float *y, em_cuda_arg ya, const 
   }
 }
 
-void em_cuda_binary(em_kbin op, bool acc, em_tensor *y, const em_tensor *a, const em_tensor *b) {
+em_status em_cuda_binary(em_kbin op, bool acc, em_tensor *y, const em_tensor *a, const em_tensor *b) {
   EM_ASSERT(y->dtype == EM_DTYPE_F32 && a->dtype == EM_DTYPE_F32 && b->dtype == EM_DTYPE_F32);
   em_cuda_ctx *c = em_cuda_enter_t(y);
   int64_t n = em_tensor_numel(y);
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   binary_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
       (int)op, acc, (float *)y->data, em_cuda_arg_of(y, y), (const float *)a->data,
       em_cuda_arg_of(y, a), (const float *)b->data, em_cuda_arg_of(y, b), n);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }
 
 /* ---- unary --------------------------------------------------------------- */
@@ -163,15 +170,16 @@ __global__ void unary_kernel(int op, float *y, em_cuda_arg ya, const float *x, e
   EM_CUDA_GRID_STRIDE(i, n) y[em_cuda_at(ya, i)] = em_kun_f(op, x[em_cuda_at(xa, i)], p0, p1);
 }
 
-void em_cuda_unary(em_kun op, em_tensor *y, const em_tensor *x, double p0, double p1) {
+em_status em_cuda_unary(em_kun op, em_tensor *y, const em_tensor *x, double p0, double p1) {
   EM_ASSERT(y->dtype == EM_DTYPE_F32 && x->dtype == EM_DTYPE_F32);
   em_cuda_ctx *c = em_cuda_enter_t(y);
   int64_t n = em_tensor_numel(y);
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   unary_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
       (int)op, (float *)y->data, em_cuda_arg_of(y, y), (const float *)x->data,
       em_cuda_arg_of(y, x), n, (float)p0, (float)p1);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }
 
 /* x or y may be NULL (the one the op's derivative does not read). */
@@ -188,12 +196,12 @@ __global__ void unary_backward_kernel(int op, bool acc, float *gx, em_cuda_arg g
   }
 }
 
-void em_cuda_unary_backward(em_kun op, bool acc, em_tensor *gx, const em_tensor *g,
+em_status em_cuda_unary_backward(em_kun op, bool acc, em_tensor *gx, const em_tensor *g,
                             const em_tensor *x, const em_tensor *y, double p0, double p1) {
   EM_ASSERT(gx->dtype == EM_DTYPE_F32 && g->dtype == EM_DTYPE_F32);
   em_cuda_ctx *c = em_cuda_enter_t(gx);
   int64_t n = em_tensor_numel(gx);
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   bool use_y = em_kun_uses_y((int)op) != 0;
   const em_tensor *xr = use_y ? NULL : x, *yr = use_y ? y : NULL;
   EM_ASSERT((use_y ? yr : xr) != NULL && "cuda unary_backward: the operand f' reads is missing");
@@ -205,4 +213,5 @@ void em_cuda_unary_backward(em_kun op, bool acc, em_tensor *gx, const em_tensor 
       xr ? em_cuda_arg_of(gx, xr) : none, yr ? (const float *)yr->data : NULL,
       yr ? em_cuda_arg_of(gx, yr) : none, n, (float)p0, (float)p1);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }

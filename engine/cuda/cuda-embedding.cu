@@ -24,24 +24,26 @@ __global__ void embedding_backward_kernel(float *gw, const float *g, const int64
   }
 }
 
-void em_cuda_embedding_forward(em_tensor *y, const em_tensor *w, const em_tensor *idx) {
+em_status em_cuda_embedding_forward(em_tensor *y, const em_tensor *w, const em_tensor *idx) {
   EM_ASSERT(idx->dtype == EM_DTYPE_I64 && em_tensor_is_contiguous(idx));
   EM_ASSERT(em_tensor_is_contiguous(w) && em_tensor_is_contiguous(y) && w->ndim == 2);
   em_cuda_ctx *c = em_cuda_enter_t(y);
   int64_t D = w->shape[1], n = em_tensor_numel(idx) * D;
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   embedding_forward_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
       em_f32(y), em_f32(w), em_i64(idx), n, D);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }
 
-void em_cuda_embedding_backward(em_tensor *gw, const em_tensor *g, const em_tensor *idx) {
+em_status em_cuda_embedding_backward(em_tensor *gw, const em_tensor *g, const em_tensor *idx) {
   EM_ASSERT(idx->dtype == EM_DTYPE_I64 && em_tensor_is_contiguous(idx));
   EM_ASSERT(em_tensor_is_contiguous(gw) && em_tensor_is_contiguous(g) && gw->ndim == 2);
   em_cuda_ctx *c = em_cuda_enter_t(gw);
   int64_t D = gw->shape[1], n = em_tensor_numel(idx) * D;
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   embedding_backward_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
       em_f32(gw), em_f32(g), em_i64(idx), n, D);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }

@@ -84,22 +84,22 @@ __global__ void scale_c_kernel(float *c, int64_t m, int64_t n, int64_t ldc, int6
 /* The context of the device that holds C (gemm gets raw pointers). */
 static em_cuda_ctx *ctx_of(const void *p) {
   cudaPointerAttributes at;
-  EM_CUDA_ASSERT(cudaPointerGetAttributes(&at, p));
+  EM_CUDA_KCHECK(cudaPointerGetAttributes(&at, p));
   EM_ASSERT(at.type == cudaMemoryTypeDevice && "cuda gemm: C is not device memory");
   return em_cuda_enter(at.device);
 }
 
-void em_cuda_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+em_status em_cuda_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                   const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
                   int64_t stride_b, float beta, float *c, int64_t ldc, int64_t stride_c,
                   int64_t batch) {
-  if (m == 0 || n == 0 || batch == 0) return;
+  if (m == 0 || n == 0 || batch == 0) return em_cuda_kernel_end();
   EM_ASSERT(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && batch <= INT_MAX &&
             lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX &&
             "cuda gemm: a dimension beyond cuBLAS's 32-bit sizes");
   em_cuda_ctx *ctx = ctx_of(c);
   cublasHandle_t h = em_cuda_cublas(ctx);
-  if (!h) return; /* out of device memory: the pending error says so */
+  if (!h) return em_cuda_kernel_end(); /* out of device memory: the pending error says so */
   const em_cublas_api *api = em_cuda_cublas_api(); /* loaded: the handle exists */
   cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -108,14 +108,14 @@ void em_cuda_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
     scale_c_kernel<<<em_cuda_blocks(batch * m * n), EM_CUDA_THREADS, 0, em_cuda_stream(ctx)>>>(
         c, m, n, ldc, stride_c, batch, beta);
     EM_CUDA_LAUNCHED();
-    return;
+    return em_cuda_kernel_end();
   }
   if (amp == EM_AMP_OFF) {
-    EM_CUBLAS_ASSERT(api->gemm_strided_batched_ex(
+    EM_CUBLAS_KCHECK(api->gemm_strided_batched_ex(
         h, opb, opa, (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F, (int)ldb, stride_b, a,
         CUDA_R_32F, (int)lda, stride_a, &beta, c, CUDA_R_32F, (int)ldc, stride_c, (int)batch,
         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return;
+    return em_cuda_kernel_end();
   }
 
   /* Stored shapes (row-major): A is (m, k), or (k, m) when transposed. */
@@ -126,21 +126,22 @@ void em_cuda_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
   size_t b_bytes = (size_t)(b_batches * b_rows * b_cols) * 2;
   int index = em_cuda_index(ctx);
   void *ah = em_cuda_scratch(index, a_bytes, "matmul (amp operands)");
-  if (!ah) return;
+  if (!ah) return em_cuda_kernel_end();
   void *bh = em_cuda_scratch(index, b_bytes, "matmul (amp operands)");
   if (!bh) {
     em_cuda_scratch_free(index, ah, a_bytes);
-    return;
+    return em_cuda_kernel_end();
   }
   pack_half(ctx, amp, ah, a, a_batches, a_rows, a_cols, lda, stride_a);
   pack_half(ctx, amp, bh, b, b_batches, b_rows, b_cols, ldb, stride_b);
   cudaDataType_t ht = amp == EM_AMP_BF16 ? CUDA_R_16BF : CUDA_R_16F;
   long long sa = stride_a ? a_rows * a_cols : 0, sb = stride_b ? b_rows * b_cols : 0;
-  EM_CUBLAS_ASSERT(api->gemm_strided_batched_ex(
+  EM_CUBLAS_KCHECK(api->gemm_strided_batched_ex(
       h, opb, opa, (int)n, (int)m, (int)k, &alpha, bh, ht, (int)b_cols, sb, ah, ht, (int)a_cols,
       sa, &beta, c, CUDA_R_32F, (int)ldc, stride_c, (int)batch, CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
   /* Stream order: the GEMM reads the copies before any later reuse. */
   em_cuda_scratch_free(index, bh, b_bytes);
   em_cuda_scratch_free(index, ah, a_bytes);
+  return em_cuda_kernel_end();
 }

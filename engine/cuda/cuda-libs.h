@@ -12,15 +12,17 @@
 #include <cuda_fp16.h>
 #include <cudnn.h>
 
-/* As EM_CUDA_CHECK / EM_CUDA_ASSERT (cuda-private.h), for cuBLAS and cuDNN. */
+/* As EM_CUDA_CHECK / EM_CUDA_KCHECK (cuda-private.h), for cuBLAS and
+ * cuDNN (whose calls are all made from kernel entries). */
 em_status em_cuda_check_blas(cublasStatus_t s, const char *call, const char *func, int line);
 em_status em_cuda_check_dnn(cudnnStatus_t s, const char *call, const char *func, int line);
 #define EM_CUBLAS_CHECK(call) em_cuda_check_blas((call), #call, __func__, __LINE__)
 #define EM_CUDNN_CHECK(call) em_cuda_check_dnn((call), #call, __func__, __LINE__)
-#define EM_CUBLAS_ASSERT(call) \
-  do { if (EM_CUBLAS_CHECK(call) != EM_OK) em_cuda_fail_fatal(__FILE__, __LINE__, __func__); } while (0)
-#define EM_CUDNN_ASSERT(call) \
-  do { if (EM_CUDNN_CHECK(call) != EM_OK) em_cuda_fail_fatal(__FILE__, __LINE__, __func__); } while (0)
+/* Inside kernel entries: latch the failure (EM_CUDA_KCHECK). */
+#define EM_CUBLAS_KCHECK(call) \
+  do { if (EM_CUBLAS_CHECK(call) != EM_OK) em_cuda_kernel_fail(); } while (0)
+#define EM_CUDNN_KCHECK(call) \
+  do { if (EM_CUDNN_CHECK(call) != EM_OK) em_cuda_kernel_fail(); } while (0)
 
 /* cuBLAS, loaded on first use (dlopen of libcublas.so.<major>, found by
  * the programs' rpath): linking it would add about a fifth of a second to
@@ -46,7 +48,9 @@ const em_cublas_api *em_cuda_cublas_api(void);
 
 /* The device's handles, made on first use and bound to its stream; NULL
  * when there is no device memory left to make one (the device's pending
- * out-of-memory error is raised: the caller returns without computing). */
+ * out-of-memory error is raised: the caller returns without computing) or
+ * when making it failed (latched as the calling kernel entry's status,
+ * EM_CUDA_KCHECK). */
 cublasHandle_t em_cuda_cublas(em_cuda_ctx *c);
 cudnnHandle_t em_cuda_cudnn(em_cuda_ctx *c);
 /* cuDNN handles must not be used by two threads at once: kernel entries

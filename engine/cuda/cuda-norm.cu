@@ -71,7 +71,7 @@ __global__ void bn_apply_kernel(float *y, const float *x, const double *stat,
   }
 }
 
-void em_cuda_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mean,
+em_status em_cuda_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mean,
                                 em_tensor *save_invstd, const em_tensor *x, const em_tensor *w,
                                 const em_tensor *b, em_tensor *running_mean,
                                 em_tensor *running_var, double momentum, double eps) {
@@ -79,7 +79,7 @@ void em_cuda_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mea
   em_cuda_ctx *c = em_cuda_enter_t(y);
   int64_t N = x->shape[0], C = x->shape[1], n = em_tensor_numel(x);
   int64_t S = N && C ? n / (N * C) : 0;
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   cudaStream_t s = em_cuda_stream(c);
   const float *wp = w ? em_f32(w) : NULL, *bp = b ? em_f32(b) : NULL;
   if (!training) {
@@ -88,11 +88,11 @@ void em_cuda_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mea
         em_f32(y), em_f32(x), NULL, em_f32(running_mean), em_f32(running_var), wp, bp, n, C, S,
         eps);
     EM_CUDA_LAUNCHED();
-    return;
+    return em_cuda_kernel_end();
   }
   size_t bytes = (size_t)(2 * C) * sizeof(double);
   double *stat = (double *)em_cuda_scratch(em_cuda_index(c), bytes, "batch_norm");
-  if (!stat) return;
+  if (!stat) return em_cuda_kernel_end();
   bn_stats_kernel<<<em_cuda_row_blocks(C), NORM_THREADS, 0, s>>>(
       stat, save_mean ? em_f32(save_mean) : NULL, save_invstd ? em_f32(save_invstd) : NULL,
       running_mean ? em_f32(running_mean) : NULL, running_var ? em_f32(running_var) : NULL,
@@ -102,6 +102,7 @@ void em_cuda_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mea
                                                                 NULL, wp, bp, n, C, S, eps);
   EM_CUDA_LAUNCHED();
   em_cuda_scratch_free(em_cuda_index(c), stat, bytes);
+  return em_cuda_kernel_end();
 }
 
 /* sums (2 C doubles) = sum g, sum g (x - mean); gw = sum g xhat, gb = sum g. */
@@ -138,7 +139,7 @@ __global__ void bn_grad_x_kernel(float *gx, const float *g, const float *x, cons
   }
 }
 
-void em_cuda_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *g,
+em_status em_cuda_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *g,
                                  const em_tensor *x, const em_tensor *w,
                                  const em_tensor *save_mean, const em_tensor *save_invstd) {
   EM_ASSERT(em_tensor_is_contiguous(g) && em_tensor_is_contiguous(x));
@@ -146,14 +147,14 @@ void em_cuda_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, co
   int64_t N = x->shape[0], C = x->shape[1], n = em_tensor_numel(x);
   int64_t S = N && C ? n / (N * C) : 0;
   if (!n) {
-    if (gw) em_cuda_fill(gw, 0.0);
-    if (gb) em_cuda_fill(gb, 0.0);
-    return;
+    if (gw) em_cuda_fill_in(gw, 0.0);
+    if (gb) em_cuda_fill_in(gb, 0.0);
+    return em_cuda_kernel_end();
   }
   cudaStream_t s = em_cuda_stream(c);
   size_t bytes = (size_t)(2 * C) * sizeof(double);
   double *sums = (double *)em_cuda_scratch(em_cuda_index(c), bytes, "batch_norm backward");
-  if (!sums) return;
+  if (!sums) return em_cuda_kernel_end();
   bn_grad_sums_kernel<<<em_cuda_row_blocks(C), NORM_THREADS, 0, s>>>(
       sums, gw ? em_f32(gw) : NULL, gb ? em_f32(gb) : NULL, em_f32(g), em_f32(x),
       em_f32(save_mean), em_f32(save_invstd), N, C, S);
@@ -165,6 +166,7 @@ void em_cuda_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, co
     EM_CUDA_LAUNCHED();
   }
   em_cuda_scratch_free(em_cuda_index(c), sums, bytes);
+  return em_cuda_kernel_end();
 }
 
 /* ---- layer norm --------------------------------------------------------------- */
@@ -198,16 +200,17 @@ __global__ void ln_forward_kernel(float *y, float *mean_out, float *rstd_out, co
   }
 }
 
-void em_cuda_layer_norm_forward(em_tensor *y, em_tensor *mean, em_tensor *rstd,
+em_status em_cuda_layer_norm_forward(em_tensor *y, em_tensor *mean, em_tensor *rstd,
                                 const em_tensor *x, const em_tensor *w, const em_tensor *b,
                                 int64_t rows, int64_t cols, double eps) {
   EM_ASSERT(em_tensor_is_contiguous(x) && em_tensor_is_contiguous(y));
   em_cuda_ctx *c = em_cuda_enter_t(y);
-  if (!rows || !cols) return;
+  if (!rows || !cols) return em_cuda_kernel_end();
   ln_forward_kernel<<<em_cuda_row_blocks(rows), NORM_THREADS, 0, em_cuda_stream(c)>>>(
       em_f32(y), mean ? em_f32(mean) : NULL, rstd ? em_f32(rstd) : NULL, em_f32(x),
       w ? em_f32(w) : NULL, b ? em_f32(b) : NULL, rows, cols, eps);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }
 
 /* gx of each row: rstd (gxhat - mean(gxhat) - xhat mean(gxhat xhat)),
@@ -246,12 +249,12 @@ __global__ void ln_backward_params_kernel(float *gw, float *gb, const float *g, 
   }
 }
 
-void em_cuda_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *g,
+em_status em_cuda_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *g,
                                  const em_tensor *x, const em_tensor *w, const em_tensor *mean,
                                  const em_tensor *rstd, int64_t rows, int64_t cols) {
   EM_ASSERT(em_tensor_is_contiguous(g) && em_tensor_is_contiguous(x));
   em_cuda_ctx *c = em_cuda_enter_t(g);
-  if (!cols) return;
+  if (!cols) return em_cuda_kernel_end();
   cudaStream_t s = em_cuda_stream(c);
   if (gx && rows) {
     ln_backward_x_kernel<<<em_cuda_row_blocks(rows), NORM_THREADS, 0, s>>>(
@@ -265,4 +268,5 @@ void em_cuda_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, co
         em_f32(rstd), rows, cols);
     EM_CUDA_LAUNCHED();
   }
+  return em_cuda_kernel_end();
 }

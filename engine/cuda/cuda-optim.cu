@@ -16,31 +16,33 @@ __global__ void adam_kernel(em_kadam_scalars s, float *p, const float *g, float 
   EM_CUDA_GRID_STRIDE(i, n) em_kadam(&s, &p[i], g[i], &m[i], &v[i]);
 }
 
-void em_cuda_sgd_step(em_tensor *p, const em_tensor *g, em_tensor *buf, double lr, double wd,
+em_status em_cuda_sgd_step(em_tensor *p, const em_tensor *g, em_tensor *buf, double lr, double wd,
                       double momentum, double dampening, bool nesterov, bool first) {
   EM_ASSERT(em_tensor_is_contiguous(p) && em_tensor_is_contiguous(g) &&
             (!buf || em_tensor_is_contiguous(buf)));
   em_cuda_ctx *c = em_cuda_enter_t(p);
   int64_t n = em_tensor_numel(p);
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   em_ksgd_scalars s;
   em_ksgd_scalars_init(&s, lr, wd, momentum, dampening, nesterov ? 1 : 0, first ? 1 : 0);
   sgd_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
       s, em_f32(p), em_f32(g), buf ? em_f32(buf) : NULL, n);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }
 
-void em_cuda_adam_step(em_tensor *p, const em_tensor *g, em_tensor *m, em_tensor *v,
+em_status em_cuda_adam_step(em_tensor *p, const em_tensor *g, em_tensor *m, em_tensor *v,
                        int64_t step, double lr, double beta1, double beta2, double eps,
                        double wd, bool decoupled) {
   EM_ASSERT(em_tensor_is_contiguous(p) && em_tensor_is_contiguous(g) &&
             em_tensor_is_contiguous(m) && em_tensor_is_contiguous(v));
   em_cuda_ctx *c = em_cuda_enter_t(p);
   int64_t n = em_tensor_numel(p);
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   em_kadam_scalars s;
   em_kadam_scalars_init(&s, step, lr, beta1, beta2, eps, wd, decoupled ? 1 : 0);
   adam_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
       s, em_f32(p), em_f32(g), em_f32(m), em_f32(v), n);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }

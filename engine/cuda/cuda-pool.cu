@@ -28,26 +28,28 @@ static em_kpool_geom geom_of(const em_tensor *x, const em_pool2d_params *p) {
   return g;
 }
 
-void em_cuda_pool2d_forward(bool max, em_tensor *y, const em_tensor *x, const em_pool2d_params *p) {
+em_status em_cuda_pool2d_forward(bool max, em_tensor *y, const em_tensor *x, const em_pool2d_params *p) {
   EM_ASSERT(x->ndim == 4 && em_tensor_is_contiguous(x) && em_tensor_is_contiguous(y));
   em_cuda_ctx *c = em_cuda_enter_t(y);
   em_kpool_geom g = geom_of(x, p);
   EM_ASSERT(y->shape[2] == g.OH && y->shape[3] == g.OW && "cuda pool2d: output shape");
   int64_t n = em_tensor_numel(y);
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   pool_forward_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
       max ? 1 : 0, g, em_f32(y), em_f32(x), n);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }
 
-void em_cuda_pool2d_backward(bool max, em_tensor *gx, const em_tensor *g, const em_tensor *x,
+em_status em_cuda_pool2d_backward(bool max, em_tensor *gx, const em_tensor *g, const em_tensor *x,
                              const em_tensor *y, const em_pool2d_params *p) {
   EM_ASSERT(em_tensor_is_contiguous(gx) && em_tensor_is_contiguous(g) && em_tensor_is_contiguous(x));
   em_cuda_ctx *c = em_cuda_enter_t(gx);
   em_kpool_geom geom = geom_of(x, p);
   int64_t n = em_tensor_numel(gx);
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   pool_backward_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
       max ? 1 : 0, geom, em_f32(gx), em_f32(g), max ? em_f32(x) : NULL, n);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }

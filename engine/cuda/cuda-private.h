@@ -9,9 +9,9 @@
  * Every file here is CUDA C++ compiled by nvcc; the engine headers are C11
  * and are included inside extern "C". Errors: a failed call inside a
  * backend entry that returns a status is reported through em_error; inside
- * a kernel entry (which returns void: the op layer has checked everything a
- * user can cause) it is a broken invariant, EM_CUDA_ASSERT, whose message
- * names the call, the function and the line. Device memory a kernel needs
+ * a kernel entry it becomes the entry's status (EM_CUDA_KCHECK below),
+ * which the op front-end turns into the thread's device error naming the
+ * call, the function and the line. Device memory a kernel needs
  * for scratch comes from em_device_alloc, which records the sticky
  * out-of-memory error when it fails; the kernel then does nothing. */
 #pragma once
@@ -26,7 +26,7 @@
 #endif
 
 extern "C" {
-#include "device-private.h"
+#include "em-backend.h"
 #include "em-amp.h"
 #include "em-device.h"
 #include "em-error.h"
@@ -46,13 +46,28 @@ const em_error *em_cuda_last_error(void);
 
 #define EM_CUDA_CHECK(call) em_cuda_check_rt((call), #call, __func__, __LINE__)
 
-/* A failure inside a kernel entry: a broken invariant (file, line, abort)
- * whose message is the recorded one. */
+/* A failure outside a kernel entry (making a device's context, the
+ * backend's copies and allocator, which return void): a broken invariant
+ * (file, line, abort) whose message is the recorded one. */
 _Noreturn void em_cuda_fail_fatal(const char *file, int line, const char *func);
 #define EM_CUDA_ASSERT(call) \
   do { if (EM_CUDA_CHECK(call) != EM_OK) em_cuda_fail_fatal(__FILE__, __LINE__, __func__); } while (0)
-/* After a <<<...>>> launch: a bad configuration shows up here. */
-#define EM_CUDA_LAUNCHED() EM_CUDA_ASSERT(cudaGetLastError())
+
+/* A failure inside a kernel entry (em_k_* of em-backend.h) becomes the
+ * entry's status instead: EM_CUDA_KCHECK latches the first failed call of
+ * the entry on this thread (its recorded message names the call, the
+ * function and the line), the entry goes on (later calls on a failed
+ * stream fail too, harmlessly: nothing is read back on the host) and
+ * returns em_cuda_kernel_end(), which takes the latch, hands its message
+ * to em_kernel_fail and resets it. So every helper of an entry keeps its
+ * plain shape and no failure aborts the process. */
+void em_cuda_kernel_fail(void);
+em_status em_cuda_kernel_end(void);
+#define EM_CUDA_KCHECK(call) \
+  do { if (EM_CUDA_CHECK(call) != EM_OK) em_cuda_kernel_fail(); } while (0)
+/* After a <<<...>>> launch (only inside kernel entries): a bad
+ * configuration shows up here. */
+#define EM_CUDA_LAUNCHED() EM_CUDA_KCHECK(cudaGetLastError())
 
 /* ---- devices ------------------------------------------------------------ */
 /* One device's context, made on first use: its stream (a non-default
@@ -178,6 +193,9 @@ __device__ __forceinline__ float em_cuda_block_max(float v) {
 /* ---- kernel entries (one group per .cu) --------------------------------- */
 /* cuda-elementwise.cu */
 em_k_fill em_cuda_fill;
+/* em_cuda_fill for use inside another kernel entry: a failure stays
+ * latched for that entry to return. */
+void em_cuda_fill_in(em_tensor *y, double v);
 em_k_copy em_cuda_copy;
 em_k_binary em_cuda_binary;
 em_k_unary em_cuda_unary;

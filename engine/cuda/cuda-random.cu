@@ -20,12 +20,13 @@ __global__ void dropout_mask_kernel(float *mask, int64_t n, uint64_t threshold, 
   }
 }
 
-void em_cuda_dropout_mask(em_tensor *mask, double p, uint64_t seed, uint64_t counter) {
+em_status em_cuda_dropout_mask(em_tensor *mask, double p, uint64_t seed, uint64_t counter) {
   EM_ASSERT(mask->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(mask));
   em_cuda_ctx *c = em_cuda_enter_t(mask);
   int64_t n = em_tensor_numel(mask);
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   dropout_mask_kernel<<<em_cuda_blocks((n + 3) / 4), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
       em_f32(mask), n, em_kdropout_threshold(p), em_kdropout_scale(p), seed, counter);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }

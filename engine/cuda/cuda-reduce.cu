@@ -141,7 +141,7 @@ static void run_reduce(em_cuda_ctx *c, int op, bool acc, float *y, int64_t *idx,
   EM_CUDA_LAUNCHED();
 }
 
-void em_cuda_reduce(em_kred op, em_tensor *y, em_tensor *idx, const em_tensor *x, int dim) {
+em_status em_cuda_reduce(em_kred op, em_tensor *y, em_tensor *idx, const em_tensor *x, int dim) {
   EM_ASSERT(x->dtype == EM_DTYPE_F32 && y->dtype == EM_DTYPE_F32 && y->ndim == x->ndim);
   EM_ASSERT(dim >= 0 && dim < x->ndim && y->shape[dim] == 1);
   EM_ASSERT(!idx || (idx->dtype == EM_DTYPE_I64 && em_tensor_same_shape(idx, y)));
@@ -157,9 +157,10 @@ void em_cuda_reduce(em_kred op, em_tensor *y, em_tensor *idx, const em_tensor *x
   g.idx = idx ? em_cuda_view(idx) : g.out;
   run_reduce(c, (int)op, false, (float *)y->data, idx ? (int64_t *)idx->data : NULL,
              (const float *)x->data, &g);
+  return em_cuda_kernel_end();
 }
 
-void em_cuda_sum_to(bool acc, em_tensor *y, const em_tensor *x) {
+em_status em_cuda_sum_to(bool acc, em_tensor *y, const em_tensor *x) {
   EM_ASSERT(x->dtype == EM_DTYPE_F32 && y->dtype == EM_DTYPE_F32 && y->ndim == x->ndim);
   em_cuda_ctx *c = em_cuda_enter_t(y);
   reduce_geom g;
@@ -180,10 +181,11 @@ void em_cuda_sum_to(bool acc, em_tensor *y, const em_tensor *x) {
   g.n_out = em_tensor_numel(y);
   g.n_red = n_red;
   if (n_red == 0) { /* an empty sum: zeros (or nothing to add) */
-    if (!acc) em_cuda_fill(y, 0.0);
-    return;
+    if (!acc) em_cuda_fill_in(y, 0.0);
+    return em_cuda_kernel_end();
   }
   run_reduce(c, EM_KR_SUM, acc, (float *)y->data, NULL, (const float *)x->data, &g);
+  return em_cuda_kernel_end();
 }
 
 /* ---- sum of squares -------------------------------------------------------- */
@@ -207,7 +209,7 @@ __global__ void sumsq_final_kernel(const double *part, int np, bool acc, float *
   if (threadIdx.x == 0) *out = acc ? *out + (float)s : (float)s; /* as ref-misc.c */
 }
 
-void em_cuda_sumsq(bool acc, em_tensor *out, const em_tensor *x) {
+em_status em_cuda_sumsq(bool acc, em_tensor *out, const em_tensor *x) {
   EM_ASSERT(x->dtype == EM_DTYPE_F32 && out->dtype == EM_DTYPE_F32 && em_tensor_numel(out) == 1);
   EM_ASSERT(em_tensor_is_contiguous(x));
   em_cuda_ctx *c = em_cuda_enter_t(out);
@@ -215,13 +217,14 @@ void em_cuda_sumsq(bool acc, em_tensor *out, const em_tensor *x) {
   int np = (int)(em_cuda_blocks(n) < SUMSQ_BLOCKS ? em_cuda_blocks(n) : SUMSQ_BLOCKS);
   size_t bytes = (size_t)np * sizeof(double);
   double *part = (double *)em_cuda_scratch(em_cuda_index(c), bytes, "sum of squares");
-  if (!part) return;
+  if (!part) return em_cuda_kernel_end();
   cudaStream_t s = em_cuda_stream(c);
   sumsq_partial_kernel<<<np, EM_CUDA_THREADS, 0, s>>>(em_f32(x), n, part);
   EM_CUDA_LAUNCHED();
   sumsq_final_kernel<<<1, EM_CUDA_THREADS, 0, s>>>(part, np, acc, em_f32(out));
   EM_CUDA_LAUNCHED();
   em_cuda_scratch_free(em_cuda_index(c), part, bytes);
+  return em_cuda_kernel_end();
 }
 
 /* ---- the gradient scaler ----------------------------------------------------- */
@@ -237,14 +240,15 @@ __global__ void unscale_kernel(float *x, int64_t n, float inv_scale, float *foun
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found = 1.f;
 }
 
-void em_cuda_unscale(em_tensor *x, float inv_scale, em_tensor *found) {
+em_status em_cuda_unscale(em_tensor *x, float inv_scale, em_tensor *found) {
   EM_ASSERT(x->dtype == EM_DTYPE_F32 && found->dtype == EM_DTYPE_F32);
   EM_ASSERT(em_tensor_is_contiguous(x));
   em_cuda_ctx *c = em_cuda_enter_t(x);
   int64_t n = em_tensor_numel(x);
-  if (!n) return;
+  if (!n) return em_cuda_kernel_end();
   unscale_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(em_f32(x), n,
                                                                                inv_scale,
                                                                                em_f32(found));
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }

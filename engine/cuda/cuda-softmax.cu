@@ -66,27 +66,29 @@ static void split(const em_tensor *x, int dim, int64_t *rows, int64_t *L, int64_
   *rows = outer * in;
 }
 
-void em_cuda_softmax_forward(bool log, em_tensor *y, const em_tensor *x, int dim) {
+em_status em_cuda_softmax_forward(bool log, em_tensor *y, const em_tensor *x, int dim) {
   EM_ASSERT(em_tensor_is_contiguous(x) && em_tensor_is_contiguous(y) && dim >= 0 && dim < x->ndim);
   em_cuda_ctx *c = em_cuda_enter_t(y);
   int64_t rows, L, inner;
   split(x, dim, &rows, &L, &inner);
-  if (!rows || !L) return;
+  if (!rows || !L) return em_cuda_kernel_end();
   softmax_kernel<<<em_cuda_row_blocks(rows), ROW_THREADS, 0, em_cuda_stream(c)>>>(
       log ? 1 : 0, em_f32(y), em_f32(x), rows, L, inner);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }
 
-void em_cuda_softmax_backward(bool log, em_tensor *gx, const em_tensor *g, const em_tensor *y,
+em_status em_cuda_softmax_backward(bool log, em_tensor *gx, const em_tensor *g, const em_tensor *y,
                               int dim) {
   EM_ASSERT(em_tensor_is_contiguous(gx) && em_tensor_is_contiguous(g) && em_tensor_is_contiguous(y));
   em_cuda_ctx *c = em_cuda_enter_t(gx);
   int64_t rows, L, inner;
   split(y, dim, &rows, &L, &inner);
-  if (!rows || !L) return;
+  if (!rows || !L) return em_cuda_kernel_end();
   softmax_backward_kernel<<<em_cuda_row_blocks(rows), ROW_THREADS, 0, em_cuda_stream(c)>>>(
       log ? 1 : 0, em_f32(gx), em_f32(g), em_f32(y), rows, L, inner);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }
 
 /* ---- cross-entropy --------------------------------------------------------- */
@@ -123,19 +125,19 @@ __global__ void ce_mean_kernel(float *loss, const double *part, int64_t N) {
   if (threadIdx.x == 0) *loss = (float)(s / (double)N);
 }
 
-void em_cuda_cross_entropy_forward(em_tensor *loss, em_tensor *lse, const em_tensor *logits,
+em_status em_cuda_cross_entropy_forward(em_tensor *loss, em_tensor *lse, const em_tensor *logits,
                                    const em_tensor *target, double smoothing) {
   EM_ASSERT(logits->ndim == 2 && em_tensor_is_contiguous(logits) && em_tensor_is_contiguous(lse));
   EM_ASSERT(target->dtype == EM_DTYPE_I64 && em_tensor_is_contiguous(target));
   em_cuda_ctx *c = em_cuda_enter_t(loss);
   int64_t N = logits->shape[0], K = logits->shape[1];
   if (!N) { /* the mean of nothing: NaN, as PyTorch */
-    em_cuda_fill(loss, (double)NAN);
-    return;
+    em_cuda_fill_in(loss, (double)NAN);
+    return em_cuda_kernel_end();
   }
   size_t bytes = (size_t)N * sizeof(double);
   double *part = (double *)em_cuda_scratch(em_cuda_index(c), bytes, "cross_entropy");
-  if (!part) return;
+  if (!part) return em_cuda_kernel_end();
   cudaStream_t s = em_cuda_stream(c);
   ce_rows_kernel<<<em_cuda_row_blocks(N), ROW_THREADS, 0, s>>>(part, em_f32(lse), em_f32(logits),
                                                                 em_i64(target), N, K, smoothing);
@@ -143,6 +145,7 @@ void em_cuda_cross_entropy_forward(em_tensor *loss, em_tensor *lse, const em_ten
   ce_mean_kernel<<<1, ROW_THREADS, 0, s>>>(em_f32(loss), part, N);
   EM_CUDA_LAUNCHED();
   em_cuda_scratch_free(em_cuda_index(c), part, bytes);
+  return em_cuda_kernel_end();
 }
 
 __global__ void ce_backward_kernel(float *gx, const float *gscale, const float *x,
@@ -156,16 +159,17 @@ __global__ void ce_backward_kernel(float *gx, const float *gscale, const float *
   }
 }
 
-void em_cuda_cross_entropy_backward(em_tensor *gx, const em_tensor *gscale,
+em_status em_cuda_cross_entropy_backward(em_tensor *gx, const em_tensor *gscale,
                                     const em_tensor *logits, const em_tensor *target,
                                     const em_tensor *lse, double smoothing) {
   EM_ASSERT(em_tensor_is_contiguous(gx) && em_tensor_is_contiguous(logits) &&
             em_tensor_is_contiguous(lse) && em_tensor_is_contiguous(target));
   em_cuda_ctx *c = em_cuda_enter_t(gx);
   int64_t N = logits->shape[0], K = logits->shape[1];
-  if (!N || !K) return;
+  if (!N || !K) return em_cuda_kernel_end();
   ce_backward_kernel<<<em_cuda_blocks(N * K), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
       em_f32(gx), em_f32(gscale), em_f32(logits), em_i64(target), em_f32(lse), N, K,
       (float)smoothing);
   EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
 }

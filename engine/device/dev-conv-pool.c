@@ -7,11 +7,12 @@
  * they read only shapes). conv2d runs under autocast with the amp mode
  * (on devices convolution is autocast too, unlike the CPU). Backward
  * kernels write gradients, so an accumulating gradient goes through a
- * temporary (dev_grad). */
+ * temporary (em_grad_buffer). */
 #include "dev-private.h"
 
 #include "../ops/conv-private.h"
-#include "../ops/ops-private.h"
+#include "../core/grad-accumulate.h"
+#include "../core/node-params.h"
 #include "em-amp.h"
 
 /* ---- conv2d ------------------------------------------------------------------------ */
@@ -21,16 +22,16 @@ static void conv2d_backward(em_node *n) {
   em_tensor *xs = n->saved[0], *ws = n->saved[1];
   const char *prev = dev_backward_begin(n);
   em_conv2d_params p = em_conv2d_params_load(n);
-  dev_grad gx, gw, gb;
-  em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
-  em_tensor *bw = em_dev_grad_begin(n->in[1], &gw);
-  em_tensor *bb = em_dev_grad_begin(n->in[2], &gb);
+  em_grad_buffer gx, gw, gb;
+  em_tensor *bx = em_grad_buffer_begin(n->in[0], &gx);
+  em_tensor *bw = em_grad_buffer_begin(n->in[1], &gw);
+  em_tensor *bb = em_grad_buffer_begin(n->in[2], &gb);
   em_tensor *g = em_contiguous_nograd(n->out->grad);
   if ((bx || bw || bb) && dev_live(g, xs, ws, bx, bw, bb)) {
-    dev_k(g)->conv2d_backward((int)n->i[7], bx, bw, bb, g, xs, ws, &p);
-    em_dev_grad_end(&gx);
-    em_dev_grad_end(&gw);
-    em_dev_grad_end(&gb);
+    EM_KCALL(dev_k(g), conv2d_backward, (int)n->i[7], bx, bw, bb, g, xs, ws, &p);
+    em_grad_buffer_end(&gx);
+    em_grad_buffer_end(&gw);
+    em_grad_buffer_end(&gb);
   }
   em_device_set_op(prev);
 }
@@ -49,7 +50,7 @@ em_tensor *em_dev_conv2d(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv
   em_tensor *y = dev_empty(x, EM_DTYPE_F32, 4, shape); /* (N, K, OH, OW) */
   int amp = (int)em_autocast_mode();
   if (dev_live(xc, wc, bc, y)) {
-    if (em_tensor_numel(y) > 0) dev_k(x)->conv2d_forward(amp, y, xc, wc, bc, p);
+    if (em_tensor_numel(y) > 0) EM_KCALL(dev_k(x), conv2d_forward, amp, y, xc, wc, bc, p);
     em_tensor *ins[3] = {x, w, b};
     if (em_needs_grad(3, ins)) {
       em_node *nd = em_record("conv2d", conv2d_backward, y, 3, ins);
@@ -69,12 +70,12 @@ static void pool_backward(em_node *n) {
   em_tensor *xs = n->saved[0], *y = n->out;
   const char *prev = dev_backward_begin(n);
   em_pool2d_params p = em_pool2d_params_load(n);
-  dev_grad gx;
-  em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
+  em_grad_buffer gx;
+  em_tensor *bx = em_grad_buffer_begin(n->in[0], &gx);
   em_tensor *g = em_contiguous_nograd(n->out->grad);
   if (bx && dev_live(bx, g, xs, y) && em_tensor_numel(bx) > 0) {
-    dev_k(g)->pool2d_backward(n->i[7] != 0, bx, g, xs, y, &p);
-    em_dev_grad_end(&gx);
+    EM_KCALL(dev_k(g), pool2d_backward, n->i[7] != 0, bx, g, xs, y, &p);
+    em_grad_buffer_end(&gx);
   }
   em_device_set_op(prev);
 }
@@ -89,7 +90,7 @@ static em_tensor *pool_run(em_tensor *x /* (N, C, H, W) */, const em_pool2d_para
   int64_t shape[4] = {g.N, g.C, g.OH, g.OW};
   em_tensor *y = dev_empty(x, EM_DTYPE_F32, 4, shape); /* (N, C, OH, OW) */
   if (dev_live(xc, y)) {
-    if (em_tensor_numel(y) > 0) dev_k(x)->pool2d_forward(max, y, xc, p);
+    if (em_tensor_numel(y) > 0) EM_KCALL(dev_k(x), pool2d_forward, max, y, xc, p);
     if (em_needs_grad(1, &x)) {
       em_node *nd = em_record(name, pool_backward, y, 1, &x);
       nd->saved[0] = xc;

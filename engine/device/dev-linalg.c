@@ -73,7 +73,7 @@ static operand ready_operand(em_tensor *t, int nb, const int64_t *bshape) {
   }
   em_tensor *e = em_view_raw(t, nb + 2, shape, stride, t->offset);
   em_tensor *c = dev_empty(t, t->dtype, nb + 2, shape);
-  if (dev_live(t, c) && em_tensor_numel(c) > 0) dev_k(t)->copy(c, e);
+  if (dev_live(t, c) && em_tensor_numel(c) > 0) EM_KCALL(dev_k(t), copy, c, e);
   if (!c->data) { /* out of memory: a placeholder the caller never runs */
     op = (operand){c, NULL, false, 1, 0};
     return op;
@@ -112,10 +112,10 @@ static void matmul_backward(em_node *n) {
     float beta = fresh ? 0.f : 1.f;
     const em_kernels *k = dev_k(gy);
     if (which == 0) /* da (L, D) = gy (L, K) @ b^T (K, D) */
-      k->gemm(amp, false, !bo.trans, L, D, K, 1.f, em_f32(gyc), K, L * K, bo.ptr, bo.ld,
+      EM_KCALL(k, gemm, amp, false, !bo.trans, L, D, K, 1.f, em_f32(gyc), K, L * K, bo.ptr, bo.ld,
               bo.bstride, beta, em_f32(g), D, L * D, nbatch);
     else /* db (D, K) = a^T (D, L) @ gy (L, K) */
-      k->gemm(amp, !ao.trans, false, D, K, L, 1.f, ao.ptr, ao.ld, ao.bstride, em_f32(gyc), K,
+      EM_KCALL(k, gemm, amp, !ao.trans, false, D, K, L, 1.f, ao.ptr, ao.ld, ao.bstride, em_f32(gyc), K,
               L * K, beta, em_f32(g), K, D * K, nbatch);
     if (!direct) em_grad_add(orig, em_reduce_to_shape(g, orig->ndim, orig->shape));
   }
@@ -144,9 +144,9 @@ em_tensor *em_dev_matmul(em_tensor *a, em_tensor *b) {
   operand ao = ready_operand(a, nb, shape), bo = ready_operand(b, nb, shape);
   if (dev_live(ao.t, bo.t, y)) {
     if (em_tensor_numel(y) > 0) {
-      if (D == 0) dev_k(a)->fill(y, 0.0);
+      if (D == 0) EM_KCALL(dev_k(a), fill, y, 0.0);
       else
-        dev_k(a)->gemm(amp, ao.trans, bo.trans, L, K, D, 1.f, ao.ptr, ao.ld, ao.bstride, bo.ptr,
+        EM_KCALL(dev_k(a), gemm, amp, ao.trans, bo.trans, L, K, D, 1.f, ao.ptr, ao.ld, ao.bstride, bo.ptr,
                        bo.ld, bo.bstride, 0.f, em_f32(y), K, L * K, nbatch);
     }
     em_tensor *ins[2] = {a, b};
@@ -174,16 +174,16 @@ static void linear_backward(em_node *n) {
   bool fresh;
   em_tensor *gx = em_grad_acquire(n->in[0], &fresh);
   if (gx && dev_live(gx, gyc, wo.t) && N * D > 0) /* dx (N, D) = gy (N, K) @ w (K, D) */
-    k->gemm(amp, false, wo.trans, N, D, K, 1.f, em_f32(gyc), K, 0, wo.ptr, wo.ld, 0,
+    EM_KCALL(k, gemm, amp, false, wo.trans, N, D, K, 1.f, em_f32(gyc), K, 0, wo.ptr, wo.ld, 0,
             fresh ? 0.f : 1.f, em_f32(gx), D, 0, 1);
   em_tensor *gw = em_grad_acquire(n->in[1], &fresh);
   if (gw && dev_live(gw, gyc, xo.t) && K * D > 0) /* dw (K, D) = gy^T (K, N) @ x (N, D) */
-    k->gemm(amp, true, xo.trans, K, D, N, 1.f, em_f32(gyc), K, 0, xo.ptr, xo.ld, 0,
+    EM_KCALL(k, gemm, amp, true, xo.trans, K, D, N, 1.f, em_f32(gyc), K, 0, xo.ptr, xo.ld, 0,
             fresh ? 0.f : 1.f, em_f32(gw), D, 0, 1);
   em_tensor *gb = b ? em_grad_acquire(b, &fresh) : NULL;
   if (gb && dev_live(gb, gyc) && K > 0) { /* db (K) = column sums of gy */
     int64_t row[2] = {1, K};
-    k->sum_to(!fresh, em_dev_view_as(gb, 2, row), gyc);
+    EM_KCALL(k, sum_to, !fresh, em_view_as(gb, 2, row), gyc);
   }
   em_device_set_op(prev);
 }
@@ -202,12 +202,12 @@ em_tensor *em_dev_linear(em_tensor *x, em_tensor *w, em_tensor *b) {
   if (dev_live(xo.t, wo.t, b, y)) {
     const em_kernels *k = dev_k(x);
     if (N * K > 0) {
-      if (b) k->copy(y, b); /* b broadcast over the rows, then y += x @ w^T */
+      if (b) EM_KCALL(k, copy, y, b); /* b broadcast over the rows, then y += x @ w^T */
       if (D > 0) /* y (N, K) = x (N, D) @ w^T (D, K) */
-        k->gemm(amp, xo.trans, !wo.trans, N, K, D, 1.f, xo.ptr, xo.ld, 0, wo.ptr, wo.ld, 0,
+        EM_KCALL(k, gemm, amp, xo.trans, !wo.trans, N, K, D, 1.f, xo.ptr, xo.ld, 0, wo.ptr, wo.ld, 0,
                 b ? 1.f : 0.f, em_f32(y), K, 0, 1);
       else if (!b)
-        k->fill(y, 0.0);
+        EM_KCALL(k, fill, y, 0.0);
     }
     em_tensor *ins[3] = {x, w, b};
     if (em_needs_grad(3, ins)) {

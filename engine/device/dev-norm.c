@@ -11,13 +11,13 @@
  * (sums over every dim but the channel, with sum_to). */
 #include "dev-private.h"
 
-#include "../ops/ops-private.h"
+#include "../core/grad-accumulate.h"
 
 /* t (C) seen as (1, C, 1, ...) against x's ndim. */
 static em_tensor *channel_view(em_tensor *t, int ndim) {
   int64_t shape[EM_MAX_DIMS];
   for (int d = 0; d < ndim; d++) shape[d] = d == 1 ? t->shape[0] : 1;
-  return em_dev_view_as(t, ndim, shape);
+  return em_view_as(t, ndim, shape);
 }
 
 /* ---- batch norm ------------------------------------------------------------------------ */
@@ -31,38 +31,38 @@ static void batch_norm_backward(em_node *n) {
   em_tensor *g = em_contiguous_nograd(n->out->grad);
   const em_kernels *k = dev_k(g);
   if (n->i[0]) {
-    dev_grad gx, gw, gb;
-    em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
-    em_tensor *bw = em_dev_grad_begin(n->in[1], &gw);
-    em_tensor *bb = em_dev_grad_begin(n->in[2], &gb);
+    em_grad_buffer gx, gw, gb;
+    em_tensor *bx = em_grad_buffer_begin(n->in[0], &gx);
+    em_tensor *bw = em_grad_buffer_begin(n->in[1], &gw);
+    em_tensor *bb = em_grad_buffer_begin(n->in[2], &gb);
     if ((bx || bw || bb) && dev_live(g, x, w, s0, s1, bx, bw, bb)) {
-      k->batch_norm_backward(bx, bw, bb, g, x, w, s0, s1);
-      em_dev_grad_end(&gx);
-      em_dev_grad_end(&gw);
-      em_dev_grad_end(&gb);
+      EM_KCALL(k, batch_norm_backward, bx, bw, bb, g, x, w, s0, s1);
+      em_grad_buffer_end(&gx);
+      em_grad_buffer_end(&gw);
+      em_grad_buffer_end(&gb);
     }
   } else {
     int nd = x->ndim;
     em_tensor *a = s1; /* (C): invstd, times w */
     if (w) {
       a = dev_empty_like(s1);
-      if (dev_live(a, s1, w)) k->binary(EM_KB_MUL, false, a, s1, w);
+      if (dev_live(a, s1, w)) EM_KCALL(k, binary, EM_KB_MUL, false, a, s1, w);
     }
     bool fresh;
     em_tensor *gx = em_grad_acquire(n->in[0], &fresh);
-    if (gx && dev_live(gx, g, a)) k->binary(EM_KB_MUL, !fresh, gx, g, channel_view(a, nd));
+    if (gx && dev_live(gx, g, a)) EM_KCALL(k, binary, EM_KB_MUL, !fresh, gx, g, channel_view(a, nd));
     em_tensor *gw = em_grad_acquire(n->in[1], &fresh);
     if (gw) { /* sum g * (x - mean) * invstd */
       em_tensor *t = dev_empty_like(g), *u = dev_empty_like(g);
       if (dev_live(gw, t, u, g, x, s0, s1)) {
-        k->binary(EM_KB_SUB, false, t, x, channel_view(s0, nd));
-        k->binary(EM_KB_MUL, false, u, t, channel_view(s1, nd));
-        k->binary(EM_KB_MUL, false, t, u, g);
-        k->sum_to(!fresh, channel_view(gw, nd), t);
+        EM_KCALL(k, binary, EM_KB_SUB, false, t, x, channel_view(s0, nd));
+        EM_KCALL(k, binary, EM_KB_MUL, false, u, t, channel_view(s1, nd));
+        EM_KCALL(k, binary, EM_KB_MUL, false, t, u, g);
+        EM_KCALL(k, sum_to, !fresh, channel_view(gw, nd), t);
       }
     }
     em_tensor *gb = em_grad_acquire(n->in[2], &fresh);
-    if (gb && dev_live(gb, g)) k->sum_to(!fresh, channel_view(gb, nd), g);
+    if (gb && dev_live(gb, g)) EM_KCALL(k, sum_to, !fresh, channel_view(gb, nd), g);
   }
   em_device_set_op(prev);
 }
@@ -97,16 +97,16 @@ em_tensor *em_dev_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
   const em_kernels *k = dev_k(x);
   bool live = dev_live(xc, wc, bc, y, s0, s1, running_mean, running_var);
   if (live && training) {
-    k->batch_norm_forward(true, y, s0, s1, xc, wc, bc, running_mean, running_var, momentum, eps);
+    EM_KCALL(k, batch_norm_forward, true, y, s0, s1, xc, wc, bc, running_mean, running_var, momentum, eps);
   } else if (live) {
-    k->batch_norm_forward(false, y, NULL, NULL, xc, wc, bc, running_mean, running_var, momentum,
+    EM_KCALL(k, batch_norm_forward, false, y, NULL, NULL, xc, wc, bc, running_mean, running_var, momentum,
                           eps);
     if (grad) { /* what backward needs, as the running stats are now */
-      k->copy(s0, running_mean);
+      EM_KCALL(k, copy, s0, running_mean);
       em_tensor *t = dev_empty(x, EM_DTYPE_F32, 1, &C);
       if ((live = dev_live(t))) {
-        k->unary(EM_KU_ADDS, t, running_var, eps, 0);
-        k->unary(EM_KU_POWS, s1, t, -0.5, 0);
+        EM_KCALL(k, unary, EM_KU_ADDS, t, running_var, eps, 0);
+        EM_KCALL(k, unary, EM_KU_POWS, s1, t, -0.5, 0);
       }
     }
   }
@@ -128,15 +128,15 @@ static void layer_norm_backward(em_node *n) {
   em_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
   const char *prev = dev_backward_begin(n);
   em_tensor *g = em_contiguous_nograd(n->out->grad);
-  dev_grad gx, gw, gb;
-  em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
-  em_tensor *bw = em_dev_grad_begin(n->in[1], &gw);
-  em_tensor *bb = em_dev_grad_begin(n->in[2], &gb);
+  em_grad_buffer gx, gw, gb;
+  em_tensor *bx = em_grad_buffer_begin(n->in[0], &gx);
+  em_tensor *bw = em_grad_buffer_begin(n->in[1], &gw);
+  em_tensor *bb = em_grad_buffer_begin(n->in[2], &gb);
   if ((bx || bw || bb) && dev_live(g, x, w, mean, rstd, bx, bw, bb)) {
-    dev_k(g)->layer_norm_backward(bx, bw, bb, g, x, w, mean, rstd, n->i[0], n->i[1]);
-    em_dev_grad_end(&gx);
-    em_dev_grad_end(&gw);
-    em_dev_grad_end(&gb);
+    EM_KCALL(dev_k(g), layer_norm_backward, bx, bw, bb, g, x, w, mean, rstd, n->i[0], n->i[1]);
+    em_grad_buffer_end(&gx);
+    em_grad_buffer_end(&gw);
+    em_grad_buffer_end(&gb);
   }
   em_device_set_op(prev);
 }
@@ -161,7 +161,7 @@ em_tensor *em_dev_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor 
   em_tensor *y = dev_empty_like(xc);
   em_tensor *mean = dev_empty(x, EM_DTYPE_F32, 1, &R), *rstd = dev_empty(x, EM_DTYPE_F32, 1, &R);
   bool live = dev_live(xc, wc, bc, y, mean, rstd);
-  if (live && R > 0) dev_k(x)->layer_norm_forward(y, mean, rstd, xc, wc, bc, R, D, eps);
+  if (live && R > 0) EM_KCALL(dev_k(x), layer_norm_forward, y, mean, rstd, xc, wc, bc, R, D, eps);
   em_tensor *ins[3] = {x, weight, bias};
   if (live && em_needs_grad(3, ins)) {
     em_node *n = em_record("layer_norm", layer_norm_backward, y, 3, ins);

@@ -4,10 +4,11 @@
  * arguments, same results, same autograd. Each op of engine/ops starts
  * with `if (EM_ON_DEVICE(x, w, b)) return em_dev_X(...);` (every tensor
  * input tested, before the op's profiler span: the device op opens its
- * own), so callers never name these. The pure views (reshape, flatten,
- * transpose, permute, slice, expand) and concat have no em_dev_X:
- * engine/ops/views.c only changes metadata and reaches data through the
- * helpers below, so it serves every device.
+ * own), so callers never name these. The element-wise ops (unary.c,
+ * elementwise.c), the reductions (reduce.c), softmax and log_softmax,
+ * dropout, embedding, and the views, contiguous, concat and cast
+ * (views.c) have no em_dev_X: they are on the op front-end
+ * (engine/ops/op-frontend.h), one function for every device.
  *
  * The device ops check that every input lives on the same device (a
  * mismatch is a broken invariant whose message names the op and both
@@ -20,32 +21,6 @@
 
 #include "em-ops.h"
 
-em_tensor *em_dev_contiguous(em_tensor *x);
-em_tensor *em_dev_cast(em_tensor *x, em_dtype dt);
-em_tensor *em_dev_add(em_tensor *a, em_tensor *b);
-em_tensor *em_dev_sub(em_tensor *a, em_tensor *b);
-em_tensor *em_dev_mul(em_tensor *a, em_tensor *b);
-em_tensor *em_dev_div(em_tensor *a, em_tensor *b);
-em_tensor *em_dev_add_scalar(em_tensor *x, double s);
-em_tensor *em_dev_mul_scalar(em_tensor *x, double s);
-em_tensor *em_dev_pow_scalar(em_tensor *x, double p);
-em_tensor *em_dev_neg(em_tensor *x);
-em_tensor *em_dev_exp(em_tensor *x);
-em_tensor *em_dev_log(em_tensor *x);
-em_tensor *em_dev_sqrt(em_tensor *x);
-em_tensor *em_dev_abs(em_tensor *x);
-em_tensor *em_dev_clamp(em_tensor *x, double lo, double hi);
-em_tensor *em_dev_relu(em_tensor *x);
-em_tensor *em_dev_gelu(em_tensor *x);
-em_tensor *em_dev_silu(em_tensor *x);
-em_tensor *em_dev_sigmoid(em_tensor *x);
-em_tensor *em_dev_tanh(em_tensor *x);
-em_tensor *em_dev_sum(em_tensor *x, int dim, bool keepdim);
-em_tensor *em_dev_mean(em_tensor *x, int dim, bool keepdim);
-em_tensor *em_dev_sum_all(em_tensor *x);
-em_tensor *em_dev_mean_all(em_tensor *x);
-em_tensor *em_dev_max(em_tensor *x, int dim, bool keepdim, em_tensor **argmax);
-em_tensor *em_dev_argmax(em_tensor *x, int dim, bool keepdim);
 em_tensor *em_dev_matmul(em_tensor *a, em_tensor *b);
 em_tensor *em_dev_linear(em_tensor *x, em_tensor *w, em_tensor *b);
 em_tensor *em_dev_conv2d(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv2d_params *p);
@@ -53,14 +28,10 @@ em_tensor *em_dev_max_pool2d(em_tensor *x, const em_pool2d_params *p);
 em_tensor *em_dev_avg_pool2d(em_tensor *x, const em_pool2d_params *p);
 em_tensor *em_dev_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias, em_tensor *running_mean, em_tensor *running_var, bool training, double momentum, double eps);
 em_tensor *em_dev_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bias, double eps);
-em_tensor *em_dev_dropout(em_tensor *x, double p, bool training, em_rng *rng);
-em_tensor *em_dev_softmax(em_tensor *x, int dim);
-em_tensor *em_dev_log_softmax(em_tensor *x, int dim);
 em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
 em_tensor *em_dev_mse_loss(em_tensor *a, em_tensor *b);
-em_tensor *em_dev_embedding(em_tensor *weight, em_tensor *idx);
 
-/* ---- the hand-off test, and the helpers of engine/ops/ops-common.c ----- */
+/* ---- the hand-off test ----------------------------------------------------- */
 /* True when one of the n tensors (NULL entries skipped) lives off the
  * CPU: the CPU ops test all their tensor inputs, so that a mix of CPU and
  * device tensors reaches the device layer's same-device check. */
@@ -72,20 +43,3 @@ static inline bool em_dev_any_(int n, em_tensor *const *ts) {
 #define EM_ON_DEVICE(...)                                                         \
   em_dev_any_((int)(sizeof((em_tensor *const[]){__VA_ARGS__}) / sizeof(em_tensor *)), \
               (em_tensor *const[]){__VA_ARGS__})
-
-/* The device half of the layer's input check, for ops of any dtype
- * (copies, casts, concat): all on the device of the first, or a broken
- * invariant naming the op and both devices. */
-void em_dev_check_device(const char *name, int n, em_tensor *const *ts);
-/* False when kernels must be skipped: the device error is pending, or one
- * of the tensors (NULL entries skipped) has no data. */
-bool em_dev_live(int n, em_tensor *const *ts);
-
-/* em_copy_into, em_add_into, em_sum_into_broadcast and em_reduce_to_shape
- * (its no-grad path) (ops-private.h) for tensors on a device: the same
- * contracts, through the kernels (em_contiguous_nograd serves every
- * device through em_copy_into). */
-void em_dev_copy_into(em_tensor *dst, const em_tensor *src);
-void em_dev_add_into(em_tensor *dst, const em_tensor *src);
-void em_dev_sum_into_broadcast(em_tensor *out, const em_tensor *g);
-em_tensor *em_dev_reduce_to_shape(em_tensor *g, int ndim, const int64_t *shape);

@@ -1,6 +1,6 @@
 /* dev-private.h: what the files of the device-generic op layer
  * (engine/device/dev-*.c) share: the input checks, the out-of-memory
- * rule, output allocation and gradient buffers for kernels that write.
+ * rule and output allocation.
  *
  * Every device op has the same frame:
  *
@@ -20,6 +20,8 @@
 
 #include "dev-ops.h"
 #include "device-private.h"
+#include "../core/grad-accumulate.h"
+#include "../core/shape.h"
 #include "em-device.h"
 #include "em-profile.h"
 
@@ -36,6 +38,12 @@ _Noreturn void em_dev_fail_(const char *file, int line, const char *func, const 
  * em_to_device"), and float ones f32 ("em_relu on ref:0 supports f32,
  * got f64"). Integer inputs are the op's to check. */
 void em_dev_check(const char *name, int n, em_tensor *const *ts);
+/* The device half of em_dev_check: all on the device of the first, or a
+ * broken invariant naming the op and both devices. */
+void em_dev_check_device(const char *name, int n, em_tensor *const *ts);
+/* False when kernels must be skipped: the device error is pending, or one
+ * of the tensors (NULL entries skipped) has no data. */
+bool em_dev_live(int n, em_tensor *const *ts);
 /* Asserts that t (not NULL) has dtype dt (index tensors: I64). */
 void em_dev_check_dtype(const char *name, const em_tensor *t, em_dtype dt, const char *what);
 
@@ -60,24 +68,6 @@ static inline em_tensor *dev_empty(const em_tensor *like, em_dtype dt, int ndim,
 static inline em_tensor *dev_empty_like(const em_tensor *t) {
   return em_empty_on(t->device, t->dtype, t->ndim, t->shape);
 }
-/* A view of contiguous t with another shape (same numel). */
-em_tensor *em_dev_view_as(em_tensor *t, int ndim, const int64_t *shape);
-/* A view of g (the gradient of a reduction of x) in x's shape, stride 0
- * along the reduced dims (reduced[d] true; g has them as size 1 when
- * keepdim, else lacks them). */
-em_tensor *em_dev_broadcast_back(em_tensor *g, const em_tensor *x, const bool *reduced,
-                                 bool keepdim);
-
-/* Gradient buffers for kernels that write (not accumulate) a gradient:
- * dev_grad_begin gives the gradient buffer of x itself when it is fresh,
- * else a temporary of x's shape that dev_grad_end adds into it. NULL when
- * x needs no gradient. */
-typedef struct {
-  em_tensor *x, *grad, *buf;
-} dev_grad;
-em_tensor *em_dev_grad_begin(em_tensor *x, dev_grad *g);
-void em_dev_grad_end(dev_grad *g);
-
 /* Names the op of a backward function for the out-of-memory message;
  * returns the previous name for em_device_set_op. */
 static inline const char *dev_backward_begin(const em_node *n) { return em_device_set_op(n->op); }

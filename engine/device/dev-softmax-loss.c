@@ -1,7 +1,8 @@
-/* dev-softmax-loss.c: em_softmax, em_log_softmax, em_cross_entropy and
- * em_mse_loss on devices, with backward.
+/* dev-softmax-loss.c: em_cross_entropy and em_mse_loss on devices, with
+ * backward. (softmax and log_softmax have one front-end for every device,
+ * engine/ops/softmax.c.)
  *
- * softmax and cross-entropy are their kernels; cross-entropy checks the
+ * cross-entropy is its kernels; cross-entropy checks the
  * targets on the host first (one copy of N indices), since a target out
  * of range is a broken invariant as on the CPU and a kernel cannot say so.
  * mse is composed: d = a - b, loss = sumsq(d) / n; backward
@@ -9,54 +10,7 @@
  * incoming gradient, read on the device (no host round trip). */
 #include "dev-private.h"
 
-#include "../ops/ops-private.h"
-
-/* ---- softmax ---------------------------------------------------------------------------- */
-
-/* in: x; saved[0]: y as the kernel wrote it; i[0]: dim; i[1]: log. */
-static void softmax_backward(em_node *n) {
-  em_tensor *y = n->saved[0];
-  const char *prev = dev_backward_begin(n);
-  em_tensor *g = em_contiguous_nograd(n->out->grad);
-  dev_grad gx;
-  em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
-  if (bx && dev_live(bx, g, y) && em_tensor_numel(bx) > 0) {
-    /* a 0-dim x ran as a (1) row */
-    dev_k(g)->softmax_backward(n->i[1] != 0, em_dev_view_as(bx, y->ndim, y->shape),
-                               em_dev_view_as(g, y->ndim, y->shape), y, (int)n->i[0]);
-    em_dev_grad_end(&gx);
-  }
-  em_device_set_op(prev);
-}
-
-static em_tensor *softmax_any(em_tensor *x, int dim, bool log_out) {
-  const char *name = log_out ? "log_softmax" : "softmax";
-  DEV_OP_BEGIN(name, 1, x);
-  EM_ASSERT(x->dtype == EM_DTYPE_F32);
-  if (dim < 0) dim += x->ndim;
-  EM_ASSERT(x->ndim == 0 ? dim == 0 || dim == -1 : dim >= 0 && dim < x->ndim);
-  em_tensor *xc = em_contiguous_nograd(x);
-  if (x->ndim == 0) { /* one value: a (1) row */
-    int64_t one = 1;
-    xc = em_dev_view_as(xc, 1, &one);
-    dim = 0;
-  }
-  em_tensor *yk = dev_empty_like(xc); /* what the kernel writes */
-  em_tensor *y = x->ndim == 0 ? em_dev_view_as(yk, 0, NULL) : yk;
-  if (dev_live(xc, yk)) {
-    if (em_tensor_numel(xc) > 0) dev_k(x)->softmax_forward(log_out, yk, xc, dim);
-    if (em_needs_grad(1, &x)) {
-      em_node *nd = em_record(name, softmax_backward, y, 1, &x);
-      nd->saved[0] = yk;
-      nd->i[0] = dim;
-      nd->i[1] = log_out;
-    }
-  }
-  return DEV_OP_END(y);
-}
-
-em_tensor *em_dev_softmax(em_tensor *x, int dim) { return softmax_any(x, dim, false); }
-em_tensor *em_dev_log_softmax(em_tensor *x, int dim) { return softmax_any(x, dim, true); }
+#include "../core/grad-accumulate.h"
 
 /* ---- cross entropy ------------------------------------------------------------------------ */
 
@@ -64,11 +18,11 @@ em_tensor *em_dev_log_softmax(em_tensor *x, int dim) { return softmax_any(x, dim
 static void cross_entropy_backward(em_node *n) {
   em_tensor *x = n->saved[0], *target = n->saved[1], *lse = n->saved[2], *g = n->out->grad;
   const char *prev = dev_backward_begin(n);
-  dev_grad gx;
-  em_tensor *bx = em_dev_grad_begin(n->in[0], &gx);
+  em_grad_buffer gx;
+  em_tensor *bx = em_grad_buffer_begin(n->in[0], &gx);
   if (bx && dev_live(bx, g, x, target, lse)) {
-    dev_k(g)->cross_entropy_backward(bx, g, x, target, lse, n->f[0]);
-    em_dev_grad_end(&gx);
+    EM_KCALL(dev_k(g), cross_entropy_backward, bx, g, x, target, lse, n->f[0]);
+    em_grad_buffer_end(&gx);
   }
   em_device_set_op(prev);
 }
@@ -107,7 +61,7 @@ em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double lab
       em_tensor_download(tc, t);
       check_targets(t, N, K);
     }
-    dev_k(x)->cross_entropy_forward(out, lse, x, tc, label_smoothing);
+    EM_KCALL(dev_k(x), cross_entropy_forward, out, lse, x, tc, label_smoothing);
   }
   if (live && em_needs_grad(1, &logits)) {
     em_node *nd = em_record("cross_entropy", cross_entropy_backward, out, 1, &logits);
@@ -136,8 +90,8 @@ static void mse_backward(em_node *n) {
     if (!gx) continue;
     em_tensor *t = dev_empty_like(d);
     if (!dev_live(gx, t, d, g)) continue;
-    k->unary(EM_KU_MULS, t, d, which == 0 ? scale : -scale, 0);
-    k->binary(EM_KB_MUL, !fresh, gx, t, gb);
+    EM_KCALL(k, unary, EM_KU_MULS, t, d, which == 0 ? scale : -scale, 0);
+    EM_KCALL(k, binary, EM_KB_MUL, !fresh, gx, t, gb);
   }
   em_device_set_op(prev);
 }
@@ -152,9 +106,9 @@ em_tensor *em_dev_mse_loss(em_tensor *a, em_tensor *b) {
   bool live = dev_live(a, b, d, s, out);
   if (live) {
     const em_kernels *k = dev_k(a);
-    k->binary(EM_KB_SUB, false, d, a, b);
-    k->sumsq(false, s, d);
-    k->unary(EM_KU_MULS, out, s, 1.0 / (double)numel, 0);
+    EM_KCALL(k, binary, EM_KB_SUB, false, d, a, b);
+    EM_KCALL(k, sumsq, false, s, d);
+    EM_KCALL(k, unary, EM_KU_MULS, out, s, 1.0 / (double)numel, 0);
   }
   em_tensor *ins[2] = {a, b};
   if (live && em_needs_grad(2, ins)) {

@@ -3,6 +3,7 @@
 #include "device-private.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@ static const char *const kind_names[EM_DEVICE_KIND_COUNT] = {"cpu", "cuda", "ref
 
 const em_backend *em_backend_of_kind(em_device_kind k) {
   switch (k) {
+  case EM_DEVICE_CPU: return em_cpu_backend();
   case EM_DEVICE_CUDA: return em_cuda_backend();
   case EM_DEVICE_REF: return em_ref_backend();
   default: return NULL;
@@ -289,6 +291,27 @@ void em_device_error_raise(const em_error *e) {
   if (error_pending) return;
   pending = *e;
   error_pending = true;
+}
+
+/* The message of the kernel that failed last on this thread. */
+static _Thread_local em_error kernel_error;
+
+em_status em_kernel_fail(em_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(kernel_error.msg, sizeof kernel_error.msg, fmt, ap);
+  va_end(ap);
+  kernel_error.status = st;
+  return st;
+}
+
+bool em_kernel_done(const char *entry, em_status st) {
+  if (st == EM_OK) return true;
+  em_error e;
+  em_error_set(&e, st, "%s: kernel %s failed: %s", current_op ? current_op : "an op", entry,
+               kernel_error.status == st ? kernel_error.msg : "(no message)");
+  em_device_error_raise(&e);
+  return false;
 }
 
 em_status em_device_error_take(em_error *err) {

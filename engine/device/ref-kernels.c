@@ -64,13 +64,14 @@ static bool is_float(em_dtype dt) { return dt == EM_DTYPE_F32 || dt == EM_DTYPE_
 
 /* ---- fill, copy --------------------------------------------------------------- */
 
-static void ref_fill(em_tensor *y, double v) {
+static em_status ref_fill(em_tensor *y, double v) {
   em_kview vy = em_ref_view(y);
   int64_t n = em_kview_numel(&vy);
   for (int64_t i = 0; i < n; i++) store_f(y->data, y->dtype, em_kview_at(&vy, i), v);
+  return EM_OK;
 }
 
-static void ref_copy(em_tensor *y, const em_tensor *x) {
+static em_status ref_copy(em_tensor *y, const em_tensor *x) {
   em_kview vy = em_ref_view(y), vx = em_ref_view_into(x, y);
   int64_t n = em_kview_numel(&vy);
   size_t es = em_dtype_size(y->dtype);
@@ -86,11 +87,12 @@ static void ref_copy(em_tensor *y, const em_tensor *x) {
       store_int(y->data, y->dtype, em_kview_at(&vy, i),
                 load_int(x->data, x->dtype, em_kview_at(&vx, i)));
   }
+  return EM_OK;
 }
 
 /* ---- binary, unary -------------------------------------------------------------- */
 
-static void ref_binary(em_kbin op, bool acc, em_tensor *y, const em_tensor *a,
+static em_status ref_binary(em_kbin op, bool acc, em_tensor *y, const em_tensor *a,
                        const em_tensor *b) {
   EM_ASSERT(y->dtype == EM_DTYPE_F32 && a->dtype == EM_DTYPE_F32 && b->dtype == EM_DTYPE_F32);
   em_kview vy = em_ref_view(y), va = em_ref_view_into(a, y), vb = em_ref_view_into(b, y);
@@ -102,9 +104,10 @@ static void ref_binary(em_kbin op, bool acc, em_tensor *y, const em_tensor *a,
     float r = em_kbin_f(op, pa[em_kview_at(&va, i)], pb[em_kview_at(&vb, i)]);
     py[at] = acc ? py[at] + r : r;
   }
+  return EM_OK;
 }
 
-static void ref_unary(em_kun op, em_tensor *y, const em_tensor *x, double p0, double p1) {
+static em_status ref_unary(em_kun op, em_tensor *y, const em_tensor *x, double p0, double p1) {
   EM_ASSERT(y->dtype == EM_DTYPE_F32 && x->dtype == EM_DTYPE_F32);
   em_kview vy = em_ref_view(y), vx = em_ref_view_into(x, y);
   float *py = y->data;
@@ -113,11 +116,12 @@ static void ref_unary(em_kun op, em_tensor *y, const em_tensor *x, double p0, do
   int64_t n = em_kview_numel(&vy);
   for (int64_t i = 0; i < n; i++)
     py[em_kview_at(&vy, i)] = em_kun_f(op, px[em_kview_at(&vx, i)], f0, f1);
+  return EM_OK;
 }
 
 /* x or y may be NULL when the op's derivative does not read it
  * (em_kun_uses_y). */
-static void ref_unary_backward(em_kun op, bool acc, em_tensor *gx, const em_tensor *g,
+static em_status ref_unary_backward(em_kun op, bool acc, em_tensor *gx, const em_tensor *g,
                                const em_tensor *x, const em_tensor *y, double p0, double p1) {
   bool use_y = em_kun_uses_y(op);
   const em_tensor *v = use_y ? y : x; /* the value the derivative reads */
@@ -134,11 +138,12 @@ static void ref_unary_backward(em_kun op, bool acc, em_tensor *gx, const em_tens
     float d = em_kun_df(op, pg[em_kview_at(&vg, i)], use_y ? 0.f : val, use_y ? val : 0.f, f0, f1);
     pgx[at] = acc ? pgx[at] + d : d;
   }
+  return EM_OK;
 }
 
 /* ---- reduce, sum_to -------------------------------------------------------------- */
 
-static void ref_reduce(em_kred op, em_tensor *y, em_tensor *idx, const em_tensor *x, int dim) {
+static em_status ref_reduce(em_kred op, em_tensor *y, em_tensor *idx, const em_tensor *x, int dim) {
   EM_ASSERT(y->dtype == EM_DTYPE_F32 && x->dtype == EM_DTYPE_F32);
   EM_ASSERT(dim >= 0 && dim < x->ndim && y->ndim == x->ndim && y->shape[dim] == 1);
   /* x's view over y's shape walks the first element of each reduced line. */
@@ -167,9 +172,10 @@ static void ref_reduce(em_kred op, em_tensor *y, em_tensor *idx, const em_tensor
       if (idx) ((int64_t *)idx->data)[em_kview_at(&vi, i)] = bi;
     }
   }
+  return EM_OK;
 }
 
-static void ref_sum_to(bool acc, em_tensor *y, const em_tensor *x) {
+static em_status ref_sum_to(bool acc, em_tensor *y, const em_tensor *x) {
   EM_ASSERT(y->dtype == EM_DTYPE_F32 && x->dtype == EM_DTYPE_F32 && y->ndim == x->ndim);
   em_kview vy = em_ref_view(y), vx = em_ref_view(x), vl;
   int64_t ny = em_kview_numel(&vy), nx = em_kview_numel(&vx);
@@ -190,6 +196,7 @@ static void ref_sum_to(bool acc, em_tensor *y, const em_tensor *x) {
     py[at] = acc ? py[at] + (float)sum[i] : (float)sum[i];
   }
   free(sum);
+  return EM_OK;
 }
 
 /* ---- the table ---------------------------------------------------------------------- */

@@ -26,7 +26,7 @@ static float *rounded_copy(int amp, const float *p, int64_t rows, int64_t cols, 
   return out;
 }
 
-void em_ref_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+em_status em_ref_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                  const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
                  int64_t stride_b, float beta, float *c, int64_t ldc, int64_t stride_c,
                  int64_t batch) {
@@ -52,6 +52,7 @@ void em_ref_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
       em_gemm_unprofiled(EM_DTYPE_F32, ta, tb, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
     }
   }
+  return EM_OK;
 }
 
 /* ---- convolution ------------------------------------------------------------------ */
@@ -70,7 +71,7 @@ static em_tensor amp_tensor(int amp, const em_tensor *t, float **owned) {
   return r;
 }
 
-void em_ref_conv2d_forward(int amp, em_tensor *y, const em_tensor *x, const em_tensor *w,
+em_status em_ref_conv2d_forward(int amp, em_tensor *y, const em_tensor *x, const em_tensor *w,
                            const em_tensor *b, const em_conv2d_params *p) {
   em_conv_geom g;
   em_conv_geom_init(&g, x, w, p);
@@ -80,9 +81,10 @@ void em_ref_conv2d_forward(int amp, em_tensor *y, const em_tensor *x, const em_t
   em_conv2d_ref_forward(&g, &xa, &wa, b, y);
   free(fx);
   free(fw);
+  return EM_OK;
 }
 
-void em_ref_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *gb,
+em_status em_ref_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *gb,
                             const em_tensor *g, const em_tensor *x, const em_tensor *w,
                             const em_conv2d_params *p) {
   em_conv_geom q;
@@ -97,4 +99,5 @@ void em_ref_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *gb
   free(fx);
   free(fw);
   free(fg);
+  return EM_OK;
 }

@@ -7,7 +7,7 @@
 #include "kernels/kern-optim.h"
 #include "kernels/kern-random.h"
 
-void em_ref_embedding_forward(em_tensor *y, const em_tensor *w, const em_tensor *idx) {
+em_status em_ref_embedding_forward(em_tensor *y, const em_tensor *w, const em_tensor *idx) {
   EM_ASSERT(w->ndim == 2 && idx->dtype == EM_DTYPE_I64 && em_tensor_is_contiguous(y));
   int64_t V = w->shape[0], D = w->shape[1];
   em_kview vi = em_ref_view(idx);
@@ -20,9 +20,10 @@ void em_ref_embedding_forward(em_tensor *y, const em_tensor *w, const em_tensor 
     EM_ASSERT(v >= 0 && v < V && "embedding: index out of range reached the kernel");
     for (int64_t d = 0; d < D; d++) ys[r * D + d] = ws[v * w->stride[0] + d * w->stride[1]];
   }
+  return EM_OK;
 }
 
-void em_ref_embedding_backward(em_tensor *gw, const em_tensor *g, const em_tensor *idx) {
+em_status em_ref_embedding_backward(em_tensor *gw, const em_tensor *g, const em_tensor *idx) {
   EM_ASSERT(em_tensor_is_contiguous(gw) && em_tensor_is_contiguous(g));
   int64_t V = gw->shape[0], D = gw->shape[1];
   em_kview vi = em_ref_view(idx);
@@ -35,9 +36,10 @@ void em_ref_embedding_backward(em_tensor *gw, const em_tensor *g, const em_tenso
     EM_ASSERT(v >= 0 && v < V && "embedding: index out of range reached the kernel");
     for (int64_t d = 0; d < D; d++) gws[v * D + d] += gs[r * D + d];
   }
+  return EM_OK;
 }
 
-void em_ref_dropout_mask(em_tensor *mask, double p, uint64_t seed, uint64_t counter) {
+em_status em_ref_dropout_mask(em_tensor *mask, double p, uint64_t seed, uint64_t counter) {
   EM_ASSERT(mask->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(mask));
   uint64_t threshold = em_kdropout_threshold(p);
   float scale = em_kdropout_scale(p);
@@ -45,9 +47,10 @@ void em_ref_dropout_mask(em_tensor *mask, double p, uint64_t seed, uint64_t coun
   int64_t n = em_tensor_numel(mask);
   for (int64_t i = 0; i < n; i++)
     ms[i] = em_kdropout_keep(threshold, seed, counter, (uint64_t)i) ? scale : 0.f;
+  return EM_OK;
 }
 
-void em_ref_sgd_step(em_tensor *p, const em_tensor *g, em_tensor *buf, double lr, double wd,
+em_status em_ref_sgd_step(em_tensor *p, const em_tensor *g, em_tensor *buf, double lr, double wd,
                      double momentum, double dampening, bool nesterov, bool first) {
   EM_ASSERT(em_tensor_is_contiguous(p) && em_tensor_is_contiguous(g) &&
             (!buf || em_tensor_is_contiguous(buf)));
@@ -57,9 +60,10 @@ void em_ref_sgd_step(em_tensor *p, const em_tensor *g, em_tensor *buf, double lr
   const float *gs = em_f32(g);
   int64_t n = em_tensor_numel(p);
   for (int64_t i = 0; i < n; i++) em_ksgd(&s, ps + i, gs[i], bs ? bs + i : NULL);
+  return EM_OK;
 }
 
-void em_ref_adam_step(em_tensor *p, const em_tensor *g, em_tensor *m, em_tensor *v, int64_t step,
+em_status em_ref_adam_step(em_tensor *p, const em_tensor *g, em_tensor *m, em_tensor *v, int64_t step,
                       double lr, double beta1, double beta2, double eps, double wd,
                       bool decoupled) {
   EM_ASSERT(em_tensor_is_contiguous(p) && em_tensor_is_contiguous(g) &&
@@ -70,9 +74,10 @@ void em_ref_adam_step(em_tensor *p, const em_tensor *g, em_tensor *m, em_tensor 
   const float *gs = em_f32(g);
   int64_t n = em_tensor_numel(p);
   for (int64_t i = 0; i < n; i++) em_kadam(&s, ps + i, gs[i], ms + i, vs + i);
+  return EM_OK;
 }
 
-void em_ref_sumsq(bool acc, em_tensor *out, const em_tensor *x) {
+em_status em_ref_sumsq(bool acc, em_tensor *out, const em_tensor *x) {
   EM_ASSERT(em_tensor_is_contiguous(x));
   const float *xs = em_f32(x);
   int64_t n = em_tensor_numel(x);
@@ -80,9 +85,10 @@ void em_ref_sumsq(bool acc, em_tensor *out, const em_tensor *x) {
   for (int64_t i = 0; i < n; i++) s += (double)xs[i] * (double)xs[i];
   float *o = em_f32(out);
   *o = acc ? *o + (float)s : (float)s;
+  return EM_OK;
 }
 
-void em_ref_unscale(em_tensor *x, float inv_scale, em_tensor *found) {
+em_status em_ref_unscale(em_tensor *x, float inv_scale, em_tensor *found) {
   EM_ASSERT(em_tensor_is_contiguous(x));
   float *xs = em_f32(x);
   int64_t n = em_tensor_numel(x);
@@ -93,4 +99,5 @@ void em_ref_unscale(em_tensor *x, float inv_scale, em_tensor *found) {
     xs[i] = v * inv_scale;
   }
   if (bad) em_f32(found)[0] = 1.f;
+  return EM_OK;
 }

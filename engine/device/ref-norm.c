@@ -24,7 +24,7 @@ static void bn_sizes(const em_tensor *x, int64_t *N, int64_t *C, int64_t *S) {
   for (int d = 2; d < x->ndim; d++) *S *= x->shape[d];
 }
 
-void em_ref_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mean,
+em_status em_ref_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mean,
                                em_tensor *save_invstd, const em_tensor *x, const em_tensor *w,
                                const em_tensor *b, em_tensor *running_mean,
                                em_tensor *running_var, double momentum, double eps) {
@@ -57,9 +57,10 @@ void em_ref_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mean
         ys[at] = (float)(a * ((double)xs[at] - mean) + sh);
       }
   }
+  return EM_OK;
 }
 
-void em_ref_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *g,
+em_status em_ref_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *g,
                                 const em_tensor *x, const em_tensor *w, const em_tensor *save_mean,
                                 const em_tensor *save_invstd) {
   int64_t N, C, S;
@@ -81,9 +82,10 @@ void em_ref_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, con
         gxs[at] = em_kbn_grad_x(gs[at], xs[at], wc, mean, invstd, sg, sgx, M);
       }
   }
+  return EM_OK;
 }
 
-void em_ref_layer_norm_forward(em_tensor *y, em_tensor *mean, em_tensor *rstd, const em_tensor *x,
+em_status em_ref_layer_norm_forward(em_tensor *y, em_tensor *mean, em_tensor *rstd, const em_tensor *x,
                                const em_tensor *w, const em_tensor *b, int64_t rows, int64_t cols,
                                double eps) {
   EM_ASSERT(em_tensor_is_contiguous(x) && (!w || em_tensor_is_contiguous(w)) &&
@@ -97,9 +99,10 @@ void em_ref_layer_norm_forward(em_tensor *y, em_tensor *mean, em_tensor *rstd, c
     if (mean) *at1(mean, r) = (float)m;
     if (rstd) *at1(rstd, r) = (float)s;
   }
+  return EM_OK;
 }
 
-void em_ref_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *g,
+em_status em_ref_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *g,
                                 const em_tensor *x, const em_tensor *w, const em_tensor *mean,
                                 const em_tensor *rstd, int64_t rows, int64_t cols) {
   EM_ASSERT(em_tensor_is_contiguous(x) && em_tensor_is_contiguous(g) &&
@@ -117,4 +120,5 @@ void em_ref_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, con
       if (gw) em_f32(gw)[d] = (float)sw;
       if (gb) em_f32(gb)[d] = (float)sb;
     }
+  return EM_OK;
 }

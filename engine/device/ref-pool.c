@@ -13,7 +13,7 @@ static em_kpool_geom geom_of(const em_tensor *x, const em_pool2d_params *p) {
   return g;
 }
 
-void em_ref_pool2d_forward(bool max, em_tensor *y, const em_tensor *x, const em_pool2d_params *p) {
+em_status em_ref_pool2d_forward(bool max, em_tensor *y, const em_tensor *x, const em_pool2d_params *p) {
   EM_ASSERT(x->ndim == 4 && em_tensor_is_contiguous(x) && em_tensor_is_contiguous(y));
   em_kpool_geom g = geom_of(x, p);
   EM_ASSERT(y->shape[2] == g.OH && y->shape[3] == g.OW);
@@ -21,9 +21,10 @@ void em_ref_pool2d_forward(bool max, em_tensor *y, const em_tensor *x, const em_
   float *ys = em_f32(y);       /* (N, C, OH, OW) */
   int64_t n = g.N * g.C * g.OH * g.OW;
   for (int64_t o = 0; o < n; o++) ys[o] = em_kpool_forward(max, &g, xs, o);
+  return EM_OK;
 }
 
-void em_ref_pool2d_backward(bool max, em_tensor *gx, const em_tensor *g, const em_tensor *x,
+em_status em_ref_pool2d_backward(bool max, em_tensor *gx, const em_tensor *g, const em_tensor *x,
                             const em_tensor *y, const em_pool2d_params *p) {
   (void)y; /* max pool finds each window's maximum again from x */
   EM_ASSERT(em_tensor_is_contiguous(gx) && em_tensor_is_contiguous(g) &&
@@ -34,4 +35,5 @@ void em_ref_pool2d_backward(bool max, em_tensor *gx, const em_tensor *g, const e
   float *gxs = em_f32(gx);     /* (N, C, H, W) */
   int64_t n = q.N * q.C * q.H * q.W;
   for (int64_t i = 0; i < n; i++) gxs[i] = em_kpool_backward(max, &q, gs, xs, i);
+  return EM_OK;
 }

@@ -15,7 +15,7 @@ static void split(const em_tensor *x, int dim, int64_t *outer, int64_t *K, int64
   *K = x->ndim > 0 ? x->shape[dim] : 1;
 }
 
-void em_ref_softmax_forward(bool log, em_tensor *y, const em_tensor *x, int dim) {
+em_status em_ref_softmax_forward(bool log, em_tensor *y, const em_tensor *x, int dim) {
   EM_ASSERT(em_tensor_is_contiguous(x) && em_tensor_is_contiguous(y));
   int64_t O, K, I;
   split(x, dim, &O, &K, &I);
@@ -24,9 +24,10 @@ void em_ref_softmax_forward(bool log, em_tensor *y, const em_tensor *x, int dim)
   for (int64_t o = 0; o < O; o++)
     for (int64_t i = 0; i < I; i++)
       em_ksoftmax_row(log, ys + o * K * I + i, I, xs + o * K * I + i, I, K);
+  return EM_OK;
 }
 
-void em_ref_softmax_backward(bool log, em_tensor *gx, const em_tensor *g, const em_tensor *y,
+em_status em_ref_softmax_backward(bool log, em_tensor *gx, const em_tensor *g, const em_tensor *y,
                              int dim) {
   EM_ASSERT(em_tensor_is_contiguous(g) && em_tensor_is_contiguous(y) &&
             em_tensor_is_contiguous(gx));
@@ -39,9 +40,10 @@ void em_ref_softmax_backward(bool log, em_tensor *gx, const em_tensor *g, const 
       int64_t base = o * K * I + i;
       em_ksoftmax_bwd_row(log, gxs + base, I, gs + base, I, ys + base, I, K);
     }
+  return EM_OK;
 }
 
-void em_ref_cross_entropy_forward(em_tensor *loss, em_tensor *lse, const em_tensor *logits,
+em_status em_ref_cross_entropy_forward(em_tensor *loss, em_tensor *lse, const em_tensor *logits,
                                   const em_tensor *target, double smoothing) {
   EM_ASSERT(logits->ndim == 2 && em_tensor_is_contiguous(logits) && target->dtype == EM_DTYPE_I64);
   int64_t N = logits->shape[0], K = logits->shape[1];
@@ -56,9 +58,10 @@ void em_ref_cross_entropy_forward(em_tensor *loss, em_tensor *lse, const em_tens
     if (lse) em_f32(lse)[i * lse->stride[0]] = l;
   }
   em_f32(loss)[0] = (float)(total / (double)N);
+  return EM_OK;
 }
 
-void em_ref_cross_entropy_backward(em_tensor *gx, const em_tensor *gscale,
+em_status em_ref_cross_entropy_backward(em_tensor *gx, const em_tensor *gscale,
                                    const em_tensor *logits, const em_tensor *target,
                                    const em_tensor *lse, double smoothing) {
   EM_ASSERT(em_tensor_is_contiguous(logits) && em_tensor_is_contiguous(gx));
@@ -73,4 +76,5 @@ void em_ref_cross_entropy_backward(em_tensor *gx, const em_tensor *gscale,
     for (int64_t k = 0; k < K; k++)
       gxs[i * K + k] = em_kce_grad(xs[i * K + k], l, k == t, scale, (float)smoothing, K);
   }
+  return EM_OK;
 }

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 typedef struct {
   float *buf;        /* (numel) the bucket's gradients, flat, on the
@@ -280,7 +280,7 @@ static void on_ready(void *user, int i) {
       d->be->memcpy_d2d(d->dev.index, dst, em_f32(p->grad), sizeof(float) * (size_t)n);
     } else { /* unused in this step */
       em_tensor v = flat_view(d, dst, p);
-      d->be->k->fill(&v, 0.0);
+      EM_KCALL(d->be->k, fill, &v, 0.0);
     }
   } else if (have) {
     memcpy(dst, em_f32(p->grad), sizeof(float) * (size_t)n);
@@ -397,7 +397,7 @@ static void write_back(em_ddp *d, bucket *b, float inv) {
     float *src = b->buf + d->offset[i];
     if (d->be) {
       em_tensor v = flat_view(d, src, p);
-      d->be->k->unary(EM_KU_MULS, g, &v, (double)inv, 0.0);
+      EM_KCALL(d->be->k, unary, EM_KU_MULS, g, &v, (double)inv, 0.0);
     } else {
       float *dst = em_f32(g);
       int64_t n = em_tensor_numel(p);

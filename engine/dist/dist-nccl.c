@@ -35,7 +35,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 #define MAX_REQS 256
 

@@ -7,7 +7,7 @@
  * autograd) and em_tensor_move_ (persistent tensors: parameters, buffers,
  * optimiser state).
  *
- * Each device kind has a backend table (engine/device/device-private.h):
+ * Each device kind has a backend table (em-backend.h):
  * memory (a caching allocator with the CPU's statistics), copies and the
  * kernels of the device-generic op layer (engine/device/). The CPU keeps
  * its own tuned ops (engine/ops/); every op there hands off to the device

@@ -1,100 +1,70 @@
-/* embedding.c: em_embedding, a row gather from weight (V, D) by i64
- * indices of any shape S into (S..., D); backward scatter-adds the rows
- * of the output gradient into the weight gradient (an index that occurs
- * twice receives both rows).
+/* embedding.c: em_embedding, rows of a weight (V, D) gathered at integer
+ * indices of any shape S into (S..., D), one front-end for every device
+ * (op-frontend.h); backward scatter-adds the rows of the output gradient
+ * into the weight gradient (an index that occurs twice receives both
+ * rows). The CPU's kernels are in cpu-embedding.c.
  *
- * Forward copies whole rows; big gathers split the rows over threads.
- * Backward stays race-free on threads by splitting the D columns, so
- * every thread walks all indices but owns its columns. */
+ * Indices are checked on the host first (on a device, one copy of the
+ * index tensor): an index out of range is a broken invariant, and a
+ * kernel cannot say so. The tape node: in[0] = weight, saved[0] = the
+ * indices (contiguous). */
+#include "op-frontend.h"
 #include "ops-private.h"
-#include "em-pool.h"
 
-#include <string.h>
-
-#define PARALLEL_MIN (1 << 16)   /* elements before threads are worth waking */
-#define PARALLEL_GRAIN (1 << 15) /* elements per thread chunk, at least */
-
-typedef struct {
-  const em_tensor *weight; /* (V, D), any strides */
-  const int64_t *idx;      /* (L) */
-  void *out;               /* (L, D): y forward, gw backward */
-  const void *gy;          /* (L, D) backward */
-  int64_t L, D;
-} emb_job;
-
-static void gather_rows(void *ctx, int64_t begin, int64_t end) {
-  const emb_job *j = ctx;
-  const em_tensor *w = j->weight;
-  size_t es = em_dtype_size(w->dtype);
-  const char *base = em_tensor_ptr(w);
-  char *out = j->out;
-  for (int64_t i = begin; i < end; i++) {
-    const char *row = base + (size_t)(j->idx[i] * w->stride[0]) * es;
-    char *dst = out + (size_t)(i * j->D) * es;
-    if (w->stride[1] == 1 || j->D == 1) memcpy(dst, row, (size_t)j->D * es);
-    else
-      for (int64_t d = 0; d < j->D; d++)
-        memcpy(dst + (size_t)d * es, row + (size_t)(d * w->stride[1]) * es, es);
-  }
-}
-
-/* gw[idx[i], d] += gy[i, d] for d in [d0, d1). */
-static void scatter_add_cols(void *ctx, int64_t d0, int64_t d1) {
-  const emb_job *j = ctx;
-  int64_t D = j->D;
-  if (j->weight->dtype == EM_DTYPE_F32) {
-    float *gw = j->out;
-    const float *gy = j->gy;
-    for (int64_t i = 0; i < j->L; i++) {
-      float *dst = gw + j->idx[i] * D;
-      const float *src = gy + i * D;
-      for (int64_t d = d0; d < d1; d++) dst[d] += src[d];
-    }
-  } else {
-    double *gw = j->out;
-    const double *gy = j->gy;
-    for (int64_t i = 0; i < j->L; i++) {
-      double *dst = gw + j->idx[i] * D;
-      const double *src = gy + i * D;
-      for (int64_t d = d0; d < d1; d++) dst[d] += src[d];
-    }
-  }
-}
+#include <stdio.h>
 
 static void embedding_backward(em_node *n) {
+  em_tensor *w = n->in[0], *idx = n->saved[0], *g = n->out->grad;
+  const char *prev = op_backward_begin(n);
   bool fresh;
-  em_tensor *w = n->in[0];
   em_tensor *gw = em_grad_acquire(w, &fresh); /* (V, D) contiguous */
-  if (!gw) return;
-  if (fresh) memset(em_tensor_ptr(gw), 0, em_tensor_nbytes(gw));
-  emb_job j = {.weight = w, .idx = em_i64(n->saved[0]), .out = em_tensor_ptr(gw),
-               .gy = em_tensor_ptr(n->out->grad), .L = n->i[0], .D = n->i[1]};
-  if (j.L * j.D >= PARALLEL_MIN && j.D > 1)
-    em_parallel_for(j.D, PARALLEL_GRAIN / j.L + 1, scatter_add_cols, &j);
-  else scatter_add_cols(&j, 0, j.D);
+  em_tensor *gc = em_contiguous_nograd(g);
+  if (gw && op_live(gw, gc, idx) && em_tensor_numel(gw) > 0) {
+    const em_kernels *k = op_k(g);
+    if (fresh) EM_KCALL(k, fill, gw, 0.0);
+    if (em_tensor_numel(idx) > 0) EM_KCALL(k, embedding_backward, gw, gc, idx);
+  }
+  em_device_set_op(prev);
+}
+
+/* Asserts that every index of ic (L, contiguous) is in [0, V). */
+static void check_indices(const em_tensor *ic, int64_t L, int64_t V) {
+  const int64_t *iv = em_i64(ic);
+  if (em_on_device(ic)) {
+    int64_t *host = em_scratch(sizeof(int64_t) * (size_t)L);
+    em_tensor_download(ic, host);
+    iv = host;
+  }
+  for (int64_t i = 0; i < L; i++) {
+    if (iv[i] >= 0 && iv[i] < V) continue;
+    char msg[160];
+    snprintf(msg, sizeof msg, "em_embedding: index out of range: %lld at %lld, not in [0, %lld)",
+             (long long)iv[i], (long long)i, (long long)V);
+    em_assert_fail(msg, __FILE__, __LINE__, __func__);
+  }
 }
 
 em_tensor *em_embedding(em_tensor *weight, em_tensor *idx) {
-  if (EM_ON_DEVICE(weight, idx)) return em_dev_embedding(weight, idx);
-  EM_ASSERT(EM_IS_FLOAT(weight) && weight->ndim == 2);
-  EM_ASSERT(idx->dtype == EM_DTYPE_I64 && idx->ndim < EM_MAX_DIMS);
-  EM_OP_BEGIN("embedding", 2, weight, idx);
+  EM_ASSERT(em_dtype_is_float(weight->dtype) && weight->ndim == 2);
+  OP_BEGIN("embedding", 2, weight, idx);
+  EM_ASSERT(idx->dtype == EM_DTYPE_I64 && "embedding: the indices must be i64");
+  EM_ASSERT(idx->ndim < EM_MAX_DIMS);
   int64_t V = weight->shape[0], D = weight->shape[1], L = em_tensor_numel(idx);
-  em_tensor *ic = em_contiguous_nograd(idx);
-  const int64_t *iv = em_i64(ic);
-  for (int64_t i = 0; i < L; i++) EM_ASSERT(iv[i] >= 0 && iv[i] < V && "embedding index out of range");
+  em_tensor *ic = em_contiguous_nograd(idx), *wc = em_contiguous_nograd(weight);
   int64_t shape[EM_MAX_DIMS];
   for (int d = 0; d < idx->ndim; d++) shape[d] = idx->shape[d];
   shape[idx->ndim] = D;
-  em_tensor *y = em_empty(weight->dtype, idx->ndim + 1, shape);
-  emb_job j = {.weight = weight, .idx = iv, .out = em_tensor_ptr(y), .L = L, .D = D};
-  if (L * D >= PARALLEL_MIN) em_parallel_for(L, PARALLEL_GRAIN / (D ? D : 1) + 1, gather_rows, &j);
-  else gather_rows(&j, 0, L);
-  if (em_needs_grad(1, &weight)) {
+  em_tensor *y = em_empty_on(weight->device, weight->dtype, idx->ndim + 1, shape); /* (S..., D) */
+  const em_kernels *k = op_k(weight);
+  bool live = op_live(ic, wc, y) && OP_HAS(k, embedding_forward, "embedding", weight) &&
+              OP_HAS(k, embedding_backward, "embedding", weight);
+  if (live && L > 0) {
+    check_indices(ic, L, V);
+    if (D > 0) EM_KCALL(k, embedding_forward, y, wc, ic);
+  }
+  if (live && em_needs_grad(1, &weight)) {
     em_node *nd = em_record("embedding", embedding_backward, y, 1, &weight);
     nd->saved[0] = ic;
-    nd->i[0] = L;
-    nd->i[1] = D;
   }
-  return EM_OP_END(y);
+  return OP_END(y);
 }

@@ -5,16 +5,12 @@
 #include "em-amp.h"
 #include "em-profile.h"
 #include "../device/dev-ops.h" /* the hand-offs to the device layer */
+/* Headers of their own in engine/core, shared with the device layer. */
+#include "../core/grad-accumulate.h"
+#include "../core/node-params.h"
+#include "../core/shape.h"
 
 #define EM_IS_FLOAT(t) ((t)->dtype == EM_DTYPE_F32 || (t)->dtype == EM_DTYPE_F64)
-
-/* Sums g over the dimensions that broadcasting expanded, giving a tensor
- * of `shape` (used by backward of broadcasting ops). Returns g itself
- * when the shapes already agree. */
-em_tensor *em_reduce_to_shape(em_tensor *g, int ndim, const int64_t *shape);
-/* The broadcast shape of a and b into out (returns its ndim), or -1 when
- * they do not broadcast. */
-int em_broadcast_shape(const em_tensor *a, const em_tensor *b, int64_t *out);
 
 /* How a 2-D operand is handed to BLAS: row-major with leading dimension
  * ld, transposed or not. Returns false when neither stride is 1 (the
@@ -51,17 +47,6 @@ void em_gemm_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int
                         double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                         double beta, void *c, int64_t ldc);
 
-/* The result shape of reducing x's dim d (size 1 there with keepdim, else
- * dropped) into shape; returns its ndim. */
-int em_reduced_shape(const em_tensor *x, int d, bool keepdim, int64_t *shape);
-
-/* The parameters of a convolution / pooling kept in a tape node's i[0..6]
- * (the CPU and device ops' backward read them back). */
-void em_conv2d_params_save(em_node *nd, const em_conv2d_params *p);
-em_conv2d_params em_conv2d_params_load(const em_node *nd);
-void em_pool2d_params_save(em_node *nd, const em_pool2d_params *p);
-em_pool2d_params em_pool2d_params_load(const em_node *nd);
-
 /* ---- shared by the basic ops (views.c, elementwise.c, unary.c, reduce.c) ---- */
 
 #include <math.h>
@@ -97,25 +82,10 @@ void em_iter_run(const em_iter *it, int64_t begin, int64_t end, em_row_fn fn, vo
  * not broadcast). */
 void em_iter_parallel(const em_iter *it, em_row_fn fn, void *ctx);
 
-/* dst = src and dst += src, src broadcastable to dst's shape, any strides
- * (dst not broadcast). Copy takes any dtype (same for both); add takes
- * f32/f64. */
-void em_copy_into(em_tensor *dst, const em_tensor *src);
-void em_add_into(em_tensor *dst, const em_tensor *src);
-/* Adds g (x's shape, any strides) into x's gradient, or copies it there
- * when the gradient is fresh. Does nothing when x needs no grad. */
-void em_grad_add(em_tensor *x, const em_tensor *g);
-/* out += g summed over the dims where out (which g broadcasts from, e.g.
- * keepdim sizes 1) is broadcast; f32/f64; serial, rows share outputs. */
-void em_sum_into_broadcast(em_tensor *out, const em_tensor *g);
-/* t itself when contiguous, else a contiguous copy (no tape node). */
-em_tensor *em_contiguous_nograd(em_tensor *t);
 /* Sums of n contiguous values: f32 in 32 float lanes flushed into a double
  * every 4096 values (so it vectorises and stays accurate). */
 double em_sum_f32(const float *x, int64_t n);
 double em_sum_f64(const double *x, int64_t n);
-/* A dim index counted from the end when negative (asserts range). */
-int em_dim_norm(int dim, int ndim);
 
 /* Vectorisable f32 math (the loops calling these compile to SIMD; libm's
  * expf/erff/tanhf do not vectorise without -ffast-math). Errors against
@@ -212,6 +182,22 @@ static inline float em_logf(float x) {
 
 /* gemm-fast.c, the f32 GEMM behind em_gemm, is in the CPU kernel table
  * (cpu-kernels.h). */
+
+/* The CPU backend's kernel entries (cpu-backend.c's table; em-backend.h
+ * says what each does), f32 and f64. */
+#include "em-backend.h"
+em_k_fill em_cpu_fill;                     /* cpu-copy.c */
+em_k_copy em_cpu_copy;                     /* cpu-copy.c */
+em_k_binary em_cpu_binary;                 /* cpu-binary.c */
+em_k_unary em_cpu_unary;                   /* cpu-unary.c */
+em_k_unary_backward em_cpu_unary_backward; /* cpu-unary.c */
+em_k_reduce em_cpu_reduce;                 /* cpu-reduce.c */
+em_k_sum_to em_cpu_sum_to;                 /* cpu-reduce.c */
+em_k_dropout_mask em_cpu_dropout_mask;     /* cpu-random.c */
+em_k_softmax_forward em_cpu_softmax_forward;   /* cpu-softmax.c */
+em_k_softmax_backward em_cpu_softmax_backward; /* cpu-softmax.c */
+em_k_embedding_forward em_cpu_embedding_forward;   /* cpu-embedding.c */
+em_k_embedding_backward em_cpu_embedding_backward; /* cpu-embedding.c */
 
 /* Max and sum of x[0, n) (n >= 1) in float, with 16 lanes so that they
  * vectorise once n >= 64 (the row kernels of softmax and cross-entropy). */

@@ -1,376 +1,209 @@
 /* reduce.c: em_sum, em_mean (over a dim), em_sum_all, em_mean_all, em_max
- * (with positions) and em_argmax, with backward.
+ * (with positions) and em_argmax, with backward, one front-end for every
+ * device (op-frontend.h). The CPU's kernels are in cpu-reduce.c.
  *
- * A reduction over dim d sees a contiguous x as (O, R, I): O the product
- * of the dims before d, R the size of d, I the product of the dims after.
- * With I == 1 each output is the sum of R contiguous values (em_sum_f32:
- * float lanes flushed into a double, vectorised); with I > 1 each output
- * row of I values accumulates R input rows (vectorised along I). Work is
- * split over outputs (and blocks of I), so results do not depend on the
- * thread count. sum_all sums fixed blocks into doubles and adds the block
- * sums in order, so it is deterministic too. Strided inputs take the plain
- * per-output loop (double accumulator), the reference the tests hold the
- * fast path to.
+ * The reduce kernel writes x's shape with size 1 at the reduced dim;
+ * without keepdim the result is a view that drops it. mean is the sum
+ * scaled by 1/R in a second kernel; sum_all and mean_all reduce x seen as
+ * one row (an empty x sums to 0, and its mean is NaN, as PyTorch's).
+ * Backward of the sums is g broadcast back over the reduced dims (stride
+ * 0) times the scale, one unary_backward kernel. Backward of max scatters
+ * g to the saved positions with the embedding_backward kernel (rows of
+ * width 1): the flat positions are computed on the host, which on a
+ * device costs one round trip of the (small) index tensor; a scatter
+ * kernel would remove it.
  *
- * max keeps the first maximum (so backward goes to the first max, like
- * PyTorch) and propagates NaN (the first NaN wins). */
+ * max keeps the first maximum (backward goes to it, as in PyTorch) and
+ * propagates NaN (the first NaN wins). argmax takes integer inputs too,
+ * through a float copy (f64 where the backend has it, exact for i32). */
+#include "op-frontend.h"
 #include "ops-private.h"
-#include "em-pool.h"
 
-#define I_BLOCK 2048 /* inner positions per work item when I > 1 */
+#include <math.h>
 
-/* (O, R, I) of x around dim d. */
-static void split_dims(const em_tensor *x, int d, int64_t *O, int64_t *R, int64_t *I) {
-  *O = 1;
-  *I = 1;
-  for (int k = 0; k < d; k++) *O *= x->shape[k];
-  for (int k = d + 1; k < x->ndim; k++) *I *= x->shape[k];
-  *R = x->shape[d];
+/* y (x's shape, size 1 at d) seen as the op's result. */
+static em_tensor *result_view(em_tensor *y, const em_tensor *x, int d, bool keepdim) {
+  if (keepdim) return y;
+  int64_t shape[EM_MAX_DIMS];
+  int nd = em_reduced_shape(x, d, false, shape);
+  return em_view_as(y, nd, shape);
 }
 
-/* Byte offset of output element k (row-major over the dims other than d)
- * in a strided x. */
-static int64_t outer_offset(const em_tensor *x, int d, int64_t k) {
-  int64_t off = 0;
-  for (int dd = x->ndim - 1; dd >= 0; dd--) {
-    if (dd == d) continue;
-    off += (k % x->shape[dd]) * x->stride[dd];
-    k /= x->shape[dd];
-  }
-  return off;
-}
+/* ---- sum / mean over a dim, sum_all / mean_all ----------------------------------------- */
 
-/* ---- sum / mean over a dim ------------------------------------------------------------ */
-
-typedef struct {
-  const void *x; /* (O, R, I) contiguous */
-  void *y;       /* (O, I) */
-  int64_t O, R, I, nblk;
-  double scale; /* 1, or 1/R for mean */
-} sum_job;
-
-#define SUM_CHUNK(NAME, T, HSUM)                                                 \
-  static void NAME(void *ctx, int64_t begin, int64_t end) {                      \
-    const sum_job *j = ctx;                                                      \
-    const T *x = j->x;                                                           \
-    T *y = j->y;                                                                 \
-    const int64_t R = j->R, I = j->I;                                            \
-    if (I == 1) {                                                                \
-      for (int64_t o = begin; o < end; o++) y[o] = (T)(HSUM(x + o * R, R) * j->scale); \
-      return;                                                                    \
-    }                                                                            \
-    for (int64_t job = begin; job < end; job++) {                                \
-      int64_t o = job / j->nblk, i0 = job % j->nblk * I_BLOCK;                   \
-      int64_t m = I - i0 < I_BLOCK ? I - i0 : I_BLOCK;                           \
-      T *restrict yo = y + o * I + i0;                                           \
-      const T *xo = x + o * R * I + i0;                                          \
-      if (R == 0) {                                                              \
-        for (int64_t i = 0; i < m; i++) yo[i] = 0;                               \
-        continue;                                                                \
-      }                                                                          \
-      for (int64_t i = 0; i < m; i++) yo[i] = xo[i];                             \
-      for (int64_t r = 1; r < R; r++) {                                          \
-        const T *restrict xr = xo + r * I;                                       \
-        for (int64_t i = 0; i < m; i++) yo[i] += xr[i];                          \
-      }                                                                          \
-      if (j->scale != 1.0) {                                                     \
-        const T sc = (T)j->scale;                                                \
-        for (int64_t i = 0; i < m; i++) yo[i] *= sc;                             \
-      }                                                                          \
-    }                                                                            \
-  }
-SUM_CHUNK(sum_chunk_f32, float, em_sum_f32)
-SUM_CHUNK(sum_chunk_f64, double, em_sum_f64)
-
-/* Plain loop reference: any strides, double accumulator. */
-static void sum_reference(const em_tensor *x, int d, em_tensor *y, double scale) {
-  int64_t O, R, I;
-  split_dims(x, d, &O, &R, &I);
-  for (int64_t k = 0; k < O * I; k++) {
-    int64_t off = x->offset + outer_offset(x, d, k);
-    double acc = 0;
-    for (int64_t r = 0; r < R; r++) {
-      int64_t e = off + r * x->stride[d];
-      acc += x->dtype == EM_DTYPE_F32 ? ((const float *)x->data)[e] : ((const double *)x->data)[e];
+/* A view of g (the gradient of a reduction of x) in x's shape, stride 0
+ * along the reduced dims (reduced[d]; g has them as size 1 when keepdim,
+ * else lacks them). */
+static em_tensor *broadcast_back(em_tensor *g, const em_tensor *x, const bool *reduced,
+                                 bool keepdim) {
+  int64_t stride[EM_MAX_DIMS];
+  int gd = 0;
+  for (int d = 0; d < x->ndim; d++) {
+    if (reduced[d]) {
+      stride[d] = 0;
+      if (keepdim) gd++;
+    } else {
+      stride[d] = g->stride[gd++];
     }
-    if (y->dtype == EM_DTYPE_F32) em_f32(y)[k] = (float)(acc * scale);
-    else em_f64(y)[k] = acc * scale;
   }
+  EM_ASSERT(gd == g->ndim);
+  return em_view_raw(g, x->ndim, x->shape, stride, g->offset);
 }
 
+/* in[0] = x; i[0] = the reduced dim (-1: all); i[1] = keepdim; f[0] = scale. */
 static void sum_backward(em_node *n) {
   em_tensor *x = n->in[0], *g = n->out->grad;
-  int d = (int)n->i[0];
-  double scale = n->f[0];
+  const char *prev = op_backward_begin(n);
   bool fresh;
   em_tensor *gx = em_grad_acquire(x, &fresh);
-  if (!gx) return;
-  if (scale != 1.0) g = em_mul_scalar(g, scale);
-  /* g seen with x's dims, stride 0 along d */
-  int64_t shape[EM_MAX_DIMS], stride[EM_MAX_DIMS], s = 1;
-  for (int k = x->ndim - 1; k >= 0; k--) {
-    shape[k] = k == d ? 1 : x->shape[k];
-    stride[k] = k == d ? 0 : s;
-    s *= shape[k];
+  if (gx && op_live(gx, g) && em_tensor_numel(gx) > 0) {
+    bool reduced[EM_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) reduced[d] = n->i[0] < 0 || d == n->i[0];
+    em_tensor *gv = broadcast_back(g, x, reduced, n->i[0] >= 0 && n->i[1]);
+    EM_KCALL(op_k(g), unary_backward, EM_KU_MULS, !fresh, gx, gv, gv, gv, n->f[0], 0);
   }
-  em_tensor *gv = em_view_raw(g, x->ndim, shape, stride, g->offset);
-  if (fresh) em_copy_into(gx, gv);
-  else em_add_into(gx, gv);
+  em_device_set_op(prev);
+}
+
+static bool has_sum_kernels(const em_kernels *k, const char *name, const em_tensor *x) {
+  return OP_HAS(k, reduce, name, x) && OP_HAS(k, unary, name, x) &&
+         OP_HAS(k, unary_backward, name, x);
 }
 
 static em_tensor *sum_dim(em_tensor *x, int dim, bool keepdim, bool mean) {
-  EM_ASSERT(EM_IS_FLOAT(x) && x->ndim > 0);
-  EM_OP_BEGIN(mean ? "mean" : "sum", 1, x);
+  const char *name = mean ? "mean" : "sum";
+  EM_ASSERT(em_dtype_is_float(x->dtype) && x->ndim > 0);
+  OP_BEGIN(name, 1, x);
   int d = em_dim_norm(dim, x->ndim);
-  int64_t shape[EM_MAX_DIMS], O, R, I;
-  int nd = em_reduced_shape(x, d, keepdim, shape);
-  split_dims(x, d, &O, &R, &I);
-  em_tensor *y = em_empty(x->dtype, nd, shape);
-  double scale = mean ? 1.0 / (double)R : 1.0;
-  if (em_tensor_is_contiguous(x)) {
-    sum_job j = {em_tensor_ptr(x), em_tensor_ptr(y), O, R, I, (I + I_BLOCK - 1) / I_BLOCK, scale};
-    int64_t jobs = I == 1 ? O : O * j.nblk;
-    int64_t per_job = (R > 0 ? R : 1) * (I == 1 ? 1 : (I < I_BLOCK ? I : I_BLOCK));
-    em_range_fn fn = x->dtype == EM_DTYPE_F32 ? sum_chunk_f32 : sum_chunk_f64;
-    if (O * R * I >= EM_PAR_MIN)
-      em_parallel_for(jobs, (EM_PAR_GRAIN + per_job - 1) / per_job, fn, &j);
-    else
-      fn(&j, 0, jobs);
-  } else {
-    sum_reference(x, d, y, scale);
+  int64_t keep[EM_MAX_DIMS];
+  em_reduced_shape(x, d, true, keep);
+  double scale = mean ? 1.0 / (double)x->shape[d] : 1.0;
+  em_tensor *y = em_empty_on(x->device, x->dtype, x->ndim, keep);
+  em_tensor *s = mean ? em_empty_on(x->device, x->dtype, x->ndim, keep) : y; /* the sum */
+  const em_kernels *k = op_k(x);
+  const bool live = op_live(x, y, s) && has_sum_kernels(k, name, x);
+  if (live && em_tensor_numel(y) > 0) {
+    EM_KCALL(k, reduce, EM_KR_SUM, s, NULL, x, d);
+    if (mean) EM_KCALL(k, unary, EM_KU_MULS, y, s, scale, 0);
   }
-  if (em_needs_grad(1, &x)) {
-    em_node *nd_ = em_record(mean ? "mean" : "sum", sum_backward, y, 1, &x);
-    nd_->i[0] = d;
-    nd_->f[0] = scale;
-  }
-  return EM_OP_END(y);
-}
-
-em_tensor *em_sum(em_tensor *x, int dim, bool keepdim) {
-  if (em_on_device(x)) return em_dev_sum(x, dim, keepdim);
-  return sum_dim(x, dim, keepdim, false);
-}
-em_tensor *em_mean(em_tensor *x, int dim, bool keepdim) {
-  if (em_on_device(x)) return em_dev_mean(x, dim, keepdim);
-  return sum_dim(x, dim, keepdim, true);
-}
-
-/* ---- sum_all / mean_all ------------------------------------------------------------------ */
-
-#define ALL_BLOCK (1 << 14)
-
-typedef struct {
-  const void *x; /* (n) contiguous */
-  int64_t n;
-  double *part; /* (n / ALL_BLOCK) one sum per block */
-  bool f64;
-} all_job;
-
-static void all_chunk(void *ctx, int64_t begin, int64_t end) {
-  const all_job *j = ctx;
-  for (int64_t b = begin; b < end; b++) {
-    int64_t i0 = b * ALL_BLOCK, m = j->n - i0 < ALL_BLOCK ? j->n - i0 : ALL_BLOCK;
-    j->part[b] = j->f64 ? em_sum_f64((const double *)j->x + i0, m)
-                        : em_sum_f32((const float *)j->x + i0, m);
-  }
-}
-
-static void all_backward(em_node *n) {
-  em_tensor *x = n->in[0];
-  bool fresh;
-  em_tensor *gx = em_grad_acquire(x, &fresh);
-  if (!gx) return;
-  em_tensor *g = em_scalar(x->dtype, em_tensor_item(n->out->grad) * n->f[0]);
-  if (fresh) em_copy_into(gx, g);
-  else em_add_into(gx, g);
-}
-
-static em_tensor *sum_all(em_tensor *x, bool mean) {
-  EM_ASSERT(EM_IS_FLOAT(x));
-  EM_OP_BEGIN(mean ? "mean_all" : "sum_all", 1, x);
-  em_tensor *c = em_contiguous_nograd(x);
-  int64_t n = em_tensor_numel(c), nb = (n + ALL_BLOCK - 1) / ALL_BLOCK;
-  all_job j = {em_tensor_ptr(c), n, em_scratch(sizeof(double) * (size_t)(nb ? nb : 1)),
-               c->dtype == EM_DTYPE_F64};
-  if (n >= EM_PAR_MIN) em_parallel_for(nb, 1, all_chunk, &j);
-  else all_chunk(&j, 0, nb);
-  double total = 0;
-  for (int64_t b = 0; b < nb; b++) total += j.part[b];
-  double scale = mean ? 1.0 / (double)n : 1.0;
-  em_tensor *y = em_scalar(x->dtype, total * scale);
-  if (em_needs_grad(1, &x)) {
-    em_node *nd = em_record(mean ? "mean_all" : "sum_all", all_backward, y, 1, &x);
+  em_tensor *out = result_view(y, x, d, keepdim);
+  if (live && em_needs_grad(1, &x)) {
+    em_node *nd = em_record(name, sum_backward, out, 1, &x);
+    nd->i[0] = d;
+    nd->i[1] = keepdim;
     nd->f[0] = scale;
   }
-  return EM_OP_END(y);
+  return OP_END(out);
 }
 
-em_tensor *em_sum_all(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_sum_all(x);
-  return sum_all(x, false);
-}
-em_tensor *em_mean_all(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_mean_all(x);
-  return sum_all(x, true);
-}
+em_tensor *em_sum(em_tensor *x, int dim, bool keepdim) { return sum_dim(x, dim, keepdim, false); }
+em_tensor *em_mean(em_tensor *x, int dim, bool keepdim) { return sum_dim(x, dim, keepdim, true); }
 
-/* ---- max / argmax --------------------------------------------------------------------------- */
-
-typedef struct {
-  const void *x; /* (O, R, I) contiguous */
-  void *y;       /* values (O, I) */
-  int64_t *idx;  /* positions (O, I) */
-  int64_t O, R, I, nblk;
-} max_job;
-
-/* v replaces the best b when larger, or when v is the first NaN. */
-#define MAX_TAKES(v, b) ((v) > (b) || ((v) != (v) && (b) == (b)))
-
-#define MAX_CHUNK(NAME, T)                                                       \
-  static void NAME(void *ctx, int64_t begin, int64_t end) {                      \
-    const max_job *j = ctx;                                                      \
-    const T *x = j->x;                                                           \
-    T *y = j->y;                                                                 \
-    const int64_t R = j->R, I = j->I;                                            \
-    if (I == 1) {                                                                \
-      for (int64_t o = begin; o < end; o++) {                                    \
-        const T *xo = x + o * R;                                                 \
-        T best = xo[0];                                                          \
-        int64_t bi = 0;                                                          \
-        for (int64_t r = 1; r < R; r++)                                          \
-          if (MAX_TAKES(xo[r], best)) {                                          \
-            best = xo[r];                                                        \
-            bi = r;                                                              \
-          }                                                                      \
-        y[o] = best;                                                             \
-        j->idx[o] = bi;                                                          \
-      }                                                                          \
-      return;                                                                    \
-    }                                                                            \
-    for (int64_t job = begin; job < end; job++) {                                \
-      int64_t o = job / j->nblk, i0 = job % j->nblk * I_BLOCK;                   \
-      int64_t m = I - i0 < I_BLOCK ? I - i0 : I_BLOCK;                           \
-      T *restrict yo = y + o * I + i0;                                           \
-      int64_t *restrict io = j->idx + o * I + i0;                                \
-      const T *xo = x + o * R * I + i0;                                          \
-      for (int64_t i = 0; i < m; i++) {                                          \
-        yo[i] = xo[i];                                                           \
-        io[i] = 0;                                                               \
-      }                                                                          \
-      for (int64_t r = 1; r < R; r++) {                                          \
-        const T *restrict xr = xo + r * I;                                       \
-        for (int64_t i = 0; i < m; i++) {                                        \
-          const T v = xr[i];                                                     \
-          const bool take = MAX_TAKES(v, yo[i]);                                 \
-          yo[i] = take ? v : yo[i];                                              \
-          io[i] = take ? r : io[i];                                              \
-        }                                                                        \
-      }                                                                          \
-    }                                                                            \
-  }
-MAX_CHUNK(max_chunk_f32, float)
-MAX_CHUNK(max_chunk_f64, double)
-
-/* Plain loop reference: any strides, any real dtype (values through
- * doubles, which hold every f32/i32/u8 value exactly). */
-static void max_reference(const em_tensor *x, int d, em_tensor *y, int64_t *idx) {
-  int64_t O, R, I;
-  split_dims(x, d, &O, &R, &I);
-  size_t es = em_dtype_size(x->dtype);
-  for (int64_t k = 0; k < O * I; k++) {
-    int64_t off = x->offset + outer_offset(x, d, k);
-    double best = 0;
-    int64_t bi = 0;
-    for (int64_t r = 0; r < R; r++) {
-      const char *p = (const char *)x->data + (off + r * x->stride[d]) * (int64_t)es;
-      double v;
-      switch (x->dtype) {
-      case EM_DTYPE_F32: v = *(const float *)p; break;
-      case EM_DTYPE_F64: v = *(const double *)p; break;
-      case EM_DTYPE_I32: v = *(const int32_t *)p; break;
-      case EM_DTYPE_I64: v = (double)*(const int64_t *)p; break;
-      default: v = *(const uint8_t *)p; break;
-      }
-      if (r == 0 || MAX_TAKES(v, best)) {
-        best = v;
-        bi = r;
-      }
+static em_tensor *sum_all(em_tensor *x, bool mean) {
+  const char *name = mean ? "mean_all" : "sum_all";
+  EM_ASSERT(em_dtype_is_float(x->dtype));
+  OP_BEGIN(name, 1, x);
+  int64_t numel = em_tensor_numel(x), one = 1;
+  double scale = mean ? 1.0 / (double)numel : 1.0;
+  em_tensor *y = em_empty_on(x->device, x->dtype, 1, &one); /* (1) */
+  em_tensor *xc = em_contiguous_nograd(x);
+  em_tensor *s = mean ? em_empty_on(x->device, x->dtype, 1, &one) : y; /* the sum */
+  const em_kernels *k = op_k(x);
+  const bool live = op_live(xc, y, s) && has_sum_kernels(k, name, x) && OP_HAS(k, fill, name, x);
+  if (live) {
+    if (numel == 0) {
+      EM_KCALL(k, fill, y, mean ? NAN : 0.0);
+    } else {
+      EM_KCALL(k, reduce, EM_KR_SUM, s, NULL, em_view_as(xc, 1, &numel), 0);
+      if (mean) EM_KCALL(k, unary, EM_KU_MULS, y, s, scale, 0);
     }
-    if (y) {
-      if (y->dtype == EM_DTYPE_F32) em_f32(y)[k] = (float)best;
-      else em_f64(y)[k] = best;
-    }
-    idx[k] = bi;
   }
+  em_tensor *out = em_view_as(y, 0, NULL);
+  if (live && em_needs_grad(1, &x)) {
+    em_node *nd = em_record(name, sum_backward, out, 1, &x);
+    nd->i[0] = -1;
+    nd->f[0] = scale;
+  }
+  return OP_END(out);
 }
 
+em_tensor *em_sum_all(em_tensor *x) { return sum_all(x, false); }
+em_tensor *em_mean_all(em_tensor *x) { return sum_all(x, true); }
+
+/* ---- max / argmax ---------------------------------------------------------------------------- */
+
+/* in[0] = x; saved[0] = positions (x's shape, 1 at d); i[0] = d. */
 static void max_backward(em_node *n) {
-  em_tensor *x = n->in[0], *g = n->out->grad;
-  const int64_t *idx = em_i64(n->saved[0]);
-  int64_t O, R, I;
-  split_dims(x, (int)n->i[0], &O, &R, &I);
+  em_tensor *x = n->in[0], *idx = n->saved[0], *g = n->out->grad;
+  const char *prev = op_backward_begin(n);
+  int d = (int)n->i[0];
   bool fresh;
   em_tensor *gx = em_grad_acquire(x, &fresh);
-  if (!gx) return;
-  if (fresh) memset(em_tensor_ptr(gx), 0, em_tensor_nbytes(gx));
-  for (int64_t o = 0; o < O; o++)
-    for (int64_t i = 0; i < I; i++) {
-      int64_t k = o * I + i, e = (o * R + idx[k]) * I + i;
-      if (x->dtype == EM_DTYPE_F32) em_f32(gx)[e] += em_f32(g)[k];
-      else em_f64(gx)[e] += em_f64(g)[k];
-    }
+  int64_t O = 1, R = x->shape[d], I = 1;
+  for (int k = 0; k < d; k++) O *= x->shape[k];
+  for (int k = d + 1; k < x->ndim; k++) I *= x->shape[k];
+  int64_t m = O * I, flat_shape[1] = {m}, rows[2] = {O * R * I, 1}, gshape[2] = {m, 1};
+  em_tensor *flat = gx && m > 0 ? em_empty_on(x->device, EM_DTYPE_I64, 1, flat_shape) : NULL;
+  if (flat && op_live(gx, g, idx, flat)) {
+    const em_kernels *k = op_k(g);
+    if (fresh) EM_KCALL(k, fill, gx, 0.0);
+    /* position (o, idx, i) of x for each output (o, i) (O * I) */
+    int64_t *pos = em_scratch(sizeof(int64_t) * (size_t)m);
+    em_tensor_download(idx, pos);
+    for (int64_t o = 0; o < O; o++)
+      for (int64_t i = 0; i < I; i++) pos[o * I + i] = (o * R + pos[o * I + i]) * I + i;
+    em_tensor_upload(flat, pos);
+    em_tensor *gc = em_contiguous_nograd(g);
+    if (op_live(gc))
+      EM_KCALL(k, embedding_backward, em_view_as(gx, 2, rows), em_view_as(gc, 2, gshape), flat);
+  }
+  em_device_set_op(prev);
 }
 
-/* Values (when want_values) and positions of the maximum along d. */
-static void max_impl(em_tensor *x, int d, bool keepdim, bool want_values, em_tensor **values,
-                     em_tensor **pos) {
-  int64_t shape[EM_MAX_DIMS], O, R, I;
-  int nd = em_reduced_shape(x, d, keepdim, shape);
-  split_dims(x, d, &O, &R, &I);
-  EM_ASSERT(R > 0 && "max over an empty dim");
-  em_tensor *y = want_values ? em_empty(x->dtype, nd, shape) : NULL;
-  em_tensor *idx = em_empty(EM_DTYPE_I64, nd, shape);
-  if (y && em_tensor_is_contiguous(x)) {
-    max_job j = {em_tensor_ptr(x), em_tensor_ptr(y), em_i64(idx), O, R, I,
-                 (I + I_BLOCK - 1) / I_BLOCK};
-    int64_t jobs = I == 1 ? O : O * j.nblk;
-    int64_t per_job = R * (I == 1 ? 1 : (I < I_BLOCK ? I : I_BLOCK));
-    em_range_fn fn = x->dtype == EM_DTYPE_F32 ? max_chunk_f32 : max_chunk_f64;
-    if (O * R * I >= EM_PAR_MIN)
-      em_parallel_for(jobs, (EM_PAR_GRAIN + per_job - 1) / per_job, fn, &j);
-    else
-      fn(&j, 0, jobs);
-  } else {
-    max_reference(x, d, y, em_i64(idx));
+/* Values (x's shape, 1 at d; for integer x through a float copy) and
+ * positions along d; false when the kernels were skipped. */
+static bool max_run(em_tensor *x, int d, const char *name, em_tensor **values, em_tensor **pos) {
+  int64_t keep[EM_MAX_DIMS];
+  em_reduced_shape(x, d, true, keep);
+  EM_ASSERT(x->shape[d] > 0 && "max over an empty dim");
+  const em_kernels *k = op_k(x);
+  em_tensor *xf = x;
+  bool live = OP_HAS(k, reduce, name, x);
+  if (!em_dtype_is_float(x->dtype)) {
+    xf = em_empty_on(x->device, em_backend_of(x)->f64 ? EM_DTYPE_F64 : EM_DTYPE_F32, x->ndim,
+                     x->shape);
+    live = live && OP_HAS(k, copy, name, x);
+    if (live && op_live(x, xf) && em_tensor_numel(x) > 0) EM_KCALL(k, copy, xf, x);
   }
-  *values = y;
-  *pos = idx;
+  *values = em_empty_on(x->device, xf->dtype, x->ndim, keep);
+  *pos = em_empty_on(x->device, EM_DTYPE_I64, x->ndim, keep);
+  live = live && op_live(xf, *values, *pos);
+  if (live && em_tensor_numel(*values) > 0) EM_KCALL(k, reduce, EM_KR_MAX, *values, *pos, xf, d);
+  return live;
 }
 
 em_tensor *em_max(em_tensor *x, int dim, bool keepdim, em_tensor **argmax) {
-  if (em_on_device(x)) return em_dev_max(x, dim, keepdim, argmax);
-  EM_ASSERT(EM_IS_FLOAT(x) && x->ndim > 0);
-  EM_OP_BEGIN("max", 1, x);
+  EM_ASSERT(em_dtype_is_float(x->dtype) && x->ndim > 0);
+  OP_BEGIN("max", 1, x);
   int d = em_dim_norm(dim, x->ndim);
   em_tensor *y, *idx;
-  max_impl(x, d, keepdim, true, &y, &idx);
-  if (em_needs_grad(1, &x)) {
-    em_node *nd = em_record("max", max_backward, y, 1, &x);
+  bool live = max_run(x, d, "max", &y, &idx);
+  em_tensor *out = result_view(y, x, d, keepdim);
+  if (live && em_needs_grad(1, &x) && OP_HAS(op_k(x), embedding_backward, "max", x) &&
+      OP_HAS(op_k(x), fill, "max", x)) {
+    em_node *nd = em_record("max", max_backward, out, 1, &x);
     nd->saved[0] = idx;
     nd->i[0] = d;
   }
-  if (argmax) *argmax = idx;
-  return EM_OP_END(y);
+  if (argmax) *argmax = result_view(idx, x, d, keepdim);
+  return OP_END(out);
 }
 
 em_tensor *em_argmax(em_tensor *x, int dim, bool keepdim) {
-  if (em_on_device(x)) return em_dev_argmax(x, dim, keepdim);
   EM_ASSERT(x->ndim > 0);
-  EM_OP_BEGIN("argmax", 1, x);
+  OP_BEGIN("argmax", 1, x);
   int d = em_dim_norm(dim, x->ndim);
   em_tensor *y, *idx;
-  /* floats take the fast kernel; integer inputs the reference loop */
-  max_impl(x, d, keepdim, EM_IS_FLOAT(x), &y, &idx);
-  return EM_OP_END(idx);
+  max_run(x, d, "argmax", &y, &idx);
+  return OP_END(result_view(idx, x, d, keepdim));
 }

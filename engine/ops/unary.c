@@ -1,257 +1,61 @@
-/* unary.c: one-input element-wise ops: neg, add_scalar, mul_scalar,
- * pow_scalar, exp, log, sqrt, abs, clamp, relu, gelu, silu, sigmoid, tanh,
- * with backward.
+/* unary.c: the one-input element-wise ops, one front-end for every
+ * device (op-frontend.h): neg, add_scalar, mul_scalar, pow_scalar, exp,
+ * log, sqrt, abs, clamp, relu, gelu, silu, sigmoid, tanh, with backward.
  *
- * Each op is a table entry made by UNARY_OP from one forward expression
- * (of x) and one backward expression (of the upstream gradient g and the
- * saved value v, which is the input x or the output y), per dtype. Every
- * kernel is a row function for the strided iterator: a unit-stride loop
- * that the compiler vectorises (the f32 transcendental functions are the
- * vectorisable ones of ops-private.h) and the plain strided loop, which
- * computes the same expression and so gives bit-identical results. f64
- * uses libm and is the reference the f32 kernels are tested against.
- *
- * Gradients at kinks follow PyTorch: relu passes 0 at x == 0, clamp
- * passes 1 where lo <= x <= hi, abs passes sign(x) (0 at 0), pow with
- * exponent 0 passes 0. */
-#include "ops-private.h"
-
-typedef struct {
-  double p[2]; /* op scalars: add/mul/pow scalar, clamp bounds */
-} unary_params;
-
-enum { SAVE_NONE, SAVE_X, SAVE_Y };
-
-typedef struct {
-  const char *name;
-  int save;                /* which value backward reads as v */
-  em_row_fn fwd[2];        /* [f32, f64]: rows of (y, x) */
-  em_row_fn bwd[2][2];     /* [f32, f64][overwrite, accumulate]: rows of (gx, g, v) */
-} unary_op;
-
-#define FWD_ROW(FN, T, EXPR)                                                     \
-  static void FN(void *ctx, int64_t n, char *const *pp, const int64_t *s) {      \
-    const unary_params *prm = ctx;                                               \
-    const T p0 = (T)prm->p[0], p1 = (T)prm->p[1];                                \
-    T *restrict y = (T *)pp[0];                                                  \
-    const T *restrict xs = (const T *)pp[1];                                     \
-    (void)p0;                                                                    \
-    (void)p1;                                                                    \
-    if (s[0] == 1 && s[1] == 1) {                                                \
-      for (int64_t i = 0; i < n; i++) {                                          \
-        const T x = xs[i];                                                       \
-        y[i] = (EXPR);                                                           \
-      }                                                                          \
-    } else {                                                                     \
-      for (int64_t i = 0; i < n; i++) {                                          \
-        const T x = xs[i * s[1]];                                                \
-        y[i * s[0]] = (EXPR);                                                    \
-      }                                                                          \
-    }                                                                            \
-  }
-
-#define BWD_ROW(FN, T, ACC, EXPR)                                                \
-  static void FN(void *ctx, int64_t n, char *const *pp, const int64_t *s) {      \
-    const unary_params *prm = ctx;                                               \
-    const T p0 = (T)prm->p[0], p1 = (T)prm->p[1];                                \
-    T *gx = (T *)pp[0];                                                          \
-    const T *gs = (const T *)pp[1], *vs = (const T *)pp[2];                      \
-    (void)p0;                                                                    \
-    (void)p1;                                                                    \
-    if (s[0] == 1 && s[1] == 1 && s[2] == 1) {                                   \
-      for (int64_t i = 0; i < n; i++) {                                          \
-        const T g = gs[i], v = vs[i];                                            \
-        (void)v;                                                                 \
-        const T d = (EXPR);                                                      \
-        gx[i] = ACC ? gx[i] + d : d;                                             \
-      }                                                                          \
-    } else {                                                                     \
-      for (int64_t i = 0; i < n; i++) {                                          \
-        const T g = gs[i * s[1]], v = vs[i * s[2]];                              \
-        (void)v;                                                                 \
-        const T d = (EXPR);                                                      \
-        gx[i * s[0]] = ACC ? gx[i * s[0]] + d : d;                               \
-      }                                                                          \
-    }                                                                            \
-  }
-
-#define UNARY_OP(NAME, SAVE, FWD32, FWD64, BWD32, BWD64)                         \
-  FWD_ROW(NAME##_fwd_f32, float, FWD32)                                          \
-  FWD_ROW(NAME##_fwd_f64, double, FWD64)                                         \
-  BWD_ROW(NAME##_bwd_f32, float, 0, BWD32)                                       \
-  BWD_ROW(NAME##_bwd_acc_f32, float, 1, BWD32)                                   \
-  BWD_ROW(NAME##_bwd_f64, double, 0, BWD64)                                      \
-  BWD_ROW(NAME##_bwd_acc_f64, double, 1, BWD64)                                  \
-  static const unary_op NAME##_op = {#NAME,                                      \
-                                     SAVE,                                       \
-                                     {NAME##_fwd_f32, NAME##_fwd_f64},           \
-                                     {{NAME##_bwd_f32, NAME##_bwd_acc_f32},      \
-                                      {NAME##_bwd_f64, NAME##_bwd_acc_f64}}};
-
-/* ---- scalar helpers ------------------------------------------------------------ */
-
-#define SQRT1_2 0.70710678118654752440
-#define INV_SQRT_2PI 0.39894228040143267794 /* 1 / sqrt(2 pi) */
-
-static inline float gelu_f32(float x) { return 0.5f * x * (1.f + em_erff(x * (float)SQRT1_2)); }
-static inline double gelu_f64(double x) { return 0.5 * x * (1. + erf(x * SQRT1_2)); }
-/* d gelu / dx = Phi(x) + x phi(x) */
-static inline float gelu_grad_f32(float x) {
-  float cdf = 0.5f * (1.f + em_erff(x * (float)SQRT1_2));
-  float pdf = (float)INV_SQRT_2PI * em_expf(-0.5f * x * x);
-  return cdf + x * pdf;
-}
-static inline double gelu_grad_f64(double x) {
-  double cdf = 0.5 * (1. + erf(x * SQRT1_2));
-  double pdf = INV_SQRT_2PI * exp(-0.5 * x * x);
-  return cdf + x * pdf;
-}
-static inline double sigmoid_f64(double x) { return 1. / (1. + exp(-x)); }
-/* d silu / dx = s (1 + x (1 - s)), s = sigmoid(x) */
-static inline float silu_grad_f32(float x) {
-  float s = em_sigmoidf(x);
-  return s * (1.f + x * (1.f - s));
-}
-static inline double silu_grad_f64(double x) {
-  double s = sigmoid_f64(x);
-  return s * (1. + x * (1. - s));
-}
-/* min(max(x, lo), hi) with NaN passing through, as PyTorch's clamp. */
-static inline float clamp_f32(float x, float lo, float hi) {
-  float r = x < lo ? lo : x;
-  return r > hi ? hi : r;
-}
-static inline double clamp_f64(double x, double lo, double hi) {
-  double r = x < lo ? lo : x;
-  return r > hi ? hi : r;
-}
-
-/* ---- the ops ---------------------------------------------------------------------- */
-
-/*       name     saved      f32 forward                 f64 forward
- *                           f32 backward (g, v)         f64 backward */
-UNARY_OP(neg, SAVE_NONE, -x, -x, -g, -g)
-UNARY_OP(add_scalar, SAVE_NONE, x + p0, x + p0, g, g)
-UNARY_OP(mul_scalar, SAVE_NONE, x * p0, x * p0, g * p0, g * p0)
-UNARY_OP(pow2, SAVE_X, x * x, x * x, g * (2.f * v), g * (2. * v))
-UNARY_OP(pow3, SAVE_X, x * x * x, x * x * x, g * (3.f * (v * v)), g * (3. * (v * v)))
-UNARY_OP(pow_half, SAVE_X, sqrtf(x), sqrt(x), g * (0.5f * (1.f / sqrtf(v))),
-         g * (0.5 * (1. / sqrt(v))))
-UNARY_OP(pow_recip, SAVE_X, 1.f / x, 1. / x, g * (-1.f / (v * v)), g * (-1. / (v * v)))
-UNARY_OP(pow_any, SAVE_X, powf(x, p0), pow(x, p0),
-         p0 == 0.f ? 0.f : g * (p0 * powf(v, p0 - 1.f)),
-         p0 == 0. ? 0. : g * (p0 * pow(v, p0 - 1.)))
-UNARY_OP(exp, SAVE_Y, em_expf(x), exp(x), g * v, g * v)
-UNARY_OP(log, SAVE_X, em_logf(x), log(x), g / v, g / v)
-UNARY_OP(sqrt, SAVE_Y, sqrtf(x), sqrt(x), g / (2.f * v), g / (2. * v))
-UNARY_OP(abs, SAVE_X, fabsf(x), fabs(x), v > 0.f ? g : (v < 0.f ? -g : 0.f),
-         v > 0. ? g : (v < 0. ? -g : 0.))
-UNARY_OP(clamp, SAVE_X, clamp_f32(x, p0, p1), clamp_f64(x, p0, p1), (v >= p0 && v <= p1) ? g : 0.f,
-         (v >= p0 && v <= p1) ? g : 0.)
-UNARY_OP(relu, SAVE_Y, x < 0.f ? 0.f : x, x < 0. ? 0. : x, v <= 0.f ? 0.f : g,
-         v <= 0. ? 0. : g)
-UNARY_OP(gelu, SAVE_X, gelu_f32(x), gelu_f64(x), g * gelu_grad_f32(v), g * gelu_grad_f64(v))
-UNARY_OP(silu, SAVE_X, x / (1.f + em_expf(-x)), x / (1. + exp(-x)), g * silu_grad_f32(v),
-         g * silu_grad_f64(v))
-UNARY_OP(sigmoid, SAVE_Y, em_sigmoidf(x), sigmoid_f64(x), g * ((1.f - v) * v),
-         g * ((1. - v) * v))
-UNARY_OP(tanh, SAVE_Y, em_tanhf(x), tanh(x), g * (1.f - v * v), g * (1. - v * v))
-
-/* ---- driver ------------------------------------------------------------------------ */
+ * Forward is the backend's unary kernel, backward its unary_backward on
+ * the saved input and output (each op's derivative reads one of them:
+ * em_kun_uses_y in the shared kernel bodies, the save column of the
+ * CPU's rows in cpu-unary.c). The tape node: in[0] = x, saved[0] = y,
+ * i[0] = the op code, f = its scalars. */
+#include "op-frontend.h"
 
 static void unary_backward(em_node *n) {
-  const unary_op *op = n->ctx;
-  em_tensor *x = n->in[0], *g = n->out->grad;
+  em_tensor *x = n->in[0], *y = n->saved[0], *g = n->out->grad;
+  const char *prev = op_backward_begin(n);
   bool fresh;
   em_tensor *gx = em_grad_acquire(x, &fresh);
-  if (!gx) return;
-  em_tensor *ops[3] = {gx, g, n->saved[0] ? n->saved[0] : g};
-  unary_params prm = {{n->f[0], n->f[1]}};
-  em_iter it;
-  em_iter_init(&it, x->ndim, x->shape, 3, ops);
-  em_iter_parallel(&it, op->bwd[x->dtype == EM_DTYPE_F64][!fresh], &prm);
+  if (gx && op_live(gx, g, x, y) && em_tensor_numel(gx) > 0)
+    EM_KCALL(op_k(g), unary_backward, (em_kun)n->i[0], !fresh, gx, g, x, y, n->f[0], n->f[1]);
+  em_device_set_op(prev);
 }
 
-static em_tensor *unary_apply(const unary_op *op, em_tensor *x, double p0, double p1) {
-  EM_ASSERT(EM_IS_FLOAT(x));
-  EM_OP_BEGIN(op->name, 1, x);
-  em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
-  em_tensor *ops[2] = {y, x};
-  unary_params prm = {{p0, p1}};
-  em_iter it;
-  em_iter_init(&it, x->ndim, x->shape, 2, ops);
-  em_iter_parallel(&it, op->fwd[x->dtype == EM_DTYPE_F64], &prm);
-  if (em_needs_grad(1, &x)) {
-    em_node *nd = em_record(op->name, unary_backward, y, 1, &x);
-    nd->ctx = (void *)op;
-    nd->f[0] = p0;
-    nd->f[1] = p1;
-    nd->saved[0] = op->save == SAVE_X ? x : op->save == SAVE_Y ? y : NULL;
+static em_tensor *unary_apply(em_kun op, const char *name, em_tensor *x, double p0, double p1) {
+  EM_ASSERT(em_dtype_is_float(x->dtype));
+  OP_BEGIN(name, 1, x);
+  em_tensor *y = op_empty_like(x);
+  const em_kernels *k = op_k(x);
+  if (op_live(x, y) && OP_HAS(k, unary, name, x) && OP_HAS(k, unary_backward, name, x)) {
+    if (em_tensor_numel(y) > 0) EM_KCALL(k, unary, op, y, x, p0, p1);
+    if (em_needs_grad(1, &x)) {
+      em_node *nd = em_record(name, unary_backward, y, 1, &x);
+      nd->saved[0] = y;
+      nd->i[0] = op;
+      nd->f[0] = p0;
+      nd->f[1] = p1;
+    }
   }
-  return EM_OP_END(y);
+  return OP_END(y);
 }
 
-em_tensor *em_neg(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_neg(x);
-  return unary_apply(&neg_op, x, 0, 0);
-}
+em_tensor *em_neg(em_tensor *x) { return unary_apply(EM_KU_NEG, "neg", x, 0, 0); }
 em_tensor *em_add_scalar(em_tensor *x, double s) {
-  if (em_on_device(x)) return em_dev_add_scalar(x, s);
-  return unary_apply(&add_scalar_op, x, s, 0);
+  return unary_apply(EM_KU_ADDS, "add_scalar", x, s, 0);
 }
 em_tensor *em_mul_scalar(em_tensor *x, double s) {
-  if (em_on_device(x)) return em_dev_mul_scalar(x, s);
-  return unary_apply(&mul_scalar_op, x, s, 0);
+  return unary_apply(EM_KU_MULS, "mul_scalar", x, s, 0);
 }
-
 em_tensor *em_pow_scalar(em_tensor *x, double p) {
-  if (em_on_device(x)) return em_dev_pow_scalar(x, p);
-  /* The exponents PyTorch also special-cases get exact, vectorised forms. */
-  const unary_op *op = p == 2.0    ? &pow2_op
-                       : p == 3.0  ? &pow3_op
-                       : p == 0.5  ? &pow_half_op
-                       : p == -1.0 ? &pow_recip_op
-                                   : &pow_any_op;
-  return unary_apply(op, x, p, 0);
+  return unary_apply(EM_KU_POWS, "pow_scalar", x, p, 0);
 }
-
-em_tensor *em_exp(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_exp(x);
-  return unary_apply(&exp_op, x, 0, 0);
-}
-em_tensor *em_log(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_log(x);
-  return unary_apply(&log_op, x, 0, 0);
-}
-em_tensor *em_sqrt(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_sqrt(x);
-  return unary_apply(&sqrt_op, x, 0, 0);
-}
-em_tensor *em_abs(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_abs(x);
-  return unary_apply(&abs_op, x, 0, 0);
-}
+em_tensor *em_exp(em_tensor *x) { return unary_apply(EM_KU_EXP, "exp", x, 0, 0); }
+em_tensor *em_log(em_tensor *x) { return unary_apply(EM_KU_LOG, "log", x, 0, 0); }
+em_tensor *em_sqrt(em_tensor *x) { return unary_apply(EM_KU_SQRT, "sqrt", x, 0, 0); }
+em_tensor *em_abs(em_tensor *x) { return unary_apply(EM_KU_ABS, "abs", x, 0, 0); }
 em_tensor *em_clamp(em_tensor *x, double lo, double hi) {
-  if (em_on_device(x)) return em_dev_clamp(x, lo, hi);
-  return unary_apply(&clamp_op, x, lo, hi);
+  return unary_apply(EM_KU_CLAMP, "clamp", x, lo, hi);
 }
-em_tensor *em_relu(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_relu(x);
-  return unary_apply(&relu_op, x, 0, 0);
-}
-em_tensor *em_gelu(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_gelu(x);
-  return unary_apply(&gelu_op, x, 0, 0);
-}
-em_tensor *em_silu(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_silu(x);
-  return unary_apply(&silu_op, x, 0, 0);
-}
-em_tensor *em_sigmoid(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_sigmoid(x);
-  return unary_apply(&sigmoid_op, x, 0, 0);
-}
-em_tensor *em_tanh(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_tanh(x);
-  return unary_apply(&tanh_op, x, 0, 0);
-}
+em_tensor *em_relu(em_tensor *x) { return unary_apply(EM_KU_RELU, "relu", x, 0, 0); }
+em_tensor *em_gelu(em_tensor *x) { return unary_apply(EM_KU_GELU, "gelu", x, 0, 0); }
+em_tensor *em_silu(em_tensor *x) { return unary_apply(EM_KU_SILU, "silu", x, 0, 0); }
+em_tensor *em_sigmoid(em_tensor *x) { return unary_apply(EM_KU_SIGMOID, "sigmoid", x, 0, 0); }
+em_tensor *em_tanh(em_tensor *x) { return unary_apply(EM_KU_TANH, "tanh", x, 0, 0); }

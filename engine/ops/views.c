@@ -11,9 +11,12 @@
  *   slice: g added into the sliced region (the rest stays zero);
  *   expand: g summed over the broadcast dims (em_reduce_to_shape);
  *   concat: each input takes its region of g;
- *   cast: g cast back to the input's float type. */
+ *   cast: g cast back to the input's float type.
+ * One front-end for every device (op-frontend.h): the views only change
+ * metadata; contiguous, concat and cast copy through the backend's copy
+ * kernel (which converts dtypes for cast). */
+#include "op-frontend.h"
 #include "ops-private.h"
-#include "../device/device-private.h"
 
 /* ---- reshape / flatten --------------------------------------------------------------- */
 
@@ -235,14 +238,16 @@ em_tensor *em_expand(em_tensor *x, int ndim, const int64_t *shape) {
 
 /* ---- contiguous ----------------------------------------------------------------------------------- */
 
+/* Any device: the backend's copy kernel (through em_copy_into). */
 em_tensor *em_contiguous(em_tensor *x) {
-  if (em_on_device(x)) return em_dev_contiguous(x);
   if (em_tensor_is_contiguous(x)) return x;
-  EM_OP_BEGIN("contiguous", 1, x);
-  em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
-  em_copy_into(y, x);
-  if (em_needs_grad(1, &x)) em_record("contiguous", same_order_backward, y, 1, &x);
-  return EM_OP_END(y);
+  OP_BEGIN_ANY("contiguous", 1, x);
+  em_tensor *y = op_empty_like(x);
+  if (op_live(x, y)) {
+    em_copy_into(y, x);
+    if (em_needs_grad(1, &x)) em_record("contiguous", same_order_backward, y, 1, &x);
+  }
+  return OP_END(y);
 }
 
 /* ---- concat ---------------------------------------------------------------------------------------- */
@@ -266,10 +271,9 @@ static void concat_backward(em_node *n) {
 /* Any device: the inputs' (one for all), through em_copy_into. */
 em_tensor *em_concat(int n, em_tensor *const *xs, int dim) {
   EM_ASSERT(n >= 1);
-  const bool dev = em_dev_any_(n, xs);
-  if (dev) em_dev_check_device("concat", n, xs);
+  em_op_check_device("concat", n, xs);
   const int em_op_token_ = em_profile_hooks_on() ? em_op_begin_("concat", n < 4 ? n : 4, xs) : -1;
-  const char *prev = dev ? em_device_set_op("concat") : NULL;
+  const char *prev = em_device_set_op("concat");
   const em_tensor *x0 = xs[0];
   int d = em_dim_norm(dim, x0->ndim);
   int64_t shape[EM_MAX_DIMS];
@@ -282,8 +286,8 @@ em_tensor *em_concat(int n, em_tensor *const *xs, int dim) {
     shape[d] += xs[i]->shape[d];
   }
   em_tensor *y = em_empty_on(x0->device, x0->dtype, x0->ndim, shape);
-  /* on a device after an out-of-memory error: the shape only */
-  const bool live = !dev || (em_dev_live(n, xs) && em_dev_live(1, &y));
+  /* after an out-of-memory error: the shape only */
+  const bool live = em_op_live(n, xs) && op_live(y);
   int64_t at = 0;
   for (int i = 0; live && i < n; i++) {
     if (em_tensor_numel(xs[i]) > 0) em_copy_into(concat_region(y, d, at, xs[i]), xs[i]);
@@ -300,7 +304,7 @@ em_tensor *em_concat(int n, em_tensor *const *xs, int dim) {
     nd->i[0] = d;
     nd->i[1] = n;
   }
-  if (dev) em_device_set_op(prev);
+  em_device_set_op(prev);
   return EM_OP_END(y);
 }
 
@@ -308,29 +312,25 @@ em_tensor *em_concat(int n, em_tensor *const *xs, int dim) {
 
 static void cast_backward(em_node *n) {
   em_tensor *x = n->in[0], *g = n->out->grad;
-  em_tensor *gc = em_empty(x->dtype, g->ndim, g->shape);
-  em_tensor_copy_(gc, g);
-  em_grad_add(x, gc);
+  const char *prev = op_backward_begin(n);
+  em_tensor *gc = em_empty_on(x->device, x->dtype, g->ndim, g->shape);
+  if (op_live(g, gc)) {
+    if (em_tensor_numel(g) > 0) EM_KCALL(op_k(g), copy, gc, g);
+    em_grad_add(x, gc);
+  }
+  em_device_set_op(prev);
 }
 
+/* Any device: the backend's copy kernel, which converts. */
 em_tensor *em_cast(em_tensor *x, em_dtype dt) {
-  if (em_on_device(x)) return em_dev_cast(x, dt);
   if (x->dtype == dt) return x;
-  EM_OP_BEGIN("cast", 1, x);
-  em_tensor *y = em_empty(dt, x->ndim, x->shape);
-  int64_t n = em_tensor_numel(x);
-  if (em_tensor_is_contiguous(x) && x->dtype == EM_DTYPE_F32 && dt == EM_DTYPE_F64) {
-    const float *s = em_f32(x);
-    double *o = em_f64(y);
-    for (int64_t i = 0; i < n; i++) o[i] = s[i];
-  } else if (em_tensor_is_contiguous(x) && x->dtype == EM_DTYPE_F64 && dt == EM_DTYPE_F32) {
-    const double *s = em_f64(x);
-    float *o = em_f32(y);
-    for (int64_t i = 0; i < n; i++) o[i] = (float)s[i];
-  } else {
-    em_tensor_copy_(y, x); /* plain loop: any strides, any dtypes */
+  OP_BEGIN_ANY("cast", 1, x);
+  em_tensor *y = em_empty_on(x->device, dt, x->ndim, x->shape);
+  const em_kernels *k = op_k(x);
+  if (op_live(x, y) && OP_HAS(k, copy, "cast", x)) {
+    if (em_tensor_numel(x) > 0) EM_KCALL(k, copy, y, x);
+    if (em_dtype_is_float(x->dtype) && em_dtype_is_float(dt) && em_needs_grad(1, &x))
+      em_record("cast", cast_backward, y, 1, &x);
   }
-  if (EM_IS_FLOAT(x) && em_dtype_is_float(dt) && em_needs_grad(1, &x))
-    em_record("cast", cast_backward, y, 1, &x);
-  return EM_OP_END(y);
+  return OP_END(y);
 }

@@ -20,7 +20,7 @@
 
 #include <math.h>
 
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 /* One update's arguments (the slot's args). */
 typedef struct {
@@ -74,7 +74,7 @@ static bool prepare(const em_optim_config *c, em_optim_slot *s, const em_tensor 
   int64_t t = *em_i64(s->step) + 1;
   *em_i64(s->step) = t;
   if (em_on_device(s->param)) {
-    em_kernels_of(s->param)->adam_step(s->param, g, s->buf[0], s->buf[1], t, c->lr, c->beta1,
+    EM_KCALL(em_kernels_of(s->param), adam_step, s->param, g, s->buf[0], s->buf[1], t, c->lr, c->beta1,
                                        c->beta2, c->eps, c->weight_decay, decoupled);
     return false;
   }

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 /* Sums of squares of contiguous gradients. f32: blocks of 512 values are
  * summed in 16 f32 lanes (one AVX-512 register's worth, which the
@@ -147,7 +147,7 @@ static double device_sum_squares(int n, em_tensor *const *params, em_device d, i
       EM_ASSERT(em_device_eq(g->device, d) && "gradients on two devices");
       em_tensor *slot = em_view_raw(part, 1, one, unit, j++); /* (1) */
       slot->device = d;
-      k->sumsq(false, slot, g);
+      EM_KCALL(k, sumsq, false, slot, g);
     }
     em_tensor_download(part, host);
     total = 0;
@@ -177,7 +177,7 @@ double em_clip_grad_norm(int n, em_tensor *const *params, double max_norm) {
     for (int i = 0; i < n; i++) {
       em_tensor *g = current_grad(params[i]);
       if (!g) continue;
-      if (em_on_device(g)) em_kernels_of(g)->unary(EM_KU_MULS, g, g, (double)(float)coef, 0);
+      if (em_on_device(g)) EM_KCALL(em_kernels_of(g), unary, EM_KU_MULS, g, g, (double)(float)coef, 0);
       else scale(g, coef);
     }
   return total;

@@ -16,7 +16,7 @@
 #include "optim-private.h"
 #include "em-cpu.h"
 
-#include "../device/device-private.h"
+#include "em-backend.h"
 
 /* One update's arguments (the slot's args). */
 typedef struct {
@@ -76,7 +76,7 @@ static bool sgd_prepare(const em_optim_config *c, em_optim_slot *s, const em_ten
   bool first = use_buf && *em_i64(s->step) == 0;
   if (use_buf) *em_i64(s->step) += 1;
   if (em_on_device(s->param)) { /* the step count stays on the host */
-    em_kernels_of(s->param)->sgd_step(s->param, g, use_buf ? s->buf[0] : NULL, c->lr,
+    EM_KCALL(em_kernels_of(s->param), sgd_step, s->param, g, use_buf ? s->buf[0] : NULL, c->lr,
                                       c->weight_decay, c->momentum, c->dampening, c->nesterov,
                                       first);
     return false;

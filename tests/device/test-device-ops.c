@@ -7,7 +7,7 @@
  * dilation and groups, pooling with padding, batch norm in training
  * (running stats compared) and eval, label smoothing, repeated embedding
  * indices and autocast; dropout is checked for its rate, its scaling and
- * its determinism. Also: a CPU/device mix is a broken invariant naming
+ * its determinism, and its mask against the CPU's for the same seed. Also: a CPU/device mix is a broken invariant naming
  * both devices, f64 on a device is refused, and out of device memory
  * (ref only, EMBER_REF_DEVICE_MEMORY in a subprocess) leaves the sticky
  * error naming the op while the rest of the step runs harmlessly.
@@ -678,6 +678,48 @@ static void test_dropout(void) {
   em_tensor_free(xd);
 }
 
+/* The CPU and the device draw the same mask from the same rng state (both
+ * run the one counter-based generator): y and the gradient (the mask
+ * itself for an upstream gradient of ones) are equal bit for bit. Sizes:
+ * a tail of a Philox block (not a multiple of 4), and one the CPU splits
+ * over its thread pool. The CPU's f64 mask keeps the same elements. */
+static void test_dropout_cpu_mask(void) {
+  const double p = 0.3;
+  const int64_t shapes[2][2] = {{37, 53}, {300, 257}};
+  for (int c = 0; c < 2; c++) {
+    em_tensor *x = rand_t(2, shapes[c], 0.5, 1.5, 151 + (unsigned)c, true);
+    em_tensor *xd = clone_on(x, dev);
+    em_tensor *x64 = gc_rand(EM_DTYPE_F64, 2, shapes[c], 0.5, 1.5, 151 + (unsigned)c, true);
+    em_tensor *xs[3] = {x, xd, x64};
+    double *yv[3], *gv[3];
+    int64_t n = 0, m;
+    em_scope *s = em_scope_begin();
+    for (int t = 0; t < 3; t++) {
+      em_rng rng;
+      em_rng_seed(&rng, 11);
+      em_tensor *y = em_dropout(xs[t], p, true, &rng);
+      em_backward_grad(y, em_full_on(y->device, y->dtype, 2, shapes[c], 1.0));
+      yv[t] = values_of(y, &n);
+      gv[t] = values_of(xs[t]->grad, &m);
+      g_assert_cmpint(m, ==, n);
+    }
+    em_scope_end(s);
+    int64_t dropped = 0;
+    for (int64_t k = 0; k < n; k++) {
+      g_assert_cmpfloat(yv[1][k], ==, yv[0][k]);
+      g_assert_cmpfloat(gv[1][k], ==, gv[0][k]);
+      g_assert_cmpint(gv[2][k] == 0, ==, gv[0][k] == 0);
+      dropped += gv[0][k] == 0;
+    }
+    g_assert_cmpfloat(fabs((double)dropped / (double)n - p), <, 0.05);
+    for (int t = 0; t < 3; t++) {
+      g_free(yv[t]);
+      g_free(gv[t]);
+      em_tensor_free(xs[t]);
+    }
+  }
+}
+
 /* ---- persistent parameters ----------------------------------------------------------------------- */
 
 /* Parameters living on the device (em_tensor_move_), as a model keeps
@@ -879,6 +921,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/device/ops/embedding", test_embedding);
   g_test_add_func("/device/ops/accumulate", test_accumulate);
   g_test_add_func("/device/ops/dropout", test_dropout);
+  g_test_add_func("/device/ops/dropout-cpu-mask", test_dropout_cpu_mask);
   g_test_add_func("/device/ops/persistent-grads", test_persistent_grads);
   g_test_add_func("/device/ops/profiler", test_profiler);
   g_test_add_func("/device/ops/mixed-devices", test_mixed_devices);

@@ -1,5 +1,5 @@
 /* kern-elementwise.h: the per-element math of the binary and unary
- * kernels (em_kbin, em_kun of kern-ops.h), forward and backward, in float.
+ * kernels (em_kbin, em_kun of em-kernel-ops.h), forward and backward, in float.
  *
  * The formulas and the conventions at kinks are those of the CPU ops
  * (engine/ops/unary.c, elementwise.c), which follow PyTorch:
@@ -18,7 +18,7 @@
 #pragma once
 
 #include "kern-common.h"
-#include "kern-ops.h"
+#include "em-kernel-ops.h"
 
 #define EM_K_SQRT1_2 0.70710678118654752440f
 #define EM_K_INV_SQRT_2PI 0.39894228040143267794f /* 1 / sqrt(2 pi) */
@@ -72,7 +72,7 @@ EM_HD float em_kpow_grad(float g, float x, float p) {
   return g * (p * powf(x, p - 1.f));
 }
 
-/* y = f(x); p0, p1 as in kern-ops.h (clamp bounds, the scalar). */
+/* y = f(x); p0, p1 as in em-kernel-ops.h (clamp bounds, the scalar). */
 EM_HD float em_kun_f(int op, float x, float p0, float p1) {
   switch (op) {
   case EM_KU_NEG: return -x;

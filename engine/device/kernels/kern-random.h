@@ -9,10 +9,10 @@
  * of n elements uses the blocks [0, ceil(n / 4)) of its counter, so two
  * masks with different counters never share a draw.
  *
- * The keep rule is the CPU's (engine/ops/dropout.c): drop when the 32-bit
- * draw is below p * 2^32 (2^32 for p = 1: drops all). The CPU draws from
- * its own xoshiro stream, so CPU and device masks differ; device masks
- * agree with each other. */
+ * The keep rule: drop when the 32-bit draw is below p * 2^32 (2^32 for
+ * p = 1: drops all). Every backend's dropout_mask kernel, the CPU's
+ * (engine/ops/cpu-random.c) included, is built on these, so one (seed,
+ * counter) gives one mask everywhere. */
 #pragma once
 
 #include "kern-common.h"
@@ -60,8 +60,7 @@ EM_HD uint32_t em_krandom_u32(uint64_t seed, uint64_t counter, uint64_t i) {
   return out[i & 3];
 }
 
-/* The drop threshold of probability p: p * 2^32, as dropout.c computes it
- * (exact for p in [0, 1]). */
+/* The drop threshold of probability p: p * 2^32 (exact for p in [0, 1]). */
 EM_HD uint64_t em_kdropout_threshold(double p) { return (uint64_t)(p * 4294967296.0); }
 
 /* Whether element i survives: its draw is at or above the threshold. */

@@ -1,7 +1,7 @@
-/* kern-ops.h: the operation codes of the device kernels (em_kernels in
- * device-private.h): binary, unary and reduction ops. Kept apart so that
- * the kernel bodies (engine/device/kernels/), which compile as C11 and as CUDA C++,
- * need no engine header. */
+/* em-kernel-ops.h: the operation codes of the backend kernels (em_kernels
+ * in em-backend.h): binary, unary and reduction ops. Kept apart so that
+ * the kernel bodies (engine/device/kernels/), which compile as C11 and as
+ * CUDA C++, need no other engine header. */
 #pragma once
 
 typedef enum { EM_KB_ADD, EM_KB_SUB, EM_KB_MUL, EM_KB_DIV, EM_KB_COUNT } em_kbin;
