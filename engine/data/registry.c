@@ -31,18 +31,9 @@ static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 static kind_entry kinds[MAX_KINDS];
 static int n_kinds;
 
-static bool valid_name(const char *s) {
-  if (!s || !s[0] || strlen(s) >= 64) return false;
-  for (const char *p = s; *p; p++)
-    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-          *p == '_' || *p == '-' || *p == '.'))
-      return false;
-  return true;
-}
-
 static em_status add_kind(kind_entry e, em_error *err) {
   const em_dataset_type *k = e.type;
-  if (!k || !valid_name(k->name) || !k->open)
+  if (!k || !em_registry_name_valid(k->name) || !k->open)
     return em_error_set(err, EM_ERR_INVALID,
                         "a dataset kind needs a name (letters, digits, '_', '-', '.') and an open "
                         "function");

@@ -13,6 +13,9 @@ em_status em_metric_add(const em_metric_type *metric, em_error *err);
 void em_metric_remove(const em_metric_type *metric);
 em_status em_layer_onnx_add(const em_layer_type *type, em_layer_onnx_fn fn, em_error *err);
 void em_layer_onnx_remove(const em_layer_type *type);
+/* The rule for a registered name (a metric, a dataset kind): 1 to 63 of
+ * letters, digits, '_', '-' and '.'. */
+bool em_registry_name_valid(const char *s);
 
 /* A lookup of a layer type, dataset kind or metric found nothing: runs the
  * loader em_plugin_set_loader installed, once per process (the first

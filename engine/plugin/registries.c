@@ -92,7 +92,7 @@ static const void *reg_at(reg_list *l, int i) {
   return item;
 }
 
-static bool valid_name(const char *s) {
+bool em_registry_name_valid(const char *s) {
   if (!s || !s[0] || strlen(s) >= 64) return false;
   for (const char *p = s; *p; p++)
     if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
@@ -113,7 +113,7 @@ static bool reserved_metric(const char *name) {
 }
 
 em_status em_metric_add(const em_metric_type *m, em_error *err) {
-  if (!m || !valid_name(m->name) || !m->compute)
+  if (!m || !em_registry_name_valid(m->name) || !m->compute)
     return em_error_set(err, EM_ERR_INVALID,
                         "a metric needs a name (letters, digits, '_', '-', '.') and a compute "
                         "function");
