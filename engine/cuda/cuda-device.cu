@@ -453,6 +453,7 @@ static em_kernels make_kernels(void) {
   k.embedding_forward = em_cuda_embedding_forward;
   k.embedding_backward = em_cuda_embedding_backward;
   k.dropout_mask = em_cuda_dropout_mask;
+  k.masked_fill = em_cuda_masked_fill;
   k.sgd_step = em_cuda_sgd_step;
   k.adam_step = em_cuda_adam_step;
   k.sumsq = em_cuda_sumsq;

@@ -163,6 +163,30 @@ em_status em_cuda_binary(em_kbin op, bool acc, em_tensor *y, const em_tensor *a,
   return em_cuda_kernel_end();
 }
 
+/* ---- masked_fill ---------------------------------------------------------- */
+
+__global__ void masked_fill_kernel(bool acc, float *y, em_cuda_arg ya, const float *x, em_cuda_arg xa,
+                                   const uint8_t *m, em_cuda_arg ma, int64_t n, float v) {
+  EM_CUDA_GRID_STRIDE(i, n) {
+    float r = em_kmasked_f(m[em_cuda_at(ma, i)], x[em_cuda_at(xa, i)], v);
+    int64_t at = em_cuda_at(ya, i);
+    y[at] = acc ? y[at] + r : r;
+  }
+}
+
+em_status em_cuda_masked_fill(bool acc, em_tensor *y, const em_tensor *x, const em_tensor *mask,
+                              double v) {
+  EM_ASSERT(y->dtype == EM_DTYPE_F32 && x->dtype == EM_DTYPE_F32 && mask->dtype == EM_DTYPE_U8);
+  em_cuda_ctx *c = em_cuda_enter_t(y);
+  int64_t n = em_tensor_numel(y);
+  if (!n) return em_cuda_kernel_end();
+  masked_fill_kernel<<<em_cuda_blocks(n), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
+      acc, (float *)y->data, em_cuda_arg_of(y, y), (const float *)x->data, em_cuda_arg_of(y, x),
+      (const uint8_t *)mask->data, em_cuda_arg_of(y, mask), n, (float)v);
+  EM_CUDA_LAUNCHED();
+  return em_cuda_kernel_end();
+}
+
 /* ---- unary --------------------------------------------------------------- */
 
 __global__ void unary_kernel(int op, float *y, em_cuda_arg ya, const float *x, em_cuda_arg xa,

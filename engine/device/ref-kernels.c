@@ -107,6 +107,23 @@ static em_status ref_binary(em_kbin op, bool acc, em_tensor *y, const em_tensor 
   return EM_OK;
 }
 
+static em_status ref_masked_fill(bool acc, em_tensor *y, const em_tensor *x, const em_tensor *mask,
+                                 double v) {
+  EM_ASSERT(y->dtype == EM_DTYPE_F32 && x->dtype == EM_DTYPE_F32 && mask->dtype == EM_DTYPE_U8);
+  em_kview vy = em_ref_view(y), vx = em_ref_view_into(x, y), vm = em_ref_view_into(mask, y);
+  float *py = y->data;
+  const float *px = x->data;
+  const uint8_t *pm = mask->data;
+  const float fv = (float)v;
+  int64_t n = em_kview_numel(&vy);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t at = em_kview_at(&vy, i);
+    float r = em_kmasked_f(pm[em_kview_at(&vm, i)], px[em_kview_at(&vx, i)], fv);
+    py[at] = acc ? py[at] + r : r;
+  }
+  return EM_OK;
+}
+
 static em_status ref_unary(em_kun op, em_tensor *y, const em_tensor *x, double p0, double p1) {
   EM_ASSERT(y->dtype == EM_DTYPE_F32 && x->dtype == EM_DTYPE_F32);
   em_kview vy = em_ref_view(y), vx = em_ref_view_into(x, y);
@@ -225,6 +242,7 @@ const em_kernels em_ref_kernels = {
   .embedding_forward = em_ref_embedding_forward,
   .embedding_backward = em_ref_embedding_backward,
   .dropout_mask = em_ref_dropout_mask,
+  .masked_fill = ref_masked_fill,
   .sgd_step = em_ref_sgd_step,
   .adam_step = em_ref_adam_step,
   .sumsq = em_ref_sumsq,

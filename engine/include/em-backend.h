@@ -134,6 +134,11 @@ typedef em_status em_k_embedding_backward(em_tensor *gw, const em_tensor *g, con
  * engine/device/kernels/kern-random.h: the same (seed, counter) gives the
  * same mask on every device kind, the CPU included. */
 typedef em_status em_k_dropout_mask(em_tensor *mask, double p, uint64_t seed, uint64_t counter);
+/* y (=|+=) (mask ? v : x), x and mask (U8, nonzero = set) broadcastable
+ * to y's shape. masked_fill's forward (acc false, v the fill value) and
+ * its backward (x = g, v = 0) are this one kernel. */
+typedef em_status em_k_masked_fill(bool acc, em_tensor *y, const em_tensor *x, const em_tensor *mask,
+                                   double v);
 /* Optimiser steps over contiguous p, g, state of one parameter (the
  * formulas of engine/optim/sgd.c and adam.c). buf may be NULL (no
  * momentum). first: the momentum buffer starts as a copy of d. */
@@ -177,6 +182,7 @@ typedef struct em_kernels {
   em_k_embedding_forward *embedding_forward;
   em_k_embedding_backward *embedding_backward;
   em_k_dropout_mask *dropout_mask;
+  em_k_masked_fill *masked_fill;
   em_k_sgd_step *sgd_step;
   em_k_adam_step *adam_step;
   em_k_sumsq *sumsq;

@@ -100,6 +100,11 @@ em_tensor *em_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
 em_tensor *em_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bias, double eps);
 /* Zeroes with probability p and scales by 1/(1-p) when training. */
 em_tensor *em_dropout(em_tensor *x, double p, bool training, em_rng *rng);
+/* x where mask is 0, value where it is not: mask u8 (nonzero = fill),
+ * broadcastable to x's shape (a causal mask (T, T) over scores
+ * (B, H, T, T)); PyTorch's masked_fill. The gradient flows to x where
+ * mask is 0; mask has none. value may be -INFINITY. */
+em_tensor *em_masked_fill(em_tensor *x, em_tensor *mask, double value);
 em_tensor *em_softmax(em_tensor *x, int dim);
 em_tensor *em_log_softmax(em_tensor *x, int dim);
 /* logits (N, K), target i64 (N) class indices -> mean loss, shape []. With

@@ -63,6 +63,7 @@ static const em_kernels cpu_kernels = {
   .embedding_forward = em_cpu_embedding_forward,
   .embedding_backward = em_cpu_embedding_backward,
   .dropout_mask = em_cpu_dropout_mask,
+  .masked_fill = em_cpu_masked_fill,
 };
 
 const em_backend *em_cpu_backend(void) {

@@ -50,6 +50,8 @@
  *     counter-based generator (engine/device/kernels/kern-random.h), so a
  *     seed gives the same mask on the CPU and on every device;
  *   - embedding: embedding.c over cpu-embedding.c;
+ *   - masked_fill: masked-fill.c over cpu-masked-fill.c (the op added
+ *     through CONTRIBUTING.md's recipe, with a kernel entry of its own);
  *   - the reductions (sum, mean, sum_all, mean_all, max, argmax):
  *     reduce.c over cpu-reduce.c's reduce (and max's backward over the
  *     embedding_backward scatter);

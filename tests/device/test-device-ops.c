@@ -6,9 +6,11 @@
  * batched and broadcast matmul, convolution with stride, padding,
  * dilation and groups, pooling with padding, batch norm in training
  * (running stats compared) and eval, label smoothing, repeated embedding
- * indices and autocast; dropout is checked for its rate, its scaling and
- * its determinism, and its mask against the CPU's for the same seed. Also: a CPU/device mix is a broken invariant naming
- * both devices, f64 on a device is refused, and out of device memory
+ * indices, masked_fill with broadcast and causal masks, and autocast;
+ * dropout is checked for its rate, its scaling and its determinism, and
+ * its mask against the CPU's for the same seed. Also: a CPU/device mix is
+ * a broken invariant naming both devices, f64 on a device is refused,
+ * and out of device memory
  * (ref only, EMBER_REF_DEVICE_MEMORY in a subprocess) leaves the sticky
  * error naming the op while the rest of the step runs harmlessly.
  *
@@ -532,6 +534,51 @@ static void test_softmax(void) {
   em_tensor_free(x);
 }
 
+/* A persistent u8 mask: element k set when (k * 7 + seed) % 3 == 0, or
+ * the causal mask (element (i, j) set when j > i) when causal. */
+static em_tensor *mask_t(int ndim, const int64_t *shape, unsigned seed, bool causal) {
+  em_tensor *m = em_tensor_new(EM_DTYPE_U8, ndim, shape, NULL);
+  uint8_t *v = em_tensor_ptr(m);
+  int64_t n = em_tensor_numel(m), cols = shape[ndim - 1];
+  for (int64_t k = 0; k < n; k++)
+    v[k] = causal ? (k % cols > (k / cols) % shape[ndim - 2]) : ((k * 7 + seed) % 3 == 0);
+  return m;
+}
+
+/* masked_fill (0: plain, 1: through a transposed x, 2: -inf then softmax
+ * over the last dim, the causal attention pattern). */
+static em_tensor *f_masked_fill(em_tensor **in, void *ctx) {
+  switch (GPOINTER_TO_INT(ctx)) {
+  case 0: return em_masked_fill(in[0], in[1], 1.5);
+  case 1: return em_masked_fill(em_transpose(in[0], 0, 1), in[1], -2.0);
+  default: return em_softmax(em_masked_fill(in[0], in[1], -INFINITY), -1);
+  }
+}
+
+static void test_masked_fill(void) {
+  struct {
+    int nx, nm;
+    int64_t sx[4], sm[4];
+    bool causal;
+    int form;
+    tol t;
+  } cases[] = {
+      {2, 2, {3, 4}, {3, 4}, false, 0, T_ELEM},             /* same shape */
+      {2, 1, {3, 4}, {4}, false, 0, T_ELEM},                /* a mask row over every row */
+      {3, 2, {2, 3, 4}, {3, 1}, false, 0, T_ELEM},          /* a mask column, broadcast */
+      {2, 2, {4, 3}, {3, 4}, false, 1, T_ELEM},             /* x transposed */
+      {4, 2, {2, 3, 5, 5}, {5, 5}, true, 2, T_RED},         /* causal, -inf, softmax */
+  };
+  for (size_t c = 0; c < G_N_ELEMENTS(cases); c++) {
+    em_tensor *in[2] = {rand_t(cases[c].nx, cases[c].sx, -2, 2, 130 + (unsigned)c, true),
+                        mask_t(cases[c].nm, cases[c].sm, (unsigned)c, cases[c].causal)};
+    char what[64];
+    snprintf(what, sizeof what, "masked_fill case %zu", c);
+    check_op(what, f_masked_fill, GINT_TO_POINTER(cases[c].form), 2, in, cases[c].t, cases[c].t);
+    free_all(2, in);
+  }
+}
+
 static em_tensor *f_ce(em_tensor **in, void *ctx) {
   double smoothing = GPOINTER_TO_INT(ctx) / 100.0;
   return em_cross_entropy(in[0], in[1], smoothing);
@@ -915,6 +962,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/device/ops/batch-norm", test_batch_norm);
   g_test_add_func("/device/ops/layer-norm", test_layer_norm);
   g_test_add_func("/device/ops/softmax", test_softmax);
+  g_test_add_func("/device/ops/masked-fill", test_masked_fill);
   g_test_add_func("/device/ops/losses", test_losses);
   g_test_add_func("/device/ops/ce-host-targets", test_ce_host_targets);
   g_test_add_func("/device/ops/ce-host-target-out-of-range", test_ce_host_target_out_of_range);

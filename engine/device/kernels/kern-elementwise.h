@@ -33,6 +33,9 @@ EM_HD float em_kbin_f(int op, float a, float b) {
   }
 }
 
+/* masked_fill: v where the mask byte is set, else x. */
+EM_HD float em_kmasked_f(unsigned char m, float x, float v) { return m ? v : x; }
+
 EM_HD float em_ksigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
 /* min(max(x, lo), hi) with NaN passing through (PyTorch's clamp). */

@@ -1,7 +1,8 @@
 /* test-torch.c: the basic ops against PyTorch (Debian's python3-torch at
  * /usr/bin/python3): gelu, silu, sigmoid, tanh, exp, log, sqrt, pow,
  * relu, clamp, sum/mean/max over dims, sum_all/mean_all, broadcasting
- * add/sub/mul/div, and several gradients. The test writes its inputs to a
+ * add/sub/mul/div, masked_fill with a broadcast mask, and several
+ * gradients. The test writes its inputs to a
  * temporary folder, runs torch-ref.py there and reads the results back.
  * Skips when torch cannot be imported. */
 #include <glib/gstdio.h>
@@ -44,6 +45,9 @@ static em_tensor *grad_of(em_tensor *x, em_tensor *(*fn)(em_tensor *), const em_
 
 static em_tensor *pow17(em_tensor *x) { return em_pow_scalar(x, 1.7); }
 
+static em_tensor *mask; /* u8 (5, 6), broadcast over x (4, 5, 6) */
+static em_tensor *masked(em_tensor *x) { return em_masked_fill(x, mask, -1.25); }
+
 static void test_torch(void) {
   const char *py = "/usr/bin/python3";
   const char *root = g_getenv("EMBER_SOURCE_ROOT");
@@ -64,6 +68,10 @@ static void test_torch(void) {
   write_raw("p", p);
   write_raw("b", b);
   write_raw("g", g);
+  int64_t ms[2] = {5, 6};
+  mask = em_tensor_new(EM_DTYPE_U8, 2, ms, NULL);
+  for (int k = 0; k < 30; k++) ((uint8_t *)em_tensor_ptr(mask))[k] = (k * 7) % 3 == 0;
+  write_raw("mask", mask);
 
   g_autofree char *script = g_build_filename(root, "tests/engine/ops-basic/torch-ref.py", NULL);
   const char *argv[] = {py, script, dir, NULL};
@@ -112,6 +120,8 @@ static void test_torch(void) {
     check("grad-tanh", grad_of(x, em_tanh, g), at, rt);
     check("grad-log", grad_of(p, em_log, g), 0, 1e-6);
     check("grad-pow1.7", grad_of(p, pow17, g), 1e-6, 1e-6);
+    check("masked_fill", masked(x), 0, 0); /* a select: exact */
+    check("grad-masked_fill", grad_of(x, masked, g), 0, 0);
 
     em_tensor_zero_grad(x);
     em_tensor_zero_grad(b);
@@ -141,6 +151,7 @@ static void test_torch(void) {
   em_tensor_free(p);
   em_tensor_free(b);
   em_tensor_free(g);
+  em_tensor_free(mask);
 }
 
 int main(int argc, char **argv) {

@@ -3,7 +3,7 @@
 
 Reads the inputs test-torch.c wrote into DIR (raw little-endian f32):
   x (4, 5, 6) in [-6, 6], p (4, 5, 6) in [0.05, 6], b (5, 1) in [0.5, 2],
-  g (4, 5, 6) the upstream gradient,
+  g (4, 5, 6) the upstream gradient, mask (5, 6) u8,
 and writes one raw file per result (f32, or i64 for indices) into DIR.
 Exits 77 (skip) when torch cannot be imported.
 """
@@ -35,6 +35,8 @@ x = load("x", (4, 5, 6))
 p = load("p", (4, 5, 6))
 b = load("b", (5, 1))
 g = load("g", (4, 5, 6))
+with open(os.path.join(d, "mask.bin"), "rb") as f:
+    mask = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).reshape(5, 6).bool()
 
 with torch.no_grad():
     save("gelu", torch.nn.functional.gelu(x))
@@ -64,6 +66,7 @@ with torch.no_grad():
     save("mul", x * b)
     save("div", x / b)
     save("sub", b - x)
+    save("masked_fill", x.masked_fill(mask, -1.25))
 
 # gradients with upstream g
 for name, fn, src in [("gelu", torch.nn.functional.gelu, x), ("silu", torch.nn.functional.silu, x),
@@ -72,6 +75,10 @@ for name, fn, src in [("gelu", torch.nn.functional.gelu, x), ("silu", torch.nn.f
     xi = src.clone().requires_grad_(True)
     fn(xi).backward(g)
     save("grad-" + name, xi.grad)
+
+xi = x.clone().requires_grad_(True)
+xi.masked_fill(mask, -1.25).backward(g)
+save("grad-masked_fill", xi.grad)
 
 xi = x.clone().requires_grad_(True)
 bi = b.clone().requires_grad_(True)
