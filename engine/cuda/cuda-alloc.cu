@@ -112,12 +112,12 @@ void *cuda_malloc(int index, size_t n) {
 
 void cuda_free(int index, void *p) {
   em_cuda_enter(index);
-  EM_CUDA_ASSERT(cudaFree(p));
+  EM_CUDA_RAISE(cudaFree(p));
 }
 
 void cuda_sync(int index) {
   em_cuda_ctx *c = em_cuda_enter(index);
-  EM_CUDA_ASSERT(cudaStreamSynchronize(em_cuda_stream(c)));
+  EM_CUDA_RAISE(cudaStreamSynchronize(em_cuda_stream(c)));
 }
 
 const em_cuda_alloc_driver cuda_driver = {cuda_malloc, cuda_free, cuda_sync};

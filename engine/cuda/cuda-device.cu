@@ -42,9 +42,7 @@ em_status em_cuda_check_dnn(cudnnStatus_t s, const char *call, const char *func,
                 (int)s, cudnnGetErrorString(s), call, func, line);
 }
 
-void em_cuda_fail_fatal(const char *file, int line, const char *func) {
-  em_assert_fail(last_error.msg, file, line, func);
-}
+void em_cuda_fail_raise(void) { em_device_error_raise(&last_error); }
 
 /* The first failed call of the kernel entry running on this thread. */
 static thread_local em_error kernel_error;
@@ -151,15 +149,15 @@ static std::mutex contexts_lock;
 em_cuda_ctx *em_cuda_enter(int index) {
   EM_ASSERT(index >= 0 && index < em_cuda_count() && "CUDA device index out of range");
   em_cuda_ctx *c = &contexts[index];
-  EM_CUDA_ASSERT(cudaSetDevice(index));
+  EM_CUDA_RAISE(cudaSetDevice(index));
   if (__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE)) return c;
   std::lock_guard<std::mutex> g(contexts_lock);
   if (!c->ready) {
     cudaDeviceProp prop;
-    EM_CUDA_ASSERT(cudaGetDeviceProperties(&prop, index));
+    EM_CUDA_RAISE(cudaGetDeviceProperties(&prop, index));
     c->index = index;
     c->cc_major = prop.major;
-    EM_CUDA_ASSERT(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    EM_CUDA_RAISE(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     __atomic_store_n(&c->ready, true, __ATOMIC_RELEASE);
   }
   return c;
@@ -368,10 +366,10 @@ static bool stage_upload(em_cuda_ctx *c, void *dst, const void *src, size_t n) {
   if (!stage_make(c)) return false;
   int i = c->stage_next;
   c->stage_next = (i + 1) % STAGE_SLOTS;
-  EM_CUDA_ASSERT(cudaEventSynchronize(c->stage_done[i])); /* the slot's last copy is done */
+  EM_CUDA_RAISE(cudaEventSynchronize(c->stage_done[i])); /* the slot's last copy is done */
   memcpy(c->stage_buf[i], src, n);
-  EM_CUDA_ASSERT(cudaMemcpyAsync(dst, c->stage_buf[i], n, cudaMemcpyHostToDevice, c->stream));
-  EM_CUDA_ASSERT(cudaEventRecord(c->stage_done[i], c->stream));
+  EM_CUDA_RAISE(cudaMemcpyAsync(dst, c->stage_buf[i], n, cudaMemcpyHostToDevice, c->stream));
+  EM_CUDA_RAISE(cudaEventRecord(c->stage_done[i], c->stream));
   return true;
 }
 
@@ -379,31 +377,31 @@ static void memcpy_h2d(int index, void *dst, const void *src, size_t n) {
   if (!n) return;
   em_cuda_ctx *c = em_cuda_enter(index);
   if (is_pinned(src)) { /* the caller keeps it until the copy is done */
-    EM_CUDA_ASSERT(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
+    EM_CUDA_RAISE(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
     return;
   }
   if (stage_upload(c, dst, src, n)) return;
   /* Pageable memory may be reused by the caller as soon as we return. */
-  EM_CUDA_ASSERT(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
-  EM_CUDA_ASSERT(cudaStreamSynchronize(c->stream));
+  EM_CUDA_RAISE(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
+  EM_CUDA_RAISE(cudaStreamSynchronize(c->stream));
 }
 
 static void memcpy_d2h(int index, void *dst, const void *src, size_t n) {
   if (!n) return;
   em_cuda_ctx *c = em_cuda_enter(index);
-  EM_CUDA_ASSERT(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
-  EM_CUDA_ASSERT(cudaStreamSynchronize(c->stream));
+  EM_CUDA_RAISE(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
+  EM_CUDA_RAISE(cudaStreamSynchronize(c->stream));
 }
 
 static void memcpy_d2d(int index, void *dst, const void *src, size_t n) {
   if (!n) return;
   em_cuda_ctx *c = em_cuda_enter(index);
-  EM_CUDA_ASSERT(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream));
+  EM_CUDA_RAISE(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream));
 }
 
 static void synchronize(int index) {
   em_cuda_ctx *c = em_cuda_enter(index);
-  EM_CUDA_ASSERT(cudaStreamSynchronize(c->stream));
+  EM_CUDA_RAISE(cudaStreamSynchronize(c->stream));
 }
 
 static void *stream_of(int index) { return (void *)em_cuda_stream(em_cuda_enter(index)); }
@@ -420,7 +418,7 @@ static void *host_alloc(size_t nbytes) {
 }
 
 static void host_free(void *p) {
-  if (p) EM_CUDA_ASSERT(cudaFreeHost(p));
+  if (p) EM_CUDA_RAISE(cudaFreeHost(p));
 }
 
 static int count(void) { return em_cuda_count(); }

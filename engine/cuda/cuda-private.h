@@ -35,39 +35,9 @@ extern "C" {
 
 #include "kernels/kern-common.h"
 
-/* ---- check macros ------------------------------------------------------- */
-/* Each records the failed call's text, the library's message, the function
- * and the line in a thread-local error (em_cuda_last_error) and
- * returns a status (EM_ERR_NOMEM for an allocation failure, else
- * EM_ERR_UNSUPPORTED). */
-em_status em_cuda_check_rt(cudaError_t e, const char *call, const char *func, int line);
-/* The message of the last failed call on this thread. */
-const em_error *em_cuda_last_error(void);
-
-#define EM_CUDA_CHECK(call) em_cuda_check_rt((call), #call, __func__, __LINE__)
-
-/* A failure outside a kernel entry (making a device's context, the
- * backend's copies and allocator, which return void): a broken invariant
- * (file, line, abort) whose message is the recorded one. */
-_Noreturn void em_cuda_fail_fatal(const char *file, int line, const char *func);
-#define EM_CUDA_ASSERT(call) \
-  do { if (EM_CUDA_CHECK(call) != EM_OK) em_cuda_fail_fatal(__FILE__, __LINE__, __func__); } while (0)
-
-/* A failure inside a kernel entry (em_k_* of em-backend.h) becomes the
- * entry's status instead: EM_CUDA_KCHECK latches the first failed call of
- * the entry on this thread (its recorded message names the call, the
- * function and the line), the entry goes on (later calls on a failed
- * stream fail too, harmlessly: nothing is read back on the host) and
- * returns em_cuda_kernel_end(), which takes the latch, hands its message
- * to em_kernel_fail and resets it. So every helper of an entry keeps its
- * plain shape and no failure aborts the process. */
-void em_cuda_kernel_fail(void);
-em_status em_cuda_kernel_end(void);
-#define EM_CUDA_KCHECK(call) \
-  do { if (EM_CUDA_CHECK(call) != EM_OK) em_cuda_kernel_fail(); } while (0)
-/* After a <<<...>>> launch (only inside kernel entries): a bad
- * configuration shows up here. */
-#define EM_CUDA_LAUNCHED() EM_CUDA_KCHECK(cudaGetLastError())
+/* The check macros every CUDA runtime call goes through (EM_CUDA_CHECK,
+ * EM_CUDA_RAISE outside kernel entries, EM_CUDA_KCHECK inside them). */
+#include "cuda-check.h"
 
 /* ---- devices ------------------------------------------------------------ */
 /* One device's context, made on first use: its stream (a non-default

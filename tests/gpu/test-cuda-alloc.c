@@ -17,7 +17,9 @@
  * every build with the CUDA backend, no GPU needed) the same checks run on
  * the allocator itself with host memory behind it (em_cuda_alloc_set_driver),
  * the out-of-memory ones against a 128 MiB cap: a segment that does not fit
- * releases the cached segments and succeeds on the retry, or fails. */
+ * releases the cached segments and succeeds on the retry, or fails; and a
+ * CUDA call that fails outside a kernel (context, copies, frees) becomes
+ * the thread's device error naming the call, without aborting. */
 #include <glib.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,6 +32,7 @@
 #include "../../engine/device/device-private.h"
 #ifdef EM_TEST_CUDA_BUILT
 #include "../../engine/cuda/cuda-alloc.h"
+#include "../../engine/cuda/cuda-check.h"
 #endif
 
 #define MiB ((size_t)1 << 20)
@@ -342,6 +345,24 @@ static void test_copies(void) {
   em_tensor_free(t);
 }
 
+#ifdef EM_TEST_CUDA_BUILT
+/* What a failed copy or synchronize does (EM_CUDA_RAISE, cuda-private.h):
+ * the recorded message becomes the pending device error, the caller goes
+ * on, and a second failure keeps the first message. */
+static void test_failed_call_raises(void) {
+  g_assert_false(em_device_error_pending());
+  EM_CUDA_RAISE(cudaErrorIllegalAddress);
+  g_assert_true(em_device_error_pending());
+  EM_CUDA_RAISE(cudaErrorInvalidValue); /* a later failure on a failed stream */
+  em_error err;
+  g_assert_cmpint(em_device_error_take(&err), !=, EM_OK);
+  g_assert_nonnull(strstr(err.msg, "CUDA call failed in test_failed_call_raises"));
+  g_assert_nonnull(strstr(err.msg, "cudaErrorIllegalAddress"));
+  g_assert_null(strstr(err.msg, "cudaErrorInvalidValue"));
+  g_assert_false(em_device_error_pending());
+}
+#endif
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   const char *mode = g_getenv("EMBER_TEST_CUDA_ALLOC");
@@ -354,6 +375,7 @@ int main(int argc, char **argv) {
     g_test_add_func("/device/cuda-alloc-host/large", test_large);
     g_test_add_func("/device/cuda-alloc-host/oom", test_oom_host);
     g_test_add_func("/device/cuda-alloc-host/threads", test_threads);
+    g_test_add_func("/device/cuda-alloc-host/failed-call-raises", test_failed_call_raises);
     return g_test_run();
 #else
     printf("skipped: this build has no CUDA backend\n");
