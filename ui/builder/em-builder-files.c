@@ -19,6 +19,22 @@ static gboolean save_to(EmBuilderPage *self, const char *path, GError **error) {
     g_free(self->path);
     self->path = copy;
     em_builder_reparse(self);
+    em_model_doc_saved(self->mdoc, self->path);
+  }
+  return ok;
+}
+
+gboolean em_builder_save_now(EmBuilderPage *self) {
+  if (!self->path) return FALSE;
+  GError *error = NULL;
+  gboolean ok = save_to(self, self->path, &error);
+  if (!ok) {
+    char *msg = g_strdup_printf("Could not save: %s", error->message);
+    em_builder_show_error(self, msg);
+    g_free(msg);
+    g_error_free(error);
+  } else {
+    em_builder_refresh(self, FALSE);
   }
   return ok;
 }
@@ -41,9 +57,14 @@ static void on_chooser_response(GtkNativeDialog *d, int response, EmBuilderPage 
                                   error ? error->message : "unknown error");
       em_builder_show_error(self, msg);
       g_free(msg);
+    } else if (saving) {
+      em_builder_refresh(self, FALSE);
     }
     g_clear_error(&error);
     g_object_unref(f);
+    if (saving) em_builder_doc_after_save(self, ok);
+  } else if (saving) {
+    em_builder_doc_after_save(self, FALSE);
   }
   g_clear_object(&self->chooser);
 }
@@ -70,10 +91,16 @@ static void run_chooser(EmBuilderPage *self, gboolean save) {
   gtk_native_dialog_show(GTK_NATIVE_DIALOG(self->chooser));
 }
 
+static void open_chooser(EmBuilderPage *self, gpointer data) {
+  (void)data;
+  run_chooser(self, FALSE);
+}
+
 void em_builder_act_open(GtkWidget *w, const char *n, GVariant *p) {
   (void)n;
   (void)p;
-  run_chooser(EM_BUILDER_PAGE(w), FALSE);
+  em_builder_page_confirm_discard(EM_BUILDER_PAGE(w), "opening another model", open_chooser, NULL,
+                                  NULL);
 }
 
 void em_builder_act_save(GtkWidget *w, const char *n, GVariant *p) {
@@ -84,15 +111,7 @@ void em_builder_act_save(GtkWidget *w, const char *n, GVariant *p) {
     run_chooser(self, TRUE);
     return;
   }
-  GError *error = NULL;
-  if (!save_to(self, self->path, &error)) {
-    char *msg = g_strdup_printf("Could not save: %s", error->message);
-    em_builder_show_error(self, msg);
-    g_free(msg);
-    g_error_free(error);
-  } else {
-    em_builder_refresh(self, FALSE);
-  }
+  em_builder_save_now(self);
 }
 
 void em_builder_act_save_as(GtkWidget *w, const char *n, GVariant *p) {
@@ -134,6 +153,7 @@ gboolean em_builder_page_open(EmBuilderPage *self, GFile *file, GError **error) 
   self->path = path;
   self->selected = -1;
   em_builder_take_batch(self);
+  em_builder_doc_loaded(self);
   em_builder_reparse(self);
   em_builder_refresh(self, TRUE);
   return TRUE;
@@ -196,18 +216,25 @@ void em_builder_fill_zoo(EmBuilderPage *self) {
   g_free(dir);
 }
 
-void em_builder_on_zoo_selected(GtkDropDown *dd, GParamSpec *ps, EmBuilderPage *self) {
-  (void)ps;
-  guint i = gtk_drop_down_get_selected(dd);
-  if (i == 0 || i == GTK_INVALID_LIST_POSITION || !self->zoo_paths) return;
-  GFile *f = g_file_new_for_path(self->zoo_paths[i - 1]);
+static void open_zoo(EmBuilderPage *self, gpointer data) {
+  GFile *f = g_file_new_for_path(data);
   GError *error = NULL;
   if (!em_builder_page_open(self, f, &error)) {
     em_builder_show_error(self, error->message);
     g_error_free(error);
   } else {
     g_clear_pointer(&self->path, g_free); /* a copy: Save asks where */
+    em_builder_doc_loaded(self);
+    em_builder_refresh(self, FALSE);
   }
   g_object_unref(f);
+}
+
+void em_builder_on_zoo_selected(GtkDropDown *dd, GParamSpec *ps, EmBuilderPage *self) {
+  (void)ps;
+  guint i = gtk_drop_down_get_selected(dd);
+  if (i == 0 || i == GTK_INVALID_LIST_POSITION || !self->zoo_paths) return;
+  char *path = g_strdup(self->zoo_paths[i - 1]);
   gtk_drop_down_set_selected(dd, 0);
+  em_builder_page_confirm_discard(self, "starting from the zoo's model", open_zoo, path, g_free);
 }

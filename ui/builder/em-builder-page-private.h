@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "em-builder-page.h"
+#include "em-model-doc.h"
 #include "em-nn.h"
 
 struct _EmBuilderPage {
@@ -34,6 +35,10 @@ struct _EmBuilderPage {
   gboolean profile_pending;
   char **zoo_paths;     /* index i+1 of the dropdown */
   GtkFileChooserNative *chooser;
+  EmModelDoc *mdoc;       /* path, modified, undo/redo, recovery (em-builder-document.c) */
+  GtkWidget *recovery_bar; /* offers a copy a crashed session left, or NULL */
+  char *recovery_file;    /* that copy */
+  void *pending_close;    /* what a "Save" answer goes on to once Save As has saved */
 };
 
 static inline json_t *em_builder_nodes(EmBuilderPage *self) { return json_object_get(self->doc, "nodes"); }
@@ -47,6 +52,14 @@ static inline const char *em_builder_node_name(EmBuilderPage *self, int i) {
 void em_builder_reparse(EmBuilderPage *self); /* parses the document; publishes it if valid */
 void em_builder_refresh(EmBuilderPage *self, gboolean rebuild_editor);
 void em_builder_add_layer(EmBuilderPage *self, const char *type_name);
+/* em-builder-document.c */
+char *em_builder_doc_text(EmBuilderPage *self);   /* the document as noted (g_free) */
+void em_builder_doc_loaded(EmBuilderPage *self);  /* a new document: the history restarts */
+void em_builder_doc_sync_actions(EmBuilderPage *self);
+void em_builder_doc_after_save(EmBuilderPage *self, gboolean saved);
+void em_builder_doc_offer_recovery(EmBuilderPage *self, GtkBox *column);
+void em_builder_act_undo(GtkWidget *w, const char *n, GVariant *p);
+void em_builder_act_redo(GtkWidget *w, const char *n, GVariant *p);
 /* em-builder-editor.c */
 void em_builder_fill_editor(EmBuilderPage *self);
 /* em-builder-files.c */
@@ -57,6 +70,9 @@ void em_builder_on_zoo_selected(GtkDropDown *dd, GParamSpec *ps, EmBuilderPage *
 void em_builder_act_open(GtkWidget *w, const char *n, GVariant *p);
 void em_builder_act_save(GtkWidget *w, const char *n, GVariant *p);
 void em_builder_act_save_as(GtkWidget *w, const char *n, GVariant *p);
+/* Saves to the document's file: FALSE when it has none or the write
+ * failed (the error is shown on the page). */
+gboolean em_builder_save_now(EmBuilderPage *self);
 /* em-builder-palette.c */
 void em_builder_fill_palette(EmBuilderPage *self);
 void em_builder_on_palette_activated(GtkListBox *box, GtkListBoxRow *row, EmBuilderPage *self);

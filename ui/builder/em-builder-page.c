@@ -44,6 +44,7 @@ void em_builder_reparse(EmBuilderPage *self) {
     self->published = g_strdup(text);
     em_app_state_set_spec(self->state, text, self->path);
   }
+  em_model_doc_note(self->mdoc, text); /* the same form as em_builder_doc_text */
   free(text);
 }
 
@@ -138,8 +139,12 @@ static void fill_rows(EmBuilderPage *self) {
 
 static void fill_totals(EmBuilderPage *self) {
   const char *name = json_string_value(json_object_get(self->doc, "name"));
-  char *title = g_strdup_printf("%s%s", name ? name : "untitled", self->spec ? "" : "  (invalid)");
+  gboolean modified = em_model_doc_is_modified(self->mdoc);
+  char *title = g_strdup_printf("%s%s%s", name ? name : "untitled", modified ? " \u2022" : "",
+                                self->spec ? "" : "  (invalid)");
   gtk_label_set_text(self->title_label, title);
+  gtk_widget_set_tooltip_text(GTK_WIDGET(self->title_label),
+                              modified ? "Unsaved changes (Ctrl+S saves)" : NULL);
   g_free(title);
   if (!self->spec) {
     char *m = g_markup_printf_escaped("<span foreground=\"#c01c28\">%s</span>",
@@ -212,6 +217,7 @@ void em_builder_refresh(EmBuilderPage *self, gboolean rebuild_editor) {
                             gtk_list_box_get_row_at_index(self->node_list, self->selected));
   self->loading = FALSE;
   fill_totals(self);
+  em_builder_doc_sync_actions(self);
   if (rebuild_editor) em_builder_fill_editor(self);
   GtkWidget *w = GTK_WIDGET(self);
   int i = self->selected;
@@ -248,9 +254,12 @@ static void on_layer_selected(EmAppState *state, const char *layer, EmBuilderPag
   g_free(base);
 }
 
-/* Another page set the spec (a registry version, a run's spec): edit that. */
-static void on_spec_changed(EmAppState *state, EmBuilderPage *self) {
-  const char *json = em_app_state_get_spec_json(state);
+/* Another page set the spec (a registry version, a run's spec): edit that,
+ * once unsaved changes are saved or discarded. */
+static void load_state_spec(EmBuilderPage *self, gpointer data) {
+  (void)data;
+  EmAppState *state = self->state;
+  const char *json = state ? em_app_state_get_spec_json(state) : NULL;
   if (!json || !g_strcmp0(json, self->published)) return;
   json_t *doc = json_loads(json, 0, NULL);
   if (!json_is_object(doc) || !json_is_array(json_object_get(doc, "nodes"))) {
@@ -264,8 +273,15 @@ static void on_spec_changed(EmAppState *state, EmBuilderPage *self) {
   self->path = p ? g_strdup(p) : NULL;
   self->selected = -1;
   em_builder_take_batch(self);
+  em_builder_doc_loaded(self);
   em_builder_reparse(self);
   em_builder_refresh(self, TRUE);
+}
+
+static void on_spec_changed(EmAppState *state, EmBuilderPage *self) {
+  const char *json = em_app_state_get_spec_json(state);
+  if (!json || !g_strcmp0(json, self->published)) return;
+  em_builder_page_confirm_discard(self, "opening another model", load_state_spec, NULL, NULL);
 }
 
 static void on_profile_ready(EmAppState *state, const char *trace, EmBuilderPage *self) {
@@ -382,6 +398,7 @@ static void em_builder_page_dispose(GObject *obj) {
   g_clear_object(&self->profile_cancel);
   if (self->chooser) gtk_native_dialog_destroy(GTK_NATIVE_DIALOG(self->chooser));
   g_clear_object(&self->chooser);
+  em_builder_doc_after_save(self, FALSE); /* a Save As still open: nothing goes on */
   g_clear_object(&self->state);
   gtk_widget_dispose_template(GTK_WIDGET(obj), EM_TYPE_BUILDER_PAGE);
   G_OBJECT_CLASS(em_builder_page_parent_class)->dispose(obj);
@@ -396,6 +413,8 @@ static void em_builder_page_finalize(GObject *obj) {
   g_free(self->error_node);
   g_free(self->published);
   g_strfreev(self->zoo_paths);
+  em_model_doc_free(self->mdoc);
+  g_free(self->recovery_file);
   G_OBJECT_CLASS(em_builder_page_parent_class)->finalize(obj);
 }
 
@@ -424,6 +443,15 @@ static void em_builder_page_class_init(EmBuilderPageClass *klass) {
   gtk_widget_class_install_action(wc, "builder.open", NULL, em_builder_act_open);
   gtk_widget_class_install_action(wc, "builder.save", NULL, em_builder_act_save);
   gtk_widget_class_install_action(wc, "builder.save-as", NULL, em_builder_act_save_as);
+  gtk_widget_class_install_action(wc, "builder.undo", NULL, em_builder_act_undo);
+  gtk_widget_class_install_action(wc, "builder.redo", NULL, em_builder_act_redo);
+  gtk_widget_class_add_binding_action(wc, GDK_KEY_s, GDK_CONTROL_MASK, "builder.save", NULL);
+  gtk_widget_class_add_binding_action(wc, GDK_KEY_s, GDK_CONTROL_MASK | GDK_SHIFT_MASK,
+                                      "builder.save-as", NULL);
+  gtk_widget_class_add_binding_action(wc, GDK_KEY_z, GDK_CONTROL_MASK, "builder.undo", NULL);
+  gtk_widget_class_add_binding_action(wc, GDK_KEY_z, GDK_CONTROL_MASK | GDK_SHIFT_MASK,
+                                      "builder.redo", NULL);
+  gtk_widget_class_add_binding_action(wc, GDK_KEY_y, GDK_CONTROL_MASK, "builder.redo", NULL);
   gtk_widget_class_add_binding_action(wc, GDK_KEY_Delete, 0, "builder.remove", NULL);
   gtk_widget_class_add_binding_action(wc, GDK_KEY_Up, GDK_ALT_MASK, "builder.move-up", NULL);
   gtk_widget_class_add_binding_action(wc, GDK_KEY_Down, GDK_ALT_MASK, "builder.move-down", NULL);
@@ -433,6 +461,12 @@ static void em_builder_page_init(EmBuilderPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
   self->selected = -1;
   self->doc = json_loads(default_spec, 0, NULL);
+  gtk_widget_set_name(GTK_WIDGET(self->title_label), "builder-title");
+  self->mdoc = em_model_doc_new(NULL);
+  em_builder_doc_loaded(self);
+  /* the centre column (the toolbar holds the title) */
+  em_builder_doc_offer_recovery(
+      self, GTK_BOX(gtk_widget_get_parent(gtk_widget_get_parent(GTK_WIDGET(self->title_label)))));
   build_header(self);
   em_builder_fill_palette(self);
   em_builder_fill_zoo(self);
@@ -462,6 +496,7 @@ GtkWidget *em_builder_page_new(EmAppState *state) {
   } else {
     json_decref(doc);
   }
+  em_builder_doc_loaded(self);
   em_builder_reparse(self);
   em_builder_refresh(self, TRUE);
   return GTK_WIDGET(self);

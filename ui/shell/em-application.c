@@ -90,21 +90,39 @@ static void on_scheme_changed(GSettings *s, const char *key, gpointer data) {
 
 /* ---- actions ------------------------------------------------------------ */
 
-static void quit_activated(GSimpleAction *a, GVariant *p, gpointer data) {
-  GtkApplication *app = data;
+static void quit_now(GtkApplication *app) {
   GList *wins = g_list_copy(gtk_application_get_windows(app));
   for (GList *l = wins; l; l = l->next) gtk_window_destroy(l->data); /* stops a run */
   g_list_free(wins);
   g_application_quit(G_APPLICATION(app));
 }
 
+static void quit_after_confirm(EmBuilderPage *page, gpointer data) {
+  (void)page;
+  g_action_group_activate_action(G_ACTION_GROUP(data), "quit", NULL); /* the next window */
+}
+
+/* Ctrl+Q and the menu: each window with unsaved changes in its Builder
+ * asks to save or discard them (Cancel keeps everything open), then all
+ * close. */
+static void quit_activated(GSimpleAction *a, GVariant *p, gpointer data) {
+  GtkApplication *app = data;
+  for (GList *l = gtk_application_get_windows(app); l; l = l->next)
+    if (EM_IS_WINDOW(l->data) && em_window_has_unsaved(l->data)) {
+      em_window_confirm_unsaved(l->data, "quitting", quit_after_confirm, app);
+      return;
+    }
+  quit_now(app);
+}
+
 /* SIGTERM (a logout, `kill`) and SIGINT (Ctrl-C in the terminal) quit as
  * Ctrl+Q does: the windows close, which stops a run and records its end
  * with a final checkpoint, as `ember train` does on these signals. The
  * default action killed the process and left the run to be found
- * "killed". */
+ * "killed". Nobody may be there to answer a question: unsaved changes in
+ * the Builder stay in its recovery copy, offered at the next start. */
 static gboolean on_quit_signal(gpointer data) {
-  g_action_group_activate_action(G_ACTION_GROUP(data), "quit", NULL);
+  quit_now(GTK_APPLICATION(data));
   return G_SOURCE_CONTINUE;
 }
 
@@ -153,6 +171,9 @@ static void em_application_startup(GApplication *app) {
              *prefs[] = {"<Control>comma", NULL}, *help[] = {"<Control>question", "F1", NULL};
   gtk_application_set_accels_for_action(ga, "app.quit", quit);
   gtk_application_set_accels_for_action(ga, "win.open", open);
+  const char *save[] = {"<Control>s", NULL}, *save_as[] = {"<Control><Shift>s", NULL};
+  gtk_application_set_accels_for_action(ga, "win.save", save);
+  gtk_application_set_accels_for_action(ga, "win.save-as", save_as);
   gtk_application_set_accels_for_action(ga, "app.preferences", prefs);
   gtk_application_set_accels_for_action(ga, "win.show-help-overlay", help);
 

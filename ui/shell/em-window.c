@@ -110,8 +110,7 @@ static void on_open_response(GtkNativeDialog *dialog, int response, gpointer dat
   g_object_unref(dialog);
 }
 
-static void open_activated(GSimpleAction *a, GVariant *p, gpointer data) {
-  EmWindow *self = data;
+static void show_open_chooser(EmWindow *self) {
   GtkFileChooserNative *fc = gtk_file_chooser_native_new(
       "Open a Model Spec", GTK_WINDOW(self), GTK_FILE_CHOOSER_ACTION_OPEN, "_Open", "_Cancel");
   GtkFileFilter *filter = gtk_file_filter_new();
@@ -130,6 +129,71 @@ static void open_activated(GSimpleAction *a, GVariant *p, gpointer data) {
   gtk_native_dialog_show(GTK_NATIVE_DIALOG(fc));
 }
 
+static void open_after_confirm(EmBuilderPage *page, gpointer data) {
+  (void)page;
+  show_open_chooser(data);
+}
+
+static GtkWidget *builder_of(EmWindow *self) {
+  GtkWidget *b = em_window_get_page(self, "builder");
+  return b && EM_IS_BUILDER_PAGE(b) ? b : NULL;
+}
+
+/* Unsaved changes are saved or discarded before the chooser opens. */
+static void open_activated(GSimpleAction *a, GVariant *p, gpointer data) {
+  EmWindow *self = data;
+  GtkWidget *b = builder_of(self);
+  if (b)
+    em_builder_page_confirm_discard(EM_BUILDER_PAGE(b), "opening another model",
+                                    open_after_confirm, self, NULL);
+  else
+    show_open_chooser(self);
+}
+
+/* win.save, save-as, undo, redo: the Builder's actions, from the menu and
+ * the application's shortcuts on any page. */
+static void builder_action(GSimpleAction *a, GVariant *p, gpointer data) {
+  EmWindow *self = data;
+  GtkWidget *b = builder_of(self);
+  if (!b) return;
+  const char *name = g_action_get_name(G_ACTION(a));
+  if (!strcmp(name, "save-as") || !strcmp(name, "save")) em_window_show_page(self, "builder");
+  char action[32];
+  g_snprintf(action, sizeof action, "builder.%s", name);
+  gtk_widget_activate_action(b, action, NULL);
+}
+
+gboolean em_window_has_unsaved(EmWindow *self) {
+  GtkWidget *b = builder_of(self);
+  return b && em_builder_page_is_modified(EM_BUILDER_PAGE(b));
+}
+
+void em_window_confirm_unsaved(EmWindow *self, const char *doing, EmBuilderProceed fn,
+                               gpointer data) {
+  GtkWidget *b = builder_of(self);
+  if (!b) {
+    fn(NULL, data);
+    return;
+  }
+  em_window_show_page(self, "builder");
+  em_builder_page_confirm_discard(EM_BUILDER_PAGE(b), doing, fn, data, NULL);
+}
+
+static void close_after_confirm(EmBuilderPage *page, gpointer data) {
+  (void)page;
+  gtk_window_destroy(GTK_WINDOW(data));
+}
+
+/* Closing the window (its close button, Alt+F4) with unsaved changes asks
+ * first; quitting (app.quit) asks for every window before any closes. */
+static gboolean on_close_request(GtkWindow *w, gpointer data) {
+  (void)data;
+  EmWindow *self = EM_WINDOW(w);
+  if (!em_window_has_unsaved(self)) return FALSE;
+  em_window_confirm_unsaved(self, "closing the window", close_after_confirm, self);
+  return TRUE;
+}
+
 static void page_activated(GSimpleAction *a, GVariant *p, gpointer data) {
   em_window_show_page(EM_WINDOW(data), g_variant_get_string(p, NULL));
 }
@@ -137,6 +201,10 @@ static void page_activated(GSimpleAction *a, GVariant *p, gpointer data) {
 static const GActionEntry win_actions[] = {
     {.name = "page", .activate = page_activated, .parameter_type = "s"},
     {.name = "open", .activate = open_activated},
+    {.name = "save", .activate = builder_action},
+    {.name = "save-as", .activate = builder_action},
+    {.name = "undo", .activate = builder_action},
+    {.name = "redo", .activate = builder_action},
 };
 
 /* ---- the run in the header bar ---------------------------------------------------- */
@@ -186,6 +254,7 @@ static void em_window_init(EmWindow *self) {
       GTK_APPLICATION_WINDOW(self),
       GTK_SHORTCUTS_WINDOW(gtk_builder_get_object(b, "help_overlay")));
   g_object_unref(b);
+  g_signal_connect(self, "close-request", G_CALLBACK(on_close_request), NULL);
 }
 
 EmWindow *em_window_new(GtkApplication *app, EmAppState *state) {
