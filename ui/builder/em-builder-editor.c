@@ -34,6 +34,106 @@ static void on_attr_spin(GtkSpinButton *spin, EmBuilderPage *self) {
   edited(self);
 }
 
+/* ---- inferred attributes ----------------------------------------------------- */
+
+/* An optional attribute whose default lies outside its range is one the
+ * layer infers when it is not given (Linear's in_features, BatchNorm's
+ * num_features, a pool's stride): the editor shows "auto (128)" for it,
+ * not a made-up number, and offers the way back to automatic. */
+static gboolean attr_inferred(const em_attr_desc *d) {
+  return !d->required && (d->def < d->min || d->def > d->max);
+}
+
+/* The value the layer infers for attribute `name` of node i, from its
+ * (first) input's shape in the parsed model or in its valid prefix; -1
+ * when unknown. in_features is the input's last dim; num_features and
+ * in_channels its channels (the first dim after the batch). */
+static int64_t inferred_value(EmBuilderPage *self, int i, const char *name) {
+  const em_spec *s = self->spec ? self->spec : self->prefix;
+  if (!s) return -1;
+  json_t *inputs = json_object_get(em_builder_node_at(self, i), "inputs");
+  int from = i - 1;
+  if (json_is_array(inputs) && json_array_size(inputs) > 0) {
+    const char *nm = json_string_value(json_array_get(inputs, 0));
+    from = -1;
+    for (int k = 0; k < i && nm; k++)
+      if (!g_strcmp0(em_builder_node_name(self, k), nm)) from = k;
+    if (g_strcmp0(nm, "input") && from < 0) return -1;
+  }
+  int64_t dims[EM_MAX_DIMS];
+  int nd;
+  if (from < 0) {
+    nd = em_spec_input_shape(s, dims);
+  } else {
+    if (from >= em_spec_node_count(s)) return -1;
+    const em_shape *o = em_spec_node_output(s, from);
+    nd = o->ndim - 1; /* without the batch dim */
+    for (int k = 0; k < nd; k++) dims[k] = o->shape[k + 1];
+  }
+  if (nd < 1) return -1;
+  if (!strcmp(name, "in_features")) return dims[nd - 1];
+  if (!strcmp(name, "num_features") || !strcmp(name, "in_channels")) return dims[0];
+  return -1;
+}
+
+static void show_auto(GtkStack *stack, gboolean automatic) {
+  gtk_stack_set_visible_child_name(stack, automatic ? "auto" : "value");
+}
+
+static void on_auto_toggled(GtkCheckButton *b, GParamSpec *ps, EmBuilderPage *self) {
+  (void)ps;
+  if (self->loading || self->selected < 0) return;
+  GtkStack *stack = g_object_get_data(G_OBJECT(b), "stack");
+  GtkSpinButton *spin = GTK_SPIN_BUTTON(gtk_stack_get_child_by_name(stack, "value"));
+  const char *key = g_object_get_data(G_OBJECT(spin), "attr");
+  json_t *node = em_builder_node_at(self, self->selected);
+  gboolean automatic = gtk_check_button_get_active(b);
+  show_auto(stack, automatic);
+  if (automatic) json_object_del(node, key);
+  else /* explicit, starting from what was inferred */
+    json_object_set_new(node, key, json_integer((json_int_t)llround(gtk_spin_button_get_value(spin))));
+  edited(self);
+}
+
+/* The spin button, or "auto (128)" in its place while the attribute is
+ * not given, with an "auto" switch beside it. */
+static GtkWidget *inferred_spin(EmBuilderPage *self, int i, const em_attr_desc *d, json_t *v,
+                                GtkWidget **spin_out) {
+  double lo = d->min > -1e9 ? d->min : -1e9, hi = d->max < 1e9 ? d->max : 1e9;
+  GtkWidget *spin = gtk_spin_button_new_with_range(lo, hi, 1);
+  gtk_spin_button_set_digits(GTK_SPIN_BUTTON(spin), 0);
+  int64_t guess = inferred_value(self, i, d->name);
+  gtk_spin_button_set_value(GTK_SPIN_BUTTON(spin),
+                            v ? json_number_value(v) : guess > 0 ? (double)guess : lo);
+  g_signal_connect_object(spin, "value-changed", G_CALLBACK(on_attr_spin), self, 0);
+  char *text = guess > 0 ? g_strdup_printf("auto (%lld)", (long long)guess) : g_strdup("auto");
+  GtkWidget *label = gtk_label_new(text);
+  g_free(text);
+  gtk_label_set_xalign(GTK_LABEL(label), 0);
+  gtk_widget_add_css_class(label, "dim-label");
+  char *lname = g_strdup_printf("auto-value-%s", d->name);
+  gtk_widget_set_name(label, lname);
+  g_free(lname);
+  GtkWidget *stack = gtk_stack_new();
+  gtk_widget_set_hexpand(stack, TRUE);
+  gtk_stack_add_named(GTK_STACK(stack), spin, "value");
+  gtk_stack_add_named(GTK_STACK(stack), label, "auto");
+  show_auto(GTK_STACK(stack), v == NULL);
+  GtkWidget *check = gtk_check_button_new_with_label("auto");
+  gtk_check_button_set_active(GTK_CHECK_BUTTON(check), v == NULL);
+  gtk_widget_set_tooltip_text(check, "Inferred from the node's input while ticked");
+  char *cname = g_strdup_printf("auto-%s", d->name);
+  gtk_widget_set_name(check, cname);
+  g_free(cname);
+  g_object_set_data(G_OBJECT(check), "stack", stack);
+  g_signal_connect_object(check, "notify::active", G_CALLBACK(on_auto_toggled), self, 0);
+  GtkWidget *box = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 6);
+  gtk_box_append(GTK_BOX(box), stack);
+  gtk_box_append(GTK_BOX(box), check);
+  *spin_out = spin;
+  return box;
+}
+
 static void on_attr_check(GtkCheckButton *b, GParamSpec *ps, EmBuilderPage *self) {
   (void)ps;
   if (self->loading || self->selected < 0) return;
@@ -144,8 +244,10 @@ void em_builder_fill_editor(EmBuilderPage *self) {
     g_free(text);
     gtk_label_set_xalign(GTK_LABEL(label), 0);
     gtk_widget_set_tooltip_text(label, d->help);
-    GtkWidget *w;
-    if (d->kind == EM_ATTR_BOOL) {
+    GtkWidget *w, *cell = NULL; /* cell: what the grid holds when it is not w */
+    if (d->kind == EM_ATTR_INT && attr_inferred(d)) {
+      cell = inferred_spin(self, i, d, v, &w);
+    } else if (d->kind == EM_ATTR_BOOL) {
       w = gtk_check_button_new();
       gtk_check_button_set_active(GTK_CHECK_BUTTON(w), v ? json_is_true(v) : d->def != 0);
       g_signal_connect_object(w, "notify::active", G_CALLBACK(on_attr_check), self, 0);
@@ -167,7 +269,9 @@ void em_builder_fill_editor(EmBuilderPage *self) {
         g_string_append_printf(s, "%lld", (long long)json_integer_value(v));
       }
       gtk_editable_set_text(GTK_EDITABLE(w), s->str);
-      gtk_entry_set_placeholder_text(GTK_ENTRY(w), d->kind == EM_ATTR_INT2 ? "3 or 3, 3" : "e.g. 4, 4");
+      gtk_entry_set_placeholder_text(GTK_ENTRY(w), attr_inferred(d) ? "auto (empty: inferred)"
+                                                   : d->kind == EM_ATTR_INT2 ? "3 or 3, 3"
+                                                                             : "e.g. 4, 4");
       g_string_free(s, TRUE);
       g_signal_connect_object(w, "changed", G_CALLBACK(on_attr_entry), self, 0);
     }
@@ -178,7 +282,7 @@ void em_builder_fill_editor(EmBuilderPage *self) {
     gtk_widget_set_tooltip_text(w, d->help);
     gtk_widget_set_hexpand(w, TRUE);
     gtk_grid_attach(self->props_grid, label, 0, r, 1, 1);
-    gtk_grid_attach(self->props_grid, w, 1, r++, 1, 1);
+    gtk_grid_attach(self->props_grid, cell ? cell : w, 1, r++, 1, 1);
   }
   /* inputs: the model input and every earlier node */
   json_t *inputs = json_object_get(node, "inputs");

@@ -24,6 +24,7 @@ struct _EmBuilderPage {
   EmAppState *state;
   json_t *doc;          /* the spec being edited */
   em_spec *spec;        /* its parse, NULL when invalid */
+  em_spec *prefix;      /* invalid: the parse of the nodes before the one in error (or NULL) */
   char *path;           /* file it came from / was saved to */
   char *error, *error_node;
   int selected;         /* node index, -1: none */

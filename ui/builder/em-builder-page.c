@@ -16,8 +16,31 @@ static const char *default_spec =
 
 /* ---- parse and publish ---------------------------------------------------- */
 
+/* The nodes before index k alone, parsed (NULL when they do not parse):
+ * an invalid model still shows what its valid start infers. */
+static em_spec *parse_prefix(EmBuilderPage *self, int k) {
+  if (k <= 0) return NULL;
+  json_t *doc = json_deep_copy(self->doc);
+  json_t *nodes = json_object_get(doc, "nodes");
+  while ((int)json_array_size(nodes) > k) json_array_remove(nodes, json_array_size(nodes) - 1);
+  json_object_del(doc, "output"); /* the last node of the prefix */
+  char *text = json_dumps(doc, JSON_PRESERVE_ORDER);
+  json_decref(doc);
+  em_error err = {0};
+  em_spec *s = text ? em_spec_parse(text, "<builder>", &err) : NULL;
+  free(text);
+  return s;
+}
+
+static int node_index(EmBuilderPage *self, const char *name) {
+  for (int i = 0; name && i < em_builder_n_nodes(self); i++)
+    if (!g_strcmp0(em_builder_node_name(self, i), name)) return i;
+  return -1;
+}
+
 void em_builder_reparse(EmBuilderPage *self) {
   g_clear_pointer(&self->spec, em_spec_free);
+  g_clear_pointer(&self->prefix, em_spec_free);
   g_clear_pointer(&self->error, g_free);
   g_clear_pointer(&self->error_node, g_free);
   char *text = json_dumps(self->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -37,6 +60,7 @@ void em_builder_reparse(EmBuilderPage *self) {
         const char *q = strchr(p, '\'');
         if (q) self->error_node = g_strndup(p, (gsize)(q - p));
       }
+      self->prefix = parse_prefix(self, node_index(self, self->error_node));
     }
   }
   if (self->spec && self->state) {
@@ -83,18 +107,19 @@ static void fill_rows(EmBuilderPage *self) {
     gtk_list_box_remove(self->node_list, child);
   int n = em_builder_n_nodes(self);
   em_node_cost *costs = NULL;
-  if (self->spec) {
-    costs = g_new0(em_node_cost, n);
-    em_spec_costs_compute(self->spec, costs);
+  const em_spec *shown = self->spec ? self->spec : self->prefix; /* the valid nodes */
+  if (shown) {
+    costs = g_new0(em_node_cost, em_spec_node_count(shown));
+    em_spec_costs_compute(shown, costs);
   }
   for (int i = 0; i < n; i++) {
     json_t *node = em_builder_node_at(self, i);
     const char *name = json_string_value(json_object_get(node, "name"));
     const char *type = json_string_value(json_object_get(node, "type"));
     char shape[64] = "—", params[32] = "—", flops[32] = "—", act[32] = "—";
-    if (self->spec && i < em_spec_node_count(self->spec)) {
-      em_shape_format(em_spec_node_output(self->spec, i), shape, sizeof shape);
-      snprintf(params, sizeof params, "%'lld", (long long)em_spec_node_param_count(self->spec, i));
+    if (shown && i < em_spec_node_count(shown)) {
+      em_shape_format(em_spec_node_output(shown, i), shape, sizeof shape);
+      snprintf(params, sizeof params, "%'lld", (long long)em_spec_node_param_count(shown, i));
       em_format_flops(costs[i].flops, flops, sizeof flops);
       em_format_bytes(costs[i].act_bytes, act, sizeof act);
     }
@@ -408,6 +433,7 @@ static void em_builder_page_finalize(GObject *obj) {
   EmBuilderPage *self = EM_BUILDER_PAGE(obj);
   json_decref(self->doc);
   g_clear_pointer(&self->spec, em_spec_free);
+  g_clear_pointer(&self->prefix, em_spec_free);
   g_free(self->path);
   g_free(self->error);
   g_free(self->error_node);

@@ -2,10 +2,36 @@
 #include "ui-test-util.h"
 
 #include <glib/gstdio.h>
+#include <stdlib.h>
 
 #include "em-application.h"
 
+static char *state_dir;
+
+/* The state folder and what the Builder's recovery copy left in it. */
+static void remove_state_dir(void) {
+  char *ember = g_build_filename(state_dir, "ember", NULL);
+  GDir *d = g_dir_open(ember, 0, NULL);
+  for (const char *f; d && (f = g_dir_read_name(d));) {
+    char *p = g_build_filename(ember, f, NULL);
+    g_unlink(p);
+    g_free(p);
+  }
+  if (d) g_dir_close(d);
+  g_rmdir(ember);
+  g_rmdir(state_dir);
+  g_free(ember);
+}
+
 void ui_test_init(int *argc, char ***argv) {
+  /* A state folder of this process's own (before GLib reads it): the
+   * Builder's recovery copy of unsaved changes is never the person's, and
+   * one test's unsaved model is never offered to the next. */
+  state_dir = g_dir_make_tmp("ember-ui-state-XXXXXX", NULL);
+  if (state_dir) {
+    g_setenv("XDG_STATE_HOME", state_dir, TRUE);
+    atexit(remove_state_dir);
+  }
   g_setenv("GSETTINGS_BACKEND", "memory", TRUE);
   g_setenv("GSK_RENDERER", "cairo", FALSE);
   g_setenv("GTK_A11Y", "none", FALSE); /* no session bus under xvfb-run: no AT-SPI warning */

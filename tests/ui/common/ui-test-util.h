@@ -6,7 +6,8 @@
 
 #include <gtk/gtk.h>
 
-/* Registers every ui/ folder's GResource (tests link libember-ui). */
+/* Registers every ui/ folder's GResource (tests link libember-ui); points
+ * XDG_STATE_HOME at a folder of the process's own (removed at exit). */
 void ui_test_init(int *argc, char ***argv);
 /* Iterates the default main context until cond(data) or timeout_ms;
  * returns cond's last value. */

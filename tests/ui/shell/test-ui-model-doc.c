@@ -276,10 +276,7 @@ static void test_quit_asks(void) {
 int main(int argc, char **argv) {
   g_dir = g_dir_make_tmp("ember-ui-model-doc-XXXXXX", NULL);
   g_setenv("EMBER_HOME", g_dir, TRUE);
-  char *state = g_build_filename(g_dir, "state", NULL);
-  g_setenv("XDG_STATE_HOME", state, TRUE); /* read once by GLib: before any use */
-  g_free(state);
-  ui_test_init(&argc, &argv);
+  ui_test_init(&argc, &argv); /* XDG_STATE_HOME: a folder of the test's own */
   g_app = em_application_new();
   g_application_set_flags(G_APPLICATION(g_app), G_APPLICATION_NON_UNIQUE);
   GLogLevelFlags fatal = g_log_set_always_fatal(G_LOG_FATAL_MASK | G_LOG_LEVEL_CRITICAL);
