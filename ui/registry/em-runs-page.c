@@ -2,6 +2,7 @@
  * GtkFilterListModel (text, status, model) -> GtkSortListModel (the column
  * view's sorter) -> GtkMultiSelection. */
 #include "em-runs-page.h"
+#include "em-run-view.h"
 
 #include <math.h>
 #include <string.h>
@@ -588,6 +589,22 @@ static void em_runs_page_class_init(EmRunsPageClass *klass) {
   gtk_widget_class_add_binding_action(wc, GDK_KEY_F5, 0, "runs.reload", NULL);
 }
 
+/* ---- one run on its own ------------------------------------------------- */
+
+GtkWindow *em_runs_page_open_run(EmRunsPage *self, gint64 id) {
+  g_return_val_if_fail(EM_IS_RUNS_PAGE(self), NULL);
+  GtkRoot *root = gtk_widget_get_root(GTK_WIDGET(self));
+  return em_run_view_present(GTK_IS_WINDOW(root) ? GTK_WINDOW(root) : NULL, self->state, id);
+}
+
+/* Double-click (or Enter) on a row. */
+static void on_row_activate(GtkColumnView *view, guint pos, EmRunsPage *self) {
+  (void)view;
+  EmRunRow *row = g_list_model_get_item(G_LIST_MODEL(self->selection), pos);
+  if (row) em_runs_page_open_run(self, em_run_row_get(row)->id);
+  g_clear_object(&row);
+}
+
 static void em_runs_page_init(EmRunsPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
   self->message = g_strdup("");
@@ -612,6 +629,7 @@ static void em_runs_page_init(EmRunsPage *self) {
   g_signal_connect_swapped(self->model_dropdown, "notify::selected", G_CALLBACK(on_filter_changed), self);
   g_signal_connect(self->selection, "selection-changed", G_CALLBACK(on_selection_changed), self);
   g_signal_connect_swapped(self->tag_entry, "activate", G_CALLBACK(on_tag_activate), self);
+  g_signal_connect(self->column_view, "activate", G_CALLBACK(on_row_activate), self);
   update_counts(self);
 }
 

@@ -6,7 +6,8 @@
  * reloads on "registry-changed", at the end of a run, and every 2 s while
  * a run is training, but only while it is shown (mapped): a change seen
  * while it is hidden is read when it is next shown. Every run's tags come
- * from one query. */
+ * from one query. Double-clicking a run (or Enter on it) opens it in a
+ * window of its own (em-run-view.h). */
 #pragma once
 
 #include <gtk/gtk.h>
@@ -22,6 +23,8 @@ G_DECLARE_FINAL_TYPE(EmRunsPage, em_runs_page, EM, RUNS_PAGE, GtkBox)
 GtkWidget *em_runs_page_new(EmAppState *state);
 /* The Compare page the "Compare" button fills (the shell wires it). */
 void em_runs_page_set_compare_page(EmRunsPage *self, EmComparePage *compare);
+/* Opens run id in a window of its own (em_run_view_present). */
+GtkWindow *em_runs_page_open_run(EmRunsPage *self, gint64 id);
 /* Reads the registry again now. */
 void em_runs_page_reload(EmRunsPage *self);
 
