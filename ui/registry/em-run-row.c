@@ -48,6 +48,21 @@ EmRunRow *em_run_row_new(const em_run *r) {
   return self;
 }
 
+static gboolean same_double(double a, double b) { return a == b || (isnan(a) && isnan(b)); }
+
+gboolean em_run_row_same(EmRunRow *self, const em_run *r, const char *tags) {
+  const em_run *o = &self->run;
+  return o->id == r->id && o->status == r->status && o->steps == r->steps &&
+         o->parent_run == r->parent_run && same_double(o->started, r->started) &&
+         same_double(o->ended, r->ended) &&
+         same_double(o->final_test_accuracy, r->final_test_accuracy) &&
+         same_double(o->final_test_loss, r->final_test_loss) &&
+         same_double(o->final_train_loss, r->final_train_loss) &&
+         !g_strcmp0(o->name, r->name ? r->name : "") && !g_strcmp0(o->model, r->model ? r->model : "") &&
+         !g_strcmp0(o->message, r->message) && !g_strcmp0(o->device, r->device) &&
+         !g_strcmp0(self->tags, tags ? tags : "");
+}
+
 const em_run *em_run_row_get(EmRunRow *self) {
   return &self->run;
 }

@@ -15,6 +15,8 @@ G_DECLARE_FINAL_TYPE(EmRunRow, em_run_row, EM, RUN_ROW, GObject)
 EmRunRow *em_run_row_new(const em_run *r);
 /* The copy (valid while the row lives; spec/config are NULL). */
 const em_run *em_run_row_get(EmRunRow *self);
+/* Whether the row shows what r and tags would (a reload keeps the row). */
+gboolean em_run_row_same(EmRunRow *self, const em_run *r, const char *tags);
 /* Tags as "k=v, k2=v2" ("" when none), set by the page that reads them. */
 const char *em_run_row_get_tags(EmRunRow *self);
 void em_run_row_set_tags(EmRunRow *self, const char *tags);

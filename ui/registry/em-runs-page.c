@@ -19,7 +19,7 @@ struct _EmRunsPage {
   GtkEntry *tag_entry;
 
   EmAppState *state;
-  em_store *store;            /* read-only, opened on first reload */
+  gboolean reading, read_again, disposed; /* the worker's read (reload_async) */
   GListStore *rows;           /* EmRunRow */
   GtkCustomFilter *filter;
   GtkFilterListModel *filtered;
@@ -265,6 +265,40 @@ static GHashTable *tags_by_run(em_store *s) {
   return by_run;
 }
 
+/* What one read of the registry gives: made on a worker thread (its own
+ * read-only connection), applied on the main thread. */
+typedef struct {
+  em_run *runs;       /* newest first */
+  int n;
+  GHashTable *tags;   /* run id -> "k=v, ..." */
+  char *error;        /* NULL, or why there is nothing to show */
+} runs_read;
+
+static void runs_read_free(gpointer data) {
+  runs_read *r = data;
+  if (!r) return;
+  em_runs_free(r->runs, r->n);
+  if (r->tags) g_hash_table_unref(r->tags);
+  g_free(r->error);
+  g_free(r);
+}
+
+static runs_read *read_registry(const char *dir) {
+  runs_read *r = g_new0(runs_read, 1);
+  em_error err = {0};
+  em_store *s = em_store_open(dir, true, &err);
+  em_run_filter f = {.any_status = true};
+  if (!s) {
+    r->error = g_strdup_printf("No runs to show: %s", err.msg);
+  } else if (em_store_runs_list(s, &f, &r->runs, &r->n, &err) != EM_OK) {
+    r->error = g_strdup(err.msg);
+  } else {
+    r->tags = tags_by_run(s);
+  }
+  em_store_close(s);
+  return r;
+}
+
 static int cmp_strp(gconstpointer a, gconstpointer b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -297,49 +331,143 @@ static void update_models(EmRunsPage *self, em_run *runs, int n) {
   g_ptr_array_free(names, TRUE);
 }
 
-void em_runs_page_reload(EmRunsPage *self) {
-  g_return_if_fail(EM_IS_RUNS_PAGE(self));
-  em_error err = {0};
-  if (!self->store) {
-    self->store = em_store_open(em_app_state_get_registry_dir(self->state), true, &err);
-    if (!self->store) {
-      char *msg = g_strdup_printf("No runs to show: %s", err.msg);
-      set_message(self, msg);
-      g_free(msg);
-      g_list_store_remove_all(self->rows);
-      update_counts(self);
-      return;
+/* The rows follow the read: a row whose run did not change is kept (so a
+ * reload while one run trains replaces one row, not ten thousand, and
+ * the selection, sort and scroll stay), new runs are inserted, gone ones
+ * removed. Both lists are newest first. Past a few hundred changes one
+ * splice replaces everything. */
+/* One merge of the rows (newest first) with the read (newest first):
+ * with dry, only counts the rows it would insert, replace or remove. */
+static int merge_rows(EmRunsPage *self, runs_read *r, gboolean dry) {
+  GListModel *m = G_LIST_MODEL(self->rows);
+  guint j = 0, have = g_list_model_get_n_items(m);
+  int ops = 0;
+  for (int i = 0; i < r->n;) {
+    gint64 id = r->runs[i].id;
+    const char *tags = g_hash_table_lookup(r->tags, &id);
+    EmRunRow *old = j < have ? g_list_model_get_item(m, j) : NULL;
+    gint64 oid = old ? em_run_row_get(old)->id : -1;
+    if (old && oid > id) { /* gone from the registry */
+      ops++;
+      if (dry) j++;
+      else g_list_store_remove(self->rows, j), have--;
+    } else if (old && oid == id) {
+      if (!em_run_row_same(old, &r->runs[i], tags)) {
+        ops++;
+        if (!dry) {
+          EmRunRow *row = em_run_row_new(&r->runs[i]);
+          em_run_row_set_tags(row, tags);
+          g_list_store_splice(self->rows, j, 1, (gpointer *)&row, 1);
+          g_object_unref(row);
+        }
+      }
+      i++, j++;
+    } else { /* new */
+      ops++;
+      if (!dry) {
+        EmRunRow *row = em_run_row_new(&r->runs[i]);
+        em_run_row_set_tags(row, tags);
+        g_list_store_insert(self->rows, j, row);
+        g_object_unref(row);
+        have++, j++;
+      }
+      i++;
     }
+    g_clear_object(&old);
   }
-  em_run_filter f = {.any_status = true};
-  em_run *runs = NULL;
-  int n = 0;
-  if (em_store_runs_list(self->store, &f, &runs, &n, &err) != EM_OK) {
-    set_message(self, err.msg);
+  if (have > j) {
+    ops += (int)(have - j);
+    if (!dry) g_list_store_splice(self->rows, j, have - j, NULL, 0);
+  }
+  return ops;
+}
+
+/* The rows follow the read: a row whose run did not change is kept (so a
+ * reload while one run trains replaces one row, not ten thousand, and
+ * the selection, sort and scroll stay), new runs are inserted, gone ones
+ * removed. Past a few hundred changes one splice replaces everything. */
+static void apply_rows(EmRunsPage *self, runs_read *r) {
+  guint have = g_list_model_get_n_items(G_LIST_MODEL(self->rows));
+  if (have > 0 && merge_rows(self, r, TRUE) <= 256) {
+    merge_rows(self, r, FALSE);
+    return;
+  }
+  GPtrArray *items = g_ptr_array_new_with_free_func(g_object_unref);
+  for (int i = 0; i < r->n; i++) {
+    EmRunRow *row = em_run_row_new(&r->runs[i]);
+    gint64 id = r->runs[i].id;
+    em_run_row_set_tags(row, g_hash_table_lookup(r->tags, &id));
+    g_ptr_array_add(items, row);
+  }
+  g_list_store_splice(self->rows, 0, have, items->pdata, items->len);
+  g_ptr_array_unref(items);
+}
+
+static void apply_read(EmRunsPage *self, runs_read *r) {
+  self->stale = FALSE;
+  self->reloads++;
+  if (r->error) {
+    set_message(self, r->error);
+    if (g_str_has_prefix(r->error, "No runs to show")) g_list_store_remove_all(self->rows);
+    update_counts(self);
     return;
   }
   int nsel = 0;
   gint64 *sel = em_runs_page_get_selected_ids(self, &nsel);
-  GPtrArray *items = g_ptr_array_new_with_free_func(g_object_unref);
-  GHashTable *tags = tags_by_run(self->store);
-  for (int i = 0; i < n; i++) {
-    EmRunRow *row = em_run_row_new(&runs[i]);
-    gint64 id = runs[i].id;
-    em_run_row_set_tags(row, g_hash_table_lookup(tags, &id));
-    g_ptr_array_add(items, row);
-  }
-  g_hash_table_unref(tags);
-  self->stale = FALSE;
-  self->reloads++;
-  update_models(self, runs, n);
-  g_list_store_splice(self->rows, 0, g_list_model_get_n_items(G_LIST_MODEL(self->rows)),
-                      items->pdata, items->len);
-  g_ptr_array_unref(items);
-  em_runs_free(runs, n);
+  update_models(self, r->runs, r->n);
+  /* Thousands of rows are filtered and sorted in idle chunks, so that no
+   * frame waits for all of them; a few hundred at once, as before (what a
+   * filter shows is then there when its control returns). */
+  gboolean many = r->n > 1000;
+  gtk_sort_list_model_set_incremental(self->sorted, many);
+  gtk_filter_list_model_set_incremental(self->filtered, many);
+  apply_rows(self, r);
   if (nsel) em_runs_page_select_ids(self, sel, nsel);
   g_free(sel);
   if (*self->message && g_str_has_prefix(self->message, "No runs to show")) set_message(self, "");
   update_counts(self);
+}
+
+void em_runs_page_reload(EmRunsPage *self) {
+  g_return_if_fail(EM_IS_RUNS_PAGE(self));
+  runs_read *r = read_registry(em_app_state_get_registry_dir(self->state));
+  apply_read(self, r);
+  runs_read_free(r);
+}
+
+static void read_thread(GTask *task, gpointer source, gpointer data, GCancellable *cancel) {
+  (void)source;
+  (void)cancel;
+  g_task_return_pointer(task, read_registry(data), runs_read_free);
+}
+
+static void reload_async(EmRunsPage *self);
+
+static void on_read_done(GObject *source, GAsyncResult *res, gpointer data) {
+  (void)data;
+  EmRunsPage *self = EM_RUNS_PAGE(source);
+  runs_read *r = g_task_propagate_pointer(G_TASK(res), NULL);
+  self->reading = FALSE;
+  if (r && !self->disposed) apply_read(self, r);
+  runs_read_free(r);
+  if (self->read_again && !self->disposed) {
+    self->read_again = FALSE;
+    reload_async(self);
+  }
+}
+
+/* Reads on a worker thread and applies on the main one: the main loop
+ * never waits on SQLite. A request while a read runs is queued (one). */
+static void reload_async(EmRunsPage *self) {
+  if (self->reading) {
+    self->read_again = TRUE;
+    return;
+  }
+  self->reading = TRUE;
+  GTask *t = g_task_new(self, NULL, on_read_done, NULL);
+  g_task_set_task_data(t, g_strdup(em_app_state_get_registry_dir(self->state)), g_free);
+  g_task_run_in_thread(t, read_thread);
+  g_object_unref(t);
 }
 
 /* ---- actions ------------------------------------------------------------ */
@@ -349,7 +477,7 @@ static void action_reload(GtkWidget *w, const char *name, GVariant *p) {
   (void)p;
   EmRunsPage *self = EM_RUNS_PAGE(w);
   set_message(self, "");
-  em_runs_page_reload(self);
+  reload_async(self);
 }
 
 static EmComparePage *find_in(GtkWidget *w) {
@@ -490,7 +618,7 @@ static void action_delete(GtkWidget *w, const char *name, GVariant *p) {
  * is next shown (map): with thousands of runs a reload costs the main
  * thread a visible pause, not worth paying for a page nobody sees. */
 static void reload_when_shown(EmRunsPage *self) {
-  if (gtk_widget_get_mapped(GTK_WIDGET(self))) em_runs_page_reload(self);
+  if (gtk_widget_get_mapped(GTK_WIDGET(self))) reload_async(self);
   else self->stale = TRUE;
 }
 
@@ -525,7 +653,7 @@ static void on_registry_changed(EmAppState *st, gpointer data) {
 static void em_runs_page_map(GtkWidget *w) {
   GTK_WIDGET_CLASS(em_runs_page_parent_class)->map(w);
   EmRunsPage *self = EM_RUNS_PAGE(w);
-  if (self->stale) em_runs_page_reload(self);
+  if (self->stale) reload_async(self);
 }
 
 static void on_filter_changed(gpointer data) {
@@ -548,6 +676,7 @@ static void on_tag_activate(EmRunsPage *self) {
 
 static void em_runs_page_dispose(GObject *object) {
   EmRunsPage *self = EM_RUNS_PAGE(object);
+  self->disposed = TRUE;
   g_clear_handle_id(&self->refresh_id, g_source_remove);
   gtk_widget_dispose_template(GTK_WIDGET(self), EM_TYPE_RUNS_PAGE);
   g_clear_object(&self->selection);
@@ -556,7 +685,6 @@ static void em_runs_page_dispose(GObject *object) {
   g_clear_object(&self->state);
   g_clear_object(&self->probe_lo);
   g_clear_object(&self->probe_hi);
-  g_clear_pointer(&self->store, em_store_close);
   G_OBJECT_CLASS(em_runs_page_parent_class)->dispose(object);
 }
 

@@ -2,11 +2,17 @@
  * filterable table (text, status, model), multi-selection, delete (after a
  * confirmation), key=value tags, and Compare (two or more selected): it
  * hands the ids to the Compare page and switches to it ("win.page"
- * "compare"). Reads through its own read-only em_store on the main thread;
- * reloads on "registry-changed", at the end of a run, and every 2 s while
- * a run is training, but only while it is shown (mapped): a change seen
- * while it is hidden is read when it is next shown. Every run's tags come
- * from one query. Double-clicking a run (or Enter on it) opens it in a
+ * "compare"). Made, it reads the registry once (em_runs_page_reload, on
+ * the calling thread); after that it reloads on "registry-changed", at the
+ * end of a run, every 2 s while a run is training and on its Reload
+ * button, but only while it is shown (mapped): a change seen while it is
+ * hidden is read when it is next shown. Those reloads read on a worker
+ * thread with a read-only connection of its own, and the main thread only
+ * merges the result: a row whose run did not change is kept, so the
+ * selection, the sort and the scroll stay, and a reload while one run
+ * trains replaces one row. Every run's tags come from one query. Past a
+ * thousand runs the filter and sort models work incrementally (ten
+ * thousand rows never stall a frame; tests/bench/bench-runs-page). Double-clicking a run (or Enter on it) opens it in a
  * window of its own (em-run-view.h). */
 #pragma once
 
