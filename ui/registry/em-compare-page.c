@@ -160,6 +160,86 @@ static GPtrArray *sorted_keys(GHashTable *t) {
   return out;
 }
 
+/* Whether a key names the run itself rather than how it was set up (its
+ * folders, files and seed-free identity): never what a legend should say. */
+static gboolean label_worthy(const char *key) {
+  if (!strcmp(key, "model")) return TRUE;
+  if (!g_str_has_prefix(key, "config.")) return FALSE;
+  static const char *const noise[] = {"dir", "path", "save", "trace", "resume", "registry", "file"};
+  for (size_t i = 0; i < G_N_ELEMENTS(noise); i++)
+    if (strstr(key, noise[i])) return FALSE;
+  return TRUE;
+}
+
+/* How much a key is worth in a legend: the model, the learning rate, the
+ * batch size and the optimiser first, then the rest in name order. */
+static int key_rank(const char *key) {
+  static const char *const first[] = {"model", "lr", "batch_size", "kind", "name", "epochs"};
+  const char *leaf = strrchr(key, '.');
+  leaf = leaf ? leaf + 1 : key;
+  for (size_t i = 0; i < G_N_ELEMENTS(first); i++)
+    if (!strcmp(leaf, first[i])) return (int)i;
+  return (int)G_N_ELEMENTS(first);
+}
+
+static int cmp_keys_rank(gconstpointer a, gconstpointer b) {
+  const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+  int d = key_rank(x) - key_rank(y);
+  return d ? d : strcmp(x, y);
+}
+
+/* Names each run by what tells it apart from the others: up to three
+ * settings whose values differ ("run 3 · lr 0.002 · batch_size 64"); when
+ * none does, its model ("run 3 fmnist-cnn"). */
+static void label_runs(EmComparePage *self, GPtrArray *flats) {
+  GHashTable *keys = g_hash_table_new(g_str_hash, g_str_equal);
+  for (guint i = 0; i < flats->len; i++) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)flats->pdata[i], k, v)
+      if (label_worthy(k)) g_hash_table_add(keys, (gpointer)k);
+  }
+  GPtrArray *differ = g_ptr_array_new();
+  GHashTableIter it;
+  gpointer key;
+  g_hash_table_iter_init(&it, keys);
+  while (g_hash_table_iter_next(&it, &key, NULL)) {
+    char first[512] = "", buf[512];
+    gboolean d = FALSE;
+    for (guint i = 0; i < flats->len && !d; i++) {
+      em_json_leaf_text(json_object_get(flats->pdata[i], key), buf, sizeof buf);
+      if (i == 0) g_strlcpy(first, buf, sizeof first);
+      else d = strcmp(first, buf) != 0;
+    }
+    if (d) g_ptr_array_add(differ, key);
+  }
+  g_ptr_array_sort(differ, cmp_keys_rank);
+  for (guint i = 0; i < self->runs->len && i < flats->len; i++) {
+    CmpRun *c = &g_array_index(self->runs, CmpRun, i);
+    if (!differ->len) continue; /* the model label stays */
+    GString *s = g_string_new(NULL);
+    g_string_printf(s, "run %" G_GINT64_FORMAT, (gint64)c->id);
+    for (guint k = 0; k < differ->len && k < 3; k++) {
+      const char *full = differ->pdata[k];
+      char buf[512];
+      em_json_leaf_text(json_object_get(flats->pdata[i], full), buf, sizeof buf);
+      /* the leaf names it ("lr"), unless it is a generic one ("kind",
+       * "name", "type"): then its parent does ("optim adam") */
+      char **parts = g_strsplit(full, ".", -1);
+      guint np = g_strv_length(parts);
+      const char *leaf = np ? parts[np - 1] : full;
+      if (np >= 2 && (!strcmp(leaf, "kind") || !strcmp(leaf, "name") || !strcmp(leaf, "type")))
+        leaf = parts[np - 2];
+      g_string_append_printf(s, " · %s %s", leaf, *buf ? buf : "—");
+      g_strfreev(parts);
+    }
+    g_free(c->label);
+    c->label = g_string_free(s, FALSE);
+  }
+  g_ptr_array_unref(differ);
+  g_hash_table_unref(keys);
+}
+
 static void fill_differences(EmComparePage *self, GPtrArray *flats) {
   g_hash_table_remove_all(self->diff_values);
   GHashTable *keys = g_hash_table_new(g_str_hash, g_str_equal);
@@ -337,6 +417,7 @@ void em_compare_page_set_runs(EmComparePage *self, const gint64 *ids, int n) {
   gtk_label_set_text(self->title_label, self->runs->len ? title->str : "Compare: no runs");
   g_string_free(title, TRUE);
 
+  label_runs(self, flats);
   /* the table's columns: the key, then one per run */
   remove_diff_columns(self);
   add_diff_column(self, "Setting", -1);
@@ -511,4 +592,9 @@ const char *em_compare_page_get_chart_title(EmComparePage *self) {
 const char *em_compare_page_get_message(EmComparePage *self) {
   g_return_val_if_fail(EM_IS_COMPARE_PAGE(self), "");
   return self->message;
+}
+
+const char *em_compare_page_get_run_label(EmComparePage *self, guint i) {
+  g_return_val_if_fail(EM_IS_COMPARE_PAGE(self), NULL);
+  return i < self->runs->len ? g_array_index(self->runs, CmpRun, i).label : NULL;
 }

@@ -2,7 +2,9 @@
  * one metric overlaid (keys the runs share, chosen from a dropdown), the
  * settings, spec and final metrics that differ (flattened to dotted keys),
  * and accuracy against cost (parameters, FLOPs or step time), one labelled
- * point per run. */
+ * point per run. Runs are named by what tells them apart: up to three
+ * settings that differ ("run 3 · lr 0.002 · batch_size 64"), the model
+ * when none does. */
 #pragma once
 
 #include <gtk/gtk.h>
@@ -22,6 +24,8 @@ void em_compare_page_set_runs(EmComparePage *self, const gint64 *ids, int n);
  * for run index i, the differences (rows; key of row i), and the error
  * line ("" when none). */
 const char *em_compare_page_get_metric(EmComparePage *self);
+/* The name the legend, the table and the scatter give run index i. */
+const char *em_compare_page_get_run_label(EmComparePage *self, guint i);
 gboolean em_compare_page_set_metric(EmComparePage *self, const char *key);
 gint64 em_compare_page_get_n_points(EmComparePage *self, int run_index);
 guint em_compare_page_get_n_differences(EmComparePage *self);

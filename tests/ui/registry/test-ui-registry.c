@@ -183,6 +183,25 @@ static void test_compare(void) {
   gtk_window_destroy(win);
 }
 
+/* The legend names each run by what tells it apart (before: "run 1
+ * fmnist-mlp"): its model and learning rate here, not its seed or its
+ * checkpoint folder. */
+static void test_compare_legend(void) {
+  select_ids(1, 2);
+  g_assert_true(gtk_widget_activate_action(GTK_WIDGET(runs_page), "runs.compare", NULL));
+  for (guint i = 0; i < 2; i++) {
+    const char *label = em_compare_page_get_run_label(compare_page, i);
+    g_assert_nonnull(label);
+    g_assert_true(g_str_has_prefix(label, "run "));
+    g_assert_nonnull(strstr(label, " · model fmnist-"));
+    g_assert_nonnull(strstr(label, " · lr 0."));
+    g_assert_null(strstr(label, "seed"));
+    g_assert_null(strstr(label, "dir"));
+  }
+  g_assert_cmpstr(em_compare_page_get_run_label(compare_page, 0), !=,
+                  em_compare_page_get_run_label(compare_page, 1));
+}
+
 /* The version alias points at in the registry (0: none). */
 static int alias_version(const char *model, const char *alias) {
   em_error err = {0};
@@ -341,6 +360,7 @@ int main(int argc, char **argv) {
   state = em_app_state_new(home);
   g_test_add_func("/registry/runs-page", test_runs_page);
   g_test_add_func("/registry/compare-page", test_compare);
+  g_test_add_func("/registry/compare-legend", test_compare_legend);
   g_test_add_func("/registry/registry-page", test_registry_page);
   g_test_add_func("/registry/delete", test_delete);
   g_test_add_func("/registry/live-refresh", test_live_refresh);
