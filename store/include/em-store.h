@@ -244,6 +244,24 @@ typedef struct {
 em_status em_store_run_tags_all(em_store *s, em_run_tag **out, int *n, em_error *err);
 void em_run_tags_free(em_run_tag *t, int n);
 
+/* Any setting or metric as a column of a runs table (run-columns.c): one
+ * value per run, newest first, from one query. column is
+ * "config.<dotted setting>" (the recorded config: "config.optim.lr") or
+ * "metrics.<key>" (the key's last value). text is what a table shows (""
+ * when the run has none); number is its value, NAN when not a number. */
+typedef struct {
+  int64_t run;
+  char *text;
+  double number;
+} em_run_value;
+em_status em_store_run_values(em_store *s, const char *column, em_run_value **out, int *n,
+                              em_error *err);
+void em_run_values_free(em_run_value *v, int n);
+/* The columns there are to add: every setting of the newest 50 runs'
+ * configs and every metric key recorded, sorted, NULL-terminated
+ * (g_strfreev). */
+em_status em_store_run_columns(em_store *s, char ***keys, int *n, em_error *err);
+
 /* ---- metrics ----------------------------------------------------------- */
 
 /* The keys em_run's final_* values are read from (the last step of each). */

@@ -5,10 +5,22 @@
 #include <string.h>
 #include <time.h>
 
+typedef struct {
+  char *text;
+  double number;
+} extra_value;
+
+static void extra_value_free(gpointer p) {
+  extra_value *v = p;
+  g_free(v->text);
+  g_free(v);
+}
+
 struct _EmRunRow {
   GObject parent_instance;
   em_run run;
   char *tags;
+  GHashTable *extra; /* column ("config.optim.lr") -> extra_value, or NULL */
 };
 
 G_DEFINE_FINAL_TYPE(EmRunRow, em_run_row, G_TYPE_OBJECT)
@@ -22,6 +34,7 @@ static void em_run_row_finalize(GObject *object) {
   g_free(self->run.engine_version);
   g_free(self->run.message);
   g_free(self->tags);
+  if (self->extra) g_hash_table_unref(self->extra);
   G_OBJECT_CLASS(em_run_row_parent_class)->finalize(object);
 }
 
@@ -49,6 +62,39 @@ EmRunRow *em_run_row_new(const em_run *r) {
 }
 
 static gboolean same_double(double a, double b) { return a == b || (isnan(a) && isnan(b)); }
+
+void em_run_row_set_extra(EmRunRow *self, const char *column, const char *text, double number) {
+  if (!self->extra)
+    self->extra = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, extra_value_free);
+  extra_value *v = g_new(extra_value, 1);
+  v->text = g_strdup(text ? text : "");
+  v->number = number;
+  g_hash_table_insert(self->extra, g_strdup(column), v);
+}
+
+const char *em_run_row_get_extra(EmRunRow *self, const char *column, double *number) {
+  extra_value *v = self->extra ? g_hash_table_lookup(self->extra, column) : NULL;
+  if (number) *number = v ? v->number : NAN;
+  return v ? v->text : "";
+}
+
+static gboolean same_extra(EmRunRow *a, EmRunRow *b) {
+  guint na = a->extra ? g_hash_table_size(a->extra) : 0, nb = b->extra ? g_hash_table_size(b->extra) : 0;
+  if (na != nb) return FALSE;
+  if (!na) return TRUE;
+  GHashTableIter it;
+  gpointer k, v;
+  g_hash_table_iter_init(&it, a->extra);
+  while (g_hash_table_iter_next(&it, &k, &v)) {
+    extra_value *w = g_hash_table_lookup(b->extra, k), *x = v;
+    if (!w || g_strcmp0(w->text, x->text) || !same_double(w->number, x->number)) return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean em_run_row_equal(EmRunRow *self, EmRunRow *other) {
+  return em_run_row_same(self, &other->run, other->tags) && same_extra(self, other);
+}
 
 gboolean em_run_row_same(EmRunRow *self, const em_run *r, const char *tags) {
   const em_run *o = &self->run;
@@ -106,6 +152,8 @@ void em_run_row_format(EmRunRow *self, const char *column, char *buf, size_t cap
     em_run_row_format_metric(r->final_test_loss, FALSE, buf, cap);
   } else if (strcmp(column, "tags") == 0) {
     g_snprintf(buf, cap, "%s", self->tags);
+  } else {
+    g_snprintf(buf, cap, "%s", em_run_row_get_extra(self, column, NULL));
   }
 }
 

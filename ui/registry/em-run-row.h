@@ -17,10 +17,17 @@ EmRunRow *em_run_row_new(const em_run *r);
 const em_run *em_run_row_get(EmRunRow *self);
 /* Whether the row shows what r and tags would (a reload keeps the row). */
 gboolean em_run_row_same(EmRunRow *self, const em_run *r, const char *tags);
+/* Whether two rows show the same (extra columns included). */
+gboolean em_run_row_equal(EmRunRow *self, EmRunRow *other);
+/* A column the table added (a setting or a metric, em_store_run_values):
+ * its text ("" when the run has none) and number (NAN when not one). */
+void em_run_row_set_extra(EmRunRow *self, const char *column, const char *text, double number);
+const char *em_run_row_get_extra(EmRunRow *self, const char *column, double *number);
 /* Tags as "k=v, k2=v2" ("" when none), set by the page that reads them. */
 const char *em_run_row_get_tags(EmRunRow *self);
 void em_run_row_set_tags(EmRunRow *self, const char *tags);
-/* "2026-11-29 21:50", "1m 12s", "51.67%", "1.3226" (or "" when absent). */
+/* "2026-11-29 21:50", "1m 12s", "51.67%", "1.3226" (or "" when absent);
+ * an added column's text. */
 void em_run_row_format(EmRunRow *self, const char *column, char *buf, size_t cap);
 /* A final metric for a table: "" when absent (NaN), "inf" / "-inf"
  * (never "inf%"), 4 significant digits in exponent form when the fixed

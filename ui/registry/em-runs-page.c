@@ -20,6 +20,12 @@ struct _EmRunsPage {
 
   EmAppState *state;
   gboolean reading, read_again, disposed; /* the worker's read (reload_async) */
+  GPtrArray *extra_keys;      /* char *: the added columns ("config.optim.lr"), in order */
+  char **column_keys;         /* what the Columns menu offers (from the last read) */
+  GtkMenuButton *columns_button;
+  GtkListBox *columns_list;
+  GPtrArray *retired_keys;    /* removed columns' keys (their factories may still hold them) */
+  gboolean syncing_checks;
   GListStore *rows;           /* EmRunRow */
   GtkCustomFilter *filter;
   GtkFilterListModel *filtered;
@@ -61,7 +67,8 @@ static void cell_setup(GtkSignalListItemFactory *f, GtkListItem *item, gpointer 
   (void)f;
   GtkWidget *label = gtk_label_new(NULL);
   gboolean right = strcmp(key, "id") == 0 || strcmp(key, "steps") == 0 ||
-                   strcmp(key, "accuracy") == 0 || strcmp(key, "loss") == 0;
+                   strcmp(key, "accuracy") == 0 || strcmp(key, "loss") == 0 ||
+                   g_str_has_prefix(key, "metrics.");
   gtk_label_set_xalign(GTK_LABEL(label), right ? 1.0f : 0.0f);
   gtk_label_set_ellipsize(GTK_LABEL(label), PANGO_ELLIPSIZE_END);
   gtk_list_item_set_child(item, label);
@@ -120,7 +127,18 @@ static int compare_rows(gconstpointer a, gconstpointer b, gpointer data) {
     int c = g_utf8_collate(s, t);
     return c < 0 ? GTK_ORDERING_SMALLER : c > 0 ? GTK_ORDERING_LARGER : GTK_ORDERING_EQUAL;
   }
-  return GTK_ORDERING_EQUAL;
+  /* an added column: by number when both are numbers (a run without one
+   * last, either way), else by text */
+  double u, v;
+  const char *s = em_run_row_get_extra(ra, key, &u), *t = em_run_row_get_extra(rb, key, &v);
+  if (!isnan(u) && !isnan(v)) return u < v ? GTK_ORDERING_SMALLER : u > v ? GTK_ORDERING_LARGER : GTK_ORDERING_EQUAL;
+  if (!*s || !*t) {
+    if (!*s && !*t) return GTK_ORDERING_EQUAL;
+    int last = !*s ? GTK_ORDERING_LARGER : GTK_ORDERING_SMALLER;
+    return cs->self->descending ? -last : last;
+  }
+  int c = g_utf8_collate(s, t);
+  return c < 0 ? GTK_ORDERING_SMALLER : c > 0 ? GTK_ORDERING_LARGER : GTK_ORDERING_EQUAL;
 }
 
 static void add_columns(EmRunsPage *self) {
@@ -143,6 +161,144 @@ static void add_columns(EmRunsPage *self) {
   }
   /* newest first */
   gtk_column_view_sort_by_column(self->column_view, id_col, GTK_SORT_DESCENDING);
+}
+
+/* ---- added columns: any setting or metric ---------------------------------- */
+
+/* "config.optim.lr" -> "optim.lr"; "metrics.loss" -> "loss (last)". */
+static char *column_title(const char *key) {
+  if (g_str_has_prefix(key, "config.")) return g_strdup(key + 7);
+  if (g_str_has_prefix(key, "metrics.")) return g_strdup_printf("%s (last)", key + 8);
+  return g_strdup(key);
+}
+
+static GtkColumnViewColumn *find_added(EmRunsPage *self, const char *key) {
+  GListModel *cols = gtk_column_view_get_columns(self->column_view);
+  for (guint i = 0; i < g_list_model_get_n_items(cols); i++) {
+    GtkColumnViewColumn *c = g_list_model_get_item(cols, i);
+    g_object_unref(c);
+    if (!g_strcmp0(g_object_get_data(G_OBJECT(c), "em-key"), key)) return c;
+  }
+  return NULL;
+}
+
+static void sync_column_checks(EmRunsPage *self);
+
+gboolean em_runs_page_add_column(EmRunsPage *self, const char *key) {
+  g_return_val_if_fail(EM_IS_RUNS_PAGE(self), FALSE);
+  if (!key || (!g_str_has_prefix(key, "config.") && !g_str_has_prefix(key, "metrics.")))
+    return FALSE;
+  if (find_added(self, key)) return TRUE;
+  char *owned = g_strdup(key);
+  g_ptr_array_add(self->extra_keys, owned);
+  GtkListItemFactory *f = gtk_signal_list_item_factory_new();
+  g_signal_connect(f, "setup", G_CALLBACK(cell_setup), owned);
+  g_signal_connect(f, "bind", G_CALLBACK(cell_bind), owned);
+  char *title = column_title(key);
+  GtkColumnViewColumn *col = gtk_column_view_column_new(title, f);
+  g_free(title);
+  g_object_set_data_full(G_OBJECT(col), "em-key", g_strdup(key), g_free);
+  column_sort *cs = g_new(column_sort, 1);
+  *cs = (column_sort){self, owned};
+  GtkCustomSorter *sorter = gtk_custom_sorter_new(compare_rows, cs, g_free);
+  gtk_column_view_column_set_sorter(col, GTK_SORTER(sorter));
+  g_object_unref(sorter);
+  gtk_column_view_column_set_resizable(col, TRUE);
+  /* before the tags, which expand */
+  GListModel *cols = gtk_column_view_get_columns(self->column_view);
+  gtk_column_view_insert_column(self->column_view, g_list_model_get_n_items(cols) - 1, col);
+  g_object_unref(col);
+  sync_column_checks(self);
+  em_runs_page_reload(self); /* its values */
+  return TRUE;
+}
+
+void em_runs_page_remove_column(EmRunsPage *self, const char *key) {
+  g_return_if_fail(EM_IS_RUNS_PAGE(self));
+  GtkColumnViewColumn *col = find_added(self, key);
+  if (!col) return;
+  gtk_column_view_remove_column(self->column_view, col);
+  for (guint i = 0; i < self->extra_keys->len; i++)
+    if (!strcmp(self->extra_keys->pdata[i], key)) {
+      /* the factory and sorter may still hold the string: keep it alive
+       * until the page goes (a few bytes) */
+      g_ptr_array_add(self->retired_keys, g_ptr_array_steal_index(self->extra_keys, i));
+      break;
+    }
+  sync_column_checks(self);
+}
+
+char *em_runs_page_get_cell(EmRunsPage *self, guint shown, const char *column) {
+  g_return_val_if_fail(EM_IS_RUNS_PAGE(self), NULL);
+  EmRunRow *row = g_list_model_get_item(G_LIST_MODEL(self->selection), shown);
+  if (!row) return NULL;
+  char buf[512];
+  em_run_row_format(row, column, buf, sizeof buf);
+  g_object_unref(row);
+  return g_strdup(buf);
+}
+
+static void on_column_toggled(GtkCheckButton *b, GParamSpec *ps, EmRunsPage *self) {
+  (void)ps;
+  if (self->syncing_checks) return;
+  const char *key = g_object_get_data(G_OBJECT(b), "em-key");
+  if (gtk_check_button_get_active(b)) em_runs_page_add_column(self, key);
+  else em_runs_page_remove_column(self, key);
+}
+
+/* The menu's check buttons: one per column there is to add, ticked when
+ * shown. */
+static void fill_column_menu(EmRunsPage *self) {
+  GtkWidget *c;
+  while ((c = gtk_widget_get_first_child(GTK_WIDGET(self->columns_list))))
+    gtk_list_box_remove(self->columns_list, c);
+  for (int i = 0; self->column_keys && self->column_keys[i]; i++) {
+    const char *key = self->column_keys[i];
+    GtkWidget *b = gtk_check_button_new_with_label(key);
+    char *name = g_strdup_printf("column-%s", key);
+    gtk_widget_set_name(b, name);
+    g_free(name);
+    g_object_set_data_full(G_OBJECT(b), "em-key", g_strdup(key), g_free);
+    g_signal_connect_object(b, "notify::active", G_CALLBACK(on_column_toggled), self, 0);
+    gtk_list_box_append(self->columns_list, b);
+  }
+  sync_column_checks(self);
+}
+
+static void sync_column_checks(EmRunsPage *self) {
+  self->syncing_checks = TRUE;
+  for (GtkWidget *row = gtk_widget_get_first_child(GTK_WIDGET(self->columns_list)); row;
+       row = gtk_widget_get_next_sibling(row)) {
+    GtkWidget *b = gtk_list_box_row_get_child(GTK_LIST_BOX_ROW(row));
+    if (GTK_IS_CHECK_BUTTON(b))
+      gtk_check_button_set_active(GTK_CHECK_BUTTON(b),
+                                  find_added(self, g_object_get_data(G_OBJECT(b), "em-key")) != NULL);
+  }
+  self->syncing_checks = FALSE;
+}
+
+static void build_column_menu(EmRunsPage *self) {
+  GtkWidget *box = gtk_box_new(GTK_ORIENTATION_VERTICAL, 6);
+  GtkWidget *hint = gtk_label_new("Show a setting or a metric as a column");
+  gtk_widget_add_css_class(hint, "dim-label");
+  gtk_box_append(GTK_BOX(box), hint);
+  self->columns_list = GTK_LIST_BOX(gtk_list_box_new());
+  gtk_list_box_set_selection_mode(self->columns_list, GTK_SELECTION_NONE);
+  GtkWidget *sw = gtk_scrolled_window_new();
+  gtk_scrolled_window_set_policy(GTK_SCROLLED_WINDOW(sw), GTK_POLICY_NEVER, GTK_POLICY_AUTOMATIC);
+  gtk_scrolled_window_set_max_content_height(GTK_SCROLLED_WINDOW(sw), 420);
+  gtk_scrolled_window_set_propagate_natural_height(GTK_SCROLLED_WINDOW(sw), TRUE);
+  gtk_scrolled_window_set_child(GTK_SCROLLED_WINDOW(sw), GTK_WIDGET(self->columns_list));
+  gtk_box_append(GTK_BOX(box), sw);
+  GtkWidget *pop = gtk_popover_new();
+  gtk_popover_set_child(GTK_POPOVER(pop), box);
+  self->columns_button = GTK_MENU_BUTTON(gtk_menu_button_new());
+  gtk_menu_button_set_label(self->columns_button, "Columns");
+  gtk_widget_set_tooltip_text(GTK_WIDGET(self->columns_button), "Add a setting or a metric as a column");
+  gtk_widget_set_name(GTK_WIDGET(self->columns_button), "runs-columns");
+  gtk_menu_button_set_popover(self->columns_button, pop);
+  gtk_box_append(GTK_BOX(gtk_widget_get_parent(GTK_WIDGET(self->filter_entry))),
+                 GTK_WIDGET(self->columns_button));
 }
 
 /* GTK 4.8 does not say which way a column view sorts: its sorter is
@@ -271,6 +427,10 @@ typedef struct {
   em_run *runs;       /* newest first */
   int n;
   GHashTable *tags;   /* run id -> "k=v, ..." */
+  char **extra_keys;  /* the added columns asked for (NULL-terminated) */
+  GPtrArray *extra;   /* per extra key: em_run_value *, n_extra[k] of them, newest first */
+  int *n_extra;
+  char **columns;     /* what there is to add */
   char *error;        /* NULL, or why there is nothing to show */
 } runs_read;
 
@@ -279,12 +439,19 @@ static void runs_read_free(gpointer data) {
   if (!r) return;
   em_runs_free(r->runs, r->n);
   if (r->tags) g_hash_table_unref(r->tags);
+  for (guint k = 0; r->extra && k < r->extra->len; k++)
+    em_run_values_free(r->extra->pdata[k], r->n_extra[k]);
+  if (r->extra) g_ptr_array_unref(r->extra);
+  g_free(r->n_extra);
+  g_strfreev(r->extra_keys);
+  g_strfreev(r->columns);
   g_free(r->error);
   g_free(r);
 }
 
-static runs_read *read_registry(const char *dir) {
+static runs_read *read_registry(const char *dir, char **extra_keys) {
   runs_read *r = g_new0(runs_read, 1);
+  r->extra_keys = extra_keys; /* taken */
   em_error err = {0};
   em_store *s = em_store_open(dir, true, &err);
   em_run_filter f = {.any_status = true};
@@ -294,6 +461,17 @@ static runs_read *read_registry(const char *dir) {
     r->error = g_strdup(err.msg);
   } else {
     r->tags = tags_by_run(s);
+    guint nk = r->extra_keys ? g_strv_length(r->extra_keys) : 0;
+    r->extra = g_ptr_array_new();
+    r->n_extra = g_new0(int, nk + 1);
+    for (guint k = 0; k < nk; k++) {
+      em_run_value *v = NULL;
+      if (em_store_run_values(s, r->extra_keys[k], &v, &r->n_extra[k], &err) != EM_OK)
+        r->n_extra[k] = 0; /* a column that reads nothing stays blank */
+      g_ptr_array_add(r->extra, v);
+    }
+    int nc = 0;
+    if (em_store_run_columns(s, &r->columns, &nc, &err) != EM_OK) r->columns = NULL;
   }
   em_store_close(s);
   return r;
@@ -336,15 +514,32 @@ static void update_models(EmRunsPage *self, em_run *runs, int n) {
  * the selection, sort and scroll stay), new runs are inserted, gone ones
  * removed. Both lists are newest first. Past a few hundred changes one
  * splice replaces everything. */
+/* The row of run i of the read, with its tags and added columns (the
+ * extra values are newest first too: a cursor per column walks them). */
+static EmRunRow *make_row(runs_read *r, int i, int *cursor) {
+  EmRunRow *row = em_run_row_new(&r->runs[i]);
+  gint64 id = r->runs[i].id;
+  em_run_row_set_tags(row, g_hash_table_lookup(r->tags, &id));
+  for (guint k = 0; r->extra && k < r->extra->len; k++) {
+    em_run_value *v = r->extra->pdata[k];
+    while (cursor[k] < r->n_extra[k] && v[cursor[k]].run > id) cursor[k]++;
+    if (cursor[k] < r->n_extra[k] && v[cursor[k]].run == id)
+      em_run_row_set_extra(row, r->extra_keys[k], v[cursor[k]].text, v[cursor[k]].number);
+    else
+      em_run_row_set_extra(row, r->extra_keys[k], "", NAN);
+  }
+  return row;
+}
+
 /* One merge of the rows (newest first) with the read (newest first):
  * with dry, only counts the rows it would insert, replace or remove. */
 static int merge_rows(EmRunsPage *self, runs_read *r, gboolean dry) {
   GListModel *m = G_LIST_MODEL(self->rows);
   guint j = 0, have = g_list_model_get_n_items(m);
   int ops = 0;
+  int *cursor = g_new0(int, (r->extra ? r->extra->len : 0) + 1);
   for (int i = 0; i < r->n;) {
     gint64 id = r->runs[i].id;
-    const char *tags = g_hash_table_lookup(r->tags, &id);
     EmRunRow *old = j < have ? g_list_model_get_item(m, j) : NULL;
     gint64 oid = old ? em_run_row_get(old)->id : -1;
     if (old && oid > id) { /* gone from the registry */
@@ -352,21 +547,17 @@ static int merge_rows(EmRunsPage *self, runs_read *r, gboolean dry) {
       if (dry) j++;
       else g_list_store_remove(self->rows, j), have--;
     } else if (old && oid == id) {
-      if (!em_run_row_same(old, &r->runs[i], tags)) {
+      EmRunRow *row = make_row(r, i, cursor);
+      if (!em_run_row_equal(old, row)) {
         ops++;
-        if (!dry) {
-          EmRunRow *row = em_run_row_new(&r->runs[i]);
-          em_run_row_set_tags(row, tags);
-          g_list_store_splice(self->rows, j, 1, (gpointer *)&row, 1);
-          g_object_unref(row);
-        }
+        if (!dry) g_list_store_splice(self->rows, j, 1, (gpointer *)&row, 1);
       }
+      g_object_unref(row);
       i++, j++;
     } else { /* new */
       ops++;
       if (!dry) {
-        EmRunRow *row = em_run_row_new(&r->runs[i]);
-        em_run_row_set_tags(row, tags);
+        EmRunRow *row = make_row(r, i, cursor);
         g_list_store_insert(self->rows, j, row);
         g_object_unref(row);
         have++, j++;
@@ -375,6 +566,7 @@ static int merge_rows(EmRunsPage *self, runs_read *r, gboolean dry) {
     }
     g_clear_object(&old);
   }
+  g_free(cursor);
   if (have > j) {
     ops += (int)(have - j);
     if (!dry) g_list_store_splice(self->rows, j, have - j, NULL, 0);
@@ -393,12 +585,9 @@ static void apply_rows(EmRunsPage *self, runs_read *r) {
     return;
   }
   GPtrArray *items = g_ptr_array_new_with_free_func(g_object_unref);
-  for (int i = 0; i < r->n; i++) {
-    EmRunRow *row = em_run_row_new(&r->runs[i]);
-    gint64 id = r->runs[i].id;
-    em_run_row_set_tags(row, g_hash_table_lookup(r->tags, &id));
-    g_ptr_array_add(items, row);
-  }
+  int *cursor = g_new0(int, (r->extra ? r->extra->len : 0) + 1);
+  for (int i = 0; i < r->n; i++) g_ptr_array_add(items, make_row(r, i, cursor));
+  g_free(cursor);
   g_list_store_splice(self->rows, 0, have, items->pdata, items->len);
   g_ptr_array_unref(items);
 }
@@ -422,23 +611,53 @@ static void apply_read(EmRunsPage *self, runs_read *r) {
   gtk_sort_list_model_set_incremental(self->sorted, many);
   gtk_filter_list_model_set_incremental(self->filtered, many);
   apply_rows(self, r);
+  if (r->columns && (!self->column_keys ||
+                     !g_strv_equal((const char *const *)r->columns,
+                                   (const char *const *)self->column_keys))) {
+    g_strfreev(self->column_keys);
+    self->column_keys = r->columns;
+    r->columns = NULL;
+    fill_column_menu(self);
+  }
   if (nsel) em_runs_page_select_ids(self, sel, nsel);
   g_free(sel);
   if (*self->message && g_str_has_prefix(self->message, "No runs to show")) set_message(self, "");
   update_counts(self);
 }
 
+/* The added columns, for a read (g_strfreev). */
+static char **extra_keys_copy(EmRunsPage *self) {
+  char **k = g_new0(char *, self->extra_keys->len + 1);
+  for (guint i = 0; i < self->extra_keys->len; i++) k[i] = g_strdup(self->extra_keys->pdata[i]);
+  return k;
+}
+
 void em_runs_page_reload(EmRunsPage *self) {
   g_return_if_fail(EM_IS_RUNS_PAGE(self));
-  runs_read *r = read_registry(em_app_state_get_registry_dir(self->state));
+  runs_read *r = read_registry(em_app_state_get_registry_dir(self->state), extra_keys_copy(self));
   apply_read(self, r);
   runs_read_free(r);
+}
+
+typedef struct {
+  char *dir;
+  char **extra_keys;
+} read_request;
+
+static void read_request_free(gpointer p) {
+  read_request *q = p;
+  g_free(q->dir);
+  g_strfreev(q->extra_keys);
+  g_free(q);
 }
 
 static void read_thread(GTask *task, gpointer source, gpointer data, GCancellable *cancel) {
   (void)source;
   (void)cancel;
-  g_task_return_pointer(task, read_registry(data), runs_read_free);
+  read_request *q = data;
+  char **keys = q->extra_keys;
+  q->extra_keys = NULL; /* the read takes them */
+  g_task_return_pointer(task, read_registry(q->dir, keys), runs_read_free);
 }
 
 static void reload_async(EmRunsPage *self);
@@ -465,7 +684,10 @@ static void reload_async(EmRunsPage *self) {
   }
   self->reading = TRUE;
   GTask *t = g_task_new(self, NULL, on_read_done, NULL);
-  g_task_set_task_data(t, g_strdup(em_app_state_get_registry_dir(self->state)), g_free);
+  read_request *q = g_new0(read_request, 1);
+  q->dir = g_strdup(em_app_state_get_registry_dir(self->state));
+  q->extra_keys = extra_keys_copy(self);
+  g_task_set_task_data(t, q, read_request_free);
   g_task_run_in_thread(t, read_thread);
   g_object_unref(t);
 }
@@ -692,6 +914,9 @@ static void em_runs_page_finalize(GObject *object) {
   EmRunsPage *self = EM_RUNS_PAGE(object);
   g_weak_ref_clear(&self->compare);
   g_free(self->message);
+  g_ptr_array_unref(self->extra_keys);
+  g_ptr_array_unref(self->retired_keys);
+  g_strfreev(self->column_keys);
   G_OBJECT_CLASS(em_runs_page_parent_class)->finalize(object);
 }
 
@@ -736,6 +961,8 @@ static void on_row_activate(GtkColumnView *view, guint pos, EmRunsPage *self) {
 static void em_runs_page_init(EmRunsPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
   self->message = g_strdup("");
+  self->extra_keys = g_ptr_array_new_with_free_func(g_free);
+  self->retired_keys = g_ptr_array_new_with_free_func(g_free);
   g_weak_ref_init(&self->compare, NULL);
   self->rows = g_list_store_new(EM_TYPE_RUN_ROW);
   self->filter = gtk_custom_filter_new(filter_row, self, NULL);
@@ -749,6 +976,7 @@ static void em_runs_page_init(EmRunsPage *self) {
   self->selection = gtk_multi_selection_new(G_LIST_MODEL(self->sorted));
   gtk_column_view_set_model(self->column_view, GTK_SELECTION_MODEL(self->selection));
   add_columns(self);
+  build_column_menu(self);
   const char *any[] = {"Any model", NULL};
   self->models = gtk_string_list_new(any);
   gtk_drop_down_set_model(self->model_dropdown, G_LIST_MODEL(self->models));

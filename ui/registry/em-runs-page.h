@@ -29,6 +29,15 @@ G_DECLARE_FINAL_TYPE(EmRunsPage, em_runs_page, EM, RUNS_PAGE, GtkBox)
 GtkWidget *em_runs_page_new(EmAppState *state);
 /* The Compare page the "Compare" button fills (the shell wires it). */
 void em_runs_page_set_compare_page(EmRunsPage *self, EmComparePage *compare);
+/* Shows a setting or a metric as a column ("config.optim.lr",
+ * "metrics.loss": em_store_run_values), sortable like the others, before
+ * Tags; FALSE for a key of neither kind. The Columns menu lists what the
+ * registry has. Removing drops it again. */
+gboolean em_runs_page_add_column(EmRunsPage *self, const char *key);
+void em_runs_page_remove_column(EmRunsPage *self, const char *key);
+/* The text of column (a built-in's key or an added one's) in shown row
+ * `shown` (g_free; NULL past the end). */
+char *em_runs_page_get_cell(EmRunsPage *self, guint shown, const char *column);
 /* Opens run id in a window of its own (em_run_view_present). */
 GtkWindow *em_runs_page_open_run(EmRunsPage *self, gint64 id);
 /* Reads the registry again now. */

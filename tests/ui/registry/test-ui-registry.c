@@ -183,6 +183,55 @@ static void test_compare(void) {
   gtk_window_destroy(win);
 }
 
+/* Any setting or metric as a column (before: the table could not show lr
+ * or batch size): the Columns menu offers them, a column shows each run's
+ * value, sorts by number, and goes again. */
+static void test_added_columns(void) {
+  GtkWidget *page = GTK_WIDGET(runs_page);
+  GtkColumnView *view = GTK_COLUMN_VIEW(ui_test_find(page, GTK_TYPE_COLUMN_VIEW, 0));
+  guint before = g_list_model_get_n_items(gtk_column_view_get_columns(view));
+  g_assert_nonnull(ui_test_find_named(page, "column-config.optim.lr")); /* in the menu */
+  g_assert_nonnull(ui_test_find_named(page, "column-metrics.loss"));
+  g_assert_true(em_runs_page_add_column(runs_page, "config.optim.lr"));
+  g_assert_true(em_runs_page_add_column(runs_page, "metrics.loss"));
+  g_assert_false(em_runs_page_add_column(runs_page, "optim.lr")); /* neither kind */
+  g_assert_cmpuint(g_list_model_get_n_items(gtk_column_view_get_columns(view)), ==, before + 2);
+  GtkCheckButton *check = GTK_CHECK_BUTTON(ui_test_find_named(page, "column-config.optim.lr"));
+  g_assert_true(gtk_check_button_get_active(check)); /* the menu follows */
+  for (guint i = 0; i < em_runs_page_get_n_shown(runs_page); i++) {
+    gint64 id = em_runs_page_get_shown_id(runs_page, i);
+    char *lr = em_runs_page_get_cell(runs_page, i, "config.optim.lr");
+    char *loss = em_runs_page_get_cell(runs_page, i, "metrics.loss");
+    g_assert_cmpstr(lr, ==, id == 1 ? "0.1" : "0.002"); /* as trained (main) */
+    g_assert_true(g_ascii_strtod(loss, NULL) > 0);
+    g_free(lr);
+    g_free(loss);
+  }
+  /* sorted by it, ascending: 0.002 first */
+  GtkColumnViewColumn *lr_col = NULL;
+  GListModel *cols = gtk_column_view_get_columns(view);
+  for (guint i = 0; i < g_list_model_get_n_items(cols); i++) {
+    GtkColumnViewColumn *c = g_list_model_get_item(cols, i);
+    if (!g_strcmp0(gtk_column_view_column_get_title(c), "optim.lr")) lr_col = c;
+    g_object_unref(c);
+  }
+  g_assert_nonnull(lr_col);
+  gtk_column_view_sort_by_column(view, lr_col, GTK_SORT_ASCENDING);
+  ui_test_spin(50);
+  char *first = em_runs_page_get_cell(runs_page, 0, "config.optim.lr");
+  g_assert_cmpstr(first, ==, "0.002");
+  g_free(first);
+  char *png = ui_test_screenshot(page, "runs-columns");
+  g_free(png);
+  em_runs_page_remove_column(runs_page, "config.optim.lr");
+  em_runs_page_remove_column(runs_page, "metrics.loss");
+  g_assert_cmpuint(g_list_model_get_n_items(gtk_column_view_get_columns(view)), ==, before);
+  g_assert_false(gtk_check_button_get_active(check));
+  GtkColumnViewColumn *id_col = g_list_model_get_item(cols, 0);
+  gtk_column_view_sort_by_column(view, id_col, GTK_SORT_DESCENDING);
+  g_object_unref(id_col);
+}
+
 /* The legend names each run by what tells it apart (before: "run 1
  * fmnist-mlp"): its model and learning rate here, not its seed or its
  * checkpoint folder. */
@@ -361,6 +410,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/registry/runs-page", test_runs_page);
   g_test_add_func("/registry/compare-page", test_compare);
   g_test_add_func("/registry/compare-legend", test_compare_legend);
+  g_test_add_func("/registry/added-columns", test_added_columns);
   g_test_add_func("/registry/registry-page", test_registry_page);
   g_test_add_func("/registry/delete", test_delete);
   g_test_add_func("/registry/live-refresh", test_live_refresh);
