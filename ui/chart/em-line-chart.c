@@ -15,6 +15,7 @@ typedef struct {
   char *name;
   GdkRGBA color;
   em_series *s;
+  gboolean dashed; /* drawn over what it may coincide with (a peak over its reserve) */
 } EmChartSeries;
 
 struct _EmLineChart {
@@ -69,6 +70,12 @@ typedef struct {
   double x, y, w, h; /* the plot area, widget pixels */
   double vx0, vx1, vy0, vy1;
 } Frame;
+
+/* A dashed line (6 on, 4 off), or solid again. */
+static void set_dash(cairo_t *cr, gboolean dashed) {
+  static const double d[2] = {6, 4};
+  cairo_set_dash(cr, d, dashed ? 2 : 0, 0);
+}
 
 static double axis_y(const EmLineChart *self, double v) {
   if (!self->log_y) return v;
@@ -419,9 +426,11 @@ static void draw_legend(EmLineChart *self, cairo_t *cr, const Frame *f, const Gd
       text_size(self, cs->name, &w, &h);
       set_rgba(cr, &cs->color, 1);
       cairo_set_line_width(cr, 3);
+      set_dash(cr, cs->dashed);
       cairo_move_to(cr, hx, hy + lh / 2.0);
       cairo_line_to(cr, hx + 20, hy + lh / 2.0);
       cairo_stroke(cr);
+      set_dash(cr, FALSE);
       set_rgba(cr, fg, 0.9);
       draw_text(self, cr, cs->name, hx + 26, hy, 0, 0, FALSE);
       hx += 26 + w + 16;
@@ -436,9 +445,11 @@ static void draw_legend(EmLineChart *self, cairo_t *cr, const Frame *f, const Gd
     EmChartSeries *cs = g_ptr_array_index(self->series, i);
     set_rgba(cr, &cs->color, 1);
     cairo_set_line_width(cr, 3);
+    set_dash(cr, cs->dashed);
     cairo_move_to(cr, x, y + lh * (i + 0.5));
     cairo_line_to(cr, x + 20, y + lh * (i + 0.5));
     cairo_stroke(cr);
+    set_dash(cr, FALSE);
     set_rgba(cr, fg, 0.9);
     draw_text(self, cr, cs->name, x + 26, y + lh * i, 0, 0, FALSE);
   }
@@ -513,6 +524,7 @@ static GskRenderNode *render_static(EmLineChart *self, int w, int h) {
   cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
   for (guint i = 0; i < self->series->len; i++) {
     EmChartSeries *cs = g_ptr_array_index(self->series, i);
+    set_dash(cr, cs->dashed);
     if (self->alpha > 0) {
       cairo_set_line_width(cr, 1);
       set_rgba(cr, &cs->color, 0.3);
@@ -525,6 +537,7 @@ static GskRenderNode *render_static(EmLineChart *self, int w, int h) {
       set_rgba(cr, &cs->color, 1);
       draw_curve(self, cr, &f, cs->s, EM_CURVE_RAW);
     }
+    set_dash(cr, FALSE);
   }
   draw_nonfinite(self, cr, &f);
   cairo_restore(cr);
@@ -966,4 +979,18 @@ void em_line_chart_get_view(EmLineChart *self, double *x0, double *x1, double *y
 void em_line_chart_set_view(EmLineChart *self, double x0, double x1, double y0, double y1) {
   g_return_if_fail(EM_IS_LINE_CHART(self));
   set_view_axis(self, x0, x1, axis_y(self, y0), axis_y(self, y1));
+}
+
+void em_line_chart_set_series_dashed(EmLineChart *self, int series, gboolean dashed) {
+  g_return_if_fail(EM_IS_LINE_CHART(self));
+  if (series < 0 || (guint)series >= self->series->len) return;
+  EmChartSeries *cs = g_ptr_array_index(self->series, series);
+  cs->dashed = dashed;
+  invalidate(self);
+}
+
+gboolean em_line_chart_get_series_dashed(EmLineChart *self, int series) {
+  g_return_val_if_fail(EM_IS_LINE_CHART(self), FALSE);
+  if (series < 0 || (guint)series >= self->series->len) return FALSE;
+  return ((EmChartSeries *)g_ptr_array_index(self->series, series))->dashed;
 }

@@ -24,6 +24,10 @@ GtkWidget *em_line_chart_new(void);
  * series id (0, 1, ...) for em_line_chart_append. */
 int em_line_chart_add_series(EmLineChart *self, const char *name, const GdkRGBA *color);
 int em_line_chart_get_n_series(EmLineChart *self);
+/* A dashed series, drawn in its turn: over a solid one it coincides with,
+ * both stay visible (the Memory page's peak over its reserve). */
+void em_line_chart_set_series_dashed(EmLineChart *self, int series, gboolean dashed);
+gboolean em_line_chart_get_series_dashed(EmLineChart *self, int series);
 /* Appends n points (x should be non-decreasing; each point is kept).
  * Amortised O(1) per point. */
 void em_line_chart_append(EmLineChart *self, int series, const double *x, const double *y, int n);

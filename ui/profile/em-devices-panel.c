@@ -126,7 +126,7 @@ static void fill_row(EmDevicesPanel *self, guint i, gboolean have_run, em_device
     char *rv = em_devices_format_bytes(ms.reserved_bytes);
     char *p = em_devices_format_bytes(ms.peak_allocated_bytes);
     char *u = g_strdup_printf("%s: allocated %s · reserved %s · peak %s",
-                              running ? "this run" : "the last run", a, rv, p);
+                              running ? "this run" : "now, after the last run", a, rv, p);
     gtk_label_set_text(r->usage, u);
     g_free(u);
     g_free(a);

@@ -35,7 +35,9 @@ static void add_series(EmMemoryPage *self) {
   GdkRGBA a = {0.21f, 0.52f, 0.89f, 1}, r = {0.15f, 0.64f, 0.41f, 1}, p = {0.88f, 0.11f, 0.14f, 1};
   self->s_alloc = em_line_chart_add_series(self->chart, "allocated", &a);
   self->s_reserved = em_line_chart_add_series(self->chart, "reserved", &r);
+  /* the peak often equals the reserve: dashed over it, both show */
   self->s_peak = em_line_chart_add_series(self->chart, "peak", &p);
+  em_line_chart_set_series_dashed(self->chart, self->s_peak, TRUE);
   self->n_points = 0;
 }
 
@@ -56,7 +58,12 @@ void em_memory_page_refresh(EmMemoryPage *self) {
   char id[16];
   em_device_str(self->device, id, sizeof id);
   char *txt = em_memory_summary(&ms, id);
-  gtk_label_set_text(self->summary_label, txt ? txt : "(out of memory)");
+  /* the figures now, not at a step: after a run, what the allocator keeps */
+  char *now = g_strdup_printf("%s  (now, not at a step: after a run, what the allocator keeps "
+                              "cached)",
+                              txt ? txt : "(out of memory)");
+  gtk_label_set_text(self->summary_label, now);
+  g_free(now);
   free(txt);
   em_leak_report rep;
   if (em_leak_check(10, &rep)) {
@@ -89,6 +96,7 @@ static void on_progress(EmAppState *state, gpointer data, EmMemoryPage *self) {
   self->last_alloc = u->mem_allocated[u->n - 1];
   self->last_reserved = u->mem_reserved ? u->mem_reserved[u->n - 1] : 0;
   self->last_peak = u->mem_peak ? u->mem_peak[u->n - 1] : 0;
+  /* at a step, not now: the summary below and the devices list say now */
   char *t = g_strdup_printf("%s · step %lld · allocated %.1f MiB · reserved %.1f MiB · "
                             "peak %.1f MiB",
                             self->device_name, (long long)u->step[u->n - 1],

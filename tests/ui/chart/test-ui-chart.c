@@ -470,6 +470,51 @@ static void test_chart_interaction(void) {
 
 /* Tick labels fit the fixed left gutter whatever the values (a diverged
  * run's 1e300 printed as "1e+291G", clipped on the left). */
+/* Pixels of colour c (each channel within 40 of it) in the chart as drawn. */
+static int count_colour(GtkWidget *chart, const guchar c[3]) {
+  int w = gtk_widget_get_width(chart), h = gtk_widget_get_height(chart);
+  GskRenderer *renderer = gtk_native_get_renderer(gtk_widget_get_native(chart));
+  GtkSnapshot *s = gtk_snapshot_new();
+  GTK_WIDGET_GET_CLASS(chart)->snapshot(chart, s);
+  GskRenderNode *node = gtk_snapshot_free_to_node(s);
+  GdkTexture *tex = gsk_renderer_render_texture(renderer, node, &GRAPHENE_RECT_INIT(0, 0, w, h));
+  guchar *px = g_malloc((gsize)w * h * 4);
+  gdk_texture_download(tex, px, (gsize)w * 4); /* cairo ARGB32: B, G, R, A in memory */
+  int n = 0;
+  for (int i = 0; i < w * h; i++) {
+    const guchar *p = px + 4 * i;
+    if (abs(p[2] - c[0]) < 40 && abs(p[1] - c[1]) < 40 && abs(p[0] - c[2]) < 40) n++;
+  }
+  g_free(px);
+  g_object_unref(tex);
+  gsk_render_node_unref(node);
+  return n;
+}
+
+/* Two series on the same values (the Memory page's reserve and peak):
+ * drawn solid, the last hides the first; the last dashed, both show. */
+static void test_chart_dashed(void) {
+  GtkWidget *chart = em_line_chart_new();
+  GtkWindow *win = ui_test_show(chart, 500, 300);
+  GdkRGBA green = {0, 1, 0, 1}, red = {1, 0, 0, 1};
+  int sg = em_line_chart_add_series(EM_LINE_CHART(chart), "reserved", &green);
+  int sr = em_line_chart_add_series(EM_LINE_CHART(chart), "peak", &red);
+  double x[50], y[50];
+  for (int i = 0; i < 50; i++) x[i] = i, y[i] = 3.0 + (i > 25);
+  em_line_chart_append(EM_LINE_CHART(chart), sg, x, y, 50);
+  em_line_chart_append(EM_LINE_CHART(chart), sr, x, y, 50);
+  em_line_chart_set_title(EM_LINE_CHART(chart), NULL);
+  ui_test_spin(50);
+  const guchar g[3] = {0, 255, 0};
+  int solid = count_colour(chart, g); /* the legend's green swatch only */
+  g_assert_false(em_line_chart_get_series_dashed(EM_LINE_CHART(chart), sr));
+  em_line_chart_set_series_dashed(EM_LINE_CHART(chart), sr, TRUE);
+  g_assert_true(em_line_chart_get_series_dashed(EM_LINE_CHART(chart), sr));
+  int dashed = count_colour(chart, g);
+  g_assert_cmpint(dashed, >, solid + 100); /* the green line between the red dashes */
+  gtk_window_destroy(win);
+}
+
 static void test_tick_labels(void) {
   char buf[64];
   const double vs[] = {0, 0.5, 1234.5, -98765, 3e9, 1e12, 1e300, -1.7e308, 2.5e-7, -1e-300,
@@ -503,5 +548,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/chart/widget/ticks-below-precision", test_chart_ticks_below_precision);
   g_test_add_func("/chart/widget/interaction", test_chart_interaction);
   g_test_add_func("/chart/widget/tick-labels", test_tick_labels);
+  g_test_add_func("/chart/widget/dashed", test_chart_dashed);
   return g_test_run();
 }
