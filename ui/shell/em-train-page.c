@@ -608,6 +608,11 @@ void em_train_page_set_profile(EmTrainPage *self, gboolean profile) {
 gboolean em_train_page_is_running(EmTrainPage *self) { return self->session != NULL; }
 gboolean em_train_page_is_paused(EmTrainPage *self) { return self->worker_paused; }
 GtkWidget *em_train_page_get_loss_chart(EmTrainPage *self) { return self->loss_chart; }
+GtkWidget *em_train_page_get_accuracy_chart(EmTrainPage *self) { return self->acc_chart; }
+
+void em_train_page_set_idle_status(EmTrainPage *self, const char *text) {
+  if (!self->session) set_status(self, text);
+}
 
 /* ---- the widget ------------------------------------------------------------------------ */
 
@@ -778,5 +783,6 @@ GtkWidget *em_train_page_new(EmAppState *state) {
   em_app_state_set_device(state, selected_device(self)); /* one that is there */
   load_spec(self, TRUE);
   update_sensitivity(self);
+  em_train_page_show_last_run(self, em_app_state_get_registry_dir(state));
   return GTK_WIDGET(self);
 }

@@ -24,8 +24,15 @@ double em_train_page_get_value(EmTrainPage *self, const char *field);
 /* The "profile a window" check box: the run's 20-batch profiled window
  * ends in EmAppState "profile-ready" with its trace file. */
 void em_train_page_set_profile(EmTrainPage *self, gboolean profile);
-/* The loss chart (an EmLineChart when ui/chart is built; NULL otherwise). */
+/* The loss and accuracy charts (EmLineChart). */
 GtkWidget *em_train_page_get_loss_chart(EmTrainPage *self);
+GtkWidget *em_train_page_get_accuracy_chart(EmTrainPage *self);
+/* The status line while no run goes (a run's own lines replace it). */
+void em_train_page_set_idle_status(EmTrainPage *self, const char *text);
+/* Shows the registry's newest run (its curves, a line on how it ended)
+ * until a run starts: read on a worker thread (em-train-last-run.c). The
+ * page does it when made. */
+void em_train_page_show_last_run(EmTrainPage *self, const char *registry_dir);
 /* TRUE while a session runs (paused included). */
 gboolean em_train_page_is_running(EmTrainPage *self);
 gboolean em_train_page_is_paused(EmTrainPage *self);
