@@ -19,6 +19,7 @@
  * not ready (draining). */
 #include "serve-private.h"
 
+#include <errno.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,6 +49,7 @@ typedef struct {
   bool over_budget; /* the bodies in flight would pass --body-budget-bytes: 503 at its end */
   char *body;
   size_t len, cap;
+  long long json_len; /* Inference-Header-Content-Length (-1: none) */
   size_t reserved;  /* bytes of srv->body_bytes this request holds (its body's capacity) */
   /* inference in flight */
   serve_model *model;
@@ -228,7 +230,9 @@ static enum MHD_Result submit_infer(req_ctx *c, const route *r, bool *submitted)
     return MHD_YES;
   }
   char msg[512];
-  int code = serve_infer_parse(c->body ? c->body : "", c->len, m, &c->req, msg, sizeof msg);
+  size_t json_len = c->json_len >= 0 ? (size_t)c->json_len : c->len;
+  int code = serve_infer_parse(c->body ? c->body : "", c->len, json_len, m, &c->req, msg,
+                               sizeof msg);
   drop_body(c);
   if (code) {
     serve_model_unref(m);
@@ -284,9 +288,14 @@ static enum MHD_Result finish_infer(req_ctx *c) {
     int code = c->job.status == EM_ERR_INVALID || c->job.status == EM_ERR_SHAPE ? 400 : 500;
     ok = respond_error(c, code, NULL, "%s", c->job.error);
   } else {
-    size_t len = 0;
-    char *body = serve_infer_format(m, &c->req, c->job.out, &len);
-    if (body) ok = respond_json(c, 200, body, len);
+    size_t len = 0, json_len = 0;
+    char *body = serve_infer_format(m, &c->req, c->job.out, &len, &json_len);
+    if (body && json_len < len) { /* the binary tensor data extension */
+      char hl[32];
+      snprintf(hl, sizeof hl, "%zu", json_len);
+      ok = respond_h(c, 200, body, len, "application/octet-stream",
+                     "Inference-Header-Content-Length", hl);
+    } else if (body) ok = respond_json(c, 200, body, len);
     else /* the weights are finite (em_model_load): the input made the output overflow */
       ok = respond_error(c, 400, NULL, "the model's output for this input holds NaN or Inf, "
                          "which JSON cannot carry: its values are far outside what the model "
@@ -316,7 +325,8 @@ static enum MHD_Result answer_get(req_ctx *c, const route *r) {
                  : respond_text(c, 503, "{\"ready\":false}");
   case R_SERVER_META:
     return respond_text(c, 200, "{\"name\":\"ember\",\"version\":\"" EMBER_VERSION
-                                "\",\"extensions\":[\"classification\"]}");
+                                "\",\"extensions\":[\"classification\","
+                                "\"binary_tensor_data\"]}");
   case R_METRICS: {
     char *text = serve_metrics_format(&srv->metrics, &len);
     if (!text) return respond_json(c, 500, NULL, 0);
@@ -420,6 +430,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     c->state = ST_BODY;
+    /* the binary tensor data extension: the JSON header's length */
+    const char *ihl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                  "Inference-Header-Content-Length");
+    c->json_len = -1;
+    if (ihl) {
+      char *end = NULL;
+      errno = 0;
+      long long v = strtoll(ihl, &end, 10);
+      if (end == ihl || *end || v < 0 || errno)
+        return respond_error(c, 400, NULL, "Inference-Header-Content-Length \"%s\" is not a "
+                             "byte count", ihl);
+      c->json_len = v;
+    }
     /* Two different lengths leave the body's end in doubt (a proxy in front
      * may take the other one): refused, as RFC 9112 asks (section 6.3). */
     length_scan ls = {0};

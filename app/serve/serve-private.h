@@ -163,17 +163,24 @@ typedef struct {
   int64_t rows;      /* batch dimension */
   void *in;          /* (rows, in_numel) in the model's input dtype (malloc'd) */
   int classify;      /* > 0: the "classification" extension's top k */
+  bool binary_out;   /* the output as raw FP32 after the JSON (binary tensor extension) */
 } serve_infer_req;
 
 /* Parses and validates an infer request body against model m. Returns 0,
- * or the HTTP status (400) with msg filled. */
-int serve_infer_parse(const char *body, size_t len, const serve_model *m, serve_infer_req *req,
-                      char *msg, size_t cap);
+ * or the HTTP status (400) with msg filled. json_len: the JSON header's
+ * length (the Inference-Header-Content-Length of the binary tensor data
+ * extension), the rest of the body being raw tensor bytes; len when the
+ * request has no binary part. */
+int serve_infer_parse(const char *body, size_t len, size_t json_len, const serve_model *m,
+                      serve_infer_req *req, char *msg, size_t cap);
 void serve_infer_req_clear(serve_infer_req *req);
 /* The response body for out (rows, out_numel) (malloc'd); NULL when out
- * holds NaN or Inf (JSON cannot carry them) or memory ran out. */
+ * holds NaN or Inf and goes as JSON (JSON cannot carry them) or memory
+ * ran out. With req->binary_out the body is the JSON header (*json_len
+ * bytes) then the output's raw little-endian FP32, NaN and Inf as they
+ * are; otherwise *json_len is *len. */
 char *serve_infer_format(const serve_model *m, const serve_infer_req *req, const float *out,
-                         size_t *len);
+                         size_t *len, size_t *json_len);
 /* GET /v2/models/NAME: the model metadata object (malloc'd). */
 char *serve_model_metadata(const serve_model *m, size_t *len);
 /* {"error": msg} (malloc'd). */

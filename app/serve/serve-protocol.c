@@ -12,7 +12,17 @@
  * element count must equal the shape's. FP32, FP64 and the integer types
  * are accepted for a float input, integer types for an index input.
  * "classification": k answers with Triton's classification extension: a
- * BYTES tensor (N, k) of "score:index" strings, best first. */
+ * BYTES tensor (N, k) of "score:index" strings, best first.
+ *
+ * The binary tensor data extension: the body is the JSON header (its
+ * length in the Inference-Header-Content-Length header) followed by raw
+ * little-endian tensor bytes. An input with "parameters":
+ * {"binary_data_size": B} has no "data" and takes its B bytes (its
+ * element count times its datatype's size) from there; an output asked
+ * for with "parameters": {"binary_data": true} (or every output, with the
+ * request's "parameters": {"binary_data_output": true}) answers with
+ * "parameters": {"binary_data_size": B} and its FP32 bytes after the
+ * response's JSON. */
 #include "serve-private.h"
 
 #include <errno.h>
@@ -30,19 +40,21 @@ typedef struct {
   const char *name;
   bool is_float;
   int64_t lo, hi; /* integer types' range (int64: the double range check below) */
+  int size;       /* bytes of one element in binary tensor data */
+  bool is_signed;
 } dtype_info;
 
 static const dtype_info dtypes[] = {
-    {"FP32", true, 0, 0},
-    {"FP64", true, 0, 0},
-    {"INT8", false, -128, 127},
-    {"INT16", false, -32768, 32767},
-    {"INT32", false, INT32_MIN, INT32_MAX},
-    {"INT64", false, INT64_MIN, INT64_MAX},
-    {"UINT8", false, 0, 255},
-    {"UINT16", false, 0, 65535},
-    {"UINT32", false, 0, UINT32_MAX},
-    {"UINT64", false, 0, INT64_MAX}, /* json integers are int64 */
+    {"FP32", true, 0, 0, 4, true},
+    {"FP64", true, 0, 0, 8, true},
+    {"INT8", false, -128, 127, 1, true},
+    {"INT16", false, -32768, 32767, 2, true},
+    {"INT32", false, INT32_MIN, INT32_MAX, 4, true},
+    {"INT64", false, INT64_MIN, INT64_MAX, 8, true},
+    {"UINT8", false, 0, 255, 1, false},
+    {"UINT16", false, 0, 65535, 2, false},
+    {"UINT32", false, 0, UINT32_MAX, 4, false},
+    {"UINT64", false, 0, INT64_MAX, 8, false}, /* json integers are int64 */
 };
 
 static int fail(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -363,8 +375,44 @@ static bool only_keys(const json_t *obj, const char *const *keys, const char **b
   return true;
 }
 
+/* The binary part of a request: bytes after the JSON header, and whether
+ * an input took them. */
+typedef struct {
+  const unsigned char *p;
+  size_t n;
+  bool header;  /* the request named its JSON header's length */
+  bool used;
+} binary_part;
+
+/* Element k of little-endian binary data of dtype dt, as put_number wants. */
+static int put_binary(walk *w, const unsigned char *p) {
+  const dtype_info *dt = w->dt;
+  if (dt->is_float) {
+    double d;
+    if (dt->size == 4) {
+      float f;
+      memcpy(&f, p, 4);
+      d = f;
+    } else {
+      memcpy(&d, p, 8);
+    }
+    return put_number(w, false, 0, d);
+  }
+  uint64_t u = 0;
+  for (int b = dt->size - 1; b >= 0; b--) u = u << 8 | p[b];
+  int64_t i;
+  if (dt->is_signed && dt->size < 8 && (u >> (8 * dt->size - 1)) & 1)
+    i = (int64_t)(u | (~(uint64_t)0 << (8 * dt->size))); /* sign-extend */
+  else if (!dt->is_signed && dt->size == 8 && u > (uint64_t)INT64_MAX)
+    return fail(w->msg, w->cap, "input 'input': element %lld (%llu) is out of range for UINT64 "
+                "(at most %lld)", (long long)w->n, (unsigned long long)u, (long long)INT64_MAX);
+  else
+    i = (int64_t)u;
+  return put_number(w, true, i, 0);
+}
+
 static int parse_input(const json_t *in, const serve_model *m, const fast_data *fd,
-                       serve_infer_req *req, char *msg, size_t cap) {
+                       binary_part *bin, serve_infer_req *req, char *msg, size_t cap) {
   static const char *const keys[] = {"name", "shape", "datatype", "parameters", "data", NULL};
   const char *bad;
   if (!json_is_object(in)) return fail(msg, cap, "\"inputs\"[0] is not an object");
@@ -378,9 +426,22 @@ static int parse_input(const json_t *in, const serve_model *m, const fast_data *
   if (strcmp(json_string_value(name), "input"))
     return fail(msg, cap, "unknown input '%s': model '%s' takes one input named 'input'",
                 json_string_value(name), m->name);
-  if (params && json_object_get(params, "binary_data_size"))
-    return fail(msg, cap, "input 'input': binary tensor data is not supported; send \"data\" "
-                "as JSON");
+  const json_t *bsize = params ? json_object_get(params, "binary_data_size") : NULL;
+  if (params && !json_is_object(params))
+    return fail(msg, cap, "input 'input': \"parameters\" must be an object");
+  if (bsize) {
+    if (!json_is_integer(bsize) || json_integer_value(bsize) < 0)
+      return fail(msg, cap, "input 'input': \"binary_data_size\" must be a byte count");
+    if (!bin->header)
+      return fail(msg, cap, "input 'input': binary tensor data needs the "
+                  "Inference-Header-Content-Length header (the JSON header's length)");
+    if (data)
+      return fail(msg, cap, "input 'input': send its elements either as \"data\" or as binary "
+                  "data (binary_data_size), not both");
+    if ((uint64_t)json_integer_value(bsize) != bin->n)
+      return fail(msg, cap, "input 'input': binary_data_size is %lld but %zu bytes follow the "
+                  "JSON header", (long long)json_integer_value(bsize), bin->n);
+  }
   if (!json_is_string(dtype)) return fail(msg, cap, "input 'input': \"datatype\" is missing");
   const dtype_info *dt = NULL;
   for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0] && !dt; i++)
@@ -419,10 +480,24 @@ static int parse_input(const json_t *in, const serve_model *m, const fast_data *
   if (gs[0] > (int64_t)1 << 24)
     return fail(msg, cap, "input 'input': batch of %lld rows is too large",
                 (long long)gs[0]);
-  if (!data) return fail(msg, cap, "input 'input': \"data\" is missing");
+  if (!data && !bsize) return fail(msg, cap, "input 'input': \"data\" is missing");
 
   req->rows = gs[0];
   int64_t want_n = gs[0] * m->in_numel;
+  if (bsize) { /* the binary tensor data extension */
+    if ((uint64_t)want_n * (uint64_t)dt->size != bin->n)
+      return fail(msg, cap, "input 'input': %zu bytes of binary data but shape %s of %s needs "
+                  "%lld", bin->n, em_shape_str((int)nd, gs, got, sizeof got), dt->name,
+                  (long long)(want_n * dt->size));
+    size_t esz = m->in_dtype == EM_DTYPE_I64 ? sizeof(int64_t) : sizeof(float);
+    req->in = malloc(esz * (size_t)(want_n ? want_n : 1));
+    if (!req->in) return fail(msg, cap, "out of memory for %lld input elements", (long long)want_n);
+    walk w = {m, dt, want_n, 0, req->in, msg, cap};
+    int rc = 0;
+    for (int64_t k = 0; k < want_n && !rc; k++) rc = put_binary(&w, bin->p + k * dt->size);
+    bin->used = true;
+    return rc;
+  }
   nesting ns;
   nesting_init(&ns);
   int64_t have_n = fd ? fd->n : count_values(data, 0, &ns);
@@ -467,6 +542,10 @@ static int parse_outputs(const json_t *outs, const serve_model *m, serve_infer_r
     const json_t *params = json_object_get(o, "parameters");
     if (params && !json_is_object(params))
       return fail(msg, cap, "output 'output': \"parameters\" must be an object");
+    const json_t *b = params ? json_object_get(params, "binary_data") : NULL;
+    if (b && !json_is_boolean(b))
+      return fail(msg, cap, "output 'output': \"binary_data\" must be true or false");
+    if (b) req->binary_out = json_is_true(b);
     const json_t *k = params ? json_object_get(params, "classification") : NULL;
     if (k) {
       if (!json_is_integer(k) || json_integer_value(k) < 1 ||
@@ -479,10 +558,16 @@ static int parse_outputs(const json_t *outs, const serve_model *m, serve_infer_r
   return 0;
 }
 
-int serve_infer_parse(const char *body, size_t len, const serve_model *m, serve_infer_req *req,
-                      char *msg, size_t cap) {
+int serve_infer_parse(const char *body, size_t len, size_t json_len, const serve_model *m,
+                      serve_infer_req *req, char *msg, size_t cap) {
   static const char *const keys[] = {"id", "parameters", "inputs", "outputs", NULL};
   memset(req, 0, sizeof *req);
+  if (json_len > len)
+    return fail(msg, cap, "Inference-Header-Content-Length is %zu but the body has %zu bytes",
+                json_len, len);
+  binary_part bin = {(const unsigned char *)body + json_len, len - json_len, json_len != len,
+                     false};
+  len = json_len; /* the JSON header */
   json_error_t jerr;
   json_t *root = NULL;
   fast_data fd = {0};
@@ -520,9 +605,25 @@ int serve_infer_parse(const char *body, size_t len, const serve_model *m, serve_
   else if (!json_is_array(inputs) || json_array_size(inputs) != 1)
     rc = fail(msg, cap, "\"inputs\" must be a list of one input (model '%s' takes 'input')",
               m->name);
-  else if (!(rc = parse_input(json_array_get(inputs, 0), m, fast ? &fd : NULL, req, msg, cap)) &&
+  else if (!(rc = parse_input(json_array_get(inputs, 0), m, fast ? &fd : NULL, &bin, req, msg,
+                              cap)) &&
            outputs)
     rc = parse_outputs(outputs, m, req, msg, cap);
+  const json_t *rparams = json_is_object(root) ? json_object_get(root, "parameters") : NULL;
+  if (!rc && rparams) {
+    const json_t *bo = json_is_object(rparams) ? json_object_get(rparams, "binary_data_output")
+                                               : NULL;
+    if (!json_is_object(rparams)) rc = fail(msg, cap, "\"parameters\" must be an object");
+    else if (bo && !json_is_boolean(bo))
+      rc = fail(msg, cap, "\"binary_data_output\" must be true or false");
+    else if (json_is_true(bo)) req->binary_out = true;
+  }
+  if (!rc && bin.n && !bin.used)
+    rc = fail(msg, cap, "%zu bytes follow the JSON header but no input takes binary data "
+              "(\"parameters\": {\"binary_data_size\": ...})", bin.n);
+  if (!rc && req->binary_out && req->classify)
+    rc = fail(msg, cap, "output 'output': the classification extension answers strings: ask "
+              "for it without binary_data");
   if (!rc && id && !(req->id = strdup(json_string_value(id))))
     rc = fail(msg, cap, "out of memory");
   json_decref(root);
@@ -566,8 +667,37 @@ static void top_k(const float *v, int64_t n, int k, int64_t *idx) {
 }
 
 char *serve_infer_format(const serve_model *m, const serve_infer_req *req, const float *out,
-                         size_t *len) {
+                         size_t *len, size_t *json_len) {
   json_t *root = json_object(), *o = json_object(), *data = json_array();
+  if (req->binary_out && !req->classify) {
+    int64_t n = req->rows * m->out_numel;
+    size_t bytes = sizeof(float) * (size_t)n;
+    json_object_set_new(root, "model_name", json_string(m->name));
+    json_object_set_new(root, "model_version", json_string(m->version));
+    if (req->id) json_object_set_new(root, "id", json_string(req->id));
+    json_object_set_new(o, "name", json_string("output"));
+    json_object_set_new(o, "shape", shape_json(req->rows, m->out_ndim, m->out_shape));
+    json_object_set_new(o, "datatype", json_string("FP32"));
+    json_t *p = json_object();
+    json_object_set_new(p, "binary_data_size", json_integer((json_int_t)bytes));
+    json_object_set_new(o, "parameters", p);
+    json_t *outs = json_array();
+    json_array_append_new(outs, o);
+    json_object_set_new(root, "outputs", outs);
+    json_decref(data);
+    size_t hl = 0;
+    char *head = dump(root, &hl);
+    char *body = head ? malloc(hl + bytes + 1) : NULL;
+    if (body) {
+      memcpy(body, head, hl);
+      memcpy(body + hl, out, bytes); /* little-endian FP32 on x86-64 */
+      body[hl + bytes] = 0;
+      *len = hl + bytes;
+      *json_len = hl;
+    }
+    free(head);
+    return body;
+  }
   json_object_set_new(root, "model_name", json_string(m->name));
   json_object_set_new(root, "model_version", json_string(m->version));
   if (req->id) json_object_set_new(root, "id", json_string(req->id));
@@ -604,7 +734,9 @@ char *serve_infer_format(const serve_model *m, const serve_infer_req *req, const
   json_t *outs = json_array();
   json_array_append_new(outs, o);
   json_object_set_new(root, "outputs", outs);
-  return dump(root, len);
+  char *body = dump(root, len);
+  if (body) *json_len = *len;
+  return body;
 }
 
 static json_t *tensor_meta(const char *name, const char *dtype, int ndim, const int64_t *shape) {

@@ -253,6 +253,97 @@ class ServeTest(unittest.TestCase):
             self.assertEqual(int(idx), top.indices[i // 3, i % 3].item())
             self.assertAlmostEqual(float(score), top.values[i // 3, i % 3].item(), delta=TOL)
 
+    # ---- the binary tensor data extension -------------------------------------------
+    def binary_request(self, header, payload=b"", path="/v2/models/mlp/infer", length=None):
+        """POST a JSON header and raw bytes; (status, response headers, JSON, raw tail)."""
+        head = json.dumps(header).encode()
+        conn = http.client.HTTPConnection(self.srv.host, self.srv.port, timeout=30)
+        conn.request("POST", path, head + payload,
+                     {"Inference-Header-Content-Length": str(len(head) if length is None
+                                                             else length),
+                      "Content-Type": "application/octet-stream"})
+        r = conn.getresponse()
+        raw = r.read()
+        hl = r.getheader("Inference-Header-Content-Length")
+        conn.close()
+        n = int(hl) if hl is not None else len(raw)
+        return r.status, hl, json.loads(raw[:n]), raw[n:]
+
+    def test_binary_tensor_data(self):
+        s = self.srv
+        st, meta = s.request("GET", "/v2")
+        self.assertIn("binary_tensor_data", meta["extensions"])
+        x = sample_batch(3, 5)
+        st, ref = s.infer(x, id="j")  # the JSON path
+        self.assertEqual(st, 200, ref)
+        want = torch.tensor(ref["outputs"][0]["data"], dtype=torch.float32)
+        raw = x.numpy().astype("<f4").tobytes()
+        inp = {"name": "input", "shape": [3, 1, 28, 28], "datatype": "FP32",
+               "parameters": {"binary_data_size": len(raw)}}
+        # binary in, JSON out: the same numbers
+        st, hl, r, tail = self.binary_request({"id": "b1", "inputs": [inp]}, raw)
+        self.assertEqual(st, 200, r)
+        self.assertIsNone(hl)
+        self.assertEqual(r["id"], "b1")
+        self.assertEqual(torch.tensor(r["outputs"][0]["data"], dtype=torch.float32).tolist(),
+                         want.tolist())
+        # binary in and out: the output's FP32 bytes after the JSON, bit for bit the JSON
+        # path's (its %.9g round-trips every float)
+        out = [{"name": "output", "parameters": {"binary_data": True}}]
+        for ask in ({"inputs": [inp], "outputs": out},
+                    {"inputs": [inp], "parameters": {"binary_data_output": True}}):
+            st, hl, r, tail = self.binary_request(ask, raw)
+            self.assertEqual(st, 200, r)
+            o = r["outputs"][0]
+            self.assertEqual((o["datatype"], o["shape"]), ("FP32", [3, 10]))
+            self.assertEqual(o["parameters"]["binary_data_size"], 3 * 10 * 4)
+            self.assertNotIn("data", o)
+            self.assertEqual(len(tail), 120)
+            got = torch.frombuffer(bytearray(tail), dtype=torch.float32)
+            self.assertEqual(got.tolist(), want.reshape(-1).tolist())
+        # JSON in, binary out
+        conn = http.client.HTTPConnection(s.host, s.port, timeout=30)
+        conn.request("POST", "/v2/models/mlp/infer", infer_body(x, outputs=out))
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        self.assertEqual(resp.status, 200)
+        n = int(resp.getheader("Inference-Header-Content-Length"))
+        self.assertEqual(torch.frombuffer(bytearray(body[n:]), dtype=torch.float32).tolist(),
+                         want.reshape(-1).tolist())
+        # images as bytes: UINT8 binary gives what UINT8 JSON gives
+        xi = (x * 255).round()
+        st, ju = s.request("POST", "/v2/models/mlp/infer", json.dumps(
+            {"inputs": [{"name": "input", "shape": [3, 1, 28, 28], "datatype": "UINT8",
+                         "data": [int(v) for v in xi.reshape(-1).tolist()]}]}).encode())
+        self.assertEqual(st, 200, ju)
+        u8 = bytes(int(v) for v in xi.reshape(-1).tolist())
+        st, hl, r, tail = self.binary_request(
+            {"inputs": [{"name": "input", "shape": [3, 1, 28, 28], "datatype": "UINT8",
+                         "parameters": {"binary_data_size": len(u8)}}]}, u8)
+        self.assertEqual(st, 200, r)
+        self.assertEqual(r["outputs"][0]["data"], ju["outputs"][0]["data"])
+        # what is refused, each with its reason
+        bad = [
+            ({"inputs": [dict(inp, parameters={"binary_data_size": len(raw) - 4})]}, raw,
+             "binary_data_size is"),
+            ({"inputs": [dict(inp, shape=[2, 1, 28, 28])]}, raw, "needs"),
+            (json.loads(infer_body(x)), raw, "no input takes binary data"),
+            ({"inputs": [inp], "outputs": [{"name": "output", "parameters": {
+                "binary_data": True, "classification": 2}}]}, raw, "classification"),
+            ({"inputs": [dict(inp, data=[0.0])]}, raw, "not both"),
+        ]
+        for header, payload, why in bad:
+            st, hl, r, tail = self.binary_request(header, payload)
+            self.assertEqual(st, 400, (why, r))
+            self.assertIn(why, r["error"])
+        st, hl, r, tail = self.binary_request({"inputs": [inp]}, raw, length=10 ** 9)
+        self.assertEqual(st, 400)
+        self.assertIn("Inference-Header-Content-Length", r["error"])
+        st, r = s.request("POST", "/v2/models/mlp/infer", json.dumps({"inputs": [inp]}).encode())
+        self.assertEqual(st, 400)
+        self.assertIn("Inference-Header-Content-Length", r["error"])
+
     def test_bad_requests(self):
         s = self.srv
         good = json.loads(infer_body(sample_batch(2, 3)))
