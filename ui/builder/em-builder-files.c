@@ -1,6 +1,7 @@
 /* em-builder-files.c: opening and saving spec files (GtkFileChooserNative: GTK 4.8
  * has no GtkFileDialog) and starting from the model zoo (data/models). */
 #include "em-builder-page-private.h"
+#include "em-data-dirs.h"
 
 #include <string.h>
 
@@ -149,21 +150,6 @@ char *em_builder_page_dup_json(EmBuilderPage *self) {
 const char *em_builder_page_get_error(EmBuilderPage *self) { return self->error; }
 const char *em_builder_page_get_error_node(EmBuilderPage *self) { return self->error_node; }
 
-static char *zoo_dir(void) {
-  const char *root = g_getenv("EMBER_SOURCE_ROOT");
-  if (root) {
-    char *d = g_build_filename(root, "data", "models", NULL);
-    if (g_file_test(d, G_FILE_TEST_IS_DIR)) return d;
-    g_free(d);
-  }
-  for (const char *const *dirs = g_get_system_data_dirs(); *dirs; dirs++) {
-    char *d = g_build_filename(*dirs, "ember", "models", NULL);
-    if (g_file_test(d, G_FILE_TEST_IS_DIR)) return d;
-    g_free(d);
-  }
-  return NULL;
-}
-
 static gint cmp_names(gconstpointer a, gconstpointer b) {
   return g_ascii_strcasecmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -172,7 +158,7 @@ void em_builder_fill_zoo(EmBuilderPage *self) {
   GPtrArray *paths = g_ptr_array_new();
   GtkStringList *names = gtk_string_list_new(NULL);
   gtk_string_list_append(names, "Model zoo…");
-  char *dir = zoo_dir();
+  char *dir = em_data_dir_find("models");
   GDir *d = dir ? g_dir_open(dir, 0, NULL) : NULL;
   GPtrArray *files = g_ptr_array_new_with_free_func(g_free);
   const char *fn;

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "em-devices.h"
-#include "em-shell-config.h"
+#include "em-data-dirs.h"
 #include "em-store.h"
 #include "em-train-session.h"
 #include "em-train.h"
@@ -45,21 +45,6 @@ static const char *const schedules[] = {"constant", "cosine", "onecycle"};
 
 /* ---- the spec ------------------------------------------------------------ */
 
-char *em_train_page_models_dir(void) {
-  const char *src = g_getenv("EMBER_SOURCE_ROOT");
-  char *cands[3] = {
-      src ? g_build_filename(src, "data", "models", NULL) : NULL,
-      g_strdup(EM_SOURCE_MODELS_DIR),
-      g_strdup(EM_INSTALLED_MODELS_DIR),
-  };
-  char *found = NULL;
-  for (int i = 0; i < 3; i++) {
-    if (!found && cands[i] && g_file_test(cands[i], G_FILE_TEST_IS_DIR)) found = cands[i];
-    else g_free(cands[i]);
-  }
-  return found;
-}
-
 /* The state's spec, or the zoo's MLP; *name gets a name for the run. */
 static char *current_spec(EmTrainPage *self, char **name, GError **error) {
   const char *json = em_app_state_get_spec_json(self->state);
@@ -75,7 +60,7 @@ static char *current_spec(EmTrainPage *self, char **name, GError **error) {
     }
     return g_strdup(json);
   }
-  char *dir = em_train_page_models_dir();
+  char *dir = em_data_dir_find("models");
   char *text = NULL;
   if (dir) {
     char *path = g_build_filename(dir, "fmnist-mlp.json", NULL);

@@ -1,4 +1,5 @@
 /* em-window.c: the main window (see the header). */
+#include "em-data-dirs.h"
 #include "em-window.h"
 
 #include <string.h>
@@ -119,7 +120,7 @@ static void open_activated(GSimpleAction *a, GVariant *p, gpointer data) {
   gtk_file_filter_add_pattern(filter, "*.json");
   gtk_file_chooser_add_filter(GTK_FILE_CHOOSER(fc), filter);
   g_object_unref(filter);
-  char *zoo = em_train_page_models_dir();
+  char *zoo = em_data_dir_find("models");
   if (zoo) {
     GFile *dir = g_file_new_for_path(zoo);
     gtk_file_chooser_set_current_folder(GTK_FILE_CHOOSER(fc), dir, NULL);

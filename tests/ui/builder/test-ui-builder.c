@@ -403,6 +403,37 @@ static void test_data(void) {
   g_object_unref(state);
 }
 
+/* Issue 32, item 1: the "Model zoo..." list of a built tree, started
+ * without EMBER_SOURCE_ROOT (as a person starts build/app/ember-workbench),
+ * lists the zoo's specs: the Builder asks the same resolver as the Train
+ * page (em_data_dir_find). */
+static void test_zoo_built_tree(void) {
+  char *src = g_strdup(g_getenv("EMBER_SOURCE_ROOT"));
+  g_unsetenv("EMBER_SOURCE_ROOT");
+  EmAppState *state = em_app_state_new(tmp_dir);
+  GtkWidget *page = em_builder_page_new(state);
+  GtkWindow *win = ui_test_show(page, 1200, 700);
+  GPtrArray *dds = g_ptr_array_new();
+  ui_test_collect(page, GTK_TYPE_DROP_DOWN, dds);
+  GListModel *zoo = NULL;
+  for (guint i = 0; i < dds->len && !zoo; i++) {
+    GListModel *m = gtk_drop_down_get_model(g_ptr_array_index(dds, i));
+    if (GTK_IS_STRING_LIST(m) && g_list_model_get_n_items(m) > 0 &&
+        !g_strcmp0(gtk_string_list_get_string(GTK_STRING_LIST(m), 0), "Model zoo…"))
+      zoo = m;
+  }
+  g_ptr_array_free(dds, TRUE);
+  g_assert_nonnull(zoo);
+  gboolean mlp = FALSE;
+  for (guint i = 1; i < g_list_model_get_n_items(zoo); i++)
+    mlp |= !g_strcmp0(gtk_string_list_get_string(GTK_STRING_LIST(zoo), i), "fmnist-mlp");
+  g_assert_true(mlp);
+  gtk_window_destroy(win);
+  g_object_unref(state);
+  g_setenv("EMBER_SOURCE_ROOT", src, TRUE);
+  g_free(src);
+}
+
 int main(int argc, char **argv) {
   ui_test_init(&argc, &argv);
   g_resources_register(em_ui_builder_get_resource());
@@ -412,6 +443,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/ui/builder/data", test_data);
   g_test_add_func("/ui/builder/plugin-palette", test_plugin_palette);
   g_test_add_func("/ui/builder/estimate-vs-measured", test_estimate_vs_measured);
+  g_test_add_func("/ui/builder/zoo-built-tree", test_zoo_built_tree);
   int rc = g_test_run();
   char *mlp = g_build_filename(tmp_dir, "mlp.json", NULL);
   g_unlink(mlp);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "em-data-dirs.h"
 #include "em-app-state.h"
 #include "em-application.h"
 #include "em-store.h"
@@ -86,7 +87,7 @@ static void test_window_pages(void) {
   gtk_window_close(GTK_WINDOW(help));
 
   /* Ctrl+O's work: a zoo spec opens in the builder, which shares it */
-  char *zoo = em_train_page_models_dir();
+  char *zoo = em_data_dir_find("models");
   g_assert_nonnull(zoo);
   char *cnn = g_build_filename(zoo, "fmnist-cnn.json", NULL);
   GFile *f = g_file_new_for_path(cnn);
@@ -233,7 +234,7 @@ static void test_train_run(void) {
                                 G_FILE_TEST_EXISTS);
   em_app_state_set_dataset(state, fmnist ? "fashion-mnist" : "synthetic", NULL);
   /* the zoo's MLP, whatever the builder starts with */
-  char *zoo = em_train_page_models_dir();
+  char *zoo = em_data_dir_find("models");
   g_assert_nonnull(zoo);
   char *mlp_path = g_build_filename(zoo, "fmnist-mlp.json", NULL), *mlp = NULL;
   g_assert_true(g_file_get_contents(mlp_path, &mlp, NULL, NULL));
