@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "em-spec-costs.h"
+#include "em-wheel-guard.h"
 
 G_DEFINE_FINAL_TYPE(EmBuilderPage, em_builder_page, GTK_TYPE_BOX)
 
@@ -431,6 +432,7 @@ static void em_builder_page_class_init(EmBuilderPageClass *klass) {
 
 static void em_builder_page_init(EmBuilderPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
+  em_wheel_guard_all(GTK_WIDGET(self)); /* the wheel scrolls the page */
   self->selected = -1;
   self->doc = json_loads(default_spec, 0, NULL);
   build_header(self);

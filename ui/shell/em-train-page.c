@@ -11,6 +11,7 @@
 #include "em-train-session.h"
 #include "em-train.h"
 #include "em-line-chart.h"
+#include "em-wheel-guard.h"
 
 struct _EmTrainPage {
   GtkWidget parent_instance;
@@ -722,6 +723,7 @@ static void bind_settings(EmTrainPage *self) {
 
 static void em_train_page_init(EmTrainPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
+  em_wheel_guard_all(GTK_WIDGET(self)); /* the wheel scrolls the page */
   bind_settings(self);
   double lo, hi; /* the cores, within the setting's range */
   em_setting_bounds(em_setting_by_key(NULL, "threads"), &lo, &hi);

@@ -1,9 +1,9 @@
 /* em-window.c: the main window (see the header). */
-#include "em-data-dirs.h"
 #include "em-window.h"
 
 #include <string.h>
 
+#include "em-data-dirs.h"
 #include "em-shell-config.h"
 #include "em-store.h"
 #include "em-train-page.h"

@@ -5,7 +5,9 @@
  * new model with the old model's lr); a long status keeps the throughput
  * and ETA lines in sight. Small runs on a 100-row CSV and the synthetic
  * set: seconds. */
+#include <dlfcn.h>
 #include <glib/gstdio.h>
+#include <gdk/x11/gdkx.h>
 #include <math.h>
 #include <string.h>
 
@@ -215,6 +217,86 @@ static void test_form_from_spec(void) {
   g_free(spec);
 }
 
+/* A real wheel notch (button 4 up, 5 down) at the middle of widget w, sent
+ * through the X server by XTest (libXtst, opened at run time: Debian
+ * installs no headers of it here). FALSE when XTest is not there. */
+static gboolean wheel_over(GtkWidget *w, gboolean down) {
+  static int (*motion)(Display *, int, int, int, unsigned long);
+  static int (*button)(Display *, unsigned, Bool, unsigned long);
+  if (!motion) {
+    void *xtst = dlopen("libXtst.so.6", RTLD_NOW);
+    if (!xtst) return FALSE;
+    *(void **)&motion = dlsym(xtst, "XTestFakeMotionEvent");
+    *(void **)&button = dlsym(xtst, "XTestFakeButtonEvent");
+    if (!motion || !button) return FALSE;
+  }
+  GdkDisplay *gd = gtk_widget_get_display(w);
+  if (!GDK_IS_X11_DISPLAY(gd)) return FALSE;
+  Display *dpy = gdk_x11_display_get_xdisplay(gd);
+  GtkNative *native = gtk_widget_get_native(w);
+  double sx, sy, x, y;
+  gtk_native_get_surface_transform(native, &sx, &sy);
+  g_assert_true(gtk_widget_translate_coordinates(w, GTK_WIDGET(native), gtk_widget_get_width(w) / 2.0,
+                                                 gtk_widget_get_height(w) / 2.0, &x, &y));
+  Window child, xid = gdk_x11_surface_get_xid(gtk_native_get_surface(native));
+  int rx, ry;
+  XTranslateCoordinates(dpy, xid, DefaultRootWindow(dpy), (int)(x + sx), (int)(y + sy), &rx, &ry,
+                        &child);
+  motion(dpy, -1, rx, ry, 0);
+  XSync(dpy, False);
+  ui_test_spin(100);
+  button(dpy, down ? 5 : 4, True, 0);
+  button(dpy, down ? 5 : 4, False, 0);
+  XSync(dpy, False);
+  ui_test_spin(200);
+  return TRUE;
+}
+
+/* Issue 32, item 2: the wheel over an unfocused spin button of the form
+ * scrolls the form and leaves the value alone (it turned Data limit from
+ * 5000 to 0); once the spin button has the focus, the wheel changes it. */
+static void test_wheel_scrolls_form(void) {
+  EmAppState *state = em_app_state_new(g_home);
+  char *spec = mlp_spec("wheel", 4, 3, 0.05);
+  em_app_state_set_spec(state, spec, NULL);
+  GtkWidget *page = em_train_page_new(state);
+  GtkWindow *win = ui_test_show(page, 1024, 400); /* the form scrolls */
+  EmTrainPage *tp = EM_TRAIN_PAGE(page);
+  g_assert_true(em_train_page_set_value(tp, "limit", 5000));
+  GtkWidget *limit = NULL;
+  GPtrArray *labels = g_ptr_array_new();
+  ui_test_collect(page, GTK_TYPE_LABEL, labels);
+  for (guint i = 0; i < labels->len && !limit; i++)
+    if (!g_strcmp0(gtk_label_get_text(labels->pdata[i]), "Data limit"))
+      limit = gtk_label_get_mnemonic_widget(labels->pdata[i]);
+  g_ptr_array_unref(labels);
+  g_assert_true(GTK_IS_SPIN_BUTTON(limit));
+  GtkWidget *sw = gtk_widget_get_ancestor(limit, GTK_TYPE_SCROLLED_WINDOW);
+  g_assert_nonnull(sw);
+  GtkAdjustment *va = gtk_scrolled_window_get_vadjustment(GTK_SCROLLED_WINDOW(sw));
+  gtk_window_set_focus(win, NULL);
+  /* the spin button in sight, with room to scroll further down */
+  double lx, ly;
+  g_assert_true(gtk_widget_translate_coordinates(limit, sw, 0, 0, &lx, &ly));
+  double top = CLAMP(gtk_adjustment_get_value(va) + ly - 150, 0,
+                     gtk_adjustment_get_upper(va) - gtk_adjustment_get_page_size(va) - 50);
+  gtk_adjustment_set_value(va, top);
+  ui_test_spin(50);
+  if (!wheel_over(limit, TRUE)) {
+    g_test_skip("no XTest on this display");
+  } else {
+    g_assert_cmpfloat(em_train_page_get_value(tp, "limit"), ==, 5000);
+    g_assert_cmpfloat(gtk_adjustment_get_value(va), >, top); /* the form scrolled */
+    gtk_widget_grab_focus(limit);
+    ui_test_spin(50);
+    g_assert_true(wheel_over(limit, TRUE));
+    g_assert_cmpfloat(em_train_page_get_value(tp, "limit"), <, 5000);
+  }
+  gtk_window_destroy(win);
+  g_object_unref(state);
+  g_free(spec);
+}
+
 int main(int argc, char **argv) {
   g_home = g_dir_make_tmp("ember-ui-train-data-XXXXXX", NULL);
   g_setenv("EMBER_HOME", g_home, TRUE);
@@ -222,6 +304,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/ui/train-data/csv-trains", test_csv_trains);
   g_test_add_func("/ui/train-data/changes-during-run", test_changes_during_run);
   g_test_add_func("/ui/train-data/form-from-spec", test_form_from_spec);
+  g_test_add_func("/ui/train-data/wheel-scrolls-form", test_wheel_scrolls_form);
   int rc = g_test_run();
   char *rm[] = {"rm", "-rf", g_home, NULL};
   g_spawn_sync(NULL, rm, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
