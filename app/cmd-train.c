@@ -324,7 +324,7 @@ static int setup_from_spec(const cli_train_opts *o, train_job *j) {
     free(abs);
   }
   j->spec_text = read_text(o->spec_path);
-  if (!j->spec_text) j->spec_text = json_dumps(em_spec_json(j->spec), JSON_INDENT(2));
+  if (!j->spec_text) j->spec_text = em_spec_format(em_spec_json(j->spec), NULL);
   file_stem(o->spec_path, j->model, sizeof j->model);
   return 0;
 }

@@ -11,16 +11,25 @@ void em_builder_show_error(EmBuilderPage *self, const char *msg) {
   g_free(m);
 }
 
+/* The file gets the text the document was read from while nothing has
+ * changed, else em_spec_format's layout (the zoo's), numbers in their
+ * shortest round-tripping form and a final newline. */
 static gboolean save_to(EmBuilderPage *self, const char *path, GError **error) {
-  char *text = json_dumps(self->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-  gboolean ok = text && g_file_set_contents(path, text, -1, error);
-  free(text);
+  char *text = em_spec_format(self->doc, self->original);
+  if (!text) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA, "the model cannot be written as JSON");
+    return FALSE;
+  }
+  gboolean ok = g_file_set_contents(path, text, -1, error);
   if (ok) { /* path may be self->path itself (Save): copied before it is freed */
     char *copy = g_strdup(path);
     g_free(self->path);
     self->path = copy;
+    g_free(self->original);
+    self->original = g_strdup(text);
     em_builder_reparse(self);
   }
+  free(text);
   return ok;
 }
 
@@ -118,7 +127,6 @@ gboolean em_builder_page_open(EmBuilderPage *self, GFile *file, GError **error) 
   if (!g_file_load_contents(file, NULL, &text, &len, NULL, error)) return FALSE;
   json_error_t je;
   json_t *doc = json_loadb(text, len, 0, &je);
-  g_free(text);
   char *path = g_file_get_path(file);
   if (!doc || !json_is_object(doc) || !json_is_array(json_object_get(doc, "nodes"))) {
     g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
@@ -127,10 +135,13 @@ gboolean em_builder_page_open(EmBuilderPage *self, GFile *file, GError **error) 
                 path ? path : "file", je.line, je.text);
     json_decref(doc);
     g_free(path);
+    g_free(text);
     return FALSE;
   }
   json_decref(self->doc);
   self->doc = doc;
+  g_free(self->original);
+  self->original = text;
   g_free(self->path);
   self->path = path;
   self->selected = -1;
@@ -141,7 +152,7 @@ gboolean em_builder_page_open(EmBuilderPage *self, GFile *file, GError **error) 
 }
 
 char *em_builder_page_dup_json(EmBuilderPage *self) {
-  char *t = json_dumps(self->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  char *t = em_spec_format(self->doc, self->original);
   char *g = g_strdup(t);
   free(t);
   return g;

@@ -21,7 +21,7 @@ void em_builder_reparse(EmBuilderPage *self) {
   g_clear_pointer(&self->spec, em_spec_free);
   g_clear_pointer(&self->error, g_free);
   g_clear_pointer(&self->error_node, g_free);
-  char *text = json_dumps(self->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  char *text = em_spec_format(self->doc, self->original);
   if (!text) return;
   em_error err = {0};
   if (em_builder_n_nodes(self) == 0) {
@@ -260,6 +260,8 @@ static void on_spec_changed(EmAppState *state, EmBuilderPage *self) {
   }
   json_decref(self->doc);
   self->doc = doc;
+  g_free(self->original);
+  self->original = g_strdup(json);
   g_free(self->path);
   const char *p = em_app_state_get_spec_path(state);
   self->path = p ? g_strdup(p) : NULL;
@@ -393,6 +395,7 @@ static void em_builder_page_finalize(GObject *obj) {
   json_decref(self->doc);
   g_clear_pointer(&self->spec, em_spec_free);
   g_free(self->path);
+  g_free(self->original);
   g_free(self->error);
   g_free(self->error_node);
   g_free(self->published);
@@ -459,6 +462,7 @@ GtkWidget *em_builder_page_new(EmAppState *state) {
   if (json_is_object(doc)) {
     json_decref(self->doc);
     self->doc = doc;
+    self->original = g_strdup(json);
     const char *p = em_app_state_get_spec_path(state);
     self->path = p ? g_strdup(p) : NULL;
   } else {

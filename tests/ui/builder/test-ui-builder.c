@@ -434,6 +434,47 @@ static void test_zoo_built_tree(void) {
   g_free(src);
 }
 
+/* Issue 32, item 4: fmnist-mlp.json opened and saved unchanged is the
+ * same file, byte for byte (it was re-indented, 0.1 became
+ * 0.10000000000000001, the final newline went); one value changed, the
+ * file differs in that value only. */
+static void test_save_unchanged(void) {
+  char *zoo = g_build_filename(g_getenv("EMBER_SOURCE_ROOT"), "data", "models", "fmnist-mlp.json", NULL);
+  char *orig = NULL;
+  g_assert_true(g_file_get_contents(zoo, &orig, NULL, NULL));
+  char *path = g_build_filename(tmp_dir, "fmnist-mlp.json", NULL);
+  g_assert_true(g_file_set_contents(path, orig, -1, NULL));
+  EmAppState *state = em_app_state_new(tmp_dir);
+  GtkWidget *page = em_builder_page_new(state);
+  GtkWindow *win = ui_test_show(page, 1200, 700);
+  GFile *f = g_file_new_for_path(path);
+  g_assert_true(em_builder_page_open(EM_BUILDER_PAGE(page), f, NULL));
+  g_object_unref(f);
+  ui_test_spin(20);
+  g_assert_true(gtk_widget_activate_action(page, "builder.save", NULL));
+  char *saved = NULL;
+  g_assert_true(g_file_get_contents(path, &saved, NULL, NULL));
+  g_assert_cmpstr(saved, ==, orig);
+  g_free(saved);
+  /* one edit: that value changes, nothing else */
+  select_node(page, "fc1");
+  set_spin(page, "out_features", 512);
+  ui_test_spin(20);
+  g_assert_true(gtk_widget_activate_action(page, "builder.save", NULL));
+  g_assert_true(g_file_get_contents(path, &saved, NULL, NULL));
+  GString *want = g_string_new(orig);
+  g_string_replace(want, "\"out_features\": 256", "\"out_features\": 512", 1);
+  g_assert_cmpstr(saved, ==, want->str);
+  g_string_free(want, TRUE);
+  g_free(saved);
+  gtk_window_destroy(win);
+  g_object_unref(state);
+  g_unlink(path);
+  g_free(path);
+  g_free(orig);
+  g_free(zoo);
+}
+
 int main(int argc, char **argv) {
   ui_test_init(&argc, &argv);
   g_resources_register(em_ui_builder_get_resource());
@@ -444,6 +485,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/ui/builder/plugin-palette", test_plugin_palette);
   g_test_add_func("/ui/builder/estimate-vs-measured", test_estimate_vs_measured);
   g_test_add_func("/ui/builder/zoo-built-tree", test_zoo_built_tree);
+  g_test_add_func("/ui/builder/save-unchanged", test_save_unchanged);
   int rc = g_test_run();
   char *mlp = g_build_filename(tmp_dir, "mlp.json", NULL);
   g_unlink(mlp);
