@@ -1,5 +1,6 @@
 /* ember-cli.c: `ember`, the command line (no display needed): main() and
  * the command table. Each command lives in its own cmd-*.c file. */
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,10 @@ static const struct {
 };
 
 int main(int argc, char **argv) {
+  /* A reader that goes away (`ember train ... | head`) must not kill a
+   * run that is training or recording: writes to a closed pipe fail with
+   * EPIPE instead, and the progress output stops printing (cli-progress.c). */
+  signal(SIGPIPE, SIG_IGN);
   use_processor_blas_kernels(argv);
   em_log_set_handler(log_to_stderr, NULL);
   em_cpu_isa_active(); /* a bad EMBER_CPU_ISA is warned of now, once */

@@ -1,0 +1,71 @@
+"""The command line in daily use (issue 32): what a person meets piping,
+scripting and reading `ember`'s output.
+
+- `ember train ... | head`: a closed stdout or stderr never stops
+  training or recording (SIGPIPE ignored, EPIPE on progress output means
+  "stop printing"): the run completes with its test metrics and
+  checkpoints.
+
+usage: test_daily.py EMBER SOURCE_ROOT (Debian's /usr/bin/python3; no torch)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from cli_util import Ember, check_no_crash, sanitized
+
+EMBER = SOURCE = None
+SANITIZED = False
+
+
+class Daily(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ember-daily-")
+        self.e = Ember(EMBER, SOURCE, self.tmp)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def train_args(self, *extra):
+        limit = "256" if SANITIZED else "2048"
+        return ["train", self.e.spec(), "--dataset", "synthetic", "--limit", limit, "--epochs",
+                "2", "--batch", "32", "--threads", "1", "--seed", "5"] + list(extra)
+
+    def test_closed_pipes_do_not_stop_training(self):
+        """`ember train ... 2>&1 | head -1`: both streams closed after the
+        first line; the run still completes, evaluated and checkpointed."""
+        r, w = os.pipe()
+        p = self.e.popen(*self.train_args(), stdout=w, stderr=w)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            first = f.readline()  # "recording as run 1 ...": then the reader goes away, as head does
+        self.assertTrue(first)
+        rc = p.wait(timeout=600)
+        self.assertNotEqual(rc, -13, "killed by SIGPIPE")
+        self.assertEqual(rc, 0)
+        rows = self.e.sql("SELECT id, status FROM runs")
+        self.assertEqual(len(rows), 1, rows)
+        run, status = rows[0]
+        self.assertEqual(status, "completed")
+        shown = self.e.json("run", "show", run, "--json")
+        self.assertIsNotNone(shown["test_accuracy"])  # evaluated: it died at the evaluation
+        self.assertTrue(self.e.checkpoints(run))
+
+    def test_closed_stdout(self):
+        """stdout closed outright (`>&-`): the run completes and is recorded."""
+        p = subprocess.run([EMBER] + self.train_args("--quiet"), env=self.e.env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           timeout=600, close_fds=True,
+                           preexec_fn=lambda: os.close(1))
+        check_no_crash(p.returncode, p.stderr)
+        self.assertEqual(self.e.sql("SELECT status FROM runs"), [("completed",)])
+
+
+if __name__ == "__main__":
+    EMBER, SOURCE = sys.argv[1], sys.argv[2]
+    SANITIZED = sanitized(EMBER)
+    unittest.main(argv=[sys.argv[0], "-v"])
