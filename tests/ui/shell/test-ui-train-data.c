@@ -297,6 +297,70 @@ static void test_wheel_scrolls_form(void) {
   g_free(spec);
 }
 
+static gboolean paused(gpointer data) { return em_train_page_is_paused(data); }
+
+/* Issue 32, item 5: a run whose lr was changed while paused (0.001 ->
+ * 0.0005), stopped, and resumed with `ember train --resume`, records the
+ * lr it trains at, where Compare reads it (optim.lr 0.0005; it said
+ * 0.001). */
+static void test_pause_lr_then_resume(void) {
+  EmAppState *state = em_app_state_new(g_home);
+  char *spec = mlp_spec("paused-lr", 8, 3, 0.001);
+  em_app_state_set_spec(state, spec, NULL);
+  em_app_state_set_dataset(state, "synthetic", NULL);
+  GtkWidget *page = em_train_page_new(state);
+  GtkWindow *win = ui_test_show(page, 1100, 960);
+  EmTrainPage *tp = EM_TRAIN_PAGE(page);
+  em_train_page_set_value(tp, "threads", 1);
+  em_train_page_set_value(tp, "epochs", 200);
+  run_end e = {0};
+  g_signal_connect(state, "run-finished", G_CALLBACK(on_finished), &e);
+  g_signal_connect(state, "run-progress", G_CALLBACK(on_progress), &e);
+  g_assert_true(gtk_widget_activate_action(page, "train.start", NULL));
+  g_assert_true(ui_test_wait(stepped, &e, 60000));
+  g_assert_true(gtk_widget_activate_action(page, "train.pause", NULL));
+  g_assert_true(ui_test_wait(paused, tp, 10000));
+  g_assert_true(em_train_page_set_value(tp, "lr", 0.0005));
+  g_assert_true(gtk_widget_activate_action(page, "train.resume", NULL));
+  gint64 at = e.steps;
+  while (e.steps < at + 3 && !e.finished) ui_test_spin(20);
+  g_assert_true(gtk_widget_activate_action(page, "train.stop", NULL));
+  g_assert_true(ui_test_wait(ended, &e, 60000));
+  g_assert_cmpint(e.status, ==, EM_RUN_STOPPED);
+  g_signal_handlers_disconnect_by_data(state, &e);
+  gtk_window_destroy(win);
+  g_object_unref(state);
+
+  char *ember = g_build_filename(g_getenv("EMBER_BUILD_ROOT"), "app", "ember", NULL);
+  char *run = g_strdup_printf("%lld", (long long)e.run);
+  char *argv[] = {ember, "train", "--resume", run, "--stop-after-steps", "2", "--quiet", NULL};
+  int status = -1;
+  char *err_text = NULL;
+  g_assert_true(g_spawn_sync(NULL, argv, NULL, G_SPAWN_STDOUT_TO_DEV_NULL, NULL, NULL, NULL,
+                             &err_text, &status, NULL));
+  if (!g_spawn_check_wait_status(status, NULL)) g_error("ember train --resume: %s", err_text);
+  em_error err = {0};
+  em_store *st = em_store_open(g_home, true, &err);
+  g_assert_nonnull(st);
+  int64_t child = 0;
+  g_assert_cmpint(em_store_run_first_child(st, e.run, &child, &err), ==, EM_OK);
+  g_assert_cmpint(child, >, 0);
+  em_run r = {0};
+  g_assert_cmpint(em_store_run_get(st, child, &r, &err), ==, EM_OK);
+  json_t *cfg = json_loads(r.config_json, 0, NULL);
+  g_assert_nonnull(cfg);
+  double lr = json_number_value(json_object_get(json_object_get(cfg, "optim"), "lr"));
+  g_assert_cmpfloat(fabs(lr - 0.0005), <, 1e-12);
+  json_decref(cfg);
+  em_run_clear(&r);
+  em_store_close(st);
+  g_free(err_text);
+  g_free(run);
+  g_free(ember);
+  g_free(e.message);
+  g_free(spec);
+}
+
 int main(int argc, char **argv) {
   g_home = g_dir_make_tmp("ember-ui-train-data-XXXXXX", NULL);
   g_setenv("EMBER_HOME", g_home, TRUE);
@@ -305,6 +369,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/ui/train-data/changes-during-run", test_changes_during_run);
   g_test_add_func("/ui/train-data/form-from-spec", test_form_from_spec);
   g_test_add_func("/ui/train-data/wheel-scrolls-form", test_wheel_scrolls_form);
+  g_test_add_func("/ui/train-data/pause-lr-then-resume", test_pause_lr_then_resume);
   int rc = g_test_run();
   char *rm[] = {"rm", "-rf", g_home, NULL};
   g_spawn_sync(NULL, rm, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
