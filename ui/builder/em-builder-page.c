@@ -50,8 +50,12 @@ void em_builder_reparse(EmBuilderPage *self) {
 
 /* ---- node rows ------------------------------------------------------------ */
 
-static const int col_chars[] = {12, 11, 16, 10, 11, 12};
-static const char *col_titles[] = {"Name", "Type", "Output", "Params", "FLOPs", "Act./sample"};
+/* Sized so that the zoo's models show whole in a 1024-pixel-wide window:
+ * the units are in the titles (FLOPs and activation bytes per sample). */
+static const int col_chars[] = {8, 11, 15, 8, 7, 8};
+static const char *col_titles[] = {"Name", "Type", "Output", "Params", "FLOPs", "Act."};
+static const char *col_tips[] = {NULL, NULL, "the node's output shape (N: the batch)", "parameters",
+                                 "forward FLOPs per sample", "activation memory per sample"};
 
 static GtkWidget *cell(const char *text, int chars, gboolean bold) {
   GtkWidget *l = gtk_label_new(NULL);
@@ -73,6 +77,7 @@ static void build_header(EmBuilderPage *self) {
   for (int c = 0; c < 6; c++) {
     GtkWidget *l = cell(col_titles[c], col_chars[c], TRUE);
     gtk_widget_add_css_class(l, "dim-label");
+    if (col_tips[c]) gtk_widget_set_tooltip_text(l, col_tips[c]);
     gtk_box_append(self->header_box, l);
   }
 }
@@ -96,6 +101,9 @@ static void fill_rows(EmBuilderPage *self) {
       em_shape_format(em_spec_node_output(self->spec, i), shape, sizeof shape);
       snprintf(params, sizeof params, "%'lld", (long long)em_spec_node_param_count(self->spec, i));
       em_format_flops(costs[i].flops, flops, sizeof flops);
+      char *unit = strstr(flops, "FLOP"); /* the column's title says it: "501.8 k" */
+      if (unit) *unit = '\0';
+      g_strchomp(flops);
       em_format_bytes(costs[i].act_bytes, act, sizeof act);
     }
     GtkWidget *v = gtk_box_new(GTK_ORIENTATION_VERTICAL, 2);
