@@ -206,6 +206,9 @@ json_t *em_spec_json(const em_spec *spec);
  * fits, numbers in their shortest round-tripping form) and a final
  * newline. original may be NULL. NULL for a non-finite real. */
 char *em_spec_format(const json_t *doc, const char *original);
+/* A count as Ember writes it everywhere (`ember info`, the workbench):
+ * 235146 -> "235,146", whatever the locale; returns buf. */
+const char *em_format_count(int64_t v, char *buf, size_t n);
 
 /* One sample's input shape (no batch dim); returns ndim. */
 int em_spec_input_shape(const em_spec *spec, int64_t *shape);

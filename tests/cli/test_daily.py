@@ -5,6 +5,9 @@ scripting and reading `ember`'s output.
   training or recording (SIGPIPE ignored, EPIPE on progress output means
   "stop printing"): the run completes with its test metrics and
   checkpoints.
+- Versions: one spelling, v2, in what `ember model` says, and both 2 and
+  v2 taken (the workbench shows v2); another architecture registered
+  under a model's name is said, with both parameter counts.
 
 usage: test_daily.py EMBER SOURCE_ROOT (Debian's /usr/bin/python3; no torch)
 """
@@ -63,6 +66,43 @@ class Daily(unittest.TestCase):
                            preexec_fn=lambda: os.close(1))
         check_no_crash(p.returncode, p.stderr)
         self.assertEqual(self.e.sql("SELECT status FROM runs"), [("completed",)])
+
+    def test_version_spellings(self):
+        e = self.e
+        e.ok(*self.train_args("--quiet"))
+        out = e.ok("model", "register", "1", "--name", "fmnist").stdout
+        self.assertIn("registered fmnist v1 from run 1", out)
+        e.ok("model", "register", "1", "--name", "fmnist")
+        p = e.ok("model", "promote", "fmnist", "v2", "--alias", "production")
+        self.assertIn("production -> v2", p.stdout)
+        p = e.ok("model", "promote", "fmnist", "1", "--alias", "production")
+        self.assertIn("production -> v1", p.stdout)
+        p = e.ok("model", "promote", "fmnist", "V1", "--alias", "production")
+        self.assertIn("already points at v1", p.stdout)
+        for bad in ("v", "v-1", "0", "+1", "1x"):
+            p = e.run("model", "promote", "fmnist", bad, "--alias", "production")
+            self.assertEqual(p.returncode, 2, (bad, p.stderr))
+            self.assertIn("write 3 or v3", p.stderr)
+        # NAME@v2 is a version, as NAME@2
+        refs = [e.run("export", "fmnist@" + sel, "-o", os.path.join(self.tmp, sel + ".onnx"))
+                for sel in ("v2", "2")]
+        for p in refs:
+            self.assertEqual(p.returncode, 0, p.stderr)
+        # an alias spelled as a version is refused
+        p = e.run("model", "promote", "fmnist", "1", "--alias", "v7")
+        self.assertNotEqual(p.returncode, 0)
+
+    def test_other_architecture_said(self):
+        e = self.e
+        e.ok(*self.train_args("--quiet"))  # run 1: fmnist-mlp, 235,146 parameters
+        e.ok("train", e.spec("fmnist-cnn.json"), "--dataset", "synthetic", "--limit", "256",
+             "--epochs", "1", "--threads", "1", "--quiet")  # run 2: the CNN, 421,642
+        e.ok("model", "register", "1", "--name", "fmnist")
+        p = e.ok("model", "register", "2", "--name", "fmnist")
+        self.assertIn("421,642 parameters against 235,146", p.stderr)
+        self.assertIn("fmnist v1", p.stderr)
+        p = e.ok("model", "register", "2", "--name", "fmnist")  # the same as v2: nothing said
+        self.assertNotIn("architecture", p.stderr)
 
 
 if __name__ == "__main__":
