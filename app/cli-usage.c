@@ -14,6 +14,7 @@ static const char *const usage_head =
     "         [--quantize int8]                 Linear layers in dynamic int8 (CPU inference)\n"
     "         [--device cpu|cuda[:N]|ref]       evaluate on that device\n"
     "       ember info SPEC                     layers, output shapes, parameters\n"
+    "       ember --version                     the version of Ember\n"
     "       ember devices [--json]              cpu, ref and each CUDA GPU: name, compute\n"
     "                                           capability, total and free memory\n"
     "       ember profile SPEC [--steps N] [--trace FILE]   op profile and memory of a few steps\n"

@@ -83,6 +83,10 @@ int main(int argc, char **argv) {
     cli_usage_print(stdout);
     return 0;
   }
+  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
+    printf("ember %s\n", EMBER_VERSION);
+    return 0;
+  }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(cmd, commands[i].name) == 0) {
       if (commands[i].plugins) app_plugins_load_now();

@@ -5,6 +5,7 @@ scripting and reading `ember`'s output.
   training or recording (SIGPIPE ignored, EPIPE on progress output means
   "stop printing"): the run completes with its test metrics and
   checkpoints.
+- `ember --version`.
 - Versions: one spelling, v2, in what `ember model` says, and both 2 and
   v2 taken (the workbench shows v2); another architecture registered
   under a model's name is said, with both parameter counts.
@@ -66,6 +67,13 @@ class Daily(unittest.TestCase):
                            preexec_fn=lambda: os.close(1))
         check_no_crash(p.returncode, p.stderr)
         self.assertEqual(self.e.sql("SELECT status FROM runs"), [("completed",)])
+
+    def test_version_flag(self):
+        """`ember --version` (it was an unknown command)."""
+        for flag in ("--version", "-V", "version"):
+            p = self.e.ok(flag)
+            self.assertRegex(p.stdout, r"^ember \d+\.\d+")
+        self.assertIn("--version", self.e.ok("--help").stdout)
 
     def test_version_spellings(self):
         e = self.e
