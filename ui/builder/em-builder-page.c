@@ -99,7 +99,7 @@ static void fill_rows(EmBuilderPage *self) {
     char shape[64] = "—", params[32] = "—", flops[32] = "—", act[32] = "—";
     if (self->spec && i < em_spec_node_count(self->spec)) {
       em_shape_format(em_spec_node_output(self->spec, i), shape, sizeof shape);
-      snprintf(params, sizeof params, "%'lld", (long long)em_spec_node_param_count(self->spec, i));
+      em_format_count(em_spec_node_param_count(self->spec, i), params, sizeof params);
       em_format_flops(costs[i].flops, flops, sizeof flops);
       char *unit = strstr(flops, "FLOP"); /* the column's title says it: "501.8 k" */
       if (unit) *unit = '\0';
@@ -169,9 +169,9 @@ static void fill_totals(EmBuilderPage *self) {
   GString *os = g_string_new("[N");
   for (int d = 0; d < od; d++) g_string_append_printf(os, ", %lld", (long long)out[d]);
   g_string_append(os, "]");
-  char fb[32];
-  char *t = g_strdup_printf("%d nodes · %'lld parameters · %s forward per sample · output %s",
-                            n, (long long)em_spec_param_count(self->spec),
+  char fb[32], pc[32];
+  char *t = g_strdup_printf("%d nodes · %s parameters · %s forward per sample · output %s",
+                            n, em_format_count(em_spec_param_count(self->spec), pc, sizeof pc),
                             em_format_flops(flops, fb, sizeof fb), os->str);
   g_string_free(os, TRUE);
   gtk_label_set_text(self->totals_label, t);
@@ -180,14 +180,14 @@ static void fill_totals(EmBuilderPage *self) {
   em_memory_estimate e;
   em_memory_estimate_compute(self->spec, (int64_t)gtk_spin_button_get_value(self->batch_spin), -1,
                              &e);
-  char tot[32], av[32], w[32], a[32], o[32];
+  char tot[32], av[32], w[32], a[32], o[32], mb[32];
   char *m = g_markup_printf_escaped(
       "Peak training memory (CPU): <b>%s</b> — <span foreground=\"%s\"><b>%s</b></span> in %s "
-      "free; largest batch that fits: <b>%'lld</b>\n"
+      "free; largest batch that fits: <b>%s</b>\n"
       "<small>weights+grads %s · optimiser %s (%d per parameter) · activations %s</small>",
       em_format_bytes(e.mem.total_bytes, tot, sizeof tot), e.fits ? "#26a269" : "#c01c28",
       e.fits ? "fits" : "does not fit", em_format_bytes(e.available_bytes, av, sizeof av),
-      (long long)e.max_batch, em_format_bytes(e.mem.weights_bytes + e.mem.grads_bytes, w, sizeof w),
+      em_format_count(e.max_batch, mb, sizeof mb), em_format_bytes(e.mem.weights_bytes + e.mem.grads_bytes, w, sizeof w),
       em_format_bytes(e.mem.optim_bytes, o, sizeof o), e.mem.optim_states,
       em_format_bytes(e.mem.act_bytes + e.mem.workspace_bytes, a, sizeof a));
   gtk_label_set_markup(self->estimate_label, m);
