@@ -10,7 +10,7 @@
 static const char *const usage_head =
     "usage: ember train SPEC [options]          train (recorded in the registry), JSON last\n"
     "       ember train --resume RUN|latest [--save FILE] [--threads N] [--device D]\n"
-    "       ember eval SPEC --weights FILE [--batch N] [--data-dir DIR] [--threads N]\n"
+    "       ember eval SPEC --weights FILE | NAME@ALIAS [--batch N] [--data-dir DIR] [--threads N]\n"
     "         [--quantize int8]                 Linear layers in dynamic int8 (CPU inference)\n"
     "         [--device cpu|cuda[:N]|ref]       evaluate on that device\n"
     "       ember info SPEC                     layers, output shapes, parameters\n"

@@ -6,6 +6,7 @@ scripting and reading `ember`'s output.
   "stop printing"): the run completes with its test metrics and
   checkpoints.
 - `ember --version`.
+- `ember eval NAME@ALIAS`.
 - Versions: one spelling, v2, in what `ember model` says, and both 2 and
   v2 taken (the workbench shows v2); another architecture registered
   under a model's name is said, with both parameter counts.
@@ -99,6 +100,23 @@ class Daily(unittest.TestCase):
         # an alias spelled as a version is refused
         p = e.run("model", "promote", "fmnist", "1", "--alias", "v7")
         self.assertNotEqual(p.returncode, 0)
+
+    def test_eval_model_reference(self):
+        """`ember eval NAME@ALIAS` as predict, export and serve take it (it
+        asked for --weights), on the data the version's run trained on."""
+        e = self.e
+        e.ok(*self.train_args("--quiet"))
+        e.ok("model", "register", "1", "--name", "fmnist")
+        e.ok("model", "promote", "fmnist", "1", "--alias", "production")
+        by_ref = json.loads(e.ok("eval", "fmnist@production").stdout.strip().splitlines()[-1])
+        weights = e.json("model", "versions", "fmnist", "--json")[0]["weights"]
+        by_file = json.loads(e.ok("eval", e.spec(), "--weights", weights, "--dataset",
+                                  "synthetic").stdout.strip().splitlines()[-1])
+        self.assertEqual(by_ref["test_loss"], by_file["test_loss"])
+        self.assertEqual(by_ref["test_accuracy"], by_file["test_accuracy"])
+        p = e.run("eval", "fmnist@staging")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no alias 'staging'", p.stderr)
 
     def test_other_architecture_said(self):
         e = self.e
