@@ -5,12 +5,14 @@
 #include "cli-table.h"
 #include "plugin-load.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <unistd.h>
 
 void cli_progress_init(cli_progress *p, bool quiet, const char *name) {
   p->quiet = quiet;
   p->tty = isatty(2);
+  p->closed = false;
   p->name = name;
   p->last_draw = 0;
 }
@@ -21,9 +23,17 @@ static void fmt_time(double s, char *buf, size_t n) {
   else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
+/* A failed write to stderr: a pipe whose reader went away (EPIPE; SIGPIPE
+ * is ignored) or a closed descriptor stops the printing, never the run. */
+static void check_closed(cli_progress *p) {
+  if (!ferror(stderr)) return;
+  if (errno == EPIPE || errno == EBADF) p->closed = true;
+  clearerr(stderr);
+}
+
 bool cli_progress_event(const em_train_event *ev, void *user) {
   cli_progress *p = user;
-  if (p->quiet) return true;
+  if (p->quiet || p->closed) return true;
   char eta[32];
   switch (ev->kind) {
   case EM_EVENT_START: {
@@ -73,6 +83,7 @@ bool cli_progress_event(const em_train_event *ev, void *user) {
   case EM_EVENT_DIVERGENCE: /* printed by the command whether quiet or not */
     break;
   }
+  check_closed(p);
   return true;
 }
 

@@ -8,6 +8,7 @@
 
 typedef struct {
   bool quiet, tty;
+  bool closed; /* stderr's reader went away (EPIPE): printing stopped */
   const char *name;
   double last_draw;
 } cli_progress;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli-common.h"
+#include "em-io.h"
 
 typedef struct {
   char *text;
@@ -274,8 +275,9 @@ void cli_table_print_csv(const cli_table *t, FILE *f) {
 }
 
 void cli_json_print(json_t *v) {
-  char *s = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17) |
-                              JSON_ENCODE_ANY);
+  /* jansson's JSON_INDENT(2) layout, numbers in their shortest form that
+   * reads back equal (a spec's lr 0.1, not 0.10000000000000001) */
+  char *s = em_json_write(v, 0);
   if (s) printf("%s\n", s);
   free(s);
   json_decref(v);

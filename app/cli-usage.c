@@ -10,10 +10,11 @@
 static const char *const usage_head =
     "usage: ember train SPEC [options]          train (recorded in the registry), JSON last\n"
     "       ember train --resume RUN|latest [--save FILE] [--threads N] [--device D]\n"
-    "       ember eval SPEC --weights FILE [--batch N] [--data-dir DIR] [--threads N]\n"
+    "       ember eval SPEC --weights FILE | NAME@ALIAS [--batch N] [--data-dir DIR] [--threads N]\n"
     "         [--quantize int8]                 Linear layers in dynamic int8 (CPU inference)\n"
     "         [--device cpu|cuda[:N]|ref]       evaluate on that device\n"
     "       ember info SPEC                     layers, output shapes, parameters\n"
+    "       ember --version                     the version of Ember\n"
     "       ember devices [--json]              cpu, ref and each CUDA GPU: name, compute\n"
     "                                           capability, total and free memory\n"
     "       ember profile SPEC [--steps N] [--trace FILE]   op profile and memory of a few steps\n"

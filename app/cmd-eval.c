@@ -1,6 +1,8 @@
-/* cmd-eval.c: `ember eval SPEC --weights FILE [--quantize int8]` (test
+/* cmd-eval.c: `ember eval SPEC --weights FILE | NAME@ALIAS [--quantize int8]` (test
  * loss and accuracy of saved weights, optionally with int8 Linear layers)
- * and `ember info SPEC` (the layer table). Neither touches the registry.
+ * and `ember info SPEC` (the layer table). eval reads the registry only for
+ * a registered version NAME@ALIAS / NAME@VERSION (cli-model.h), evaluated
+ * on the dataset its run recorded.
  * eval --device evaluates where it is told (the weights are loaded on the
  * host and moved there). */
 #include <math.h>
@@ -11,6 +13,7 @@
 #include "em-cpu.h"
 #include "cli-commands.h"
 #include "cli-common.h"
+#include "cli-model.h"
 #include "cli-table.h"
 #include "em-device.h"
 #include "em-pool.h"
@@ -65,21 +68,43 @@ int cli_cmd_eval(int argc, char **argv) {
   cli_train_opts o;
   cli_train_opts_parse(argc, argv, "eval", &o);
   em_quant_mode qmode = cli_parse_quantize(o.quantize);
-  if (!o.spec_path) cli_die_usage("eval expects a SPEC file");
-  if (!o.weights) cli_die_usage("eval needs --weights FILE");
+  if (!o.spec_path) cli_die_usage("eval expects a SPEC file or a model NAME@ALIAS");
+  /* a registered version, as predict, export and serve take it: its run's
+   * spec and its weights, evaluated on the data its run trained on */
+  cli_check_model_ref(o.spec_path, o.weights);
+  bool by_ref = !o.weights && em_version_ref_looks_like(o.spec_path);
+  if (!by_ref && !o.weights) cli_die_usage("eval needs --weights FILE (or a model NAME@ALIAS)");
   const char *unused = cli_train_opts_eval_conflict(&o);
   if (unused)
     cli_die_usage("%s is an 'ember train' option: eval takes --weights, --batch, --threads, "
                   "--dataset, --data-dir, --device, --label-smoothing, --quantize and --metric "
                   "(it evaluates the whole test set in f32, or int8 with --quantize)", unused);
   em_error err = {0};
-  em_spec *spec = em_spec_load(o.spec_path, &err);
-  if (!spec) return cli_fail(&err, NULL);
+  cli_model cm = {0};
+  em_spec *spec = NULL;
+  if (by_ref) {
+    int orc = cli_model_open(o.spec_path, NULL, o.registry, &cm);
+    if (orc) return orc;
+    spec = cm.spec;
+  } else if (!(spec = em_spec_load(o.spec_path, &err))) {
+    return cli_fail(&err, NULL);
+  }
   em_train_config cfg;
   em_train_config_defaults(&cfg);
   if (em_train_config_from_spec(&cfg, spec, &err) != EM_OK) {
-    em_spec_free(spec);
+    if (by_ref) cli_model_close(&cm);
+    else em_spec_free(spec);
     return cli_fail(&err, o.spec_path);
+  }
+  if (by_ref) { /* the dataset the version's run recorded (flags still apply over it) */
+    em_store *st = cli_store_open(o.registry, true);
+    em_run r = {0};
+    if (st && em_store_run_get(st, cm.ref.run, &r, NULL) == EM_OK && r.dataset_name) {
+      snprintf(cfg.dataset, sizeof cfg.dataset, "%s", r.dataset_name);
+      snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", r.dataset_path ? r.dataset_path : "");
+    }
+    em_run_clear(&r);
+    if (st) em_store_close(st);
   }
   cli_train_opts_apply(&o, &cfg);
   cli_train_opts_check_device(&o, &cfg); /* --device: exit 2 when unusable */
@@ -90,8 +115,10 @@ int cli_cmd_eval(int argc, char **argv) {
   double loss = 0, acc = 0;
   if (em_train_config_validate(&cfg, &err) != EM_OK) rc = cli_fail(&err, NULL);
   else if (!(test = em_train_open_dataset(spec, &cfg, false, &err))) rc = cli_fail(&err, NULL);
-  else if (!(model = em_model_new(spec, cfg.seed, &err))) rc = cli_fail(&err, o.spec_path);
-  else if (em_model_load(model, o.weights, &err) != EM_OK) rc = cli_fail(&err, o.weights);
+  else if (by_ref ? !(model = cm.model) : !(model = em_model_new(spec, cfg.seed, &err)))
+    rc = cli_fail(&err, o.spec_path);
+  else if (!by_ref && em_model_load(model, o.weights, &err) != EM_OK)
+    rc = cli_fail(&err, o.weights);
   else if (qmode != EM_QUANT_NONE && (em_model_quantize(model, qmode, &qrep, &err) != EM_OK ||
                                       cli_quant_check(&qrep, em_spec_name(spec), &err) != EM_OK))
     rc = cli_fail(&err, "--quantize int8");
@@ -128,8 +155,12 @@ int cli_cmd_eval(int argc, char **argv) {
     free(txt);
     json_decref(o);
   }
-  em_model_free(model);
   em_dataset_free(test);
-  em_spec_free(spec);
+  if (by_ref) {
+    cli_model_close(&cm); /* its spec and model */
+  } else {
+    em_model_free(model);
+    em_spec_free(spec);
+  }
   return rc;
 }

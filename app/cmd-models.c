@@ -97,6 +97,14 @@ static int model_register(int argc, char **argv) {
   int64_t run;
   int version = 0;
   em_status st = cli_run_id(s, pos[0], &run, &err);
+  em_arch_diff d;
+  if (st == EM_OK && em_store_model_arch_diff(s, name, run, &d, NULL) == EM_OK && d.differs) {
+    char a[32], b[32];
+    cli_warn("run %lld's model is not the architecture of %s v%d (%s parameters against %s): "
+             "registered under the same name all the same; give it another --name if it is "
+             "another model", (long long)run, name, d.latest_version,
+             em_format_count(d.run_params, a, sizeof a), em_format_count(d.latest_params, b, sizeof b));
+  }
   if (st == EM_OK) st = em_store_model_register(s, run, name, how, step, &version, &err);
   em_store_close(s);
   if (st != EM_OK) return cli_fail1(&err, "model register");
@@ -108,7 +116,7 @@ static int model_register(int argc, char **argv) {
     json_object_set_new(o, "checkpoint", json_string(pick));
     cli_json_print(o);
   } else {
-    printf("registered %s version %d from run %lld (checkpoint: %s)\n", name, version,
+    printf("registered %s v%d from run %lld (checkpoint: %s)\n", name, version,
            (long long)run, pick);
   }
   return 0;
@@ -206,7 +214,10 @@ static int model_move(int argc, char **argv, bool promote) {
   if (!alias) cli_die_usage("%s needs --alias ALIAS (e.g. --alias production)", what);
   check_name_or_die(pos[0], alias);
   int version = 0;
-  if (promote) version = (int)cli_parse_int("VERSION", pos[1], 1, 1 << 30);
+  if (promote) { /* 3 or v3: the workbench shows v3 */
+    if (!em_version_parse(pos[1], &version))
+      cli_die_usage("VERSION: '%s' is not a version (write 3 or v3)", pos[1]);
+  }
   em_store *s = cli_store_open(registry, false);
   if (!s) return 1;
   em_error err = {0};
@@ -234,9 +245,9 @@ static int model_move(int argc, char **argv, bool promote) {
     json_object_set_new(o, "changed", json_boolean(!same));
     cli_json_print(o);
   } else if (same) {
-    printf("%s: %s already points at version %d: nothing changed\n", pos[0], alias, version);
+    printf("%s: %s already points at v%d: nothing changed\n", pos[0], alias, version);
   } else {
-    printf("%s: %s -> version %d%s\n", pos[0], alias, version, promote ? "" : " (rolled back)");
+    printf("%s: %s -> v%d%s\n", pos[0], alias, version, promote ? "" : " (rolled back)");
   }
   return 0;
 }

@@ -73,6 +73,7 @@ typedef struct {
   char *rollback_path;
   int64_t rollback_step;
   bool ran_here;            /* --resume on the device it trained on: no pre-flight */
+  double lr_scale;          /* --resume: the checkpoint's lr scale (0: none, 1) */
 } train_job;
 
 /* ---- stop on Ctrl-C / SIGTERM ------------------------------------------ */
@@ -324,7 +325,7 @@ static int setup_from_spec(const cli_train_opts *o, train_job *j) {
     free(abs);
   }
   j->spec_text = read_text(o->spec_path);
-  if (!j->spec_text) j->spec_text = json_dumps(em_spec_json(j->spec), JSON_INDENT(2));
+  if (!j->spec_text) j->spec_text = em_spec_format(em_spec_json(j->spec), NULL);
   file_stem(o->spec_path, j->model, sizeof j->model);
   return 0;
 }
@@ -345,6 +346,33 @@ static int checkpoint_batch_size(const char *path) {
   }
   free(text);
   return batch;
+}
+
+/* The checkpoint's lr scale (a pause's lr change or a divergence rollback
+ * left it): 1 when the file does not say (loading it reports that). */
+static double checkpoint_lr_scale(const char *path) {
+  char text[64];
+  double v = 1;
+  if (em_checkpoint_read_meta(path, "lr_scale", text, sizeof text, NULL) == EM_OK) {
+    char *end;
+    v = strtod(text, &end);
+    if (end == text || !(v > 0) || !isfinite(v)) v = 1;
+  }
+  return v;
+}
+
+/* The settings the trainer had when it wrote the checkpoint (its
+ * "config"): false when the file does not say. */
+static bool checkpoint_config(const char *path, em_train_config *out) {
+  enum { CAP = 1 << 16 };
+  char *text = malloc(CAP);
+  bool ok = false;
+  if (text && em_checkpoint_read_meta(path, "config", text, CAP, NULL) == EM_OK) {
+    em_train_config_defaults(out);
+    ok = em_train_config_from_json(out, text, NULL) == EM_OK;
+  }
+  free(text);
+  return ok;
 }
 
 /* A stopped run's "final" checkpoint is where it resumes, but not what a
@@ -539,6 +567,22 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
              (long long)id, j->cfg.batch_size, reached, reached);
     j->cfg.batch_size = reached;
   }
+  /* What a pause changed (the workbench's lr and gradient clipping, kept
+   * in the checkpoint: the trainer's config and its lr scale) goes on, and
+   * the new run records the settings it trains with (optim.lr 0.0005 after
+   * 0.001 was halved while paused, where Compare reads it), not the
+   * parent's recorded ones. The trainer keeps the base lr and the scale,
+   * as an uninterrupted run would. */
+  em_train_config at;
+  if (checkpoint_config(j->ckpt.path, &at)) {
+    if (at.clip_grad_norm != j->cfg.clip_grad_norm)
+      cli_warn("run %lld's gradient clipping was changed while it trained (%g -> %g): going on "
+               "at %g", (long long)id, j->cfg.clip_grad_norm, at.clip_grad_norm,
+               at.clip_grad_norm);
+    j->cfg.optim.lr = at.optim.lr;
+    j->cfg.clip_grad_norm = at.clip_grad_norm;
+  }
+  j->lr_scale = checkpoint_lr_scale(j->ckpt.path);
   /* It trained at that batch on this device: that beats the pre-flight's
    * estimate, which errs high. */
   j->ran_here = em_device_eq(recorded, j->cfg.device);
@@ -868,7 +912,11 @@ int cli_cmd_train(int argc, char **argv) {
 
   /* The run row, its checkpoint folder and the writer. */
   if (record) {
-    char *config_json = em_train_config_to_json(cfg); /* checkpoint_dir still empty */
+    /* the effective settings: a resumed run's lr is the base lr times the
+     * scale its checkpoint carries (which the trainer applies) */
+    em_train_config recorded = *cfg;
+    if (j.lr_scale > 0) recorded.optim.lr *= j.lr_scale;
+    char *config_json = em_train_config_to_json(&recorded); /* checkpoint_dir still empty */
     if (config_json && o.world > 1) {
       char *w = config_with_world(config_json, o.world);
       free(config_json);

@@ -1,5 +1,6 @@
 /* ember-cli.c: `ember`, the command line (no display needed): main() and
  * the command table. Each command lives in its own cmd-*.c file. */
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,10 @@ static const struct {
 };
 
 int main(int argc, char **argv) {
+  /* A reader that goes away (`ember train ... | head`) must not kill a
+   * run that is training or recording: writes to a closed pipe fail with
+   * EPIPE instead, and the progress output stops printing (cli-progress.c). */
+  signal(SIGPIPE, SIG_IGN);
   use_processor_blas_kernels(argv);
   em_log_set_handler(log_to_stderr, NULL);
   em_cpu_isa_active(); /* a bad EMBER_CPU_ISA is warned of now, once */
@@ -76,6 +81,10 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     cli_usage_print(stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
+    printf("ember %s\n", EMBER_VERSION);
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

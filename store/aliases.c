@@ -51,7 +51,7 @@ em_status em_store_check_alias(const char *model, const char *alias, em_error *e
   em_status st = em_store_check_name("alias", alias, err);
   if (!st && em_store_selector_is_version(alias, NULL))
     st = em_error_set(err, EM_ERR_INVALID, "alias '%s' would read as a version number in "
-                      "%s@%s; give the alias a letter (e.g. v%s)", alias, model, alias, alias);
+                      "%s@%s; give the alias a word (e.g. release-%s)", alias, model, alias, alias);
   return st;
 }
 

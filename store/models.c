@@ -410,3 +410,52 @@ void em_version_rows_free(em_version_row *v, int n) {
   }
   g_free(v);
 }
+
+/* ---- a different architecture under the same name ------------------------- */
+
+/* The parameter count of a recorded spec, -1 when it does not parse. */
+static int64_t spec_params(const char *json) {
+  em_error err = {0};
+  em_spec *sp = json ? em_spec_parse(json, "<recorded spec>", &err) : NULL;
+  int64_t n = sp ? em_spec_param_count(sp) : -1;
+  em_spec_free(sp);
+  return n;
+}
+
+/* Same input and nodes: the same architecture (names, types, attributes). */
+static bool same_arch(const char *a, const char *b) {
+  json_t *ja = a ? json_loads(a, 0, NULL) : NULL, *jb = b ? json_loads(b, 0, NULL) : NULL;
+  bool same = ja && jb && json_equal(json_object_get(ja, "input"), json_object_get(jb, "input")) &&
+              json_equal(json_object_get(ja, "nodes"), json_object_get(jb, "nodes"));
+  json_decref(ja);
+  json_decref(jb);
+  return same;
+}
+
+em_status em_store_model_arch_diff(em_store *s, const char *name, int64_t run, em_arch_diff *d,
+                                   em_error *err) {
+  memset(d, 0, sizeof *d);
+  d->run_params = d->latest_params = -1;
+  em_run r = {0}, l = {0};
+  em_status rs = em_store_run_get(s, run, &r, err);
+  if (rs != EM_OK) return rs;
+  d->run_params = spec_params(r.spec_json);
+  em_version_row *v = NULL;
+  int n = 0;
+  em_error verr = {0};
+  em_status st = EM_OK;
+  if (em_store_model_versions(s, name, &v, &n, &verr) == EM_OK && n > 0) {
+    const em_version_row *latest = &v[0];
+    for (int i = 1; i < n; i++)
+      if (v[i].version > latest->version) latest = &v[i];
+    d->latest_version = latest->version;
+    if ((st = em_store_run_get(s, latest->run, &l, err)) == EM_OK) {
+      d->latest_params = spec_params(l.spec_json);
+      d->differs = !same_arch(r.spec_json, l.spec_json);
+    }
+  }
+  em_version_rows_free(v, n);
+  em_run_clear(&r);
+  em_run_clear(&l);
+  return st;
+}

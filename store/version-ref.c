@@ -1,6 +1,6 @@
 /* version-ref.c: a registered model version named the way people name it
  * on the command line: "NAME@ALIAS" (production, staging...) or
- * "NAME@VERSION" (a number), resolved to the version, its run, its
+ * "NAME@VERSION" (a number, 3 or v3), resolved to the version, its run, its
  * weights and the spec its run recorded. export, predict, eval and serve
  * share it; serve calls it again to notice an alias that moved. */
 #include "store-private.h"
@@ -26,10 +26,22 @@ bool em_version_ref_looks_like(const char *text) {
 }
 
 bool em_store_selector_is_version(const char *sel, long *number) {
+  if (*sel == 'v' || *sel == 'V') sel++; /* "v2", as the workbench shows versions */
+  if (*sel < '0' || *sel > '9') { /* no sign, no space: strtol would take them */
+    if (number) *number = 0;
+    return false;
+  }
   char *end;
   long n = strtol(sel, &end, 10);
   if (number) *number = n;
   return *sel && *end == '\0' && n > 0;
+}
+
+bool em_version_parse(const char *text, int *version) {
+  long n = 0;
+  bool ok = text && em_store_selector_is_version(text, &n) && n <= (1 << 30);
+  if (version) *version = ok ? (int)n : 0;
+  return ok;
 }
 
 bool em_version_ref_names_alias(const char *ref) {
@@ -45,7 +57,7 @@ em_status em_store_resolve_version(em_store *s, const char *ref, em_version_ref 
       strlen(at + 1) >= sizeof out->selector)
     return em_error_set(err, EM_ERR_INVALID,
                         "'%s' is not a model reference: write NAME@ALIAS or NAME@VERSION "
-                        "(e.g. fmnist-mlp@production or fmnist-mlp@3)",
+                        "(e.g. fmnist-mlp@production or fmnist-mlp@v3)",
                         ref ? ref : "");
   memcpy(out->name, ref, (size_t)(at - ref));
   out->name[at - ref] = '\0';

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "em-error.h"
 #include "em-tensor.h"
 
@@ -94,3 +96,21 @@ const char *em_safetensors_meta(const em_safetensors *f, const char *key);
 int em_safetensors_meta_count(const em_safetensors *f);
 const char *em_safetensors_meta_key(const em_safetensors *f, int i); /* NULL if out of range */
 void em_safetensors_close(em_safetensors *f); /* NULL is fine */
+
+/* ---- JSON text (model specs, the CLI's --json) ------------------------------ */
+
+/* A real in its shortest form that reads back equal: "%.15g", else
+ * "%.16g", else "%.17g" (0.1, not 0.10000000000000001), with '.' whatever
+ * the locale, ".0" added to a whole number (1.0) and the exponent without
+ * '+' or leading zeros (1e-6), as jansson writes it. false for NaN and
+ * infinities (JSON has none) or when size is under 32. */
+bool em_json_real_format(double v, char *out, size_t size);
+/* JSON text of v (any value), objects in their keys' order, reals as
+ * em_json_real_format writes them, no final newline; malloc'd (free), NULL
+ * for a non-finite real or out of memory. width < 0: all on one line;
+ * 0: every non-empty array and object over several lines, two spaces of
+ * indent per level (jansson's JSON_INDENT(2)); > 0: an array or object on
+ * one line where it fits in width columns, as the zoo's specs are laid
+ * out (EM_JSON_SPEC_WIDTH). */
+char *em_json_write(const json_t *v, int width);
+#define EM_JSON_SPEC_WIDTH 100

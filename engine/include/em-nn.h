@@ -198,6 +198,17 @@ json_t *em_spec_loss_json(const em_spec *spec);
 json_t *em_spec_training_json(const em_spec *spec);
 /* The whole document (borrowed), e.g. to record the spec with a run. */
 json_t *em_spec_json(const em_spec *spec);
+/* The text of a spec file for doc (any JSON value; malloc'd, free):
+ * original itself, byte for byte, when doc is what original holds (the
+ * same values, keys in the same order), so a spec opened and saved
+ * unchanged is not rewritten; else em_json_write's layout of the zoo's
+ * files (EM_JSON_SPEC_WIDTH: an object or array on one line where it
+ * fits, numbers in their shortest round-tripping form) and a final
+ * newline. original may be NULL. NULL for a non-finite real. */
+char *em_spec_format(const json_t *doc, const char *original);
+/* A count as Ember writes it everywhere (`ember info`, the workbench):
+ * 235146 -> "235,146", whatever the locale; returns buf. */
+const char *em_format_count(int64_t v, char *buf, size_t n);
 
 /* One sample's input shape (no batch dim); returns ndim. */
 int em_spec_input_shape(const em_spec *spec, int64_t *shape);

@@ -705,6 +705,29 @@ const char *em_spec_description(const em_spec *s) { return s->description; }
 json_t *em_spec_loss_json(const em_spec *s) { return s->loss; }
 json_t *em_spec_training_json(const em_spec *s) { return s->training; }
 json_t *em_spec_json(const em_spec *s) { return s->root; }
+
+char *em_spec_format(const json_t *doc, const char *original) {
+  char *text = em_json_write(doc, EM_JSON_SPEC_WIDTH);
+  if (!text) return NULL;
+  json_t *was = original ? json_loads(original, JSON_DECODE_ANY, NULL) : NULL;
+  char *was_text = was ? em_json_write(was, EM_JSON_SPEC_WIDTH) : NULL;
+  json_decref(was);
+  bool same = was_text && !strcmp(was_text, text);
+  free(was_text);
+  if (same) {
+    free(text);
+    return strdup(original);
+  }
+  size_t n = strlen(text);
+  char *t = realloc(text, n + 2);
+  if (!t) {
+    free(text);
+    return NULL;
+  }
+  t[n] = '\n';
+  t[n + 1] = '\0';
+  return t;
+}
 em_dtype em_spec_input_dtype(const em_spec *s) { return s->input.dtype; }
 int64_t em_spec_param_count(const em_spec *s) { return s->n_params; }
 int64_t em_spec_buffer_count(const em_spec *s) { return s->n_buffer; }

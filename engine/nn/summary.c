@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* 235146 -> "235,146" */
-static const char *with_commas(int64_t v, char *buf, size_t n) {
+/* 235146 -> "235,146" (em-nn.h) */
+const char *em_format_count(int64_t v, char *buf, size_t n) {
   char raw[32];
   snprintf(raw, sizeof raw, "%lld", (long long)(v < 0 ? -v : v));
   size_t len = strlen(raw), o = 0;
@@ -44,7 +44,7 @@ static void format(const em_spec *s, em_strbuf *b) {
     if ((l = (int)strlen(nd->name)) > wn) wn = l;
     if ((l = (int)strlen(nd->type->name)) > wt) wt = l;
     if ((l = (int)strlen(em_shape_format(&nd->out, shape, sizeof shape))) > ws) ws = l;
-    if ((l = (int)strlen(with_commas(nd->n_params, num, sizeof num))) > wp) wp = l;
+    if ((l = (int)strlen(em_format_count(nd->n_params, num, sizeof num))) > wp) wp = l;
     inputs_text(s, i, ins, sizeof ins);
     if ((l = (int)strlen(ins)) > wi) wi = l;
   }
@@ -66,7 +66,7 @@ static void format(const em_spec *s, em_strbuf *b) {
       em_strbuf_printf(b, "%-*s  ", wi, ins);
     }
     em_strbuf_printf(b, "%-*s  %*s%s\n", ws, em_shape_format(&nd->out, shape, sizeof shape), wp,
-                     with_commas(nd->n_params, num, sizeof num),
+                     em_format_count(nd->n_params, num, sizeof num),
                      nd->live ? "" : "  (unused)");
   }
   for (int k = 0; k < rule; k++) em_strbuf_printf(b, "-");
@@ -74,10 +74,10 @@ static void format(const em_spec *s, em_strbuf *b) {
   const em_spec_node *out = &s->nodes[s->output];
   em_strbuf_printf(b, "output: %s %s\n", out->name, em_shape_format(&out->out, shape, sizeof shape));
   em_strbuf_printf(b, "trainable parameters: %s (%.2f MiB in f32)\n",
-                   with_commas(s->n_params, num, sizeof num),
+                   em_format_count(s->n_params, num, sizeof num),
                    (double)s->n_params * 4.0 / (1024.0 * 1024.0));
   if (s->n_buffer)
-    em_strbuf_printf(b, "buffer values: %s\n", with_commas(s->n_buffer, num, sizeof num));
+    em_strbuf_printf(b, "buffer values: %s\n", em_format_count(s->n_buffer, num, sizeof num));
 }
 
 size_t em_spec_format_summary(const em_spec *spec, char *buf, size_t n) {

@@ -180,6 +180,8 @@ typedef struct {
   em_schedule sched;
   bool cycle_momentum;
   double t_start, train_time;
+  double held_s;   /* time the event callback held the loop: a GUI's pause
+                      blocks in it; not training time (samples/s, ETA) */
   int64_t samples;
   bool fresh_eval; /* the last evaluation is of the current weights */
   em_train_event ev;
@@ -193,7 +195,9 @@ typedef struct {
 static void emit(run_ctx *r, em_event_kind kind) {
   r->ev.kind = kind;
   r->ev.lr_scale = r->t->lr_scale;
+  double t0 = now_s();
   if (r->cb && !r->cb(&r->ev, r->user)) em_trainer_request_stop(r->t);
+  r->held_s += now_s() - t0;
   r->ev.path = r->ev.checkpoint_kind = r->ev.message = NULL;
 }
 
@@ -424,7 +428,7 @@ static em_status run_batches(run_ctx *r, em_error *err) {
   em_trainer *t = r->t;
   const em_train_config *c = &t->cfg;
   em_status st = EM_OK;
-  double t0 = now_s();
+  double t0 = now_s(), held0 = r->held_s; /* the callback's time since t0 is not training */
   em_batch b;
   int world = em_trainer_world(t);
   r->acc_loss = 0; /* the loop (re)starts between optimiser steps */
@@ -494,7 +498,7 @@ static em_status run_batches(run_ctx *r, em_error *err) {
       r->ev.grad_norm = norm;
       stepped = !skipped;
     }
-    double el = r->train_time + (now_s() - t0);
+    double el = r->train_time + (now_s() - t0) - (r->held_s - held0);
     r->ev.epoch = t->pos.epoch;
     r->ev.step = t->pos.step;
     r->ev.batch = t->pos.batch;
@@ -520,7 +524,7 @@ static em_status run_batches(run_ctx *r, em_error *err) {
         t->pos.step % c->checkpoint_every == 0 && (st = write_checkpoint(r, "step", err)) != EM_OK)
       break;
   }
-  r->train_time += now_s() - t0;
+  r->train_time += now_s() - t0 - (r->held_s - held0);
   return st;
 }
 

@@ -404,6 +404,20 @@ typedef struct {
 } em_version_row;
 em_status em_store_model_versions(em_store *s, const char *name, em_version_row **out, int *n,
                                   em_error *err);
+
+/* Before registering run under name: whether the run's model (its spec's
+ * input and nodes) differs from that of name's latest version, so that a
+ * different architecture is not registered under the name without a
+ * word. When name has no version yet, d->latest_version is 0 and
+ * d->differs false. The parameter counts are -1 where a spec does not
+ * parse. */
+typedef struct {
+  bool differs;
+  int latest_version;
+  int64_t run_params, latest_params;
+} em_arch_diff;
+em_status em_store_model_arch_diff(em_store *s, const char *name, int64_t run, em_arch_diff *d,
+                                   em_error *err);
 void em_version_rows_free(em_version_row *v, int n);
 
 /* A version named on the command line: "NAME@ALIAS" or "NAME@VERSION". */
@@ -422,6 +436,10 @@ bool em_version_ref_looks_like(const char *text);
 /* True when ref's selector names an alias (which can move), false when it
  * is a version number (a whole number above 0), as resolution reads it. */
 bool em_version_ref_names_alias(const char *ref);
+/* A version as people write it, "3" or "v3" (as the workbench shows it):
+ * true and *version (may be NULL) set; false for anything else (an
+ * alias, 0, a sign or a space). */
+bool em_version_parse(const char *text, int *version);
 /* Resolves ref; an unknown model, alias or version is EM_ERR_INVALID with
  * a message that says how to list them. Clear out with
  * em_version_ref_clear. */

@@ -481,7 +481,7 @@ class Models(Base):
         e.ok("model", "promote", "mlp", "3", "--alias", "staging")
         # the version the alias already points at: nothing changes, and it says so
         again = e.ok("model", "promote", "mlp", "3", "--alias", "staging")
-        self.assertIn("already points at version 3: nothing changed", again.stdout)
+        self.assertIn("already points at v3: nothing changed", again.stdout)
         self.assertFalse(e.json("model", "promote", "mlp", "3", "--alias", "staging",
                                 "--json")["changed"])
         models = [m for m in e.json("models", "--json") if m["name"] == "mlp"]

@@ -318,16 +318,33 @@ static void test_lost_database(fixture *f, gconstpointer data) {
 }
 
 /* what serve watches (an alias can move) and what resolution reads as a
- * version number agree */
+ * version number agree; v3 is version 3, as the workbench writes it
+ * (issue 32, item 7) */
 static void test_ref_names_alias(void) {
   g_assert_true(em_version_ref_names_alias("m@production"));
-  g_assert_true(em_version_ref_names_alias("m@v3"));
+  g_assert_false(em_version_ref_names_alias("m@v3"));
+  g_assert_false(em_version_ref_names_alias("m@V3"));
+  g_assert_true(em_version_ref_names_alias("m@v"));
+  g_assert_true(em_version_ref_names_alias("m@v-3"));
+  g_assert_true(em_version_ref_names_alias("m@vv3"));
+  g_assert_true(em_version_ref_names_alias("m@ 3"));
   g_assert_true(em_version_ref_names_alias("m@0")); /* versions start at 1 */
   g_assert_true(em_version_ref_names_alias("m@-1"));
   g_assert_true(em_version_ref_names_alias("m@3a"));
   g_assert_false(em_version_ref_names_alias("m@3"));
   g_assert_false(em_version_ref_names_alias("m@007"));
   g_assert_false(em_version_ref_names_alias("no-at-sign"));
+  int v = 0;
+  g_assert_true(em_version_parse("v12", &v));
+  g_assert_cmpint(v, ==, 12);
+  g_assert_true(em_version_parse("12", &v));
+  g_assert_cmpint(v, ==, 12);
+  g_assert_false(em_version_parse("v0", &v));
+  g_assert_false(em_version_parse("+1", &v));
+  g_assert_false(em_version_parse("production", &v));
+  /* an alias spelled as a version is refused */
+  em_error err = {0};
+  g_assert_cmpint(em_store_check_alias("m", "v2", &err), !=, EM_OK);
 }
 
 int main(int argc, char **argv) {

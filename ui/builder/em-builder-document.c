@@ -9,9 +9,11 @@
 #include <glib/gstdio.h>
 #include <string.h>
 
-/* The document's text, the form every state is compared in (g_free). */
+/* The document's text, the form every state is compared in and kept as
+ * (g_free): compact, keys in order, reals with 17 digits (they read back
+ * equal); not the file's layout, which a save changes. */
 char *em_builder_doc_text(EmBuilderPage *self) {
-  char *t = json_dumps(self->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  char *t = json_dumps(self->doc, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
   char *g = g_strdup(t ? t : "");
   free(t);
   return g;

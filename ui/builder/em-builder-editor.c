@@ -4,6 +4,8 @@
  * re-parses it. */
 #include "em-builder-page-private.h"
 
+#include "em-wheel-guard.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -258,6 +260,7 @@ void em_builder_fill_editor(EmBuilderPage *self) {
       gtk_spin_button_set_digits(GTK_SPIN_BUTTON(w), is_int ? 0 : 4);
       gtk_spin_button_set_value(GTK_SPIN_BUTTON(w), v ? json_number_value(v) : d->def);
       g_signal_connect_object(w, "value-changed", G_CALLBACK(on_attr_spin), self, 0);
+      em_wheel_guard(w);
     } else {
       w = gtk_entry_new();
       GString *s = g_string_new(NULL);

@@ -1,6 +1,7 @@
 /* em-builder-files.c: opening and saving spec files (GtkFileChooserNative: GTK 4.8
  * has no GtkFileDialog) and starting from the model zoo (data/models). */
 #include "em-builder-page-private.h"
+#include "em-data-dirs.h"
 
 #include <string.h>
 
@@ -10,17 +11,26 @@ void em_builder_show_error(EmBuilderPage *self, const char *msg) {
   g_free(m);
 }
 
+/* The file gets the text the document was read from while nothing has
+ * changed, else em_spec_format's layout (the zoo's), numbers in their
+ * shortest round-tripping form and a final newline. */
 static gboolean save_to(EmBuilderPage *self, const char *path, GError **error) {
-  char *text = json_dumps(self->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-  gboolean ok = text && g_file_set_contents(path, text, -1, error);
-  free(text);
+  char *text = em_spec_format(self->doc, self->original);
+  if (!text) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA, "the model cannot be written as JSON");
+    return FALSE;
+  }
+  gboolean ok = g_file_set_contents(path, text, -1, error);
   if (ok) { /* path may be self->path itself (Save): copied before it is freed */
     char *copy = g_strdup(path);
     g_free(self->path);
     self->path = copy;
+    g_free(self->original);
+    self->original = g_strdup(text);
     em_builder_reparse(self);
     em_model_doc_saved(self->mdoc, self->path);
   }
+  free(text);
   return ok;
 }
 
@@ -136,7 +146,6 @@ gboolean em_builder_page_open(EmBuilderPage *self, GFile *file, GError **error) 
   if (!g_file_load_contents(file, NULL, &text, &len, NULL, error)) return FALSE;
   json_error_t je;
   json_t *doc = json_loadb(text, len, 0, &je);
-  g_free(text);
   char *path = g_file_get_path(file);
   if (!doc || !json_is_object(doc) || !json_is_array(json_object_get(doc, "nodes"))) {
     g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
@@ -145,10 +154,13 @@ gboolean em_builder_page_open(EmBuilderPage *self, GFile *file, GError **error) 
                 path ? path : "file", je.line, je.text);
     json_decref(doc);
     g_free(path);
+    g_free(text);
     return FALSE;
   }
   json_decref(self->doc);
   self->doc = doc;
+  g_free(self->original);
+  self->original = text;
   g_free(self->path);
   self->path = path;
   self->selected = -1;
@@ -160,7 +172,7 @@ gboolean em_builder_page_open(EmBuilderPage *self, GFile *file, GError **error) 
 }
 
 char *em_builder_page_dup_json(EmBuilderPage *self) {
-  char *t = json_dumps(self->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  char *t = em_spec_format(self->doc, self->original);
   char *g = g_strdup(t);
   free(t);
   return g;
@@ -168,21 +180,6 @@ char *em_builder_page_dup_json(EmBuilderPage *self) {
 
 const char *em_builder_page_get_error(EmBuilderPage *self) { return self->error; }
 const char *em_builder_page_get_error_node(EmBuilderPage *self) { return self->error_node; }
-
-static char *zoo_dir(void) {
-  const char *root = g_getenv("EMBER_SOURCE_ROOT");
-  if (root) {
-    char *d = g_build_filename(root, "data", "models", NULL);
-    if (g_file_test(d, G_FILE_TEST_IS_DIR)) return d;
-    g_free(d);
-  }
-  for (const char *const *dirs = g_get_system_data_dirs(); *dirs; dirs++) {
-    char *d = g_build_filename(*dirs, "ember", "models", NULL);
-    if (g_file_test(d, G_FILE_TEST_IS_DIR)) return d;
-    g_free(d);
-  }
-  return NULL;
-}
 
 static gint cmp_names(gconstpointer a, gconstpointer b) {
   return g_ascii_strcasecmp(*(const char *const *)a, *(const char *const *)b);
@@ -192,7 +189,7 @@ void em_builder_fill_zoo(EmBuilderPage *self) {
   GPtrArray *paths = g_ptr_array_new();
   GtkStringList *names = gtk_string_list_new(NULL);
   gtk_string_list_append(names, "Model zoo…");
-  char *dir = zoo_dir();
+  char *dir = em_data_dir_find("models");
   GDir *d = dir ? g_dir_open(dir, 0, NULL) : NULL;
   GPtrArray *files = g_ptr_array_new_with_free_func(g_free);
   const char *fn;

@@ -26,6 +26,8 @@ struct _EmBuilderPage {
   em_spec *spec;        /* its parse, NULL when invalid */
   em_spec *prefix;      /* invalid: the parse of the nodes before the one in error (or NULL) */
   char *path;           /* file it came from / was saved to */
+  char *original;       /* the text it was read from or saved as: written
+                           back byte for byte while doc still holds it */
   char *error, *error_node;
   int selected;         /* node index, -1: none */
   gboolean loading;     /* filling editors: ignore their signals */

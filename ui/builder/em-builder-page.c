@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "em-spec-costs.h"
+#include "em-wheel-guard.h"
 
 G_DEFINE_FINAL_TYPE(EmBuilderPage, em_builder_page, GTK_TYPE_BOX)
 
@@ -43,7 +44,7 @@ void em_builder_reparse(EmBuilderPage *self) {
   g_clear_pointer(&self->prefix, em_spec_free);
   g_clear_pointer(&self->error, g_free);
   g_clear_pointer(&self->error_node, g_free);
-  char *text = json_dumps(self->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  char *text = em_spec_format(self->doc, self->original);
   if (!text) return;
   em_error err = {0};
   if (em_builder_n_nodes(self) == 0) {
@@ -68,14 +69,23 @@ void em_builder_reparse(EmBuilderPage *self) {
     self->published = g_strdup(text);
     em_app_state_set_spec(self->state, text, self->path);
   }
-  em_model_doc_note(self->mdoc, text); /* the same form as em_builder_doc_text */
   free(text);
+  /* the document's states are compared in one form that does not depend on
+   * the file's own layout (em_spec_format's text changes when a save makes
+   * its text the original) */
+  char *state = em_builder_doc_text(self);
+  em_model_doc_note(self->mdoc, state);
+  g_free(state);
 }
 
 /* ---- node rows ------------------------------------------------------------ */
 
-static const int col_chars[] = {12, 11, 16, 10, 11, 12};
-static const char *col_titles[] = {"Name", "Type", "Output", "Params", "FLOPs", "Act./sample"};
+/* Sized so that the zoo's models show whole in a 1024-pixel-wide window:
+ * the units are in the titles (FLOPs and activation bytes per sample). */
+static const int col_chars[] = {8, 11, 15, 8, 7, 8};
+static const char *col_titles[] = {"Name", "Type", "Output", "Params", "FLOPs", "Act."};
+static const char *col_tips[] = {NULL, NULL, "the node's output shape (N: the batch)", "parameters",
+                                 "forward FLOPs per sample", "activation memory per sample"};
 
 static GtkWidget *cell(const char *text, int chars, gboolean bold) {
   GtkWidget *l = gtk_label_new(NULL);
@@ -97,6 +107,7 @@ static void build_header(EmBuilderPage *self) {
   for (int c = 0; c < 6; c++) {
     GtkWidget *l = cell(col_titles[c], col_chars[c], TRUE);
     gtk_widget_add_css_class(l, "dim-label");
+    if (col_tips[c]) gtk_widget_set_tooltip_text(l, col_tips[c]);
     gtk_box_append(self->header_box, l);
   }
 }
@@ -119,8 +130,11 @@ static void fill_rows(EmBuilderPage *self) {
     char shape[64] = "—", params[32] = "—", flops[32] = "—", act[32] = "—";
     if (shown && i < em_spec_node_count(shown)) {
       em_shape_format(em_spec_node_output(shown, i), shape, sizeof shape);
-      snprintf(params, sizeof params, "%'lld", (long long)em_spec_node_param_count(shown, i));
+      em_format_count(em_spec_node_param_count(shown, i), params, sizeof params);
       em_format_flops(costs[i].flops, flops, sizeof flops);
+      char *unit = strstr(flops, "FLOP"); /* the column's title says it: "501.8 k" */
+      if (unit) *unit = '\0';
+      g_strchomp(flops);
       em_format_bytes(costs[i].act_bytes, act, sizeof act);
     }
     GtkWidget *v = gtk_box_new(GTK_ORIENTATION_VERTICAL, 2);
@@ -190,9 +204,9 @@ static void fill_totals(EmBuilderPage *self) {
   GString *os = g_string_new("[N");
   for (int d = 0; d < od; d++) g_string_append_printf(os, ", %lld", (long long)out[d]);
   g_string_append(os, "]");
-  char fb[32];
-  char *t = g_strdup_printf("%d nodes · %'lld parameters · %s forward per sample · output %s",
-                            n, (long long)em_spec_param_count(self->spec),
+  char fb[32], pc[32];
+  char *t = g_strdup_printf("%d nodes · %s parameters · %s forward per sample · output %s",
+                            n, em_format_count(em_spec_param_count(self->spec), pc, sizeof pc),
                             em_format_flops(flops, fb, sizeof fb), os->str);
   g_string_free(os, TRUE);
   gtk_label_set_text(self->totals_label, t);
@@ -201,14 +215,14 @@ static void fill_totals(EmBuilderPage *self) {
   em_memory_estimate e;
   em_memory_estimate_compute(self->spec, (int64_t)gtk_spin_button_get_value(self->batch_spin), -1,
                              &e);
-  char tot[32], av[32], w[32], a[32], o[32];
+  char tot[32], av[32], w[32], a[32], o[32], mb[32];
   char *m = g_markup_printf_escaped(
       "Peak training memory (CPU): <b>%s</b> — <span foreground=\"%s\"><b>%s</b></span> in %s "
-      "free; largest batch that fits: <b>%'lld</b>\n"
+      "free; largest batch that fits: <b>%s</b>\n"
       "<small>weights+grads %s · optimiser %s (%d per parameter) · activations %s</small>",
       em_format_bytes(e.mem.total_bytes, tot, sizeof tot), e.fits ? "#26a269" : "#c01c28",
       e.fits ? "fits" : "does not fit", em_format_bytes(e.available_bytes, av, sizeof av),
-      (long long)e.max_batch, em_format_bytes(e.mem.weights_bytes + e.mem.grads_bytes, w, sizeof w),
+      em_format_count(e.max_batch, mb, sizeof mb), em_format_bytes(e.mem.weights_bytes + e.mem.grads_bytes, w, sizeof w),
       em_format_bytes(e.mem.optim_bytes, o, sizeof o), e.mem.optim_states,
       em_format_bytes(e.mem.act_bytes + e.mem.workspace_bytes, a, sizeof a));
   gtk_label_set_markup(self->estimate_label, m);
@@ -293,6 +307,8 @@ static void load_state_spec(EmBuilderPage *self, gpointer data) {
   }
   json_decref(self->doc);
   self->doc = doc;
+  g_free(self->original);
+  self->original = g_strdup(json);
   g_free(self->path);
   const char *p = em_app_state_get_spec_path(state);
   self->path = p ? g_strdup(p) : NULL;
@@ -435,6 +451,7 @@ static void em_builder_page_finalize(GObject *obj) {
   g_clear_pointer(&self->spec, em_spec_free);
   g_clear_pointer(&self->prefix, em_spec_free);
   g_free(self->path);
+  g_free(self->original);
   g_free(self->error);
   g_free(self->error_node);
   g_free(self->published);
@@ -485,6 +502,7 @@ static void em_builder_page_class_init(EmBuilderPageClass *klass) {
 
 static void em_builder_page_init(EmBuilderPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
+  em_wheel_guard_all(GTK_WIDGET(self)); /* the wheel scrolls the page */
   self->selected = -1;
   self->doc = json_loads(default_spec, 0, NULL);
   gtk_widget_set_name(GTK_WIDGET(self->title_label), "builder-title");
@@ -517,6 +535,7 @@ GtkWidget *em_builder_page_new(EmAppState *state) {
   if (json_is_object(doc)) {
     json_decref(self->doc);
     self->doc = doc;
+    self->original = g_strdup(json);
     const char *p = em_app_state_get_spec_path(state);
     self->path = p ? g_strdup(p) : NULL;
   } else {

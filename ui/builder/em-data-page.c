@@ -240,7 +240,7 @@ static void show_results(EmDataPage *self, load_job *j) {
     gtk_widget_set_hexpand(bar, TRUE);
     gtk_widget_set_valign(bar, GTK_ALIGN_CENTER);
     char cnt[32];
-    snprintf(cnt, sizeof cnt, "%'lld", (long long)j->counts[k]);
+    em_format_count(j->counts[k], cnt, sizeof cnt);
     GtkWidget *num = gtk_label_new(cnt);
     gtk_label_set_xalign(GTK_LABEL(num), 1);
     gtk_label_set_width_chars(GTK_LABEL(num), 7);
@@ -251,8 +251,9 @@ static void show_results(EmDataPage *self, load_job *j) {
   if (j->n_classes > MAX_CLASS_ROWS) { /* the rest are counted, not listed */
     gint64 rest = 0;
     for (int k = MAX_CLASS_ROWS; k < j->n_classes; k++) rest += j->counts[k];
-    char *more = g_strdup_printf("… and %d more classes (%'lld samples)",
-                                 j->n_classes - MAX_CLASS_ROWS, (long long)rest);
+    char rb[32];
+    char *more = g_strdup_printf("… and %d more classes (%s samples)",
+                                 j->n_classes - MAX_CLASS_ROWS, em_format_count(rest, rb, sizeof rb));
     GtkWidget *l = gtk_label_new(more);
     g_free(more);
     gtk_label_set_xalign(GTK_LABEL(l), 0);
@@ -261,8 +262,9 @@ static void show_results(EmDataPage *self, load_job *j) {
     gtk_widget_set_name(l, "more-classes");
     gtk_grid_attach(self->counts_grid, l, 0, MAX_CLASS_ROWS, 3, 1);
   }
-  char *info = g_strdup_printf("%s: %'lld training samples of shape %s, %d classes%s%s",
-                               j->name, (long long)j->n, j->shape, j->n_classes,
+  char nb[32];
+  char *info = g_strdup_printf("%s: %s training samples of shape %s, %d classes%s%s",
+                               j->name, em_format_count(j->n, nb, sizeof nb), j->shape, j->n_classes,
                                j->path ? " — " : "", j->path ? j->path : "");
   gtk_label_set_text(self->info_label, info);
   g_free(info);

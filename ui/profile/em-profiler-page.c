@@ -7,6 +7,7 @@
 #include "em-profile-run.h"
 #include "em-profile.h"
 #include "em-timeline.h"
+#include "em-wheel-guard.h"
 
 /* ---- one row of the op table ------------------------------------------------ */
 
@@ -434,6 +435,7 @@ static void em_profiler_page_class_init(EmProfilerPageClass *klass) {
 
 static void em_profiler_page_init(EmProfilerPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
+  em_wheel_guard_all(GTK_WIDGET(self)); /* the wheel scrolls the page */
   self->store = g_list_store_new(EM_TYPE_OP_ITEM);
   build_columns(self);
   g_signal_connect_object(self->selection, "selection-changed", G_CALLBACK(on_selection), self, 0);

@@ -12,6 +12,7 @@
 #include "em-nn.h"
 #include "em-spec-costs.h"
 #include "em-store.h"
+#include "em-wheel-guard.h"
 
 typedef struct {
   gint64 id;
@@ -512,6 +513,7 @@ static void em_compare_page_class_init(EmComparePageClass *klass) {
 static void em_compare_page_init(EmComparePage *self) {
   g_type_ensure(EM_TYPE_LINE_CHART);
   gtk_widget_init_template(GTK_WIDGET(self));
+  em_wheel_guard_all(GTK_WIDGET(self)); /* the wheel scrolls the page */
   self->message = g_strdup("");
   self->runs_message = g_strdup("");
   self->runs = g_array_new(FALSE, TRUE, sizeof(CmpRun));

@@ -22,6 +22,10 @@ struct _EmRegistryPage {
   GtkBox parent_instance;
   GtkLabel *message_label, *versions_label;
   GtkDropDown *run_dropdown, *pick_dropdown;
+  gboolean filling_runs;  /* load_runs sets the run: not the person's choice */
+  gboolean run_chosen;    /* the person chose the run to register: kept */
+  gint64 confirm_run;     /* a different architecture, said once: the next */
+  char *confirm_name;     /* Register of the same run and name goes ahead */
   GtkEntry *name_entry, *alias_entry;
   GtkColumnView *models_view, *versions_view, *history_view;
   GtkWidget *export_button;
@@ -179,7 +183,11 @@ static void load_runs(EmRegistryPage *self) {
                     ? g_array_index(self->run_ids, gint64, sel) : 0;
   char **names = g_new0(char *, n + 1);
   g_array_set_size(self->run_ids, 0);
-  guint pick = 0;
+  /* the person's choice while it is listed, else the newest finished run
+   * (the list is newest first; a stopped or failed run has no final
+   * metrics to register by), else the newest */
+  guint pick = 0, newest_done = G_MAXUINT;
+  gboolean kept = FALSE;
   for (int i = 0; i < n; i++) {
     char acc[64] = "", value[32];
     em_run_row_format_metric(runs[i].final_test_accuracy, TRUE, value, sizeof value);
@@ -187,12 +195,23 @@ static void load_runs(EmRegistryPage *self) {
     names[i] = g_strdup_printf("run %" G_GINT64_FORMAT " %s (%s%s)", (gint64)runs[i].id,
                                runs[i].model, em_run_status_name(runs[i].status), acc);
     gint64 id = runs[i].id;
-    if (id == keep) pick = (guint)i;
+    if (id == keep && self->run_chosen) {
+      pick = (guint)i;
+      kept = TRUE;
+    }
+    if (newest_done == G_MAXUINT && runs[i].status == EM_RUN_COMPLETED) newest_done = (guint)i;
     g_array_append_val(self->run_ids, id);
   }
+  if (!kept) {
+    self->run_chosen = FALSE;
+    if (newest_done != G_MAXUINT) pick = newest_done;
+  }
+  self->filling_runs = TRUE;
   gtk_string_list_splice(self->run_names, 0, g_list_model_get_n_items(G_LIST_MODEL(self->run_names)),
                          (const char *const *)names);
+  self->filling_runs = TRUE;
   gtk_drop_down_set_selected(self->run_dropdown, n ? pick : GTK_INVALID_LIST_POSITION);
+  self->filling_runs = FALSE;
   g_strfreev(names);
   em_runs_free(runs, n);
 }
@@ -285,6 +304,31 @@ gboolean em_registry_page_register(EmRegistryPage *self, gint64 run, gboolean be
       em_run_clear(&r);
     }
   }
+  /* another architecture under a name: said with both parameter counts,
+   * and registered only when Register is pressed again */
+  em_arch_diff d;
+  gboolean confirmed = self->confirm_run == run && !g_strcmp0(self->confirm_name, name);
+  if (name && *name && !confirmed && em_store_model_arch_diff(s, name, run, &d, NULL) == EM_OK &&
+      d.differs) {
+    char a[32], b[32];
+    char *m = g_strdup_printf("Run %" G_GINT64_FORMAT "'s model is not the architecture of %s "
+                              "v%d (%s parameters against %s). Press Register again to register "
+                              "it as %s v%d all the same, or give it another name.",
+                              run, name, d.latest_version,
+                              em_format_count(d.run_params, a, sizeof a),
+                              em_format_count(d.latest_params, b, sizeof b), name,
+                              d.latest_version + 1);
+    set_message(self, m, TRUE);
+    g_free(m);
+    self->confirm_run = run;
+    g_free(self->confirm_name);
+    self->confirm_name = g_strdup(name);
+    em_store_close(s);
+    g_free(name);
+    return FALSE;
+  }
+  self->confirm_run = 0;
+  g_clear_pointer(&self->confirm_name, g_free);
   int version = 0;
   gboolean ok = name && *name &&
                 em_store_model_register(s, run, name, best ? EM_PICK_BEST : EM_PICK_LAST, 0,
@@ -295,8 +339,15 @@ gboolean em_registry_page_register(EmRegistryPage *self, gint64 run, gboolean be
                               run, best ? "best" : "last", name, version);
     g_free(self->model);
     self->model = g_strdup(name);
+    em_app_state_registry_changed(self->state);
+    /* what was just done is selected: Promote then promotes the new version */
+    em_registry_page_reload(self);
+    em_registry_page_select_model(self, name);
+    em_registry_page_select_version(self, version);
     set_message(self, m, FALSE);
     g_free(m);
+    g_free(name);
+    return TRUE;
   } else {
     set_message(self, *err.msg ? err.msg : "Choose a run and a model name to register.", TRUE);
   }
@@ -425,6 +476,13 @@ static void on_registry_changed(EmAppState *st, gpointer data) {
 
 /* ---- GObject -------------------------------------------------------------- */
 
+/* The person picked the run to register: kept across reloads. */
+static void on_run_chosen(GtkDropDown *dd, GParamSpec *ps, EmRegistryPage *self) {
+  (void)dd;
+  (void)ps;
+  if (!self->filling_runs) self->run_chosen = TRUE;
+}
+
 static void em_registry_page_dispose(GObject *object) {
   EmRegistryPage *self = EM_REGISTRY_PAGE(object);
   gtk_widget_dispose_template(GTK_WIDGET(self), EM_TYPE_REGISTRY_PAGE);
@@ -442,6 +500,7 @@ static void em_registry_page_finalize(GObject *object) {
   g_array_unref(self->run_ids);
   g_free(self->model);
   g_free(self->message);
+  g_free(self->confirm_name);
   G_OBJECT_CLASS(em_registry_page_parent_class)->finalize(object);
 }
 
@@ -474,6 +533,7 @@ static void em_registry_page_init(EmRegistryPage *self) {
   self->run_ids = g_array_new(FALSE, TRUE, sizeof(gint64));
   self->run_names = gtk_string_list_new(NULL);
   gtk_drop_down_set_model(self->run_dropdown, G_LIST_MODEL(self->run_names));
+  g_signal_connect(self->run_dropdown, "notify::selected", G_CALLBACK(on_run_chosen), self);
 
   self->models = g_list_store_new(EM_TYPE_TEXT_ROW);
   self->models_sel = gtk_single_selection_new(G_LIST_MODEL(self->models));

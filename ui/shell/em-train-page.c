@@ -6,11 +6,12 @@
 #include <unistd.h>
 
 #include "em-devices.h"
-#include "em-shell-config.h"
+#include "em-data-dirs.h"
 #include "em-store.h"
 #include "em-train-session.h"
 #include "em-train.h"
 #include "em-line-chart.h"
+#include "em-wheel-guard.h"
 
 struct _EmTrainPage {
   GtkWidget parent_instance;
@@ -45,21 +46,6 @@ static const char *const schedules[] = {"constant", "cosine", "onecycle"};
 
 /* ---- the spec ------------------------------------------------------------ */
 
-char *em_train_page_models_dir(void) {
-  const char *src = g_getenv("EMBER_SOURCE_ROOT");
-  char *cands[3] = {
-      src ? g_build_filename(src, "data", "models", NULL) : NULL,
-      g_strdup(EM_SOURCE_MODELS_DIR),
-      g_strdup(EM_INSTALLED_MODELS_DIR),
-  };
-  char *found = NULL;
-  for (int i = 0; i < 3; i++) {
-    if (!found && cands[i] && g_file_test(cands[i], G_FILE_TEST_IS_DIR)) found = cands[i];
-    else g_free(cands[i]);
-  }
-  return found;
-}
-
 /* The state's spec, or the zoo's MLP; *name gets a name for the run. */
 static char *current_spec(EmTrainPage *self, char **name, GError **error) {
   const char *json = em_app_state_get_spec_json(self->state);
@@ -75,7 +61,7 @@ static char *current_spec(EmTrainPage *self, char **name, GError **error) {
     }
     return g_strdup(json);
   }
-  char *dir = em_train_page_models_dir();
+  char *dir = em_data_dir_find("models");
   char *text = NULL;
   if (dir) {
     char *path = g_build_filename(dir, "fmnist-mlp.json", NULL);
@@ -742,6 +728,7 @@ static void bind_settings(EmTrainPage *self) {
 
 static void em_train_page_init(EmTrainPage *self) {
   gtk_widget_init_template(GTK_WIDGET(self));
+  em_wheel_guard_all(GTK_WIDGET(self)); /* the wheel scrolls the page */
   bind_settings(self);
   double lo, hi; /* the cores, within the setting's range */
   em_setting_bounds(em_setting_by_key(NULL, "threads"), &lo, &hi);

@@ -55,8 +55,5 @@ const char *em_train_page_get_status(EmTrainPage *self);
 /* The config Start would run with (the spec's training section under
  * the form); FALSE and *error (g_free) when it cannot run as set. */
 gboolean em_train_page_get_config(EmTrainPage *self, em_train_config *cfg, char **error);
-/* The folder of the model zoo (data/models), installed or in the source
- * tree; g_free. NULL when neither exists. */
-char *em_train_page_models_dir(void);
 
 G_END_DECLS

@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "em-data-dirs.h"
 #include "em-shell-config.h"
 #include "em-store.h"
 #include "em-train-page.h"
@@ -118,7 +119,7 @@ static void show_open_chooser(EmWindow *self) {
   gtk_file_filter_add_pattern(filter, "*.json");
   gtk_file_chooser_add_filter(GTK_FILE_CHOOSER(fc), filter);
   g_object_unref(filter);
-  char *zoo = em_train_page_models_dir();
+  char *zoo = em_data_dir_find("models");
   if (zoo) {
     GFile *dir = g_file_new_for_path(zoo);
     gtk_file_chooser_set_current_folder(GTK_FILE_CHOOSER(fc), dir, NULL);

@@ -2,8 +2,11 @@
  * summary table, the layer registry, and one test per error class with
  * the message it must give. Needs no pending op: nothing runs forward. */
 #include <glib.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "em-io.h"
 #include "em-nn.h"
 
 /* Spec text written with ' for " (easier to read in C). */
@@ -492,11 +495,82 @@ static void test_errors_shapes(void) {
                "node 'fc' (Linear): expects floats, but its input 'input' holds i64 indices");
 }
 
+/* Issue 32, item 4: numbers in their shortest form that reads back equal
+ * (0.1, not 0.10000000000000001), '.' and ".0" as JSON wants them. */
+static void test_real_format(void) {
+  const struct {
+    double v;
+    const char *text;
+  } cases[] = {{0.1, "0.1"},   {0.9, "0.9"},       {1.0, "1.0"},       {-2.0, "-2.0"},
+               {1e-6, "1e-6"}, {0.001, "0.001"},   {1e20, "1e20"},     {0.5e-300, "5e-301"},
+               {1.0 / 3, "0.3333333333333333"},    {0.1 + 0.2, "0.30000000000000004"},
+               {123456.789, "123456.789"}};
+  char out[64];
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_assert_true(em_json_real_format(cases[i].v, out, sizeof out));
+    g_assert_cmpstr(out, ==, cases[i].text);
+  }
+  g_assert_false(em_json_real_format(1.0 / 0.0, out, sizeof out));
+  /* every double reads back equal, in at most 17 significant digits */
+  GRand *r = g_rand_new_with_seed(32);
+  for (int i = 0; i < 20000; i++) {
+    union {
+      guint64 u;
+      double d;
+    } x = {.u = ((guint64)g_rand_int(r) << 32) | g_rand_int(r)};
+    if (!isfinite(x.d)) continue;
+    g_assert_true(em_json_real_format(x.d, out, sizeof out));
+    g_assert_true(strtod(out, NULL) == x.d);
+  }
+  g_rand_free(r);
+}
+
+/* Issue 32, item 4: a spec written back is the text it came from while
+ * nothing changed, whatever its layout; changed, it is laid out as the
+ * zoo's files are (their own text, for the zoo's documents), with a final
+ * newline. */
+static void test_spec_format(void) {
+  const char *odd = "{ \"name\":\"m\",\n\t\"input\": {\"shape\": [4]},\"nodes\": [{\"name\": \"fc\", "
+                    "\"type\": \"Linear\", \"out_features\": 3}], \"training\": {\"lr\": 0.1}}";
+  json_t *doc = json_loads(odd, 0, NULL);
+  char *t = em_spec_format(doc, odd);
+  g_assert_cmpstr(t, ==, odd); /* unchanged: byte for byte, no newline added */
+  free(t);
+  json_object_set_new(json_object_get(doc, "training"), "momentum", json_real(0.9));
+  t = em_spec_format(doc, odd);
+  g_assert_cmpstr(t, ==,
+                  "{\n  \"name\": \"m\",\n  \"input\": {\"shape\": [4]},\n"
+                  "  \"nodes\": [{\"name\": \"fc\", \"type\": \"Linear\", \"out_features\": 3}],\n"
+                  "  \"training\": {\"lr\": 0.1, \"momentum\": 0.9}\n}\n");
+  free(t);
+  json_decref(doc);
+  const char *root = g_getenv("EMBER_SOURCE_ROOT");
+  if (!root) {
+    g_test_skip("EMBER_SOURCE_ROOT not set: the zoo's files not checked");
+    return;
+  }
+  const char *zoo[] = {"fmnist-mlp.json", "fmnist-cnn.json"};
+  for (size_t i = 0; i < G_N_ELEMENTS(zoo); i++) {
+    char *path = g_build_filename(root, "data", "models", zoo[i], NULL), *text = NULL;
+    g_assert_true(g_file_get_contents(path, &text, NULL, NULL));
+    json_t *d = json_loads(text, 0, NULL);
+    g_assert_nonnull(d);
+    char *w = em_spec_format(d, NULL);
+    g_assert_cmpstr(w, ==, text);
+    free(w);
+    json_decref(d);
+    g_free(text);
+    g_free(path);
+  }
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/nn/spec/mlp", test_mlp);
   g_test_add_func("/engine/nn/spec/cnn", test_cnn);
   g_test_add_func("/engine/nn/spec/zoo-files", test_zoo_files);
+  g_test_add_func("/engine/nn/spec/real-format", test_real_format);
+  g_test_add_func("/engine/nn/spec/format", test_spec_format);
   g_test_add_func("/engine/nn/spec/residual", test_residual);
   g_test_add_func("/engine/nn/spec/all-types", test_all_types);
   g_test_add_func("/engine/nn/spec/summary", test_summary);

@@ -258,6 +258,53 @@ static void test_live_changes(void) {
   fixture_free(&f);
 }
 
+/* Issue 32, item 5: a pause (the GUI blocks in its STEP callback) is not
+ * training time: samples/s, the ETA and the recorded figures count the
+ * running time only (samples/s fell from 1286 to 389 after a 2 s pause). */
+typedef struct {
+  double before, after, eta_after;
+  int64_t step;
+  double pause_s;
+} paused_run;
+
+static bool pause_at_step_8(const em_train_event *ev, void *user) {
+  paused_run *p = user;
+  if (ev->kind != EM_EVENT_STEP) return true;
+  if (ev->step == 8) {
+    p->before = ev->samples_per_sec;
+    g_usleep((gulong)(p->pause_s * 1e6));
+  }
+  if (ev->step == 9) {
+    p->after = ev->samples_per_sec;
+    p->eta_after = ev->eta_s;
+  }
+  return true;
+}
+
+static void test_pause_not_counted(void) {
+  fixture f;
+  fixture_init(&f);
+  em_error err = {0};
+  f.cfg.epochs = 1;
+  em_model *m = em_model_new(f.spec, 5, &err);
+  em_trainer *t = em_trainer_new(m, &f.cfg, f.train, NULL, &err);
+  paused_run p = {.pause_s = 1.0};
+  gint64 t0 = g_get_monotonic_time();
+  g_assert_cmpint(em_trainer_run(t, pause_at_step_8, &p, &err), ==, EM_OK);
+  double wall = (g_get_monotonic_time() - t0) / 1e6;
+  em_train_summary s;
+  em_trainer_summary(t, &s);
+  g_assert_cmpfloat(s.train_seconds, <, wall - 0.9); /* the pause left out */
+  g_assert_cmpfloat(s.train_samples_per_sec, >, 256 / (wall - 0.9));
+  /* the figure after the pause is of the same order as before it (it was
+   * a fraction: 256 samples take far less than the 1 s pause here) */
+  g_assert_cmpfloat(p.after, >, p.before / 3);
+  g_assert_cmpfloat(p.eta_after, <, 0.9);
+  em_trainer_free(t);
+  em_model_free(m);
+  fixture_free(&f);
+}
+
 static void test_bad_config(void) {
   em_train_config cfg;
   em_train_config_defaults(&cfg);
@@ -280,5 +327,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/trainer/bad-config", test_bad_config);
   g_test_add_func("/engine/trainer/warmup-cosine-run-length", test_warmup_cosine_run_length);
   g_test_add_func("/engine/trainer/live-changes", test_live_changes);
+  g_test_add_func("/engine/trainer/pause-not-counted", test_pause_not_counted);
   return g_test_run();
 }

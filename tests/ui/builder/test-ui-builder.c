@@ -89,7 +89,7 @@ static void test_build_mlp(void) {
   g_assert_cmpstr(em_app_state_get_spec_json(state), ==, json);
   GtkWidget *row = ui_test_find_named(page, "node-linear1");
   char buf[64];
-  snprintf(buf, sizeof buf, "%'lld", (long long)em_spec_node_param_count(spec, 1));
+  em_format_count(em_spec_node_param_count(spec, 1), buf, sizeof buf); /* 25,120 */
   g_assert_true(has_label(row, buf));
   g_assert_true(has_label(row, "[N, 32]"));
   g_assert_true(has_label(ui_test_find_named(page, "node-linear2"), "[N, 10]"));
@@ -286,6 +286,9 @@ static void test_fmnist_cnn(void) {
   g_assert_true(em_builder_page_open(bp, f, &error));
   g_assert_no_error(error);
   g_assert_null(em_builder_page_get_error(bp));
+  /* counts as the CLI writes them, whatever the locale (it printed 401536
+   * where `ember info` prints 401,536) */
+  g_assert_true(has_label(page, "401,536"));
   em_error err = {0};
   em_spec *spec = em_spec_load(path, &err);
   g_assert_nonnull(spec);
@@ -403,6 +406,78 @@ static void test_data(void) {
   g_object_unref(state);
 }
 
+/* Issue 32, item 1: the "Model zoo..." list of a built tree, started
+ * without EMBER_SOURCE_ROOT (as a person starts build/app/ember-workbench),
+ * lists the zoo's specs: the Builder asks the same resolver as the Train
+ * page (em_data_dir_find). */
+static void test_zoo_built_tree(void) {
+  char *src = g_strdup(g_getenv("EMBER_SOURCE_ROOT"));
+  g_unsetenv("EMBER_SOURCE_ROOT");
+  EmAppState *state = em_app_state_new(tmp_dir);
+  GtkWidget *page = em_builder_page_new(state);
+  GtkWindow *win = ui_test_show(page, 1200, 700);
+  GPtrArray *dds = g_ptr_array_new();
+  ui_test_collect(page, GTK_TYPE_DROP_DOWN, dds);
+  GListModel *zoo = NULL;
+  for (guint i = 0; i < dds->len && !zoo; i++) {
+    GListModel *m = gtk_drop_down_get_model(g_ptr_array_index(dds, i));
+    if (GTK_IS_STRING_LIST(m) && g_list_model_get_n_items(m) > 0 &&
+        !g_strcmp0(gtk_string_list_get_string(GTK_STRING_LIST(m), 0), "Model zoo…"))
+      zoo = m;
+  }
+  g_ptr_array_free(dds, TRUE);
+  g_assert_nonnull(zoo);
+  gboolean mlp = FALSE;
+  for (guint i = 1; i < g_list_model_get_n_items(zoo); i++)
+    mlp |= !g_strcmp0(gtk_string_list_get_string(GTK_STRING_LIST(zoo), i), "fmnist-mlp");
+  g_assert_true(mlp);
+  gtk_window_destroy(win);
+  g_object_unref(state);
+  g_setenv("EMBER_SOURCE_ROOT", src, TRUE);
+  g_free(src);
+}
+
+/* Issue 32, item 4: fmnist-mlp.json opened and saved unchanged is the
+ * same file, byte for byte (it was re-indented, 0.1 became
+ * 0.10000000000000001, the final newline went); one value changed, the
+ * file differs in that value only. */
+static void test_save_unchanged(void) {
+  char *zoo = g_build_filename(g_getenv("EMBER_SOURCE_ROOT"), "data", "models", "fmnist-mlp.json", NULL);
+  char *orig = NULL;
+  g_assert_true(g_file_get_contents(zoo, &orig, NULL, NULL));
+  char *path = g_build_filename(tmp_dir, "fmnist-mlp.json", NULL);
+  g_assert_true(g_file_set_contents(path, orig, -1, NULL));
+  EmAppState *state = em_app_state_new(tmp_dir);
+  GtkWidget *page = em_builder_page_new(state);
+  GtkWindow *win = ui_test_show(page, 1200, 700);
+  GFile *f = g_file_new_for_path(path);
+  g_assert_true(em_builder_page_open(EM_BUILDER_PAGE(page), f, NULL));
+  g_object_unref(f);
+  ui_test_spin(20);
+  g_assert_true(gtk_widget_activate_action(page, "builder.save", NULL));
+  char *saved = NULL;
+  g_assert_true(g_file_get_contents(path, &saved, NULL, NULL));
+  g_assert_cmpstr(saved, ==, orig);
+  g_free(saved);
+  /* one edit: that value changes, nothing else */
+  select_node(page, "fc1");
+  set_spin(page, "out_features", 512);
+  ui_test_spin(20);
+  g_assert_true(gtk_widget_activate_action(page, "builder.save", NULL));
+  g_assert_true(g_file_get_contents(path, &saved, NULL, NULL));
+  GString *want = g_string_new(orig);
+  g_string_replace(want, "\"out_features\": 256", "\"out_features\": 512", 1);
+  g_assert_cmpstr(saved, ==, want->str);
+  g_string_free(want, TRUE);
+  g_free(saved);
+  gtk_window_destroy(win);
+  g_object_unref(state);
+  g_unlink(path);
+  g_free(path);
+  g_free(orig);
+  g_free(zoo);
+}
+
 int main(int argc, char **argv) {
   ui_test_init(&argc, &argv);
   g_resources_register(em_ui_builder_get_resource());
@@ -412,6 +487,8 @@ int main(int argc, char **argv) {
   g_test_add_func("/ui/builder/data", test_data);
   g_test_add_func("/ui/builder/plugin-palette", test_plugin_palette);
   g_test_add_func("/ui/builder/estimate-vs-measured", test_estimate_vs_measured);
+  g_test_add_func("/ui/builder/zoo-built-tree", test_zoo_built_tree);
+  g_test_add_func("/ui/builder/save-unchanged", test_save_unchanged);
   int rc = g_test_run();
   char *mlp = g_build_filename(tmp_dir, "mlp.json", NULL);
   g_unlink(mlp);

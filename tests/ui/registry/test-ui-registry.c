@@ -5,6 +5,7 @@
  * pages through their actions (what the buttons do) and check the result
  * in the widgets and in the registry read back through em_store.
  * Screenshots: runs, compare, registry. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -398,6 +399,81 @@ static void test_live_refresh(void) {
   g_assert_cmpint(em_runs_page_get_shown_id(runs_page, 1), ==, 2);
 }
 
+/* `ember train SPEC ARGS...` into the registry dir (NULL-terminated ARGS). */
+static void train_into(const char *dir, const char *spec, ...) {
+  const char *src = g_getenv("EMBER_SOURCE_ROOT");
+  char *spec_path = g_build_filename(src ? src : ".", "data", "models", spec, NULL);
+  GPtrArray *argv = g_ptr_array_new();
+  const char *fixed[] = {g_getenv("EMBER_EXE"), "train", spec_path, "--registry", dir,
+                         "--dataset", "synthetic", "--limit", "512", "--epochs", "1",
+                         "--threads", "2", "--quiet"};
+  for (size_t i = 0; i < G_N_ELEMENTS(fixed); i++) g_ptr_array_add(argv, (char *)fixed[i]);
+  va_list ap;
+  va_start(ap, spec);
+  for (const char *a; (a = va_arg(ap, const char *));) g_ptr_array_add(argv, (char *)a);
+  va_end(ap);
+  g_ptr_array_add(argv, NULL);
+  char *err = NULL;
+  int status = 0;
+  g_assert_true(g_spawn_sync(NULL, (char **)argv->pdata, NULL, G_SPAWN_STDOUT_TO_DEV_NULL, NULL,
+                             NULL, NULL, &err, &status, NULL));
+  if (!g_spawn_check_wait_status(status, NULL)) g_error("ember train %s failed:\n%s", spec, err);
+  g_free(err);
+  g_ptr_array_free(argv, TRUE);
+  g_free(spec_path);
+}
+
+/* Issue 32, item 7: the Registry page's defaults follow what was just
+ * done. "Register run" offers the newest finished run (it offered a
+ * stopped one); after registering v2 the selection is on v2 (it stayed on
+ * v1, and Promote promoted v1); another architecture under the same name
+ * is said, with both parameter counts, and registered on a second press. */
+static void test_registry_traps(void) {
+  char *dir = g_dir_make_tmp("ember-ui-registry-traps-XXXXXX", NULL);
+  train_into(dir, "fmnist-mlp.json", NULL);                             /* run 1 */
+  train_into(dir, "fmnist-cnn.json", NULL);                             /* run 2 */
+  train_into(dir, "fmnist-mlp.json", "--stop-after-steps", "1", NULL);  /* run 3, stopped */
+  EmAppState *st = em_app_state_new(dir);
+  EmRegistryPage *page = EM_REGISTRY_PAGE(em_registry_page_new(st));
+  GtkWindow *win = ui_test_show(GTK_WIDGET(page), 1100, 640);
+  GtkDropDown *runs = GTK_DROP_DOWN(ui_test_find(GTK_WIDGET(page), GTK_TYPE_DROP_DOWN, 0));
+  GtkStringObject *item = gtk_drop_down_get_selected_item(runs);
+  g_assert_nonnull(item);
+  g_assert_true(g_str_has_prefix(gtk_string_object_get_string(item), "run 2 "));
+  GtkEditable *name = GTK_EDITABLE(ui_test_find(GTK_WIDGET(page), GTK_TYPE_ENTRY, 0));
+  gtk_editable_set_text(name, "fmnist");
+  g_assert_true(gtk_widget_activate_action(GTK_WIDGET(page), "registry.register", NULL));
+  g_assert_true(g_str_has_prefix(em_registry_page_get_message(page), "Registered run 2"));
+  g_assert_true(gtk_widget_activate_action(GTK_WIDGET(page), "registry.register", NULL));
+  g_assert_nonnull(strstr(em_registry_page_get_message(page), "fmnist v2"));
+  /* Promote now promotes v2, what was just registered */
+  g_assert_true(gtk_widget_activate_action(GTK_WIDGET(page), "registry.promote", NULL));
+  g_assert_nonnull(strstr(em_registry_page_get_message(page), "now points at v2"));
+  /* the MLP (run 1) under the CNN's name: said, not done */
+  g_assert_false(em_registry_page_register(page, 1, TRUE, "fmnist"));
+  const char *msg = em_registry_page_get_message(page);
+  g_test_message("%s", msg);
+  g_assert_nonnull(strstr(msg, "235,146 parameters against 421,642"));
+  g_assert_nonnull(strstr(msg, "Press Register again"));
+  em_error err = {0};
+  em_store *s = em_store_open(dir, true, &err);
+  em_version_row *v = NULL;
+  int n = 0;
+  g_assert_cmpint(em_store_model_versions(s, "fmnist", &v, &n, &err), ==, EM_OK);
+  g_assert_cmpint(n, ==, 2);
+  em_version_rows_free(v, n);
+  em_store_close(s);
+  /* pressed again: registered as v3, and selected */
+  g_assert_true(em_registry_page_register(page, 1, TRUE, "fmnist"));
+  g_assert_nonnull(strstr(em_registry_page_get_message(page), "fmnist v3"));
+  g_free(ui_test_screenshot(GTK_WIDGET(page), "registry-traps"));
+  gtk_window_destroy(win);
+  g_object_unref(st);
+  char *rm[] = {"rm", "-rf", dir, NULL};
+  g_spawn_sync(NULL, rm, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
+  g_free(dir);
+}
+
 int main(int argc, char **argv) {
   GError *error = NULL;
   home = g_dir_make_tmp("ember-ui-registry-XXXXXX", &error);
@@ -414,6 +490,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/registry/registry-page", test_registry_page);
   g_test_add_func("/registry/delete", test_delete);
   g_test_add_func("/registry/live-refresh", test_live_refresh);
+  g_test_add_func("/registry/traps", test_registry_traps);
   int rc = g_test_run();
   char *rm[] = {"rm", "-rf", home, NULL};
   g_spawn_sync(NULL, rm, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "em-data-dirs.h"
 #include "em-app-state.h"
 #include "em-application.h"
 #include "em-store.h"
@@ -86,7 +87,7 @@ static void test_window_pages(void) {
   gtk_window_close(GTK_WINDOW(help));
 
   /* Ctrl+O's work: a zoo spec opens in the builder, which shares it */
-  char *zoo = em_train_page_models_dir();
+  char *zoo = em_data_dir_find("models");
   g_assert_nonnull(zoo);
   char *cnn = g_build_filename(zoo, "fmnist-cnn.json", NULL);
   GFile *f = g_file_new_for_path(cnn);
@@ -99,6 +100,94 @@ static void test_window_pages(void) {
   g_assert_nonnull(strstr(em_app_state_get_spec_json(em_window_get_state(w)), "Conv2d"));
   g_assert_cmpstr(em_window_get_visible_page(w), ==, "builder");
   g_object_unref(f);
+  g_free(cnn);
+  g_free(zoo);
+  gtk_window_destroy(GTK_WINDOW(w));
+}
+
+/* A label's text shown cut short with an ellipsis. */
+static gboolean shown_ellipsized(PangoLayout *l) { return l && pango_layout_is_ellipsized(l); }
+
+/* The labels under w cut off at the right or bottom edge of clip (the page,
+ * or the scrolled window around them: inside one, what lies below its
+ * view is scrolled to, not cut off), or shown shortened with an ellipsis;
+ * their texts go into names. */
+static int clipped_labels(GtkWidget *w, GtkWidget *clip, gboolean scrolls, GString *names) {
+  int n = 0;
+  if (GTK_IS_LABEL(w) && gtk_widget_get_mapped(w) && gtk_widget_get_child_visible(w)) {
+    graphene_rect_t r;
+    if (gtk_widget_compute_bounds(w, clip, &r)) {
+      double right = r.origin.x + r.size.width, bottom = r.origin.y + r.size.height;
+      gboolean shown = right > 0 && bottom > 0 && r.origin.x < gtk_widget_get_width(clip) &&
+                       r.origin.y < gtk_widget_get_height(clip);
+      if (shown && (right > gtk_widget_get_width(clip) + 0.5 ||
+                    (!scrolls && bottom > gtk_widget_get_height(clip) + 0.5))) {
+        g_string_append_printf(names, " '%s'", gtk_label_get_text(GTK_LABEL(w)));
+        n++;
+      }
+    }
+    if (shown_ellipsized(gtk_label_get_layout(GTK_LABEL(w)))) {
+      g_string_append_printf(names, " '%s' (ellipsized)", gtk_label_get_text(GTK_LABEL(w)));
+      n++;
+    }
+  }
+  if (GTK_IS_SCROLLED_WINDOW(w)) {
+    GtkPolicyType v;
+    gtk_scrolled_window_get_policy(GTK_SCROLLED_WINDOW(w), NULL, &v);
+    clip = w;
+    scrolls = v != GTK_POLICY_NEVER && v != GTK_POLICY_EXTERNAL;
+  }
+  for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c))
+    n += clipped_labels(c, clip, scrolls, names);
+  return n;
+}
+
+/* Issue 32, item 10: the window at 1024x700 shows the Builder's whole
+ * table (FLOPs and activation columns included) for the zoo's CNN, and the
+ * Train page's status line, nothing cut off. Screenshots:
+ * workbench-builder-1024-cnn, workbench-train-1024, workbench-train-1024-end. */
+static void test_fits_1024(void) {
+  EmWindow *w = new_window();
+  ui_test_show(GTK_WIDGET(w), 1024, 700);
+  char *zoo = em_data_dir_find("models");
+  char *cnn = g_build_filename(zoo, "fmnist-cnn.json", NULL);
+  GFile *f = g_file_new_for_path(cnn);
+  em_window_open_spec(w, f);
+  g_object_unref(f);
+  ui_test_spin(700);
+  g_assert_cmpint(gtk_widget_get_width(GTK_WIDGET(w)), <=, 1024);
+  GtkWidget *builder = em_window_get_page(w, "builder");
+  g_free(ui_test_screenshot(GTK_WIDGET(w), "workbench-builder-1024-cnn"));
+  /* every scrolled window of the page shows its content's whole width */
+  GPtrArray *sws = g_ptr_array_new();
+  ui_test_collect(builder, GTK_TYPE_SCROLLED_WINDOW, sws);
+  for (guint i = 0; i < sws->len; i++) {
+    GtkAdjustment *h = gtk_scrolled_window_get_hadjustment(sws->pdata[i]);
+    g_assert_cmpfloat(gtk_adjustment_get_upper(h), <=, gtk_adjustment_get_page_size(h) + 0.5);
+  }
+  g_ptr_array_unref(sws);
+  GString *cut = g_string_new(NULL);
+  int n = clipped_labels(builder, builder, FALSE, cut);
+  if (n) g_test_message("clipped on the Builder:%s", cut->str);
+  g_assert_cmpint(n, ==, 0);
+  em_window_show_page(w, "train");
+  ui_test_spin(700);
+  g_free(ui_test_screenshot(GTK_WIDGET(w), "workbench-train-1024"));
+  GtkWidget *train = em_window_get_page(w, "train");
+  g_string_truncate(cut, 0);
+  n = clipped_labels(train, train, FALSE, cut);
+  if (n) g_test_message("clipped on the Train page:%s", cut->str);
+  g_assert_cmpint(n, ==, 0);
+  /* the form's end: the buttons and the status lines */
+  GtkWidget *form_sw = ui_test_find(train, GTK_TYPE_SCROLLED_WINDOW, 0);
+  GtkAdjustment *va = gtk_scrolled_window_get_vadjustment(GTK_SCROLLED_WINDOW(form_sw));
+  gtk_adjustment_set_value(va, gtk_adjustment_get_upper(va));
+  ui_test_spin(200);
+  g_free(ui_test_screenshot(GTK_WIDGET(w), "workbench-train-1024-end"));
+  n = clipped_labels(train, train, FALSE, cut);
+  if (n) g_test_message("clipped at the Train form's end:%s", cut->str);
+  g_assert_cmpint(n, ==, 0);
+  g_string_free(cut, TRUE);
   g_free(cnn);
   g_free(zoo);
   gtk_window_destroy(GTK_WINDOW(w));
@@ -233,7 +322,7 @@ static void test_train_run(void) {
                                 G_FILE_TEST_EXISTS);
   em_app_state_set_dataset(state, fmnist ? "fashion-mnist" : "synthetic", NULL);
   /* the zoo's MLP, whatever the builder starts with */
-  char *zoo = em_train_page_models_dir();
+  char *zoo = em_data_dir_find("models");
   g_assert_nonnull(zoo);
   char *mlp_path = g_build_filename(zoo, "fmnist-mlp.json", NULL), *mlp = NULL;
   g_assert_true(g_file_get_contents(mlp_path, &mlp, NULL, NULL));
@@ -493,6 +582,7 @@ int main(int argc, char **argv) {
   g_assert_true(g_application_register(G_APPLICATION(g_app), NULL, NULL));
   g_log_set_always_fatal(fatal);
   g_test_add_func("/ui/shell/window-pages", test_window_pages);
+  g_test_add_func("/ui/shell/fits-1024", test_fits_1024);
   g_test_add_func("/ui/shell/preferences", test_preferences);
   g_test_add_func("/ui/shell/train-run", test_train_run);
   g_test_add_func("/ui/shell/close-while-paused", test_close_while_paused);
