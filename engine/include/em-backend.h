@@ -94,9 +94,10 @@ typedef em_status em_k_pool2d_backward(bool max, em_tensor *gx, const em_tensor 
                                        const em_tensor *y, const em_tensor *idx,
                                        const em_pool2d_params *p);
 /* Batch norm over x (N, C, *) contiguous, per channel C. Training: batch
- * statistics, save_mean / save_invstd (C) written, running stats (may be
- * NULL) updated with momentum and the unbiased variance. Eval: running
- * stats used (save_* unused, may be NULL). w, b (C) may be NULL. */
+ * statistics, save_mean / save_invstd (C; f64 on a backend whose f64 is
+ * set, else f32, as layer norm's mean and rstd) written, running stats
+ * (may be NULL) updated with momentum and the unbiased variance. Eval:
+ * running stats used (save_* unused, may be NULL). w, b (C) may be NULL. */
 typedef em_status em_k_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mean,
                                           em_tensor *save_invstd, const em_tensor *x, const em_tensor *w,
                                           const em_tensor *b, em_tensor *running_mean,
@@ -105,6 +106,13 @@ typedef em_status em_k_batch_norm_forward(bool training, em_tensor *y, em_tensor
 typedef em_status em_k_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb,
                                            const em_tensor *g, const em_tensor *x, const em_tensor *w,
                                            const em_tensor *save_mean, const em_tensor *save_invstd);
+/* Eval-mode backward (the statistics are running_mean and running_var as
+ * the forward read them): writes each non-NULL of gx, gw, gb. Optional:
+ * without it the op front-end composes it from binary and sum_to. */
+typedef em_status em_k_batch_norm_backward_eval(em_tensor *gx, em_tensor *gw, em_tensor *gb,
+                                                const em_tensor *g, const em_tensor *x,
+                                                const em_tensor *w, const em_tensor *running_mean,
+                                                const em_tensor *running_var, double eps);
 /* Layer norm of contiguous x viewed as (rows, cols): mean, rstd (rows)
  * written; w, b (cols) may be NULL. Backward writes each non-NULL of
  * gx, gw, gb. */
@@ -174,6 +182,7 @@ typedef struct em_kernels {
   em_k_pool2d_backward *pool2d_backward;
   em_k_batch_norm_forward *batch_norm_forward;
   em_k_batch_norm_backward *batch_norm_backward;
+  em_k_batch_norm_backward_eval *batch_norm_backward_eval;
   em_k_layer_norm_forward *layer_norm_forward;
   em_k_layer_norm_backward *layer_norm_backward;
   em_k_softmax_forward *softmax_forward;

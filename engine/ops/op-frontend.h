@@ -62,7 +62,13 @@
  *     f64), the fused ReLU in place through the unary kernel;
  *   - max_pool2d and avg_pool2d: pool2d.c over cpu-pool.c (the plane
  *     loops and pool-fast.c's 2x2 rows; the positions of the maxima go
- *     from forward to backward in the entries' idx tensor).
+ *     from forward to backward in the entries' idx tensor);
+ *   - batch_norm and layer_norm: norm.c over cpu-norm.c (the vectorised
+ *     per-channel and per-row passes; the statistics saved in f64 on a
+ *     backend that takes f64, so the CPU's backward reads the doubles its
+ *     forward computed). Eval-mode batch norm backward is the optional
+ *     batch_norm_backward_eval (the CPU's), else composed from binary and
+ *     sum_to kernels (ref, CUDA).
  * The geometry of convolutions and pools (em_conv_geom, em_pool_geom) is
  * engine/device/kernels/conv-geom.h, and their loop references, which
  * the reference device and the CPU's f64 share, kernels/conv-ref.c and
@@ -77,16 +83,9 @@
  *
  * Still to convert (a CPU op in engine/ops/ that hands a device input to
  * its twin in engine/device/dev-*.c, dev-ops.h, with the backward written
- * in both): matmul/linear, the losses (cross_entropy, mse_loss), the
- * norms (batch_norm, layer_norm). Each converts by moving the device
- * twin's frame here, putting the CPU's kernels in the CPU table and
- * deleting the CPU copy of the backward.
- * The norms want a choice too: the CPU keeps the per-channel (or per-row)
- * mean and invstd in double between forward and backward and computes
- * eval-mode backward with its own coefficients, where the entries save
- * them in f32 tensors and have no eval backward (dev-norm.c composes it
- * from element-wise kernels): either the entries take the CPU's form or
- * the CPU's numbers change by f32 roundings.
+ * in both): matmul/linear, the losses (cross_entropy, mse_loss). Each
+ * converts by moving the device twin's frame here, putting the CPU's
+ * kernels in the CPU table and deleting the CPU copy of the backward.
  * The losses want a choice first: the CPU's cross-entropy keeps a
  * (shift, log-sum) pair per row and its backward takes exp((x - c) - ls),
  * where the cross_entropy kernel entries keep one lse per row
