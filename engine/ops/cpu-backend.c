@@ -59,11 +59,6 @@ static const em_kernels cpu_kernels = {
   .unary_backward = em_cpu_unary_backward,
   .reduce = em_cpu_reduce,
   .sum_to = em_cpu_sum_to,
-  .softmax_forward = em_cpu_softmax_forward,
-  .softmax_backward = em_cpu_softmax_backward,
-  .embedding_forward = em_cpu_embedding_forward,
-  .embedding_backward = em_cpu_embedding_backward,
-  .dropout_mask = em_cpu_dropout_mask,
   .conv2d_forward = em_cpu_conv2d_forward,
   .conv2d_backward = em_cpu_conv2d_backward,
   .pool2d_forward = em_cpu_pool2d_forward,
@@ -73,6 +68,11 @@ static const em_kernels cpu_kernels = {
   .batch_norm_backward_eval = em_cpu_batch_norm_backward_eval,
   .layer_norm_forward = em_cpu_layer_norm_forward,
   .layer_norm_backward = em_cpu_layer_norm_backward,
+  .softmax_forward = em_cpu_softmax_forward,
+  .softmax_backward = em_cpu_softmax_backward,
+  .embedding_forward = em_cpu_embedding_forward,
+  .embedding_backward = em_cpu_embedding_backward,
+  .dropout_mask = em_cpu_dropout_mask,
 };
 
 const em_backend *em_cpu_backend(void) {
