@@ -28,7 +28,10 @@ static em_kpool_geom geom_of(const em_tensor *x, const em_pool2d_params *p) {
   return g;
 }
 
-em_status em_cuda_pool2d_forward(bool max, em_tensor *y, const em_tensor *x, const em_pool2d_params *p) {
+/* idx is not used: backward finds each maximum again from x. */
+em_status em_cuda_pool2d_forward(bool max, em_tensor *y, em_tensor *idx, const em_tensor *x,
+                                 const em_pool2d_params *p) {
+  (void)idx;
   EM_ASSERT(x->ndim == 4 && em_tensor_is_contiguous(x) && em_tensor_is_contiguous(y));
   em_cuda_ctx *c = em_cuda_enter_t(y);
   em_kpool_geom g = geom_of(x, p);
@@ -42,7 +45,9 @@ em_status em_cuda_pool2d_forward(bool max, em_tensor *y, const em_tensor *x, con
 }
 
 em_status em_cuda_pool2d_backward(bool max, em_tensor *gx, const em_tensor *g, const em_tensor *x,
-                             const em_tensor *y, const em_pool2d_params *p) {
+                                  const em_tensor *y, const em_tensor *idx,
+                                  const em_pool2d_params *p) {
+  (void)idx;
   EM_ASSERT(em_tensor_is_contiguous(gx) && em_tensor_is_contiguous(g) && em_tensor_is_contiguous(x));
   em_cuda_ctx *c = em_cuda_enter_t(gx);
   em_kpool_geom geom = geom_of(x, p);

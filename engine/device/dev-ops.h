@@ -6,8 +6,9 @@
  * input tested, before the op's profiler span: the device op opens its
  * own), so callers never name these. The element-wise ops (unary.c,
  * elementwise.c), the reductions (reduce.c), softmax and log_softmax,
- * dropout, embedding, and the views, contiguous, concat and cast
- * (views.c) have no em_dev_X: they are on the op front-end
+ * dropout, embedding, conv2d and the 2-D pools (conv2d.c, pool2d.c), the
+ * norms (norm.c), and the views, contiguous, concat and cast (views.c)
+ * have no em_dev_X: they are on the op front-end
  * (engine/ops/op-frontend.h), one function for every device.
  *
  * The device ops check that every input lives on the same device (a
@@ -23,11 +24,6 @@
 
 em_tensor *em_dev_matmul(em_tensor *a, em_tensor *b);
 em_tensor *em_dev_linear(em_tensor *x, em_tensor *w, em_tensor *b);
-em_tensor *em_dev_conv2d(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv2d_params *p);
-em_tensor *em_dev_max_pool2d(em_tensor *x, const em_pool2d_params *p);
-em_tensor *em_dev_avg_pool2d(em_tensor *x, const em_pool2d_params *p);
-em_tensor *em_dev_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias, em_tensor *running_mean, em_tensor *running_var, bool training, double momentum, double eps);
-em_tensor *em_dev_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bias, double eps);
 em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
 em_tensor *em_dev_mse_loss(em_tensor *a, em_tensor *b);
 

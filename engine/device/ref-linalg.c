@@ -6,13 +6,14 @@
  * (em_kround_amp), so every product is exact in f32 and the sums are f32,
  * as cuBLAS computes with bf16 / f16 inputs and f32 compute.
  *
- * Convolution is the CPU's plain loop reference (engine/ops/conv-ref.c:
- * PyTorch's definition with groups, stride, padding and dilation,
- * accumulated in double, the host memory read in place); under amp x, w
- * (and the incoming gradient in backward) are rounded first. */
+ * Convolution is the plain loop reference (kernels/conv-ref.c, which the
+ * CPU runs for f64: PyTorch's definition with groups, stride, padding and
+ * dilation, accumulated in double, the host memory read in place); under
+ * amp x, w (and the incoming gradient in backward) are rounded first. */
 #include "ref-private.h"
 
-#include "../ops/conv-private.h"
+#include "kernels/conv-ref.h"
+#include "../ops/ops-private.h" /* em_gemm_unprofiled (matmul/linear family) */
 
 #include <stdlib.h>
 

@@ -13,7 +13,9 @@ static em_kpool_geom geom_of(const em_tensor *x, const em_pool2d_params *p) {
   return g;
 }
 
-em_status em_ref_pool2d_forward(bool max, em_tensor *y, const em_tensor *x, const em_pool2d_params *p) {
+em_status em_ref_pool2d_forward(bool max, em_tensor *y, em_tensor *idx, const em_tensor *x,
+                                const em_pool2d_params *p) {
+  (void)idx; /* backward finds each maximum again from x */
   EM_ASSERT(x->ndim == 4 && em_tensor_is_contiguous(x) && em_tensor_is_contiguous(y));
   em_kpool_geom g = geom_of(x, p);
   EM_ASSERT(y->shape[2] == g.OH && y->shape[3] == g.OW);
@@ -25,8 +27,10 @@ em_status em_ref_pool2d_forward(bool max, em_tensor *y, const em_tensor *x, cons
 }
 
 em_status em_ref_pool2d_backward(bool max, em_tensor *gx, const em_tensor *g, const em_tensor *x,
-                            const em_tensor *y, const em_pool2d_params *p) {
+                                 const em_tensor *y, const em_tensor *idx,
+                                 const em_pool2d_params *p) {
   (void)y; /* max pool finds each window's maximum again from x */
+  (void)idx;
   EM_ASSERT(em_tensor_is_contiguous(gx) && em_tensor_is_contiguous(g) &&
             em_tensor_is_contiguous(x));
   em_kpool_geom q = geom_of(x, p);

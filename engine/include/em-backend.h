@@ -49,7 +49,7 @@ typedef em_status em_k_copy(em_tensor *y, const em_tensor *x);
 /* y (=|+=) a OP b, a and b broadcastable to y's shape. */
 typedef em_status em_k_binary(em_kbin op, bool acc, em_tensor *y, const em_tensor *a,
                               const em_tensor *b);
-/* y = f(x), same shape. */
+/* y = f(x), same shape; y may be x itself (in place: em_conv2d_relu). */
 typedef em_status em_k_unary(em_kun op, em_tensor *y, const em_tensor *x, double p0, double p1);
 /* gx (=|+=) g * f'(x) (y = f(x) is given too: exp, sqrt, sigmoid and
  * tanh use it), same shapes. */
@@ -73,7 +73,8 @@ typedef em_status em_k_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int
                             int64_t batch);
 /* Convolution, NCHW, contiguous x, w, y, g. y = conv(x, w) + b (b may
  * be NULL). Backward writes (not accumulates) each non-NULL of gx, gw,
- * gb. */
+ * gb. The CPU's computes in f32 under every amp mode (em-amp.h: its
+ * autocast leaves convolution in f32). */
 typedef em_status em_k_conv2d_forward(int amp, em_tensor *y, const em_tensor *x, const em_tensor *w,
                                       const em_tensor *b, const em_conv2d_params *p);
 typedef em_status em_k_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tensor *gb,
@@ -82,15 +83,21 @@ typedef em_status em_k_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em
 /* Pooling, NCHW, contiguous. max: PyTorch's (first maximum, NaN wins,
  * padding never chosen); avg: count_include_pad as in p. Backward
  * writes gx (x's shape) from g (y's shape); x and y are those of the
- * forward. */
-typedef em_status em_k_pool2d_forward(bool max, em_tensor *y, const em_tensor *x,
+ * forward. idx (max only; NULL, or I32 of y's shape, contiguous) is the
+ * backend's to use: a forward may write there the position iy * W + ix
+ * of each window's maximum in its plane, and backward gets the same idx
+ * (the CPU's scatters the gradient through it; ref and CUDA find each
+ * maximum again from x and leave it untouched). */
+typedef em_status em_k_pool2d_forward(bool max, em_tensor *y, em_tensor *idx, const em_tensor *x,
                                       const em_pool2d_params *p);
 typedef em_status em_k_pool2d_backward(bool max, em_tensor *gx, const em_tensor *g, const em_tensor *x,
-                                       const em_tensor *y, const em_pool2d_params *p);
+                                       const em_tensor *y, const em_tensor *idx,
+                                       const em_pool2d_params *p);
 /* Batch norm over x (N, C, *) contiguous, per channel C. Training: batch
- * statistics, save_mean / save_invstd (C) written, running stats (may be
- * NULL) updated with momentum and the unbiased variance. Eval: running
- * stats used (save_* unused, may be NULL). w, b (C) may be NULL. */
+ * statistics, save_mean / save_invstd (C; f64 on a backend whose f64 is
+ * set, else f32, as layer norm's mean and rstd) written, running stats
+ * (may be NULL) updated with momentum and the unbiased variance. Eval:
+ * running stats used (save_* unused, may be NULL). w, b (C) may be NULL. */
 typedef em_status em_k_batch_norm_forward(bool training, em_tensor *y, em_tensor *save_mean,
                                           em_tensor *save_invstd, const em_tensor *x, const em_tensor *w,
                                           const em_tensor *b, em_tensor *running_mean,
@@ -99,6 +106,13 @@ typedef em_status em_k_batch_norm_forward(bool training, em_tensor *y, em_tensor
 typedef em_status em_k_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb,
                                            const em_tensor *g, const em_tensor *x, const em_tensor *w,
                                            const em_tensor *save_mean, const em_tensor *save_invstd);
+/* Eval-mode backward (the statistics are running_mean and running_var as
+ * the forward read them): writes each non-NULL of gx, gw, gb. Optional:
+ * without it the op front-end composes it from binary and sum_to. */
+typedef em_status em_k_batch_norm_backward_eval(em_tensor *gx, em_tensor *gw, em_tensor *gb,
+                                                const em_tensor *g, const em_tensor *x,
+                                                const em_tensor *w, const em_tensor *running_mean,
+                                                const em_tensor *running_var, double eps);
 /* Layer norm of contiguous x viewed as (rows, cols): mean, rstd (rows)
  * written; w, b (cols) may be NULL. Backward writes each non-NULL of
  * gx, gw, gb. */
@@ -173,6 +187,7 @@ typedef struct em_kernels {
   em_k_pool2d_backward *pool2d_backward;
   em_k_batch_norm_forward *batch_norm_forward;
   em_k_batch_norm_backward *batch_norm_backward;
+  em_k_batch_norm_backward_eval *batch_norm_backward_eval;
   em_k_layer_norm_forward *layer_norm_forward;
   em_k_layer_norm_backward *layer_norm_backward;
   em_k_softmax_forward *softmax_forward;

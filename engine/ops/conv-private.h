@@ -1,9 +1,10 @@
 /* conv-private.h: what the files of conv2d and the 2-D pools share.
  *
  * em_conv2d runs one of three implementations:
- *  - conv-ref.c: the plain 7-loop reference (f32 or f64, any strides), with
- *    a loop backward. f64 always runs here (it exists for gradient
- *    checks); the tests compare the fast paths against it.
+ *  - engine/device/kernels/conv-ref.c: the plain 7-loop reference (f32 or
+ *    f64, any strides), with a loop backward, shared with the reference
+ *    device. f64 always runs here (it exists for gradient checks); the
+ *    tests compare the fast paths against it.
  *  - conv-winograd.c: forward and dX of f32 3x3 stride-1 convolutions
  *    with enough channels, as Winograd F(2x2, 3x3) on AVX-512 and AVX2
  *    (2.25x fewer multiply-adds).
@@ -12,11 +13,12 @@
  *    of each image for stride 1 (no im2col matrix), im2col otherwise.
  * Both fast paths split images over the thread pool, each thread taking
  * work from a shared counter and packing into its own scratch slot.
- * The pools (pool2d.c) keep their reference (pool-ref.c) beside the fast
- * loops. */
+ * The CPU's kernel entries (cpu-conv.c, cpu-pool.c) choose between them;
+ * the pools' reference is engine/device/kernels/pool-ref.c. */
 #pragma once
 
 #include "ops-private.h"
+#include "../device/kernels/conv-ref.h"
 
 /* ---- the variant files' own declarations ------------------------------------
  * conv-kernel.c, conv-fast.c, conv-winograd.c and pool-fast.c are compiled
@@ -70,33 +72,13 @@ void em_conv_queue_run(em_conv_queue *q, bool small, void (*fn)(void *ctx, int64
 
 #endif /* EM_ISA */
 
-/* ---- the two implementations ----------------------------------------------- */
-/* Output geometry and per-group sizes, from x (N, C, H, W) and
- * w (K, C/G, kh, kw). */
-typedef struct {
-  int64_t N, C, H, W, K, kh, kw, OH, OW;
-  int64_t sh, sw, ph, pw, dh, dw, G, Cg, Kg;
-} em_conv_geom;
-void em_conv_geom_init(em_conv_geom *g, const em_tensor *x, const em_tensor *w,
-                       const em_conv2d_params *p);
-
-/* y (N, K, OH, OW) = conv(x, w) + b; b may be NULL. The reference reads
- * any strides; the fast path wants x contiguous (w and b any strides). */
-void em_conv2d_ref_forward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
-                           const em_tensor *b, em_tensor *y);
+/* ---- the fast paths (the geometry and the loop reference: conv-geom.h,
+ * conv-ref.h in engine/device/kernels/) ------------------------------------------ */
+/* The fast path wants x contiguous (w and b any strides). */
 #ifdef EM_ISA
 void em_conv2d_fast_forward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                             const em_tensor *b, em_tensor *y);
 #endif
-/* Gradients from gy (N, K, OH, OW) contiguous. gx, gw, gb are contiguous
- * buffers of their input's shape or NULL when not wanted; *_fresh says
- * whether to overwrite (true) or accumulate. */
-typedef struct {
-  em_tensor *gx, *gw, *gb;
-  bool gx_fresh, gw_fresh, gb_fresh;
-} em_conv_grads;
-void em_conv2d_ref_backward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
-                            const em_tensor *gy, const em_conv_grads *out);
 #ifdef EM_ISA
 void em_conv2d_fast_backward(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                              const em_tensor *gy, const em_conv_grads *out);
@@ -115,28 +97,12 @@ void em_conv_winograd_backward_x(const em_conv_geom *g, const em_tensor *w,
                                  const em_tensor *gy, em_tensor *gx, bool fresh);
 #endif
 
-/* ---- 2-D pools (pool2d.c and pool-fast.c fast, pool-ref.c reference) -------------------------- */
-typedef struct {
-  int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW;
-  bool include_pad; /* avg: padded positions count in the divisor */
-} em_pool_geom;
-void em_pool_geom_init(em_pool_geom *g, const em_tensor *x, const em_pool2d_params *p);
-/* Window of output (oy, ox) clipped to the input: rows [*h0, *h1),
- * columns [*w0, *w1); returns the divisor avg pool uses (PyTorch's rule:
- * the window clipped to the padded input, or to the input itself when
- * padding does not count). */
-int64_t em_pool_window(const em_pool_geom *g, int64_t oy, int64_t ox, int64_t *h0, int64_t *h1,
-                       int64_t *w0, int64_t *w1);
-/* x (N, C, H, W) any strides -> y (N, C, OH, OW) contiguous; gy contiguous,
- * gx contiguous (overwritten when fresh, else accumulated). Max takes the
- * first largest element of a window in row-major order, or the last NaN,
- * like PyTorch; backward routes the gradient there. */
-void em_max_pool2d_ref_forward(const em_pool_geom *g, const em_tensor *x, em_tensor *y);
-void em_max_pool2d_ref_backward(const em_pool_geom *g, const em_tensor *x, const em_tensor *gy,
-                                em_tensor *gx, bool fresh);
-void em_avg_pool2d_ref_forward(const em_pool_geom *g, const em_tensor *x, em_tensor *y);
-void em_avg_pool2d_ref_backward(const em_pool_geom *g, const em_tensor *gy, em_tensor *gx,
-                                bool fresh);
+/* The CPU's kernels that always run the loop reference (cpu-conv.c,
+ * cpu-pool.c), for the entry points below. */
+em_k_conv2d_forward em_cpu_conv2d_ref_forward;
+em_k_conv2d_backward em_cpu_conv2d_ref_backward;
+em_k_pool2d_forward em_cpu_pool2d_ref_forward;
+em_k_pool2d_backward em_cpu_pool2d_ref_backward;
 
 /* The reference entry points with autograd, for tests: same semantics as
  * em_conv2d / em_max_pool2d / em_avg_pool2d, always on the loop

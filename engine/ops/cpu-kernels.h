@@ -59,7 +59,8 @@ typedef struct {
   bool (*gemv_f32)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                    const float *bias, bool relu, float *c, int64_t ldc);
-  /* conv-fast.c and conv-winograd.c (conv-private.h has the contracts). */
+  /* conv-fast.c and conv-winograd.c (conv-private.h and conv-ref.h have the
+   * contracts). */
   void (*conv2d_forward)(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                          const em_tensor *b, em_tensor *y);
   void (*conv2d_backward)(const em_conv_geom *g, const em_tensor *x, const em_tensor *w,

@@ -39,7 +39,17 @@ typedef struct {
     const T *restrict xs = (const T *)pp[1];                                     \
     (void)p0;                                                                    \
     (void)p1;                                                                    \
-    if (s[0] == 1 && s[1] == 1) {                                                \
+    if ((const T *)y == xs && s[0] == 1 && s[1] == 1) { /* in place: y alone */ \
+      for (int64_t i = 0; i < n; i++) {                                          \
+        const T x = y[i];                                                        \
+        y[i] = (EXPR);                                                           \
+      }                                                                          \
+    } else if ((const T *)y == xs && s[0] == s[1]) {                             \
+      for (int64_t i = 0; i < n; i++) {                                          \
+        const T x = y[i * s[0]];                                                 \
+        y[i * s[0]] = (EXPR);                                                    \
+      }                                                                          \
+    } else if (s[0] == 1 && s[1] == 1) {                                         \
       for (int64_t i = 0; i < n; i++) {                                          \
         const T x = xs[i];                                                       \
         y[i] = (EXPR);                                                           \

@@ -1,579 +1,182 @@
 /* norm.c: em_batch_norm and em_layer_norm, with backward for x, weight
- * and bias.
+ * and bias, one front-end for every device (op-frontend.h). The CPU's
+ * kernels are in cpu-norm.c (the formulas are at its top).
  *
- * Batch norm sees x as (N, C, S), S the product of the dims after the
- * channel dim (1 for (N, C) input). In training it normalises with the
- * batch mean and biased variance over N and S, and updates the running
- * stats in place with the unbiased variance, as PyTorch does:
- *   running = (1 - momentum) * running + momentum * batch_stat.
- * In eval it normalises with the running stats. With xhat the normalised
- * input, a = weight * invstd, M = N * S and per-channel sums
- * gb = sum gy, gw = sum gy * xhat, backward is
- *   train: gx = a * (gy - gb / M - xhat * gw / M)
- *   eval:  gx = a * gy
- * Layer norm sees x as (R, D), D the product of the last nd dims; with
- * gxh = gy * weight:
- *   gx = invstd * (gxh - mean_d(gxh) - xhat * mean_d(gxh * xhat)).
- *
- * f32 runs the fast kernels: one work item per block of channels (or
- * rows) does statistics and normalisation, or both backward passes,
- * while the data is in cache; sums run in 16 float lanes (flushed into
- * doubles) so that they vectorise, and shift by a sample value so that
- * the one-pass variance does not cancel. f64 runs the plain loop
- * reference that the tests hold the fast kernels to. */
+ * Training-mode batch norm and layer norm are their kernels over
+ * contiguous x, w, b, with the statistics backward reads (per channel or
+ * per row: mean, invstd) saved by forward, in double on a backend that
+ * takes f64 (the CPU's kernels keep them so), else f32; the batch-norm
+ * kernel updates the running stats in place with the unbiased variance.
+ * Eval-mode batch norm backward is the backend's batch_norm_backward_eval
+ * over copies of the running stats taken when forward runs; a backend
+ * without it (ref, CUDA) gets it composed from element-wise kernels on
+ * the per-channel a = weight / sqrt(running_var + eps) and running mean:
+ *   gx = g * a,   gb = sum g,   gw = sum g * (x - mean) * invstd
+ * (sums over every dim but the channel, with sum_to). Backward kernels
+ * write gradients, so an accumulating one goes through a temporary
+ * (em_grad_buffer). */
+#include "op-frontend.h"
 #include "ops-private.h"
-#include "em-pool.h"
 
-#include <math.h>
-#include <string.h>
-
-#define PARALLEL_MIN (1 << 16)   /* elements before threads are worth waking */
-#define PARALLEL_GRAIN (1 << 15) /* elements per thread chunk, at least */
-#define LANE_FLUSH 4096          /* float lanes are flushed to doubles this often */
-
-/* Element c of a 1-D float tensor of any stride, as a double. */
-static double load_1d(const em_tensor *t, int64_t c) {
-  int64_t at = c * t->stride[0];
-  return t->dtype == EM_DTYPE_F32 ? (double)em_f32(t)[at] : em_f64(t)[at];
+/* t (C) seen as (1, C, 1, ...) against x's ndim. */
+static em_tensor *channel_view(em_tensor *t, int ndim) {
+  int64_t shape[EM_MAX_DIMS];
+  for (int d = 0; d < ndim; d++) shape[d] = d == 1 ? t->shape[0] : 1;
+  return em_view_as(t, ndim, shape);
 }
 
-static void store_1d(em_tensor *t, int64_t c, double v) {
-  int64_t at = c * t->stride[0];
-  if (t->dtype == EM_DTYPE_F32) em_f32(t)[at] = (float)v;
-  else em_f64(t)[at] = v;
+/* The dtype of saved statistics on t's device. */
+static em_dtype stat_dtype(const em_tensor *t) {
+  return em_backend_of(t)->f64 ? EM_DTYPE_F64 : EM_DTYPE_F32;
 }
 
-/* A 1-D float tensor's values as doubles in scope memory (NULL for NULL). */
-static double *doubles_of(const em_tensor *t, int64_t C) {
-  if (!t) return NULL;
-  EM_ASSERT(t->ndim == 1 && t->shape[0] == C);
-  double *v = em_scratch(sizeof(double) * (size_t)C);
-  for (int64_t c = 0; c < C; c++) v[c] = load_1d(t, c);
-  return v;
-}
+/* ---- batch norm ------------------------------------------------------------------------ */
 
-/* Writes or adds v (C) into the gradient of t, when t needs one. */
-static void grad_from_doubles(em_tensor *t, const double *v, int64_t C) {
-  bool fresh;
-  em_tensor *g = em_grad_acquire(t, &fresh);
-  if (!g) return;
-  for (int64_t c = 0; c < C; c++) store_1d(g, c, fresh ? v[c] : load_1d(g, c) + v[c]);
-}
-
-/* ---- vectorised sums (f32) ------------------------------------------------------ */
-
-/* s1 += sum (x - c), s2 += sum (x - c)^2 over x[0..n). */
-static void sums_shifted_f32(const float *x, int64_t n, float c, double *s1, double *s2) {
-  for (int64_t b = 0; b < n; b += LANE_FLUSH) {
-    int64_t e = b + LANE_FLUSH < n ? b + LANE_FLUSH : n, k = b;
-    float l1[16] = {0}, l2[16] = {0};
-    for (; k + 16 <= e; k += 16)
-      for (int q = 0; q < 16; q++) {
-        float d = x[k + q] - c;
-        l1[q] += d;
-        l2[q] += d * d;
-      }
-    for (; k < e; k++) {
-      float d = x[k] - c;
-      l1[0] += d;
-      l2[0] += d * d;
-    }
-    double a1 = 0, a2 = 0;
-    for (int q = 0; q < 16; q++) {
-      a1 += l1[q];
-      a2 += l2[q];
-    }
-    *s1 += a1;
-    *s2 += a2;
-  }
-}
-
-/* sg += sum g * w, sgx += sum g * w * (x - c) over [0..n); w may be NULL (1). */
-static void sums_grad_f32(const float *g, const float *w, const float *x, int64_t n, float c,
-                          double *sg, double *sgx) {
-  for (int64_t b = 0; b < n; b += LANE_FLUSH) {
-    int64_t e = b + LANE_FLUSH < n ? b + LANE_FLUSH : n, k = b;
-    float l1[16] = {0}, l2[16] = {0};
-    if (w) {
-      for (; k + 16 <= e; k += 16)
-        for (int q = 0; q < 16; q++) {
-          float gw = g[k + q] * w[k + q];
-          l1[q] += gw;
-          l2[q] += gw * (x[k + q] - c);
-        }
-    } else {
-      for (; k + 16 <= e; k += 16)
-        for (int q = 0; q < 16; q++) {
-          l1[q] += g[k + q];
-          l2[q] += g[k + q] * (x[k + q] - c);
-        }
-    }
-    for (; k < e; k++) {
-      float gw = w ? g[k] * w[k] : g[k];
-      l1[0] += gw;
-      l2[0] += gw * (x[k] - c);
-    }
-    double a1 = 0, a2 = 0;
-    for (int q = 0; q < 16; q++) {
-      a1 += l1[q];
-      a2 += l2[q];
-    }
-    *sg += a1;
-    *sgx += a2;
-  }
-}
-
-/* ---- batch norm: plain loop reference (f64) ------------------------------------------ */
-
-typedef struct {
-  int64_t N, C, S;
-  const double *w, *b;  /* (C) or NULL */
-  double *mean, *invstd; /* (C) */
-  double *var;          /* (C) biased batch variance (train) */
-  double eps;
-  bool training;
-} bn_geom;
-
-static void batch_norm_forward_ref(const double *x, double *y, const bn_geom *p) {
-  int64_t N = p->N, C = p->C, S = p->S;
-  double M = (double)(N * S);
-  for (int64_t c = 0; c < C; c++) {
-    if (p->training) {
-      double s = 0, v = 0;
-      for (int64_t n = 0; n < N; n++)
-        for (int64_t k = 0; k < S; k++) s += x[(n * C + c) * S + k];
-      double m = s / M;
-      for (int64_t n = 0; n < N; n++)
-        for (int64_t k = 0; k < S; k++) v += (x[(n * C + c) * S + k] - m) * (x[(n * C + c) * S + k] - m);
-      p->mean[c] = m;
-      p->var[c] = v / M;
-      p->invstd[c] = 1.0 / sqrt(v / M + p->eps);
-    }
-    double w = p->w ? p->w[c] : 1.0, b = p->b ? p->b[c] : 0.0;
-    for (int64_t n = 0; n < N; n++)
-      for (int64_t k = 0; k < S; k++) {
-        int64_t at = (n * C + c) * S + k;
-        y[at] = (x[at] - p->mean[c]) * p->invstd[c] * w + b;
-      }
-  }
-}
-
-/* gw, gb (C) receive the weight and bias gradients; gx may be NULL. */
-static void batch_norm_backward_ref(const double *x, const double *gy, double *gx, bool fresh,
-                                    double *gw, double *gb, const bn_geom *p) {
-  int64_t N = p->N, C = p->C, S = p->S;
-  double M = (double)(N * S);
-  for (int64_t c = 0; c < C; c++) {
-    double sg = 0, sgxh = 0;
-    for (int64_t n = 0; n < N; n++)
-      for (int64_t k = 0; k < S; k++) {
-        int64_t at = (n * C + c) * S + k;
-        sg += gy[at];
-        sgxh += gy[at] * (x[at] - p->mean[c]) * p->invstd[c];
-      }
-    gw[c] = sgxh;
-    gb[c] = sg;
-    if (!gx) continue;
-    double a = (p->w ? p->w[c] : 1.0) * p->invstd[c];
-    for (int64_t n = 0; n < N; n++)
-      for (int64_t k = 0; k < S; k++) {
-        int64_t at = (n * C + c) * S + k;
-        double xhat = (x[at] - p->mean[c]) * p->invstd[c];
-        double v = p->training ? a * (gy[at] - sg / M - xhat * sgxh / M) : a * gy[at];
-        gx[at] = fresh ? v : gx[at] + v;
-      }
-  }
-}
-
-/* ---- batch norm: fast kernels (f32) ----------------------------------------------------- */
-
-typedef struct {
-  bn_geom p;
-  const float *x, *gy; /* (N, C, S) */
-  float *y, *gx;       /* (N, C, S); gx NULL when x needs no grad */
-  float *k1, *k2, *k3; /* (C) scratch: per-channel coefficients */
-  double *gw, *gb;     /* (C) backward sums */
-  bool fresh;
-} bn_job;
-
-/* Work item: channels [c0, c1). Statistics (train), then y = x * k1 + k2. */
-static void bn_forward_f32(void *ctx, int64_t c0, int64_t c1) {
-  bn_job *j = ctx;
-  bn_geom *p = &j->p;
-  int64_t N = p->N, C = p->C, S = p->S;
-  double M = (double)(N * S);
-  const float *x = j->x;
-  float *y = j->y;
-  if (p->training) {
-    for (int64_t c = c0; c < c1; c++) {
-      p->mean[c] = 0; /* sums of (x - shift) until finalised */
-      p->var[c] = 0;
-    }
-    if (S == 1) {
-      for (int64_t n = 0; n < N; n++)
-        for (int64_t c = c0; c < c1; c++) {
-          double d = (double)(x[n * C + c] - x[c]);
-          p->mean[c] += d;
-          p->var[c] += d * d;
-        }
-    } else {
-      for (int64_t c = c0; c < c1; c++)
-        for (int64_t n = 0; n < N; n++)
-          sums_shifted_f32(x + (n * C + c) * S, S, x[c * S], &p->mean[c], &p->var[c]);
-    }
-    for (int64_t c = c0; c < c1; c++) {
-      double shift = S == 1 ? x[c] : x[c * S];
-      double m1 = p->mean[c] / M, v = p->var[c] / M - m1 * m1;
-      if (v < 0) v = 0;
-      p->mean[c] = shift + m1;
-      p->var[c] = v;
-      p->invstd[c] = 1.0 / sqrt(v + p->eps);
-    }
-  }
-  for (int64_t c = c0; c < c1; c++) {
-    double a = (p->w ? p->w[c] : 1.0) * p->invstd[c];
-    j->k1[c] = (float)a;
-    j->k2[c] = (float)((p->b ? p->b[c] : 0.0) - p->mean[c] * a);
-  }
-  const float *k1 = j->k1, *k2 = j->k2;
-  if (S == 1) {
-    for (int64_t n = 0; n < N; n++)
-      for (int64_t c = c0; c < c1; c++) y[n * C + c] = x[n * C + c] * k1[c] + k2[c];
-  } else {
-    for (int64_t c = c0; c < c1; c++)
-      for (int64_t n = 0; n < N; n++) {
-        const float *xr = x + (n * C + c) * S; /* (S) */
-        float *yr = y + (n * C + c) * S;
-        float a = k1[c], b = k2[c];
-        for (int64_t k = 0; k < S; k++) yr[k] = xr[k] * a + b;
-      }
-  }
-}
-
-/* Work item: channels [c0, c1). Sums, then gx = k1 * gy + k2 * x + k3. */
-static void bn_backward_f32(void *ctx, int64_t c0, int64_t c1) {
-  bn_job *j = ctx;
-  const bn_geom *p = &j->p;
-  int64_t N = p->N, C = p->C, S = p->S;
-  double M = (double)(N * S);
-  const float *x = j->x, *gy = j->gy;
-  for (int64_t c = c0; c < c1; c++) j->gb[c] = j->gw[c] = 0;
-  if (S == 1) {
-    for (int64_t n = 0; n < N; n++)
-      for (int64_t c = c0; c < c1; c++) {
-        double g = gy[n * C + c];
-        j->gb[c] += g;
-        j->gw[c] += g * ((double)x[n * C + c] - p->mean[c]);
-      }
-  } else {
-    for (int64_t c = c0; c < c1; c++)
-      for (int64_t n = 0; n < N; n++)
-        sums_grad_f32(gy + (n * C + c) * S, NULL, x + (n * C + c) * S, S, (float)p->mean[c],
-                      &j->gb[c], &j->gw[c]);
-  }
-  for (int64_t c = c0; c < c1; c++) {
-    j->gw[c] *= p->invstd[c]; /* sum gy * xhat */
-    double a = (p->w ? p->w[c] : 1.0) * p->invstd[c];
-    double k2 = p->training ? -a * p->invstd[c] * j->gw[c] / M : 0.0;
-    double k3 = p->training ? -a * j->gb[c] / M - k2 * p->mean[c] : 0.0;
-    j->k1[c] = (float)a;
-    j->k2[c] = (float)k2;
-    j->k3[c] = (float)k3;
-  }
-  float *gx = j->gx;
-  if (!gx) return;
-  const float *k1 = j->k1, *k2 = j->k2, *k3 = j->k3;
-  if (S == 1) {
-    for (int64_t n = 0; n < N; n++) {
-      const float *xr = x + n * C, *gr = gy + n * C; /* (C) */
-      float *o = gx + n * C;
-      if (j->fresh) for (int64_t c = c0; c < c1; c++) o[c] = k1[c] * gr[c] + k2[c] * xr[c] + k3[c];
-      else for (int64_t c = c0; c < c1; c++) o[c] += k1[c] * gr[c] + k2[c] * xr[c] + k3[c];
-    }
-  } else {
-    for (int64_t c = c0; c < c1; c++)
-      for (int64_t n = 0; n < N; n++) {
-        const float *xr = x + (n * C + c) * S, *gr = gy + (n * C + c) * S; /* (S) */
-        float *o = gx + (n * C + c) * S;
-        float a = k1[c], b = k2[c], d = k3[c];
-        if (j->fresh) for (int64_t k = 0; k < S; k++) o[k] = a * gr[k] + b * xr[k] + d;
-        else for (int64_t k = 0; k < S; k++) o[k] += a * gr[k] + b * xr[k] + d;
-      }
-  }
-}
-
-static void run_channels(const bn_geom *p, em_range_fn fn, void *ctx) {
-  int64_t per_channel = p->N * p->S, numel = per_channel * p->C;
-  if (numel >= PARALLEL_MIN && p->C > 1)
-    em_parallel_for(p->C, PARALLEL_GRAIN / (per_channel ? per_channel : 1) + 1, fn, ctx);
-  else fn(ctx, 0, p->C);
-}
-
-/* ---- batch norm ---------------------------------------------------------------------- */
-
+/* in: x, w, b; saved: x (contiguous), w (contiguous or NULL), then
+ * training: save_mean, save_invstd; eval: the running mean and variance
+ * (copies; i[1] set) or the running mean and invstd (f32, for the
+ * composed backward). i[0]: training; f[0]: eps. */
 static void batch_norm_backward(em_node *n) {
-  em_tensor *x = n->saved[0]; /* (N, C, ...) contiguous */
-  em_tensor *gy = n->out->grad;
-  bn_geom p = *(const bn_geom *)n->ctx;
-  bool fresh = false;
-  em_tensor *gx = em_grad_acquire(n->in[0], &fresh);
-  double *gw = em_scratch(sizeof(double) * (size_t)p.C);
-  double *gb = em_scratch(sizeof(double) * (size_t)p.C);
-  if (x->dtype == EM_DTYPE_F32) {
-    bn_job j = {.p = p, .x = em_f32(x), .gy = em_f32(gy), .gx = gx ? em_f32(gx) : NULL,
-                .gw = gw, .gb = gb, .fresh = fresh};
-    j.k1 = em_scratch(sizeof(float) * 3 * (size_t)p.C);
-    j.k2 = j.k1 + p.C;
-    j.k3 = j.k2 + p.C;
-    run_channels(&p, bn_backward_f32, &j);
+  em_tensor *x = n->saved[0], *w = n->saved[1], *s0 = n->saved[2], *s1 = n->saved[3];
+  const char *prev = op_backward_begin(n);
+  em_tensor *g = em_contiguous_nograd(n->out->grad);
+  const em_kernels *k = op_k(g);
+  if (n->i[0] || n->i[1]) {
+    em_grad_buffer gx, gw, gb;
+    em_tensor *bx = em_grad_buffer_begin(n->in[0], &gx);
+    em_tensor *bw = em_grad_buffer_begin(n->in[1], &gw);
+    em_tensor *bb = em_grad_buffer_begin(n->in[2], &gb);
+    if ((bx || bw || bb) && op_live(g, x, w, s0, s1, bx, bw, bb)) {
+      if (n->i[0]) EM_KCALL(k, batch_norm_backward, bx, bw, bb, g, x, w, s0, s1);
+      else EM_KCALL(k, batch_norm_backward_eval, bx, bw, bb, g, x, w, s0, s1, n->f[0]);
+      em_grad_buffer_end(&gx);
+      em_grad_buffer_end(&gw);
+      em_grad_buffer_end(&gb);
+    }
   } else {
-    batch_norm_backward_ref(em_f64(x), em_f64(gy), gx ? em_f64(gx) : NULL, fresh, gw, gb, &p);
+    int nd = x->ndim;
+    em_tensor *a = s1; /* (C): invstd, times w */
+    if (w) {
+      a = op_empty_like(s1);
+      if (op_live(a, s1, w)) EM_KCALL(k, binary, EM_KB_MUL, false, a, s1, w);
+    }
+    bool fresh;
+    em_tensor *gx = em_grad_acquire(n->in[0], &fresh);
+    if (gx && op_live(gx, g, a)) EM_KCALL(k, binary, EM_KB_MUL, !fresh, gx, g, channel_view(a, nd));
+    em_tensor *gw = em_grad_acquire(n->in[1], &fresh);
+    if (gw) { /* sum g * (x - mean) * invstd */
+      em_tensor *t = op_empty_like(g), *u = op_empty_like(g);
+      if (op_live(gw, t, u, g, x, s0, s1)) {
+        EM_KCALL(k, binary, EM_KB_SUB, false, t, x, channel_view(s0, nd));
+        EM_KCALL(k, binary, EM_KB_MUL, false, u, t, channel_view(s1, nd));
+        EM_KCALL(k, binary, EM_KB_MUL, false, t, u, g);
+        EM_KCALL(k, sum_to, !fresh, channel_view(gw, nd), t);
+      }
+    }
+    em_tensor *gb = em_grad_acquire(n->in[2], &fresh);
+    if (gb && op_live(gb, g)) EM_KCALL(k, sum_to, !fresh, channel_view(gb, nd), g);
   }
-  grad_from_doubles(n->in[1], gw, p.C);
-  grad_from_doubles(n->in[2], gb, p.C);
+  em_device_set_op(prev);
 }
 
 em_tensor *em_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias,
-                         em_tensor *running_mean, em_tensor *running_var,
-                         bool training, double momentum, double eps) {
-  if (EM_ON_DEVICE(x, weight, bias, running_mean, running_var))
-    return em_dev_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
-  EM_ASSERT(EM_IS_FLOAT(x) && x->ndim >= 2);
-  EM_OP_BEGIN("batch_norm", 3, x, weight, bias);
-  bn_geom p = {.N = x->shape[0], .C = x->shape[1], .S = 1, .eps = eps, .training = training};
-  for (int d = 2; d < x->ndim; d++) p.S *= x->shape[d];
-  int64_t C = p.C;
-  for (int k = 0; k < 4; k++) {
-    em_tensor *t = (em_tensor *[]){weight, bias, running_mean, running_var}[k];
-    if (t) EM_ASSERT(t->ndim == 1 && t->shape[0] == C && EM_IS_FLOAT(t));
-  }
+                         em_tensor *running_mean, em_tensor *running_var, bool training,
+                         double momentum, double eps) {
+  em_op_check("batch_norm", 5, (em_tensor *const[]){x, weight, bias, running_mean, running_var});
+  OP_BEGIN("batch_norm", 3, x, weight, bias);
+  EM_ASSERT(x->ndim >= 2);
+  int64_t N = x->shape[0], C = x->shape[1], S = 1;
+  for (int d = 2; d < x->ndim; d++) S *= x->shape[d];
+  em_tensor *ts[4] = {weight, bias, running_mean, running_var};
+  for (int j = 0; j < 4; j++)
+    if (ts[j]) EM_ASSERT(ts[j]->ndim == 1 && ts[j]->shape[0] == C && EM_IS_FLOAT(ts[j]));
   if (weight) EM_ASSERT(weight->dtype == x->dtype);
   if (bias) EM_ASSERT(bias->dtype == x->dtype);
-  if (training) EM_ASSERT(p.N * p.S > 1 && "batch norm needs more than one value per channel");
+  if (training) EM_ASSERT(N * S > 1 && "batch norm needs more than one value per channel");
   else EM_ASSERT(running_mean && running_var);
-
-  p.w = doubles_of(weight, C);
-  p.b = doubles_of(bias, C);
-  p.mean = em_scratch(sizeof(double) * 3 * (size_t)C);
-  p.invstd = p.mean + C;
-  p.var = p.invstd + C;
-  if (!training)
-    for (int64_t c = 0; c < C; c++) {
-      p.mean[c] = load_1d(running_mean, c);
-      p.invstd[c] = 1.0 / sqrt(load_1d(running_var, c) + eps);
-    }
-
   em_tensor *xc = em_contiguous_nograd(x);
-  em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
-  if (x->dtype == EM_DTYPE_F32) {
-    bn_job j = {.p = p, .x = em_f32(xc), .y = em_f32(y)};
-    j.k1 = em_scratch(sizeof(float) * 2 * (size_t)C);
-    j.k2 = j.k1 + C;
-    run_channels(&p, bn_forward_f32, &j);
-  } else {
-    batch_norm_forward_ref(em_f64(xc), em_f64(y), &p);
-  }
-
+  em_tensor *wc = weight ? em_contiguous_nograd(weight) : NULL;
+  em_tensor *bc = bias ? em_contiguous_nograd(bias) : NULL;
+  em_tensor *ins[3] = {x, weight, bias};
+  bool grad = em_needs_grad(3, ins);
+  em_tensor *y = op_empty_like(xc);
+  const em_kernels *k = op_k(x);
+  bool eval_kernel = !training && k->batch_norm_backward_eval;
+  /* The statistics backward reads; eval without grad (inference) needs none. */
+  em_tensor *s0 = NULL, *s1 = NULL;
   if (training) {
-    double M = (double)(p.N * p.S);
-    for (int64_t c = 0; c < C; c++) {
-      if (running_mean)
-        store_1d(running_mean, c, (1 - momentum) * load_1d(running_mean, c) + momentum * p.mean[c]);
-      if (running_var)
-        store_1d(running_var, c,
-                 (1 - momentum) * load_1d(running_var, c) + momentum * p.var[c] * M / (M - 1));
+    s0 = em_empty_on(x->device, stat_dtype(x), 1, &C);
+    s1 = em_empty_on(x->device, stat_dtype(x), 1, &C);
+  } else if (grad && eval_kernel) {
+    s0 = op_empty_like(running_mean);
+    s1 = op_empty_like(running_var);
+  } else if (grad) {
+    s0 = em_empty_on(x->device, EM_DTYPE_F32, 1, &C);
+    s1 = em_empty_on(x->device, EM_DTYPE_F32, 1, &C);
+  }
+  bool live = op_live(xc, wc, bc, y, s0, s1, running_mean, running_var) &&
+              OP_HAS(k, batch_norm_forward, "batch_norm", x) &&
+              (!grad || !training || OP_HAS(k, batch_norm_backward, "batch_norm", x));
+  if (live && training) {
+    EM_KCALL(k, batch_norm_forward, true, y, s0, s1, xc, wc, bc, running_mean, running_var,
+             momentum, eps);
+  } else if (live) {
+    EM_KCALL(k, batch_norm_forward, false, y, NULL, NULL, xc, wc, bc, running_mean, running_var,
+             momentum, eps);
+    if (grad && eval_kernel) { /* the running stats as forward used them */
+      EM_KCALL(k, copy, s0, running_mean);
+      EM_KCALL(k, copy, s1, running_var);
+    } else if (grad) {
+      EM_KCALL(k, copy, s0, running_mean);
+      em_tensor *t = em_empty_on(x->device, EM_DTYPE_F32, 1, &C);
+      if ((live = op_live(t))) {
+        EM_KCALL(k, unary, EM_KU_ADDS, t, running_var, eps, 0);
+        EM_KCALL(k, unary, EM_KU_POWS, s1, t, -0.5, 0);
+      }
     }
   }
-
-  em_tensor *ins[3] = {x, weight, bias};
-  if (em_needs_grad(3, ins)) {
+  if (live && grad) {
     em_node *nd = em_record("batch_norm", batch_norm_backward, y, 3, ins);
     nd->saved[0] = xc;
-    bn_geom *keep = em_scratch(sizeof *keep);
-    *keep = p;
-    nd->ctx = keep;
+    nd->saved[1] = wc;
+    nd->saved[2] = s0;
+    nd->saved[3] = s1;
+    nd->i[0] = training;
+    nd->i[1] = eval_kernel;
+    nd->f[0] = eps;
   }
-  return EM_OP_END(y);
+  return OP_END(y);
 }
 
-/* ---- layer norm: plain loop reference (f64) -------------------------------------------- */
+/* ---- layer norm ------------------------------------------------------------------------ */
 
-typedef struct {
-  int64_t R, D;
-  double eps;
-  double *mean, *invstd; /* (R) */
-} ln_geom;
-
-static void layer_norm_forward_ref(const double *x, const double *w, const double *b, double *y,
-                                   const ln_geom *p) {
-  for (int64_t r = 0; r < p->R; r++) {
-    const double *xr = x + r * p->D; /* (D) */
-    double s = 0, v = 0;
-    for (int64_t d = 0; d < p->D; d++) s += xr[d];
-    double m = s / (double)p->D;
-    for (int64_t d = 0; d < p->D; d++) v += (xr[d] - m) * (xr[d] - m);
-    p->mean[r] = m;
-    p->invstd[r] = 1.0 / sqrt(v / (double)p->D + p->eps);
-    for (int64_t d = 0; d < p->D; d++)
-      y[r * p->D + d] = (xr[d] - m) * p->invstd[r] * (w ? w[d] : 1.0) + (b ? b[d] : 0.0);
-  }
-}
-
-/* gx, gw, gb may each be NULL; gw, gb (D) are overwritten. */
-static void layer_norm_backward_ref(const double *x, const double *w, const double *gy,
-                                    double *gx, bool fresh, double *gw, double *gb,
-                                    const ln_geom *p) {
-  int64_t D = p->D;
-  if (gw) memset(gw, 0, sizeof(double) * (size_t)D);
-  if (gb) memset(gb, 0, sizeof(double) * (size_t)D);
-  for (int64_t r = 0; r < p->R; r++) {
-    double m = p->mean[r], is = p->invstd[r];
-    double s1 = 0, s2 = 0;
-    for (int64_t d = 0; d < D; d++) {
-      double xhat = (x[r * D + d] - m) * is, g = gy[r * D + d];
-      double gxh = g * (w ? w[d] : 1.0);
-      s1 += gxh;
-      s2 += gxh * xhat;
-      if (gw) gw[d] += g * xhat;
-      if (gb) gb[d] += g;
-    }
-    if (!gx) continue;
-    for (int64_t d = 0; d < D; d++) {
-      double xhat = (x[r * D + d] - m) * is;
-      double gxh = gy[r * D + d] * (w ? w[d] : 1.0);
-      double v = is * (gxh - s1 / (double)D - xhat * s2 / (double)D);
-      gx[r * D + d] = fresh ? v : gx[r * D + d] + v;
-    }
-  }
-}
-
-/* ---- layer norm: fast kernels (f32) ---------------------------------------------------- */
-
-typedef struct {
-  ln_geom p;
-  const float *x, *gy, *w, *b; /* (R, D), (R, D), (D), (D); w, b may be NULL */
-  float *y, *gx;               /* (R, D) */
-  double *gw, *gb;             /* (D) column sums, backward */
-  bool fresh, fuse_cols;
-} ln_job;
-
-static void ln_forward_f32(void *ctx, int64_t r0, int64_t r1) {
-  const ln_job *j = ctx;
-  int64_t D = j->p.D;
-  for (int64_t r = r0; r < r1; r++) {
-    const float *x = j->x + r * D; /* (D) */
-    float *y = j->y + r * D;
-    double s1 = 0, s2 = 0;
-    sums_shifted_f32(x, D, x[0], &s1, &s2);
-    double m1 = s1 / (double)D, v = s2 / (double)D - m1 * m1;
-    if (v < 0) v = 0;
-    double mean = x[0] + m1, is = 1.0 / sqrt(v + j->p.eps);
-    j->p.mean[r] = mean;
-    j->p.invstd[r] = is;
-    float a = (float)is, c = (float)(-mean * is);
-    const float *w = j->w, *b = j->b;
-    if (w && b) for (int64_t d = 0; d < D; d++) y[d] = (x[d] * a + c) * w[d] + b[d];
-    else if (w) for (int64_t d = 0; d < D; d++) y[d] = (x[d] * a + c) * w[d];
-    else if (b) for (int64_t d = 0; d < D; d++) y[d] = x[d] * a + c + b[d];
-    else for (int64_t d = 0; d < D; d++) y[d] = x[d] * a + c;
-  }
-}
-
-/* Columns [d0, d1) of row r added into the gw, gb sums. */
-static void ln_row_into_cols_f32(const ln_job *j, int64_t r, int64_t d0, int64_t d1) {
-  int64_t D = j->p.D;
-  const float *x = j->x + r * D, *gy = j->gy + r * D; /* (D) */
-  float m = (float)j->p.mean[r], is = (float)j->p.invstd[r];
-  for (int64_t d = d0; d < d1; d++) {
-    j->gw[d] += (double)(gy[d] * ((x[d] - m) * is));
-    j->gb[d] += (double)gy[d];
-  }
-}
-
-/* Rows [r0, r1): gx = invstd * w * gy + k2 * x + k3; with fuse_cols
- * (one thread) also the gw, gb sums, while the row is in cache. */
-static void ln_backward_rows_f32(void *ctx, int64_t r0, int64_t r1) {
-  const ln_job *j = ctx;
-  int64_t D = j->p.D;
-  for (int64_t r = r0; r < r1; r++) {
-    if (j->fuse_cols) ln_row_into_cols_f32(j, r, 0, D);
-    const float *x = j->x + r * D, *gy = j->gy + r * D; /* (D) */
-    float *gx = j->gx + r * D;
-    double mean = j->p.mean[r], is = j->p.invstd[r];
-    double s1 = 0, s2 = 0; /* sum gxh, sum gxh * (x - mean) */
-    sums_grad_f32(gy, j->w, x, D, (float)mean, &s1, &s2);
-    double k2d = -is * is * is * s2 / (double)D;
-    float a = (float)is, k2 = (float)k2d, k3 = (float)(-is * s1 / (double)D - k2d * mean);
-    const float *w = j->w;
-    if (j->fresh) {
-      if (w) for (int64_t d = 0; d < D; d++) gx[d] = a * w[d] * gy[d] + k2 * x[d] + k3;
-      else for (int64_t d = 0; d < D; d++) gx[d] = a * gy[d] + k2 * x[d] + k3;
-    } else {
-      if (w) for (int64_t d = 0; d < D; d++) gx[d] += a * w[d] * gy[d] + k2 * x[d] + k3;
-      else for (int64_t d = 0; d < D; d++) gx[d] += a * gy[d] + k2 * x[d] + k3;
-    }
-  }
-}
-
-/* Columns [d0, d1): gw = sum_r gy * xhat, gb = sum_r gy (the same sums,
- * in the same order, as fuse_cols). */
-static void ln_backward_cols_f32(void *ctx, int64_t d0, int64_t d1) {
-  const ln_job *j = ctx;
-  for (int64_t r = 0; r < j->p.R; r++) ln_row_into_cols_f32(j, r, d0, d1);
-}
-
-/* ---- layer norm ---------------------------------------------------------------------------- */
-
+/* in: x, w, b; saved: x, w (contiguous), mean, rstd (R); i[0], i[1]: R, D. */
 static void layer_norm_backward(em_node *n) {
-  em_tensor *x = n->saved[0], *w = n->saved[1], *b = n->saved[2]; /* contiguous */
-  em_tensor *gy = n->out->grad;
-  ln_geom p = *(const ln_geom *)n->ctx;
-  bool fresh = false;
-  em_tensor *gx = em_grad_acquire(n->in[0], &fresh);
-  bool need_w = w && em_tensor_requires_grad(n->in[1]);
-  bool need_b = b && em_tensor_requires_grad(n->in[2]);
-  double *gw = em_scratch(sizeof(double) * 2 * (size_t)p.D), *gb = gw + p.D;
-  if (x->dtype == EM_DTYPE_F32) {
-    ln_job j = {.p = p, .x = em_f32(x), .gy = em_f32(gy), .w = w ? em_f32(w) : NULL,
-                .gx = gx ? em_f32(gx) : NULL, .gw = gw, .gb = gb, .fresh = fresh};
-    bool par = p.R * p.D >= PARALLEL_MIN && em_get_num_threads() > 1;
-    memset(gw, 0, sizeof(double) * 2 * (size_t)p.D);
-    j.fuse_cols = !par && (need_w || need_b);
-    if (gx) {
-      if (par) em_parallel_for(p.R, PARALLEL_GRAIN / p.D + 1, ln_backward_rows_f32, &j);
-      else ln_backward_rows_f32(&j, 0, p.R);
-    }
-    if ((need_w || need_b) && !(j.fuse_cols && gx)) {
-      if (par && p.D > 1) em_parallel_for(p.D, PARALLEL_GRAIN / p.R + 1, ln_backward_cols_f32, &j);
-      else ln_backward_cols_f32(&j, 0, p.D);
-    }
-  } else {
-    layer_norm_backward_ref(em_f64(x), w ? em_f64(w) : NULL, em_f64(gy), gx ? em_f64(gx) : NULL,
-                            fresh, need_w ? gw : NULL, need_b ? gb : NULL, &p);
+  em_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
+  const char *prev = op_backward_begin(n);
+  em_tensor *g = em_contiguous_nograd(n->out->grad);
+  em_grad_buffer gx, gw, gb;
+  em_tensor *bx = em_grad_buffer_begin(n->in[0], &gx);
+  em_tensor *bw = em_grad_buffer_begin(n->in[1], &gw);
+  em_tensor *bb = em_grad_buffer_begin(n->in[2], &gb);
+  if ((bx || bw || bb) && op_live(g, x, w, mean, rstd, bx, bw, bb)) {
+    EM_KCALL(op_k(g), layer_norm_backward, bx, bw, bb, g, x, w, mean, rstd, n->i[0], n->i[1]);
+    em_grad_buffer_end(&gx);
+    em_grad_buffer_end(&gw);
+    em_grad_buffer_end(&gb);
   }
-  for (int k = 1; k <= 2; k++) {
-    bool need = k == 1 ? need_w : need_b;
-    if (!need) continue;
-    bool gfresh;
-    em_tensor *g = em_grad_acquire(n->in[k], &gfresh);
-    const double *src = k == 1 ? gw : gb;
-    for (int64_t d = 0; d < p.D; d++) {
-      if (g->dtype == EM_DTYPE_F32) em_f32(g)[d] = (float)(gfresh ? src[d] : em_f32(g)[d] + src[d]);
-      else em_f64(g)[d] = gfresh ? src[d] : em_f64(g)[d] + src[d];
-    }
-  }
+  em_device_set_op(prev);
 }
 
 em_tensor *em_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bias, double eps) {
-  if (EM_ON_DEVICE(x, weight, bias)) return em_dev_layer_norm(x, nd, weight, bias, eps);
-  EM_ASSERT(EM_IS_FLOAT(x) && nd >= 1 && nd <= x->ndim);
-  EM_OP_BEGIN("layer_norm", 3, x, weight, bias);
-  ln_geom p = {.R = 1, .D = 1, .eps = eps};
-  for (int d = 0; d < x->ndim - nd; d++) p.R *= x->shape[d];
-  for (int d = x->ndim - nd; d < x->ndim; d++) p.D *= x->shape[d];
-  EM_ASSERT(p.D > 0);
-  for (int k = 0; k < 2; k++) {
-    em_tensor *t = k == 0 ? weight : bias;
+  OP_BEGIN("layer_norm", 3, x, weight, bias);
+  EM_ASSERT(nd >= 1 && nd <= x->ndim);
+  int64_t R = 1, D = 1;
+  for (int d = 0; d < x->ndim - nd; d++) R *= x->shape[d];
+  for (int d = x->ndim - nd; d < x->ndim; d++) D *= x->shape[d];
+  EM_ASSERT(D > 0);
+  for (int j = 0; j < 2; j++) {
+    em_tensor *t = j == 0 ? weight : bias;
     if (!t) continue;
     EM_ASSERT(t->dtype == x->dtype && t->ndim == nd);
     for (int d = 0; d < nd; d++) EM_ASSERT(t->shape[d] == x->shape[x->ndim - nd + d]);
@@ -581,27 +184,24 @@ em_tensor *em_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bia
   em_tensor *xc = em_contiguous_nograd(x);
   em_tensor *wc = weight ? em_contiguous_nograd(weight) : NULL;
   em_tensor *bc = bias ? em_contiguous_nograd(bias) : NULL;
-  em_tensor *y = em_empty(x->dtype, x->ndim, x->shape);
-  p.mean = em_scratch(sizeof(double) * 2 * (size_t)(p.R ? p.R : 1));
-  p.invstd = p.mean + p.R;
-  if (x->dtype == EM_DTYPE_F32) {
-    ln_job j = {.p = p, .x = em_f32(xc), .w = wc ? em_f32(wc) : NULL,
-                .b = bc ? em_f32(bc) : NULL, .y = em_f32(y)};
-    if (p.R * p.D >= PARALLEL_MIN) em_parallel_for(p.R, PARALLEL_GRAIN / p.D + 1, ln_forward_f32, &j);
-    else ln_forward_f32(&j, 0, p.R);
-  } else {
-    layer_norm_forward_ref(em_f64(xc), wc ? em_f64(wc) : NULL, bc ? em_f64(bc) : NULL, em_f64(y),
-                           &p);
-  }
+  em_tensor *y = op_empty_like(xc);
+  em_tensor *mean = em_empty_on(x->device, stat_dtype(x), 1, &R);
+  em_tensor *rstd = em_empty_on(x->device, stat_dtype(x), 1, &R);
+  const em_kernels *k = op_k(x);
   em_tensor *ins[3] = {x, weight, bias};
-  if (em_needs_grad(3, ins)) {
+  bool grad = em_needs_grad(3, ins);
+  bool live = op_live(xc, wc, bc, y, mean, rstd) &&
+              OP_HAS(k, layer_norm_forward, "layer_norm", x) &&
+              (!grad || OP_HAS(k, layer_norm_backward, "layer_norm", x));
+  if (live && R > 0) EM_KCALL(k, layer_norm_forward, y, mean, rstd, xc, wc, bc, R, D, eps);
+  if (live && grad) {
     em_node *n = em_record("layer_norm", layer_norm_backward, y, 3, ins);
     n->saved[0] = xc;
     n->saved[1] = wc;
-    n->saved[2] = bc;
-    ln_geom *keep = em_scratch(sizeof *keep);
-    *keep = p;
-    n->ctx = keep;
+    n->saved[2] = mean;
+    n->saved[3] = rstd;
+    n->i[0] = R;
+    n->i[1] = D;
   }
-  return EM_OP_END(y);
+  return OP_END(y);
 }

@@ -58,7 +58,23 @@
  *   - softmax and log_softmax: softmax.c over cpu-softmax.c;
  *   - the views, contiguous, concat and cast: views.c (the views change
  *     metadata only; the rest copies through the copy kernel, the CPU's
- *     in cpu-copy.c).
+ *     in cpu-copy.c);
+ *   - conv2d and conv2d_relu: conv2d.c over cpu-conv.c (the fast paths of
+ *     cpu-kernels.h, Winograd among them, for f32; the loop reference for
+ *     f64), the fused ReLU in place through the unary kernel;
+ *   - max_pool2d and avg_pool2d: pool2d.c over cpu-pool.c (the plane
+ *     loops and pool-fast.c's 2x2 rows; the positions of the maxima go
+ *     from forward to backward in the entries' idx tensor);
+ *   - batch_norm and layer_norm: norm.c over cpu-norm.c (the vectorised
+ *     per-channel and per-row passes; the statistics saved in f64 on a
+ *     backend that takes f64, so the CPU's backward reads the doubles its
+ *     forward computed). Eval-mode batch norm backward is the optional
+ *     batch_norm_backward_eval (the CPU's), else composed from binary and
+ *     sum_to kernels (ref, CUDA).
+ * The geometry of convolutions and pools (em_conv_geom, em_pool_geom) is
+ * engine/device/kernels/conv-geom.h, and their loop references, which
+ * the reference device and the CPU's f64 share, kernels/conv-ref.c and
+ * pool-ref.c (conv-ref.h).
  * The gradient copies and adds every backward uses (em_grad_add,
  * em_reduce_to_shape, em_add_into, the gradient buffers of kernels that
  * write, ...) serve every device from engine/core/grad-accumulate.c
@@ -69,10 +85,9 @@
  *
  * Still to convert (a CPU op in engine/ops/ that hands a device input to
  * its twin in engine/device/dev-*.c, dev-ops.h, with the backward written
- * in both): matmul/linear, the losses (cross_entropy, mse_loss),
- * conv/pool, the norms. Each converts by moving the device twin's frame
- * here, putting the CPU's kernels in the CPU table and deleting the CPU
- * copy of the backward.
+ * in both): matmul/linear, the losses (cross_entropy, mse_loss). Each
+ * converts by moving the device twin's frame here, putting the CPU's
+ * kernels in the CPU table and deleting the CPU copy of the backward.
  * The losses want a choice first: the CPU's cross-entropy keeps a
  * (shift, log-sum) pair per row and its backward takes exp((x - c) - ls),
  * where the cross_entropy kernel entries keep one lse per row
@@ -85,14 +100,10 @@
  *     goes with the last of them;
  *   - engine/device/dev-linalg.c includes ops-private.h for
  *     em_blas_operand_of (how a strided matrix is handed to a GEMM), and
- *     dev-conv-pool.c conv-private.h for the convolution and pooling
- *     geometry (em_conv_geom, em_pool_geom): both move with their families
- *     (matmul/linear, conv/pool), the geometry to a header of its own;
- *   - engine/device/ref-linalg.c includes conv-private.h and, through it,
- *     ops-private.h: the reference device runs the CPU's reference
- *     convolution loops (conv-ref.c) and its BLAS GEMM on the host. Those
- *     loops belong in engine/device/kernels/ (the bodies ref and the
- *     CPU's fallback share), which is the conv family's conversion. */
+ *     engine/device/ref-linalg.c for em_gemm_unprofiled (the reference
+ *     device runs the CPU's BLAS GEMM on the host): both go with the
+ *     matmul/linear family. (Its convolution includes only
+ *     kernels/conv-ref.h.) */
 #pragma once
 
 #include "em-backend.h"

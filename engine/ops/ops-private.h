@@ -199,6 +199,15 @@ em_k_softmax_forward em_cpu_softmax_forward;   /* cpu-softmax.c */
 em_k_softmax_backward em_cpu_softmax_backward; /* cpu-softmax.c */
 em_k_embedding_forward em_cpu_embedding_forward;   /* cpu-embedding.c */
 em_k_embedding_backward em_cpu_embedding_backward; /* cpu-embedding.c */
+em_k_conv2d_forward em_cpu_conv2d_forward;         /* cpu-conv.c */
+em_k_conv2d_backward em_cpu_conv2d_backward;       /* cpu-conv.c */
+em_k_pool2d_forward em_cpu_pool2d_forward;         /* cpu-pool.c */
+em_k_pool2d_backward em_cpu_pool2d_backward;       /* cpu-pool.c */
+em_k_batch_norm_forward em_cpu_batch_norm_forward;                /* cpu-norm.c */
+em_k_batch_norm_backward em_cpu_batch_norm_backward;              /* cpu-norm.c */
+em_k_batch_norm_backward_eval em_cpu_batch_norm_backward_eval;    /* cpu-norm.c */
+em_k_layer_norm_forward em_cpu_layer_norm_forward;                /* cpu-norm.c */
+em_k_layer_norm_backward em_cpu_layer_norm_backward;              /* cpu-norm.c */
 
 /* Max and sum of x[0, n) (n >= 1) in float, with 16 lanes so that they
  * vectorise once n >= 64 (the row kernels of softmax and cross-entropy). */

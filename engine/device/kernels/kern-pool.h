@@ -3,7 +3,7 @@
  * gather over the windows that cover it, so that no two threads write
  * one element and the result does not depend on the launch).
  *
- * Geometry as engine/ops/pool-ref.c: no dilation, no ceil mode; a window
+ * Geometry as kernels/pool-ref.c: no dilation, no ceil mode; a window
  * is clipped to the padded input; max pool takes the first maximum of
  * the window in row-major order, a NaN wins (the last one, as the CPU
  * and PyTorch's `v > m || isnan(v)` pick), padding is never chosen; avg

@@ -1,7 +1,10 @@
 /* pool-ref.c: the plain loop reference of the 2-D pools, forward and
- * backward, for any strides and f32 or f64 (f64 always runs here). Max
- * pool's backward finds each window's maximum again from x. */
-#include "conv-private.h"
+ * backward (conv-ref.h), for any strides and f32 or f64 (the CPU's f64
+ * always runs here), and the pooling geometry (conv-geom.h). Max pool's
+ * backward finds each window's maximum again from x. */
+#include "conv-ref.h"
+
+#include "em-tensor.h"
 
 #include <math.h>
 

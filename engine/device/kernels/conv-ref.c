@@ -1,10 +1,14 @@
-/* conv-ref.c: the plain loop reference of conv2d, forward and backward.
+/* conv-ref.c: the plain loop reference of conv2d, forward and backward
+ * (conv-ref.h), and the convolution geometry (conv-geom.h).
  *
  * Written to be obviously right rather than fast: every output element is
  * one loop nest over its inputs, summed in double, reading tensors of any
- * strides. f64 convolutions always run here (they exist for gradient
- * checks); the tests compare the f32 fast path (conv-fast.c) against it. */
-#include "conv-private.h"
+ * strides. The reference device's convolution runs here, and the CPU's
+ * for f64 (gradient checks); the tests compare the CPU's f32 fast path
+ * (engine/ops/conv-fast.c) against it. */
+#include "conv-ref.h"
+
+#include "em-tensor.h"
 
 void em_conv_geom_init(em_conv_geom *g, const em_tensor *x, const em_tensor *w,
                        const em_conv2d_params *p) {
