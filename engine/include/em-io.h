@@ -114,3 +114,12 @@ bool em_json_real_format(double v, char *out, size_t size);
  * out (EM_JSON_SPEC_WIDTH). */
 char *em_json_write(const json_t *v, int width);
 #define EM_JSON_SPEC_WIDTH 100
+
+/* ---- data folders ------------------------------------------------------------- */
+
+/* The folder of Ember's data of a kind ("models": the zoo), the first that
+ * exists of: $EMBER_SOURCE_ROOT/data/KIND, the source tree this was built
+ * from, the installed <datadir>/ember/KIND, and DIR/ember/KIND for each
+ * DIR of $XDG_DATA_DIRS. The one resolver of the CLI and the workbench;
+ * false (out "") when none exists or it does not fit in n bytes. */
+bool em_data_dir(const char *kind, char *out, size_t n);

@@ -185,7 +185,9 @@ typedef struct em_spec em_spec;
  * text: invalid JSON, a NUL byte, over 16 MiB), EM_ERR_INVALID for a JSON
  * document that is not a valid spec (unknown or mistyped keys, missing
  * ones, bad names or attributes, in the model part as in "training" and
- * "loss": the CLI's exit 2), EM_ERR_SHAPE for shapes that do not fit. */
+ * "loss": the CLI's exit 2), EM_ERR_SHAPE for shapes that do not fit.
+ * A bare name (no '/') that is no file here is looked up in the model zoo
+ * (em_data_dir "models": "fmnist-mlp" or "fmnist-mlp.json"). */
 em_spec *em_spec_load(const char *path, em_error *err);
 /* source_name names the text in messages (a path, "<builder>"). */
 em_spec *em_spec_parse(const char *json_text, const char *source_name, em_error *err);

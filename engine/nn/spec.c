@@ -643,6 +643,19 @@ em_spec *em_spec_parse(const char *json_text, const char *source_name, em_error 
 
 em_spec *em_spec_load(const char *path, em_error *err) {
   FILE *f = em_fopen_read(path, false); /* a pipe (<(...)) is fine, read once */
+  /* a bare name that is no file here: the zoo's spec of that name
+   * ("fmnist-mlp" or "fmnist-mlp.json"), found as the workbench finds it */
+  char zoo[4096], zpath[4200];
+  if (!f && errno == ENOENT && path && *path && !strchr(path, '/') &&
+      em_data_dir("models", zoo, sizeof zoo)) {
+    bool json = strlen(path) > 5 && !strcmp(path + strlen(path) - 5, ".json");
+    if ((size_t)snprintf(zpath, sizeof zpath, "%s/%s%s", zoo, path, json ? "" : ".json") <
+            sizeof zpath &&
+        (f = em_fopen_read(zpath, false)))
+      path = zpath;
+    else
+      errno = ENOENT;
+  }
   if (!f) {
     em_error_set(err, EM_ERR_IO, "cannot open spec '%s': %s", path, em_open_error(errno));
     return NULL;

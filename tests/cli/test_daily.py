@@ -5,6 +5,7 @@ scripting and reading `ember`'s output.
   training or recording (SIGPIPE ignored, EPIPE on progress output means
   "stop printing"): the run completes with its test metrics and
   checkpoints.
+- A zoo spec by its name (`ember info fmnist-cnn`) from any folder.
 - `ember --version`.
 - `ember eval NAME@ALIAS`.
 - Versions: one spelling, v2, in what `ember model` says, and both 2 and
@@ -69,6 +70,24 @@ class Daily(unittest.TestCase):
         check_no_crash(p.returncode, p.stderr)
         self.assertEqual(self.e.sql("SELECT status FROM runs"), [("completed",)])
 
+    def test_zoo_names(self):
+        """A spec named by its zoo name, from any folder: the CLI finds the
+        zoo as the workbench does (one resolver, em_data_dir)."""
+        e = self.e
+        p = subprocess.run([EMBER, "info", "fmnist-cnn"], cwd=self.tmp, env=e.env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("model: fmnist-cnn", p.stdout)
+        self.assertIn("421,642", p.stdout)
+        p = subprocess.run([EMBER, "train", "fmnist-mlp.json", "--dataset", "synthetic",
+                            "--limit", "64", "--epochs", "1", "--no-record", "--quiet"],
+                           cwd=self.tmp, env=e.env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = subprocess.run([EMBER, "info", "no-such-model"], cwd=self.tmp, env=e.env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("cannot open spec 'no-such-model'", p.stderr)
+
     def test_version_flag(self):
         """`ember --version` (it was an unknown command)."""
         for flag in ("--version", "-V", "version"):
@@ -132,6 +151,6 @@ class Daily(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    EMBER, SOURCE = sys.argv[1], sys.argv[2]
+    EMBER, SOURCE = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     SANITIZED = sanitized(EMBER)
     unittest.main(argv=[sys.argv[0], "-v"])

@@ -8,10 +8,9 @@
 
 G_BEGIN_DECLS
 
-/* The first folder that exists of, in order: $EMBER_SOURCE_ROOT/data/KIND,
- * the source tree this program was built from (<source>/data/KIND), the
- * installed <prefix>/<datadir>/ember/KIND, and <dir>/ember/KIND for each
- * of the XDG system data dirs. NULL when none exists; g_free the result. */
+/* The engine's em_data_dir (em-io.h: $EMBER_SOURCE_ROOT/data/KIND, the
+ * source tree built from, the installed <datadir>/ember/KIND, the XDG
+ * data dirs), as the CLI resolves it. NULL when none exists; g_free. */
 char *em_data_dir_find(const char *kind);
 
 G_END_DECLS

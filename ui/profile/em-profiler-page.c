@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "em-nn.h"
 #include "em-profile-run.h"
 #include "em-profile.h"
 #include "em-timeline.h"
@@ -83,10 +84,10 @@ static void item_bind(GtkSignalListItemFactory *f, GtkListItem *li, gpointer dat
   const em_op_row *r = &it->row;
   switch (col) {
   case COL_NAME: g_strlcpy(buf, r->name, sizeof buf); break;
-  case COL_COUNT: snprintf(buf, sizeof buf, "%lld", (long long)r->count); break;
+  case COL_COUNT: em_format_count(r->count, buf, sizeof buf); break;
   case COL_PCT: snprintf(buf, sizeof buf, "%.1f", r->percent); break;
   case COL_FLOPS: snprintf(buf, sizeof buf, r->flops > 0 ? "%.3f" : "", 1e-9 * r->flops); break;
-  case COL_BYTES: snprintf(buf, sizeof buf, "%lld", (long long)r->bytes); break;
+  case COL_BYTES: em_format_bytes(r->bytes, buf, sizeof buf); break; /* "1.5 MiB", not 1572864 */
   default: snprintf(buf, sizeof buf, "%.3f", col_value(it, col)); break;
   }
   gtk_label_set_text(GTK_LABEL(gtk_list_item_get_child(li)), buf);
@@ -152,10 +153,13 @@ static void fill_table(EmProfilerPage *self) {
     g_list_store_append(self->store, it);
     g_object_unref(it);
   }
-  char *s = g_strdup_printf("%d rows · %lld steps in %.1f ms · %lld records%s%s", t->n_rows,
-                            (long long)t->steps, t->wall_ms, (long long)t->records,
+  char recs[32];
+  char *s = g_strdup_printf("%d rows · %lld steps in %.1f ms · %s records%s%s%s", t->n_rows,
+                            (long long)t->steps, t->wall_ms,
+                            em_format_count(t->records, recs, sizeof recs),
                             t->dropped ? " (oldest dropped)" : "",
-                            self->trace_path ? " · trace written" : "");
+                            self->trace_path ? " · trace written to " : "",
+                            self->trace_path ? self->trace_path : "");
   gtk_label_set_text(self->status_label, s);
   gtk_widget_set_tooltip_text(GTK_WIDGET(self->status_label), self->trace_path);
   g_free(s);

@@ -137,9 +137,10 @@ static void load_spec(EmTrainPage *self, gboolean fill_form) {
     gtk_label_set_text(GTK_LABEL(self->model_label), label);
     g_free(label);
   } else {
-    char *label = g_strdup_printf("Model: %s · %lld parameters · dataset: %s",
+    char pc[32];
+    char *label = g_strdup_printf("Model: %s · %s parameters · dataset: %s",
                                   name ? name : em_spec_name(spec),
-                                  (long long)em_spec_param_count(spec),
+                                  em_format_count(em_spec_param_count(spec), pc, sizeof pc),
                                   em_app_state_get_dataset_name(self->state));
     gtk_label_set_text(GTK_LABEL(self->model_label), label);
     g_free(label);
@@ -186,9 +187,10 @@ static void fill_devices(EmTrainPage *self, gboolean with_ref) {
   gtk_drop_down_set_selected(GTK_DROP_DOWN(self->device_choice), (guint)MAX(k, 0));
   self->filling_devices = FALSE;
   char *why = em_devices_cuda_note();
-  if (why) {
+  if (why) { /* one line in the form; the engine's reason in its tooltip */
     char *note = g_strdup_printf("No CUDA device found: %s", why);
-    gtk_label_set_text(GTK_LABEL(self->device_note), note);
+    gtk_label_set_text(GTK_LABEL(self->device_note), "No CUDA device (hover for why)");
+    gtk_widget_set_tooltip_text(self->device_note, note);
     g_free(note);
   }
   gtk_widget_set_visible(self->device_note, why != NULL);
@@ -263,7 +265,7 @@ gboolean em_train_page_select_device_index(EmTrainPage *self, guint i) {
 
 const char *em_train_page_get_device_note(EmTrainPage *self) {
   return gtk_widget_get_visible(self->device_note)
-             ? gtk_label_get_text(GTK_LABEL(self->device_note))
+             ? gtk_widget_get_tooltip_text(self->device_note)
              : NULL;
 }
 

@@ -47,7 +47,8 @@ char *em_train_page_get_device(EmTrainPage *self); /* "cpu", "cuda:0"; g_free */
 guint em_train_page_get_n_devices(EmTrainPage *self);
 const char *em_train_page_get_device_label(EmTrainPage *self, guint i); /* NULL past the end */
 gboolean em_train_page_select_device_index(EmTrainPage *self, guint i);
-/* "No CUDA device found: <em_device_check's message>", or NULL. */
+/* "No CUDA device found: <em_device_check's message>" (the note's tooltip:
+ * the form shows one line), or NULL. */
 const char *em_train_page_get_device_note(EmTrainPage *self);
 /* The status line: what the run does or how it ended, and under it the
  * run's latest warning (a pre-flight or out-of-memory batch change). */

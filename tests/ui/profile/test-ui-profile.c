@@ -146,6 +146,21 @@ static void test_profiler(void) {
     }
   g_assert_true(found);
   ui_test_spin(300);
+  /* the status names the trace's file, and bytes read as bytes (issue 32:
+   * "trace written" said where, and the bytes column showed 1572864) */
+  GPtrArray *labels = g_ptr_array_new();
+  ui_test_collect(page, GTK_TYPE_LABEL, labels);
+  gboolean trace_named = FALSE, bytes_unit = FALSE;
+  for (guint i = 0; i < labels->len; i++) {
+    const char *t = gtk_label_get_text(labels->pdata[i]);
+    const char *w = strstr(t, "trace written to /");
+    if (w) trace_named = g_file_test(w + strlen("trace written to "), G_FILE_TEST_IS_REGULAR);
+    bytes_unit |= g_str_has_suffix(t, " KiB") || g_str_has_suffix(t, " MiB");
+    g_assert_false(strlen(t) >= 5 && strspn(t, "0123456789") == strlen(t)); /* 12345: unformatted */
+  }
+  g_ptr_array_unref(labels);
+  g_assert_true(trace_named);
+  g_assert_true(bytes_unit);
   g_free(ui_test_screenshot(page, "profiler"));
   /* the timeline zooms and keeps its view */
   EmTimeline *tl = NULL;

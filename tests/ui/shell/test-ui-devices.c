@@ -79,6 +79,15 @@ static void test_selector(void) {
     g_assert_nonnull(note);
     g_assert_true(g_str_has_prefix(note, "No CUDA device found: "));
     g_assert_nonnull(strstr(note, why));
+    /* one line of the form, not four (issue 32): the reason is its tooltip */
+    GtkWidget *nl = NULL;
+    GPtrArray *labels = g_ptr_array_new();
+    ui_test_collect(GTK_WIDGET(page), GTK_TYPE_LABEL, labels);
+    for (guint i = 0; i < labels->len && !nl; i++)
+      if (!g_strcmp0(gtk_widget_get_tooltip_text(labels->pdata[i]), note)) nl = labels->pdata[i];
+    g_ptr_array_unref(labels);
+    g_assert_nonnull(nl);
+    g_assert_cmpint(pango_layout_get_line_count(gtk_label_get_layout(GTK_LABEL(nl))), ==, 1);
     /* asking for one is refused with that message; the CPU stays chosen */
     g_autoptr(GError) error = NULL;
     g_assert_false(em_train_page_set_device(page, "cuda", &error));

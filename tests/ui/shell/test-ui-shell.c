@@ -174,6 +174,13 @@ static void test_fits_1024(void) {
   ui_test_spin(700);
   g_free(ui_test_screenshot(GTK_WIDGET(w), "workbench-train-1024"));
   GtkWidget *train = em_window_get_page(w, "train");
+  GPtrArray *tl = g_ptr_array_new(); /* counts as everywhere: 421,642 */
+  ui_test_collect(train, GTK_TYPE_LABEL, tl);
+  gboolean counted = FALSE;
+  for (guint i = 0; i < tl->len; i++)
+    counted |= strstr(gtk_label_get_text(tl->pdata[i]), "421,642 parameters") != NULL;
+  g_ptr_array_unref(tl);
+  g_assert_true(counted);
   g_string_truncate(cut, 0);
   n = clipped_labels(train, train, FALSE, cut);
   if (n) g_test_message("clipped on the Train page:%s", cut->str);
