@@ -21,8 +21,6 @@
 
 #include "em-ops.h"
 
-em_tensor *em_dev_matmul(em_tensor *a, em_tensor *b);
-em_tensor *em_dev_linear(em_tensor *x, em_tensor *w, em_tensor *b);
 em_tensor *em_dev_conv2d(em_tensor *x, em_tensor *w, em_tensor *b, const em_conv2d_params *p);
 em_tensor *em_dev_max_pool2d(em_tensor *x, const em_pool2d_params *p);
 em_tensor *em_dev_avg_pool2d(em_tensor *x, const em_pool2d_params *p);

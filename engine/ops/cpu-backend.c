@@ -1,7 +1,8 @@
 /* cpu-backend.c: the CPU's backend table (em-backend.h): host memory
  * through the engine's caching allocator (em_alloc), plain copies, and
  * the CPU's kernels. Each kernel is in the file of its family
- * (cpu-copy.c, cpu-binary.c, cpu-unary.c, cpu-reduce.c, cpu-random.c, cpu-embedding.c, cpu-softmax.c), tuned per instruction set where it matters
+ * (cpu-copy.c, cpu-binary.c, cpu-unary.c, cpu-reduce.c, cpu-random.c, cpu-embedding.c, cpu-softmax.c,
+ * cpu-linalg.c), tuned per instruction set where it matters
  * (cpu-kernels.h). Entries still NULL belong to the op families that
  * have not moved to the front-end yet (op-frontend.h): their CPU ops
  * compute directly and never reach this table. */
@@ -58,6 +59,9 @@ static const em_kernels cpu_kernels = {
   .unary_backward = em_cpu_unary_backward,
   .reduce = em_cpu_reduce,
   .sum_to = em_cpu_sum_to,
+  .gemm = em_cpu_gemm,
+  .gemm_bias = em_cpu_gemm_bias,
+  .bias_backward = em_cpu_bias_backward,
   .softmax_forward = em_cpu_softmax_forward,
   .softmax_backward = em_cpu_softmax_backward,
   .embedding_forward = em_cpu_embedding_forward,
