@@ -26,8 +26,6 @@ em_tensor *em_dev_max_pool2d(em_tensor *x, const em_pool2d_params *p);
 em_tensor *em_dev_avg_pool2d(em_tensor *x, const em_pool2d_params *p);
 em_tensor *em_dev_batch_norm(em_tensor *x, em_tensor *weight, em_tensor *bias, em_tensor *running_mean, em_tensor *running_var, bool training, double momentum, double eps);
 em_tensor *em_dev_layer_norm(em_tensor *x, int nd, em_tensor *weight, em_tensor *bias, double eps);
-em_tensor *em_dev_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
-em_tensor *em_dev_mse_loss(em_tensor *a, em_tensor *b);
 
 /* ---- the hand-off test ----------------------------------------------------- */
 /* True when one of the n tensors (NULL entries skipped) lives off the

@@ -160,7 +160,7 @@ typedef em_status em_k_sgd_step(em_tensor *p, const em_tensor *g, em_tensor *buf
 typedef em_status em_k_adam_step(em_tensor *p, const em_tensor *g, em_tensor *m, em_tensor *v,
                                  int64_t step, double lr, double beta1, double beta2, double eps,
                                  double wd, bool decoupled);
-/* out (one f32 element) (=|+=) sum of squares of x (contiguous). */
+/* out (one element of x's dtype) (=|+=) sum of squares of x (contiguous). */
 typedef em_status em_k_sumsq(bool acc, em_tensor *out, const em_tensor *x);
 /* The gradient scaler: x *= inv_scale in place (contiguous), and
  * found (one f32 element, not reset) set to 1 when any value of x is

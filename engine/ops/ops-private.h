@@ -220,6 +220,9 @@ em_k_embedding_backward em_cpu_embedding_backward; /* cpu-embedding.c */
 em_k_gemm em_cpu_gemm;                     /* cpu-linalg.c */
 em_k_gemm_bias em_cpu_gemm_bias;           /* cpu-linalg.c */
 em_k_bias_backward em_cpu_bias_backward;   /* cpu-linalg.c */
+em_k_cross_entropy_forward em_cpu_cross_entropy_forward;   /* cpu-loss.c */
+em_k_cross_entropy_backward em_cpu_cross_entropy_backward; /* cpu-loss.c */
+em_k_sumsq em_cpu_sumsq;                                   /* cpu-loss.c */
 
 /* Max and sum of x[0, n) (n >= 1) in float, with 16 lanes so that they
  * vectorise once n >= 64 (the row kernels of softmax and cross-entropy). */
