@@ -6,8 +6,9 @@
  * input tested, before the op's profiler span: the device op opens its
  * own), so callers never name these. The element-wise ops (unary.c,
  * elementwise.c), the reductions (reduce.c), softmax and log_softmax,
- * dropout, embedding, and the views, contiguous, concat and cast
- * (views.c) have no em_dev_X: they are on the op front-end
+ * dropout, embedding, the views, contiguous, concat and cast (views.c),
+ * matmul and linear (matmul.c, linear.c) and the losses (loss.c) have no
+ * em_dev_X: they are on the op front-end
  * (engine/ops/op-frontend.h), one function for every device.
  *
  * The device ops check that every input lives on the same device (a

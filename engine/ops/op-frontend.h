@@ -56,41 +56,58 @@
  *   - softmax and log_softmax: softmax.c over cpu-softmax.c;
  *   - the views, contiguous, concat and cast: views.c (the views change
  *     metadata only; the rest copies through the copy kernel, the CPU's
- *     in cpu-copy.c).
+ *     in cpu-copy.c);
+ *   - matmul, linear and linear_relu: matmul.c and linear.c over the
+ *     batched gemm kernel (which takes the dtype: f64 on the CPU) and two
+ *     optional entries, gemm_bias (the bias, and the ReLU, in the GEMM's
+ *     epilogue) and bias_backward (the column sums, with the ReLU's mask
+ *     for linear_relu): without them linear is copy + gemm and sum_to,
+ *     and linear_relu is relu(linear). The CPU's (cpu-linalg.c) are
+ *     gemm.c's products: gemv-fast.c for one row, gemm-fast.c's AVX-512 /
+ *     AVX2 kernels, the bf16 GEMM (AMX, AVX512-BF16) under autocast,
+ *     OpenBLAS otherwise. The front-end opens the profiler's "gemm" span
+ *     around each call, for every device;
+ *   - cross_entropy and mse_loss: loss.c over the cross_entropy kernels
+ *     (the CPU's in cpu-loss.c) and, for mse, binary, sumsq and unary.
+ *     The cross_entropy entries keep one log-sum-exp per row and
+ *     backward takes exp(x - lse). The CPU used to keep the pair
+ *     (shift c, ls = log sum exp(x - c)) and take exp((x - c) - ls); it
+ *     now stores lse = c + ls, one more rounding (half an ulp of lse in
+ *     the exponent: a relative error of about |lse| * 6e-8 in each f32
+ *     gradient entry), so that one form serves every backend and the ref
+ *     and CUDA kernels keep theirs; its forward (the blocked, vectorised
+ *     rows) is unchanged. Every existing test passes with it unchanged in
+ *     what it asserts; f64 (the gradient checks) stores lse in f64. mse on the CPU now writes d = a - b once and sums its
+ *     squares (64 fixed parts in double, as before); the loss is that
+ *     sum, rounded to f32, times 1 / n, where it was rounded once.
  * The gradient copies and adds every backward uses (em_grad_add,
  * em_reduce_to_shape, em_add_into, the gradient buffers of kernels that
  * write, ...) serve every device from engine/core/grad-accumulate.c
  * through the copy, binary and sum_to kernels (the CPU's in cpu-copy.c,
- * cpu-binary.c, cpu-reduce.c); shapes, broadcasting and reshaped views
- * are engine/core/shape.c, the convolution and pooling parameters of a
- * tape node engine/core/node-params.c.
+ * cpu-binary.c, cpu-reduce.c); shapes, broadcasting, reshaped views and
+ * GEMM operands (em_blas_operand_of) are engine/core/shape.c, the
+ * convolution and pooling parameters of a tape node
+ * engine/core/node-params.c.
  *
  * Still to convert (a CPU op in engine/ops/ that hands a device input to
  * its twin in engine/device/dev-*.c, dev-ops.h, with the backward written
- * in both): matmul/linear, the losses (cross_entropy, mse_loss),
- * conv/pool, the norms. Each converts by moving the device twin's frame
- * here, putting the CPU's kernels in the CPU table and deleting the CPU
- * copy of the backward.
- * The losses want a choice first: the CPU's cross-entropy keeps a
- * (shift, log-sum) pair per row and its backward takes exp((x - c) - ls),
- * where the cross_entropy kernel entries keep one lse per row
- * (exp(x - lse), one more rounding): either the entries widen to the pair
- * (the ref and CUDA kernels too) or the CPU takes the lse form.
+ * in both): conv/pool, the norms. Each converts by moving the device
+ * twin's frame here, putting the CPU's kernels in the CPU table and
+ * deleting the CPU copy of the backward.
  *
  * Includes of another folder's private header that remain, and why:
  *   - every engine/ops file includes ../device/dev-ops.h (through
  *     ops-private.h) for the hand-offs of the unconverted families; it
  *     goes with the last of them;
- *   - engine/device/dev-linalg.c includes ops-private.h for
- *     em_blas_operand_of (how a strided matrix is handed to a GEMM), and
- *     dev-conv-pool.c conv-private.h for the convolution and pooling
- *     geometry (em_conv_geom, em_pool_geom): both move with their families
- *     (matmul/linear, conv/pool), the geometry to a header of its own;
+ *   - engine/device/dev-conv-pool.c includes conv-private.h for the
+ *     convolution and pooling geometry (em_conv_geom, em_pool_geom): it
+ *     moves with its family (conv/pool), to a header of its own;
  *   - engine/device/ref-linalg.c includes conv-private.h and, through it,
  *     ops-private.h: the reference device runs the CPU's reference
- *     convolution loops (conv-ref.c) and its BLAS GEMM on the host. Those
- *     loops belong in engine/device/kernels/ (the bodies ref and the
- *     CPU's fallback share), which is the conv family's conversion. */
+ *     convolution loops (conv-ref.c) and its GEMM (em_gemm_unprofiled)
+ *     on the host. The loops belong in engine/device/kernels/ (the bodies
+ *     ref and the CPU's fallback share), which is the conv family's
+ *     conversion; the GEMM could then be the CPU backend's gemm entry. */
 #pragma once
 
 #include "em-backend.h"
