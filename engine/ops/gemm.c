@@ -1,13 +1,15 @@
-/* gemm.c: the matrix product under every op that multiplies matrices
- * (em_matmul, em_linear, em_linear_relu, the convolutions' GEMMs):
+/* gemm.c: the matrix product under every op that multiplies matrices on
+ * the CPU (em_matmul, em_linear, em_linear_relu through the CPU backend's
+ * gemm kernels, cpu-linalg.c; the convolutions' GEMMs):
  * gemv-fast.c's kernel for one row (m == 1, every instruction set),
  * gemm-fast.c's AVX-512 or AVX2 kernels where they take the call,
  * OpenBLAS otherwise (f64, a generic x86-64 processor, big squares;
  * EMBER_GEMM_FAST=0 sends every product there, for comparisons), the bf16
- * GEMM under autocast
- * (em_gemm_amp), and the strides BLAS can take as they are
- * (em_blas_operand_of, em_blas_ready). Each product is one profiler span
- * ("gemm") carrying its FLOPs. */
+ * GEMM under autocast (em_gemm_amp), and em_blas_ready (a copy when BLAS
+ * cannot take the strides; em_blas_operand_of, which says so, is in
+ * ../core/shape.c). Each product of em_gemm, em_gemm_bias and em_gemm_amp
+ * is one profiler span ("gemm") carrying its FLOPs; the _unprofiled ones,
+ * which the backend kernels call, leave the span to the op front-end. */
 #include "cpu-kernels.h"
 
 #include "em-amp.h"
