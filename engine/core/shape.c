@@ -1,5 +1,5 @@
-/* shape.c: broadcasting, reduced shapes, negative dims and reshaped views
- * (shape.h). */
+/* shape.c: broadcasting, reduced shapes, negative dims, reshaped views
+ * and GEMM operands (shape.h). */
 #include "shape.h"
 
 int em_broadcast_shape(const em_tensor *a, const em_tensor *b, int64_t *out) {
@@ -36,4 +36,25 @@ em_tensor *em_view_as(em_tensor *t, int ndim, const int64_t *shape) {
     s *= shape[d] > 0 ? shape[d] : 1;
   }
   return em_view_raw(t, ndim, shape, stride, t->offset);
+}
+
+bool em_blas_operand_of(const em_tensor *t, int d0, int d1, int64_t offset_elems,
+                        em_blas_operand *out) {
+  int64_t rows = t->shape[d0], cols = t->shape[d1];
+  int64_t s0 = t->stride[d0], s1 = t->stride[d1];
+  const char *base = (const char *)t->data + (t->offset + offset_elems) * (int64_t)em_dtype_size(t->dtype);
+  out->ptr = base;
+  if ((s1 == 1 || cols == 1) && s0 >= (cols > 1 ? cols : 1)) {
+    out->trans = false;
+    out->ld = s0 > 0 ? s0 : 1;
+    if (rows == 1) out->ld = cols > 1 ? cols : 1;
+    return true;
+  }
+  if ((s0 == 1 || rows == 1) && s1 >= (rows > 1 ? rows : 1)) {
+    out->trans = true;
+    out->ld = s1 > 0 ? s1 : 1;
+    if (cols == 1) out->ld = rows > 1 ? rows : 1;
+    return true;
+  }
+  return false;
 }

@@ -89,10 +89,13 @@ static em_cuda_ctx *ctx_of(const void *p) {
   return em_cuda_enter(at.device);
 }
 
-em_status em_cuda_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
-                  int64_t stride_b, float beta, float *c, int64_t ldc, int64_t stride_c,
-                  int64_t batch) {
+em_status em_cuda_gemm(int amp, em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       float alpha, const void *av, int64_t lda, int64_t stride_a, const void *bv,
+                       int64_t ldb, int64_t stride_b, float beta, void *cv, int64_t ldc,
+                       int64_t stride_c, int64_t batch) {
+  EM_ASSERT(dt == EM_DTYPE_F32 && "cuda gemm: f32 only"); /* the op front-end checked */
+  const float *a = (const float *)av, *b = (const float *)bv;
+  float *c = (float *)cv;
   if (m == 0 || n == 0 || batch == 0) return em_cuda_kernel_end();
   EM_ASSERT(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && batch <= INT_MAX &&
             lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX &&

@@ -27,10 +27,13 @@ static float *rounded_copy(int amp, const float *p, int64_t rows, int64_t cols, 
   return out;
 }
 
-em_status em_ref_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                 const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
-                 int64_t stride_b, float beta, float *c, int64_t ldc, int64_t stride_c,
-                 int64_t batch) {
+em_status em_ref_gemm(int amp, em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      float alpha, const void *av, int64_t lda, int64_t stride_a, const void *bv,
+                      int64_t ldb, int64_t stride_b, float beta, void *cv, int64_t ldc,
+                      int64_t stride_c, int64_t batch) {
+  EM_ASSERT(dt == EM_DTYPE_F32 && "ref gemm: f32 only"); /* the op front-end checked */
+  const float *a = av, *b = bv;
+  float *c = cv;
   for (int64_t i = 0; i < batch; i++) {
     const float *ai = a + i * stride_a, *bi = b + i * stride_b; /* op(A) (m, k), op(B) (k, n) */
     float *ci = c + i * stride_c;                               /* (m, n) */

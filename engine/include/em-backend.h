@@ -5,8 +5,7 @@
  * dist) includes this header, never a backend folder's private one.
  *
  * A backend is memory (a caching allocator with the CPU's statistics),
- * copies, and the kernels the op front-end (engine/ops/op-frontend.h; the
- * families not yet moved there: the device-generic op layer, dev-*.c)
+ * copies, and the kernels the op front-end (engine/ops/op-frontend.h)
  * calls. The op layer does everything else once for every device: shapes,
  * checks, allocation of outputs (on the inputs' device), the autograd
  * tape and backward. Kernels only compute.
@@ -65,12 +64,28 @@ typedef em_status em_k_reduce(em_kred op, em_tensor *y, em_tensor *idx, const em
 typedef em_status em_k_sum_to(bool acc, em_tensor *y, const em_tensor *x);
 /* For b in [0, batch): C_b (m, n, ldc) = alpha * op(A_b) (m, k) @
  * op(B_b) (k, n) + beta * C_b, row-major, X_b = X + b * strideX
- * (elements; 0 broadcasts). Pointers are device addresses of the first
- * elements. */
-typedef em_status em_k_gemm(int amp, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                            const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
-                            int64_t stride_b, float beta, float *c, int64_t ldc, int64_t stride_c,
-                            int64_t batch);
+ * (elements; 0 broadcasts), in dt (F32; F64 where the backend's f64 says
+ * so; amp applies to F32 only). Pointers are device addresses of the
+ * first elements. */
+typedef em_status em_k_gemm(int amp, em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                            float alpha, const void *a, int64_t lda, int64_t stride_a, const void *b,
+                            int64_t ldb, int64_t stride_b, float beta, void *c, int64_t ldc,
+                            int64_t stride_c, int64_t batch);
+/* Optional (NULL: em_linear runs copy and gemm, em_linear_relu a linear
+ * then a relu): a linear layer's GEMM with its epilogue, C (m, n, ldc) =
+ * op(A) (m, k) @ op(B) (k, n) + bias (n contiguous values added to every
+ * row, or NULL), then max(C, 0) when relu (NaN and -0 kept, as em_relu;
+ * never under amp). */
+typedef em_status em_k_gemm_bias(int amp, em_dtype dt, bool ta, bool tb, int64_t m, int64_t n,
+                                 int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
+                                 const void *bias, bool relu, void *c, int64_t ldc);
+/* Optional (NULL: sum_to, and em_linear_relu unfused): a linear layer's
+ * bias gradient, gb (K, contiguous; or NULL) (=|+=) the column sums of
+ * g (N, K) contiguous. With y (N, K, the ReLU's output; or NULL) g is
+ * first masked where y is not above 0 (em_relu's backward) into gm
+ * (N, K), and the sums are of gm. */
+typedef em_status em_k_bias_backward(bool acc, em_tensor *gb, em_tensor *gm, const em_tensor *g,
+                                     const em_tensor *y);
 /* Convolution, NCHW, contiguous x, w, y, g. y = conv(x, w) + b (b may
  * be NULL). Backward writes (not accumulates) each non-NULL of gx, gw,
  * gb. The CPU's computes in f32 under every amp mode (em-amp.h: its
@@ -163,7 +178,7 @@ typedef em_status em_k_sgd_step(em_tensor *p, const em_tensor *g, em_tensor *buf
 typedef em_status em_k_adam_step(em_tensor *p, const em_tensor *g, em_tensor *m, em_tensor *v,
                                  int64_t step, double lr, double beta1, double beta2, double eps,
                                  double wd, bool decoupled);
-/* out (one f32 element) (=|+=) sum of squares of x (contiguous). */
+/* out (one element of x's dtype) (=|+=) sum of squares of x (contiguous). */
 typedef em_status em_k_sumsq(bool acc, em_tensor *out, const em_tensor *x);
 /* The gradient scaler: x *= inv_scale in place (contiguous), and
  * found (one f32 element, not reset) set to 1 when any value of x is
@@ -181,6 +196,8 @@ typedef struct em_kernels {
   em_k_reduce *reduce;
   em_k_sum_to *sum_to;
   em_k_gemm *gemm;
+  em_k_gemm_bias *gemm_bias;
+  em_k_bias_backward *bias_backward;
   em_k_conv2d_forward *conv2d_forward;
   em_k_conv2d_backward *conv2d_backward;
   em_k_pool2d_forward *pool2d_forward;

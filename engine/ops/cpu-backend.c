@@ -2,7 +2,7 @@
  * through the engine's caching allocator (em_alloc), plain copies, and
  * the CPU's kernels. Each kernel is in the file of its family
  * (cpu-copy.c, cpu-binary.c, cpu-unary.c, cpu-reduce.c, cpu-random.c, cpu-embedding.c, cpu-softmax.c,
- * cpu-conv.c, cpu-pool.c, cpu-norm.c), tuned per instruction set where it matters
+ * cpu-conv.c, cpu-pool.c, cpu-norm.c, cpu-linalg.c, cpu-loss.c), tuned per instruction set where it matters
  * (cpu-kernels.h). Entries still NULL belong to the op families that
  * have not moved to the front-end yet (op-frontend.h): their CPU ops
  * compute directly and never reach this table. */
@@ -68,12 +68,18 @@ static const em_kernels cpu_kernels = {
   .batch_norm_backward_eval = em_cpu_batch_norm_backward_eval,
   .layer_norm_forward = em_cpu_layer_norm_forward,
   .layer_norm_backward = em_cpu_layer_norm_backward,
+  .gemm = em_cpu_gemm,
+  .gemm_bias = em_cpu_gemm_bias,
+  .bias_backward = em_cpu_bias_backward,
   .softmax_forward = em_cpu_softmax_forward,
   .softmax_backward = em_cpu_softmax_backward,
+  .cross_entropy_forward = em_cpu_cross_entropy_forward,
+  .cross_entropy_backward = em_cpu_cross_entropy_backward,
   .embedding_forward = em_cpu_embedding_forward,
   .embedding_backward = em_cpu_embedding_backward,
   .dropout_mask = em_cpu_dropout_mask,
   .masked_fill = em_cpu_masked_fill,
+  .sumsq = em_cpu_sumsq,
 };
 
 const em_backend *em_cpu_backend(void) {

@@ -1,13 +1,15 @@
-/* gemm.c: the matrix product under every op that multiplies matrices
- * (em_matmul, em_linear, em_linear_relu, the convolutions' GEMMs):
+/* gemm.c: the matrix product under every op that multiplies matrices on
+ * the CPU (em_matmul, em_linear, em_linear_relu through the CPU backend's
+ * gemm kernels, cpu-linalg.c; the convolutions' GEMMs):
  * gemv-fast.c's kernel for one row (m == 1, every instruction set),
  * gemm-fast.c's AVX-512 or AVX2 kernels where they take the call,
  * OpenBLAS otherwise (f64, a generic x86-64 processor, big squares;
  * EMBER_GEMM_FAST=0 sends every product there, for comparisons), the bf16
- * GEMM under autocast
- * (em_gemm_amp), and the strides BLAS can take as they are
- * (em_blas_operand_of, em_blas_ready). Each product is one profiler span
- * ("gemm") carrying its FLOPs. */
+ * GEMM under autocast (em_gemm_amp), and em_blas_ready (a copy when BLAS
+ * cannot take the strides; em_blas_operand_of, which says so, is in
+ * ../core/shape.c). Each product of em_gemm, em_gemm_bias and em_gemm_amp
+ * is one profiler span ("gemm") carrying its FLOPs; the _unprofiled ones,
+ * which the backend kernels call, leave the span to the op front-end. */
 #include "cpu-kernels.h"
 
 #include "em-amp.h"
@@ -61,6 +63,13 @@ void em_gemm_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int
                         double beta, void *c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   gemm_run(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, NULL, false, c, ldc);
+}
+
+void em_gemm_bias_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                             const void *a, int64_t lda, const void *b, int64_t ldb,
+                             const void *bias, bool relu, void *c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  gemm_run(dt, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, bias, relu, c, ldc);
 }
 
 void em_gemm_amp(em_bf16_kernel kern, em_dtype dt, bool ta, bool tb, int64_t m, int64_t n,
@@ -153,27 +162,6 @@ static void gemm_blas(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64
                 (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
   else
     EM_ASSERT(!"gemm needs f32 or f64");
-}
-
-bool em_blas_operand_of(const em_tensor *t, int d0, int d1, int64_t offset_elems,
-                        em_blas_operand *out) {
-  int64_t rows = t->shape[d0], cols = t->shape[d1];
-  int64_t s0 = t->stride[d0], s1 = t->stride[d1];
-  const char *base = (const char *)t->data + (t->offset + offset_elems) * (int64_t)em_dtype_size(t->dtype);
-  out->ptr = base;
-  if ((s1 == 1 || cols == 1) && s0 >= (cols > 1 ? cols : 1)) {
-    out->trans = false;
-    out->ld = s0 > 0 ? s0 : 1;
-    if (rows == 1) out->ld = cols > 1 ? cols : 1;
-    return true;
-  }
-  if ((s0 == 1 || rows == 1) && s1 >= (rows > 1 ? rows : 1)) {
-    out->trans = true;
-    out->ld = s1 > 0 ? s1 : 1;
-    if (cols == 1) out->ld = rows > 1 ? rows : 1;
-    return true;
-  }
-  return false;
 }
 
 /* A 2-D-viewable operand: contiguous copy when BLAS cannot take the

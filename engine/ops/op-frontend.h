@@ -75,35 +75,47 @@
  * engine/device/kernels/conv-geom.h, and their loop references, which
  * the reference device and the CPU's f64 share, kernels/conv-ref.c and
  * pool-ref.c (conv-ref.h).
+ *   - matmul, linear and linear_relu: matmul.c and linear.c over the
+ *     batched gemm kernel (which takes the dtype: f64 on the CPU) and two
+ *     optional entries, gemm_bias (the bias, and the ReLU, in the GEMM's
+ *     epilogue) and bias_backward (the column sums, with the ReLU's mask
+ *     for linear_relu): without them linear is copy + gemm and sum_to,
+ *     and linear_relu is relu(linear). The CPU's (cpu-linalg.c) are
+ *     gemm.c's products: gemv-fast.c for one row, gemm-fast.c's AVX-512 /
+ *     AVX2 kernels, the bf16 GEMM (AMX, AVX512-BF16) under autocast,
+ *     OpenBLAS otherwise. The front-end opens the profiler's "gemm" span
+ *     around each call, for every device;
+ *   - cross_entropy and mse_loss: loss.c over the cross_entropy kernels
+ *     (the CPU's in cpu-loss.c) and, for mse, binary, sumsq and unary.
+ *     The cross_entropy entries keep one log-sum-exp per row and
+ *     backward takes exp(x - lse). The CPU used to keep the pair
+ *     (shift c, ls = log sum exp(x - c)) and take exp((x - c) - ls); it
+ *     now stores lse = c + ls, one more rounding (half an ulp of lse in
+ *     the exponent: a relative error of about |lse| * 6e-8 in each f32
+ *     gradient entry), so that one form serves every backend and the ref
+ *     and CUDA kernels keep theirs; its forward (the blocked, vectorised
+ *     rows) is unchanged. Every existing test passes with it unchanged in
+ *     what it asserts; f64 (the gradient checks) stores lse in f64. mse on the CPU now writes d = a - b once and sums its
+ *     squares (64 fixed parts in double, as before); the loss is that
+ *     sum, rounded to f32, times 1 / n, where it was rounded once.
  * The gradient copies and adds every backward uses (em_grad_add,
  * em_reduce_to_shape, em_add_into, the gradient buffers of kernels that
  * write, ...) serve every device from engine/core/grad-accumulate.c
  * through the copy, binary and sum_to kernels (the CPU's in cpu-copy.c,
- * cpu-binary.c, cpu-reduce.c); shapes, broadcasting and reshaped views
- * are engine/core/shape.c, the convolution and pooling parameters of a
- * tape node engine/core/node-params.c.
+ * cpu-binary.c, cpu-reduce.c); shapes, broadcasting, reshaped views and
+ * GEMM operands (em_blas_operand_of) are engine/core/shape.c, the
+ * convolution and pooling parameters of a tape node
+ * engine/core/node-params.c.
  *
- * Still to convert (a CPU op in engine/ops/ that hands a device input to
- * its twin in engine/device/dev-*.c, dev-ops.h, with the backward written
- * in both): matmul/linear, the losses (cross_entropy, mse_loss). Each
- * converts by moving the device twin's frame here, putting the CPU's
- * kernels in the CPU table and deleting the CPU copy of the backward.
- * The losses want a choice first: the CPU's cross-entropy keeps a
- * (shift, log-sum) pair per row and its backward takes exp((x - c) - ls),
- * where the cross_entropy kernel entries keep one lse per row
- * (exp(x - lse), one more rounding): either the entries widen to the pair
- * (the ref and CUDA kernels too) or the CPU takes the lse form.
+ * Still to convert: nothing. Every op family is on the front-end; the
+ * device-generic op layer (engine/device/dev-*.c, dev-ops.h, with each
+ * backward written a second time) is gone.
  *
  * Includes of another folder's private header that remain, and why:
- *   - every engine/ops file includes ../device/dev-ops.h (through
- *     ops-private.h) for the hand-offs of the unconverted families; it
- *     goes with the last of them;
- *   - engine/device/dev-linalg.c includes ops-private.h for
- *     em_blas_operand_of (how a strided matrix is handed to a GEMM), and
- *     engine/device/ref-linalg.c for em_gemm_unprofiled (the reference
- *     device runs the CPU's BLAS GEMM on the host): both go with the
- *     matmul/linear family. (Its convolution includes only
- *     kernels/conv-ref.h.) */
+ *   - engine/device/ref-linalg.c includes ops-private.h for
+ *     em_gemm_unprofiled (the reference device runs the CPU's BLAS GEMM on
+ *     the host; it could be the CPU backend's gemm entry instead). Its
+ *     convolution includes only kernels/conv-ref.h. */
 #pragma once
 
 #include "em-backend.h"

@@ -4,7 +4,6 @@
 #include "em-ops.h"
 #include "em-amp.h"
 #include "em-profile.h"
-#include "../device/dev-ops.h" /* the hand-offs to the device layer */
 /* Headers of their own in engine/core, shared with the device layer. */
 #include "../core/grad-accumulate.h"
 #include "../core/node-params.h"
@@ -12,16 +11,8 @@
 
 #define EM_IS_FLOAT(t) ((t)->dtype == EM_DTYPE_F32 || (t)->dtype == EM_DTYPE_F64)
 
-/* How a 2-D operand is handed to BLAS: row-major with leading dimension
- * ld, transposed or not. Returns false when neither stride is 1 (the
- * caller makes it contiguous first). */
-typedef struct {
-  const void *ptr;
-  bool trans;
-  int64_t ld;
-} em_blas_operand;
-bool em_blas_operand_of(const em_tensor *t, int d0, int d1, int64_t offset_elems,
-                        em_blas_operand *out);
+/* em_blas_operand_of (how a strided matrix is handed to a GEMM) is in
+ * ../core/shape.h, shared with the backends. */
 /* C (m, n, ldc) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, in t's dtype. */
 void em_gemm(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
              const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
@@ -42,10 +33,37 @@ void em_fill_rows(void *c, int64_t m, int64_t n, int64_t ldc, const void *bias, 
  * when it is contiguous), else a contiguous copy (outside autograd). */
 em_tensor *em_blas_ready(em_tensor *t, int d0, int d1);
 /* em_gemm without its profiler span (for a caller that records the op
- * and its FLOPs itself: the reference device's GEMM). */
+ * and its FLOPs itself: the reference device's and the CPU's gemm
+ * kernels, under the op front-end's span). */
 void em_gemm_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                         double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
                         double beta, void *c, int64_t ldc);
+/* em_gemm_bias without its profiler span (the CPU's gemm_bias kernel:
+ * the op front-end records the span). */
+void em_gemm_bias_unprofiled(em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                             const void *a, int64_t lda, const void *b, int64_t ldb,
+                             const void *bias, bool relu, void *c, int64_t ldc);
+
+/* ---- GEMM operands of the op front-end (matmul.c; linear.c) ---- */
+
+/* An operand as the gemm kernel reads it: its last two dims row-major
+ * with a leading dimension, transposed or not, and one stride between
+ * the batch elements of the output's batch shape. */
+typedef struct {
+  em_tensor *t;    /* what the kernel reads */
+  const void *ptr; /* first element */
+  bool trans;
+  int64_t ld, bstride; /* leading dimension; elements between batch elements */
+} em_gemm_operand;
+/* t itself when it fits over the output's batch shape bshape (nb dims;
+ * 0 for a 2-D product), else t expanded to it and copied contiguous
+ * (through the copy kernel; out of memory: a placeholder whose t has no
+ * data, which op_live skips). */
+em_gemm_operand em_gemm_operand_ready(em_tensor *t, int nb, const int64_t *bshape);
+/* The profiler's span of one gemm kernel call ("gemm", "gemm_bf16" or
+ * "gemm_f16" under amp), carrying its FLOPs; -1 when not profiling. */
+int em_gemm_span_begin(int amp, int64_t m, int64_t n, int64_t k, int64_t batch);
+void em_gemm_span_end(int tok);
 
 /* ---- shared by the basic ops (views.c, elementwise.c, unary.c, reduce.c) ---- */
 
@@ -208,6 +226,12 @@ em_k_batch_norm_backward em_cpu_batch_norm_backward;              /* cpu-norm.c 
 em_k_batch_norm_backward_eval em_cpu_batch_norm_backward_eval;    /* cpu-norm.c */
 em_k_layer_norm_forward em_cpu_layer_norm_forward;                /* cpu-norm.c */
 em_k_layer_norm_backward em_cpu_layer_norm_backward;              /* cpu-norm.c */
+em_k_gemm em_cpu_gemm;                     /* cpu-linalg.c */
+em_k_gemm_bias em_cpu_gemm_bias;           /* cpu-linalg.c */
+em_k_bias_backward em_cpu_bias_backward;   /* cpu-linalg.c */
+em_k_cross_entropy_forward em_cpu_cross_entropy_forward;   /* cpu-loss.c */
+em_k_cross_entropy_backward em_cpu_cross_entropy_backward; /* cpu-loss.c */
+em_k_sumsq em_cpu_sumsq;                                   /* cpu-loss.c */
 
 /* Max and sum of x[0, n) (n >= 1) in float, with 16 lanes so that they
  * vectorise once n >= 64 (the row kernels of softmax and cross-entropy). */

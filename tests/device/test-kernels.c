@@ -604,7 +604,7 @@ static void test_gemm_amp(void) {
   for (int amp = 1; amp <= 2; amp++) {
     /* op(A) = A^T with A stored (K, M); B (K, N); two batches, B broadcast */
     for (int i = 0; i < 2 * M * N; i++) c[i] = 1.f;
-    ref()->k->gemm(amp, true, false, M, N, K, 0.5f, a, M, 0, b, N, 0, 2.f, c, N, M * N, 2);
+    ref()->k->gemm(amp, EM_DTYPE_F32, true, false, M, N, K, 0.5f, a, M, 0, b, N, 0, 2.f, c, N, M * N, 2);
     for (int bi = 0; bi < 2; bi++)
       for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
