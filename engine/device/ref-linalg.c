@@ -13,7 +13,6 @@
 #include "ref-private.h"
 
 #include "kernels/conv-ref.h"
-#include "../ops/ops-private.h" /* em_gemm_unprofiled (matmul/linear family) */
 
 #include <stdlib.h>
 
@@ -25,6 +24,16 @@ static float *rounded_copy(int amp, const float *p, int64_t rows, int64_t cols, 
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < cols; c++) out[r * cols + c] = em_kround_amp(amp, p[r * ld + c]);
   return out;
+}
+
+/* One f32 product on host memory (the reference device's is the host's):
+ * the CPU backend's gemm kernel, through its table (em-backend.h). */
+static void host_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc) {
+  em_status st = em_cpu_backend()->k->gemm(0, EM_DTYPE_F32, ta, tb, m, n, k, alpha, a, lda, 0, b,
+                                           ldb, 0, beta, c, ldc, 0, 1);
+  EM_ASSERT(st == EM_OK && "the CPU's gemm kernel cannot fail");
 }
 
 em_status em_ref_gemm(int amp, em_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
@@ -48,12 +57,11 @@ em_status em_ref_gemm(int amp, em_dtype dt, bool ta, bool tb, int64_t m, int64_t
       float *ra = rounded_copy(amp, ai, ta ? k : m, ta ? m : k, lda);
       float *rb = rounded_copy(amp, bi, tb ? n : k, tb ? k : n, ldb);
       EM_ASSERT(ra && rb && "ref device: out of host memory in gemm");
-      em_gemm_unprofiled(EM_DTYPE_F32, ta, tb, m, n, k, alpha, ra, ta ? m : k, rb, tb ? k : n,
-                         beta, ci, ldc);
+      host_gemm(ta, tb, m, n, k, alpha, ra, ta ? m : k, rb, tb ? k : n, beta, ci, ldc);
       free(ra);
       free(rb);
     } else {
-      em_gemm_unprofiled(EM_DTYPE_F32, ta, tb, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
+      host_gemm(ta, tb, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
     }
   }
   return EM_OK;

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "em-export.h"
-#include "../nn/nn-private.h"
+#include "../nn/nn-spec.h"
 #include "onnx.pb-c.h"
 
 typedef struct {
@@ -68,7 +68,7 @@ bool em_onnx_layer_is_identity(const em_layer_type *type);
 /* A quantised Linear layer (engine/quant) in ONNX operators (onnx-quant.c):
  * x -> out, its int8 weights named after weight_name, its bias (if any)
  * bias_name. */
-#include "../quant/quant-private.h"
+#include "../quant/quant-layer.h"
 em_status em_onnx_quant_linear(em_onnx_builder *b, const char *name, const char *x,
                                const char *out, const em_quant_layer *L, const char *weight_name,
                                const char *bias_name, em_error *err);

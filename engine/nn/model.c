@@ -17,7 +17,7 @@
 #include "nn-private.h"
 #include "em-device.h"
 #include "em-profile.h"
-#include "../quant/quant-private.h"
+#include "../quant/quant-layer.h"
 
 #include <stdlib.h>
 #include <string.h>

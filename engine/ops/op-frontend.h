@@ -111,11 +111,11 @@
  * device-generic op layer (engine/device/dev-*.c, dev-ops.h, with each
  * backward written a second time) is gone.
  *
- * Includes of another folder's private header that remain, and why:
- *   - engine/device/ref-linalg.c includes ops-private.h for
- *     em_gemm_unprofiled (the reference device runs the CPU's BLAS GEMM on
- *     the host; it could be the CPU backend's gemm entry instead). Its
- *     convolution includes only kernels/conv-ref.h. */
+ * No folder of the engine includes another folder's private header:
+ * what one module shows another is a header of its own (engine/nn's
+ * nn-spec.h for export and the plugin host, engine/quant's quant-layer.h
+ * for the model and export), and the reference device runs its GEMM
+ * through the CPU backend's table. */
 #pragma once
 
 #include "em-backend.h"

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../nn/nn-private.h"
+#include "../nn/nn-spec.h"
 
 #define MAX_PLUGINS 256 /* files tried, loaded or refused */
 #define MAX_DIR_FILES 64 /* "*.so" files tried per folder, in name order */

@@ -1,5 +1,5 @@
-/* quant-private.h: what the files of engine/quant share, and what
- * engine/nn/model.c and engine/export see of a quantised model.
+/* quant-private.h: what the files of engine/quant share (what engine/nn
+ * and engine/export see of a quantised model is quant-layer.h).
  *
  * A quantised Linear layer y = x W^T + b, W (K, D), computes for each row
  * x_m of its input (a sample, or one position of an (N, L, D) input):
@@ -27,6 +27,8 @@
  * int32 overflow: 255 * 127 * 65536 < 2^31); wider layers stay f32. */
 #pragma once
 
+#include "quant-layer.h"
+
 #include <float.h>
 #include <math.h>
 #include <stddef.h>
@@ -40,19 +42,6 @@
  * of this (the VNNI kernel's step of 4 bytes; the others' divide it). */
 #define EM_QUANT_K_ALIGN 4
 
-typedef struct em_qgemm_kernel em_qgemm_kernel;
-
-/* One quantised Linear node. */
-typedef struct {
-  int node;       /* its index among the spec's nodes */
-  int64_t K, D;   /* out_features, in_features */
-  int64_t Dp;     /* D rounded up to EM_QUANT_K_ALIGN */
-  int8_t *wq;     /* (K, D) the int8 weights, row-major */
-  float *w_scale; /* (K) */
-  int32_t *w_sum; /* (K) sum over d of wq */
-  float *bias;    /* (K) a copy of the f32 bias, or NULL */
-  void *packed;   /* wq in the kernel's layout (NULL: the kernel reads wq) */
-} em_quant_layer;
 
 /* Columns [n0, n1) of A (M, Dp) @ wq^T (Dp, K), raw (no zero-point
  * correction), column n of row m at c[m * ldc + (n - n0)]. A holds the
@@ -85,19 +74,6 @@ const em_qgemm_kernel *em_qgemm_kernel_best(void);
  * _generic). */
 extern const em_qgemm_kernel em_qgemm_scalar, em_qgemm_vnni;
 
-/* The quantisation of one model. */
-typedef struct em_quant_plan {
-  em_quant_mode mode;
-  const em_qgemm_kernel *kernel;
-  int n_nodes;
-  int *node_layer; /* (n_nodes) index into layers, or -1 */
-  int n_layers;
-  em_quant_layer *layers;
-} em_quant_plan;
-
-void em_quant_plan_free(em_quant_plan *p);
-/* The quantised layer of spec node i, or NULL. */
-const em_quant_layer *em_quant_plan_layer(const em_quant_plan *p, int node);
 
 /* Quantises one layer's weights w (K, D) f32 and bias (K) (may be NULL)
  * into L and packs them for kernel k. Fails on NaN/inf weights or
@@ -152,12 +128,4 @@ void em_quant_linear_run(const em_quant_layer *L, const em_qgemm_kernel *k, cons
  * relu: a quantised Linear followed by a ReLU that alone reads it. */
 void em_quant_linear_run_relu(const em_quant_layer *L, const em_qgemm_kernel *k, const float *x,
                               int64_t M, bool relu, float *y);
-/* The layer's forward on a scoped tensor x (N, D) or (N, L, D): a new
- * scoped (N, K) / (N, L, K). Records nothing on the tape. */
-em_tensor *em_quant_linear_forward(const em_quant_layer *L, const em_qgemm_kernel *k,
-                                   em_tensor *x, bool relu);
 
-/* Implemented in engine/nn/model.c: the model's plan (NULL when not
- * quantised), and replacing it (the old one is freed). */
-em_quant_plan *em_model_quant_plan(const em_model *m);
-void em_model_set_quant_plan(em_model *m, em_quant_plan *p);
