@@ -1,6 +1,8 @@
 /* em-application.c: the workbench's application (see the header). */
 #include "em-application.h"
 
+#define G_SETTINGS_ENABLE_BACKEND /* g_keyfile_settings_backend_new */
+#include <gio/gsettingsbackend.h>
 #include <glib-unix.h>
 #include <signal.h>
 #include <string.h>
@@ -40,6 +42,35 @@ void em_ui_register_resources(void) {
   g_once_init_leave(&done, 1);
 }
 
+/* Where the workbench's own settings are kept. GLib's default backend is
+ * dconf, which writes through the session bus: without one (a plain X
+ * server, ssh -X, a container) every write is lost and the control that
+ * made it snaps back. Then, and when there is no dconf at all (GLib's
+ * memory backend, unless the environment asked for it), the settings go
+ * to a key file, $XDG_CONFIG_HOME/ember/workbench.ini, and last. NULL: the
+ * default backend works. */
+GSettingsBackend *em_application_settings_backend(void) {
+  GSettingsBackend *def = g_settings_backend_get_default();
+  const char *type = def ? G_OBJECT_TYPE_NAME(def) : "";
+  gboolean memory = g_str_equal(type, "GMemorySettingsBackend") && !g_getenv("GSETTINGS_BACKEND");
+  gboolean dconf = g_str_equal(type, "DConfSettingsBackend");
+  g_clear_object(&def);
+  gboolean bus = g_getenv("DBUS_SESSION_BUS_ADDRESS") != NULL;
+  if (!bus && g_get_user_runtime_dir()) {
+    char *sock = g_build_filename(g_get_user_runtime_dir(), "bus", NULL);
+    bus = g_file_test(sock, G_FILE_TEST_EXISTS);
+    g_free(sock);
+  }
+  if (!memory && !(dconf && !bus)) return NULL;
+  char *dir = g_build_filename(g_get_user_config_dir(), "ember", NULL);
+  g_mkdir_with_parents(dir, 0700);
+  char *file = g_build_filename(dir, "workbench.ini", NULL);
+  GSettingsBackend *kf = g_keyfile_settings_backend_new(file, "/org/ember/Workbench/", "workbench");
+  g_free(file);
+  g_free(dir);
+  return kf;
+}
+
 /* The schema installed, or compiled in the build tree for uninstalled runs. */
 static GSettings *open_settings(const char *id, gboolean build_tree) {
   GSettingsSchemaSource *def = g_settings_schema_source_get_default();
@@ -53,10 +84,15 @@ static GSettings *open_settings(const char *id, gboolean build_tree) {
     }
   }
   if (!schema) return NULL;
-  GSettings *s = g_settings_new_full(schema, NULL, NULL);
+  /* ours only: the desktop's interface settings are read, never written */
+  GSettingsBackend *backend = build_tree ? em_application_settings_backend() : NULL;
+  GSettings *s = g_settings_new_full(schema, backend, NULL);
+  if (backend) g_object_unref(backend);
   g_settings_schema_unref(schema);
   return s;
 }
+
+GSettings *em_application_open_settings(void) { return open_settings("org.ember.Workbench", TRUE); }
 
 GSettings *em_application_get_settings(EmApplication *self) { return self->settings; }
 

@@ -20,6 +20,13 @@ EmApplication *em_application_new(void);
 /* The preferences (NULL when the schema is neither installed nor in the
  * build tree: the workbench then runs on its defaults). */
 GSettings *em_application_get_settings(EmApplication *self);
+/* The backend the workbench's settings use when GLib's default would lose
+ * them (dconf without a session bus, or no dconf): a key file in
+ * $XDG_CONFIG_HOME/ember/workbench.ini; NULL when the default keeps them.
+ * And org.ember.Workbench's settings opened on it (NULL without the
+ * schema). */
+GSettingsBackend *em_application_settings_backend(void);
+GSettings *em_application_open_settings(void);
 /* Registers the GResources of every ui/ folder that has one (idempotent). */
 void em_ui_register_resources(void);
 /* "system", "light" or "dark" -> whether the dark style applies now. */
