@@ -989,15 +989,27 @@ static void em_runs_page_init(EmRunsPage *self) {
   update_counts(self);
 }
 
-GtkWidget *em_runs_page_new(EmAppState *state) {
-  g_return_val_if_fail(EM_IS_APP_STATE(state), NULL);
+static EmRunsPage *make_page(EmAppState *state) {
   EmRunsPage *self = g_object_new(EM_TYPE_RUNS_PAGE, NULL);
   self->state = g_object_ref(state);
   g_signal_connect_object(state, "registry-changed", G_CALLBACK(on_registry_changed), self, 0);
   g_signal_connect_object(state, "run-started", G_CALLBACK(on_run_started), self, 0);
   g_signal_connect_object(state, "run-finished", G_CALLBACK(on_run_finished), self, 0);
   if (em_app_state_is_training(state)) self->refresh_id = g_timeout_add(2000, on_refresh, self);
+  return self;
+}
+
+GtkWidget *em_runs_page_new(EmAppState *state) {
+  g_return_val_if_fail(EM_IS_APP_STATE(state), NULL);
+  EmRunsPage *self = make_page(state);
   em_runs_page_reload(self);
+  return GTK_WIDGET(self);
+}
+
+GtkWidget *em_runs_page_new_async(EmAppState *state) {
+  g_return_val_if_fail(EM_IS_APP_STATE(state), NULL);
+  EmRunsPage *self = make_page(state);
+  reload_async(self);
   return GTK_WIDGET(self);
 }
 

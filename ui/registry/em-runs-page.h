@@ -2,8 +2,9 @@
  * filterable table (text, status, model), multi-selection, delete (after a
  * confirmation), key=value tags, and Compare (two or more selected): it
  * hands the ids to the Compare page and switches to it ("win.page"
- * "compare"). Made, it reads the registry once (em_runs_page_reload, on
- * the calling thread); after that it reloads on "registry-changed", at the
+ * "compare"). Made, it reads the registry once (em_runs_page_new: on the
+ * calling thread; em_runs_page_new_async, the window's: on the worker);
+ * after that it reloads on "registry-changed", at the
  * end of a run, every 2 s while a run is training and on its Reload
  * button, but only while it is shown (mapped): a change seen while it is
  * hidden is read when it is next shown. Those reloads read on a worker
@@ -27,6 +28,9 @@ G_BEGIN_DECLS
 G_DECLARE_FINAL_TYPE(EmRunsPage, em_runs_page, EM, RUNS_PAGE, GtkBox)
 
 GtkWidget *em_runs_page_new(EmAppState *state);
+/* The same, its first read on the worker too (the window's: start-up never
+ * waits on the registry; the rows arrive when read). */
+GtkWidget *em_runs_page_new_async(EmAppState *state);
 /* The Compare page the "Compare" button fills (the shell wires it). */
 void em_runs_page_set_compare_page(EmRunsPage *self, EmComparePage *compare);
 /* Shows a setting or a metric as a column ("config.optim.lr",

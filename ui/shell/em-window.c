@@ -46,7 +46,7 @@ static GtkWidget *make_page(int i, EmAppState *st) {
   if (strcmp(n, "train") == 0) return em_train_page_new(st);
   if (strcmp(n, "memory") == 0) return em_memory_page_new(st);
   if (strcmp(n, "profiler") == 0) return em_profiler_page_new(st);
-  if (strcmp(n, "runs") == 0) return em_runs_page_new(st);
+  if (strcmp(n, "runs") == 0) return em_runs_page_new_async(st); /* start-up never waits on it */
   if (strcmp(n, "compare") == 0) return em_compare_page_new(st);
   if (strcmp(n, "registry") == 0) return em_registry_page_new(st);
   return placeholder(page_titles[i]);
