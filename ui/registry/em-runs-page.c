@@ -1,7 +1,8 @@
 /* em-runs-page.c: see the header. The table: GListStore of EmRunRow ->
  * GtkFilterListModel (text, status, model) -> GtkSortListModel (the column
- * view's sorter) -> GtkMultiSelection. */
-#include "em-runs-page.h"
+ * view's sorter) -> GtkMultiSelection. Its reads and their merge are
+ * em-runs-read.c, the added columns em-runs-columns.c. */
+#include "em-runs-page-private.h"
 #include "em-run-view.h"
 
 #include <math.h>
@@ -9,37 +10,6 @@
 
 #include "em-run-row.h"
 #include "em-store.h"
-
-struct _EmRunsPage {
-  GtkBox parent_instance;
-  GtkSearchEntry *filter_entry;
-  GtkDropDown *status_dropdown, *model_dropdown;
-  GtkLabel *message_label, *count_label;
-  GtkColumnView *column_view;
-  GtkEntry *tag_entry;
-
-  EmAppState *state;
-  gboolean reading, read_again, disposed; /* the worker's read (reload_async) */
-  GPtrArray *extra_keys;      /* char *: the added columns ("config.optim.lr"), in order */
-  char **column_keys;         /* what the Columns menu offers (from the last read) */
-  GtkMenuButton *columns_button;
-  GtkListBox *columns_list;
-  GPtrArray *retired_keys;    /* removed columns' keys (their factories may still hold them) */
-  gboolean syncing_checks;
-  GListStore *rows;           /* EmRunRow */
-  GtkCustomFilter *filter;
-  GtkFilterListModel *filtered;
-  GtkSortListModel *sorted;
-  GtkMultiSelection *selection;
-  GtkStringList *models;      /* "Any model", then the models */
-  GWeakRef compare;           /* EmComparePage */
-  guint refresh_id;
-  gboolean stale; /* the registry changed while the page was not shown */
-  gboolean descending; /* the column view sorts its primary column descending */
-  EmRunRow *probe_lo, *probe_hi; /* two rows ordered alike in every column */
-  guint reloads;  /* for the tests: how many times the table was read */
-  char *message;
-};
 
 G_DEFINE_FINAL_TYPE(EmRunsPage, em_runs_page, GTK_TYPE_BOX)
 
@@ -54,7 +24,7 @@ static const struct {
   {"loss", "Test loss", TRUE, FALSE}, {"tags", "Tags", FALSE, TRUE},
 };
 
-static void set_message(EmRunsPage *self, const char *msg) {
+void em_runs_page_set_message_(EmRunsPage *self, const char *msg) {
   g_free(self->message);
   self->message = g_strdup(msg ? msg : "");
   gtk_label_set_text(self->message_label, self->message);
@@ -63,7 +33,7 @@ static void set_message(EmRunsPage *self, const char *msg) {
 
 /* ---- columns ------------------------------------------------------------ */
 
-static void cell_setup(GtkSignalListItemFactory *f, GtkListItem *item, gpointer key) {
+void em_runs_page_cell_setup_(GtkSignalListItemFactory *f, GtkListItem *item, gpointer key) {
   (void)f;
   GtkWidget *label = gtk_label_new(NULL);
   gboolean right = strcmp(key, "id") == 0 || strcmp(key, "steps") == 0 ||
@@ -74,7 +44,7 @@ static void cell_setup(GtkSignalListItemFactory *f, GtkListItem *item, gpointer 
   gtk_list_item_set_child(item, label);
 }
 
-static void cell_bind(GtkSignalListItemFactory *f, GtkListItem *item, gpointer key) {
+void em_runs_page_cell_bind_(GtkSignalListItemFactory *f, GtkListItem *item, gpointer key) {
   (void)f;
   char buf[256];
   EmRunRow *row = gtk_list_item_get_item(item);
@@ -98,12 +68,7 @@ static double numeric_of(const em_run *r, const char *key) {
   return 0;
 }
 
-typedef struct {
-  EmRunsPage *self;
-  const char *key;
-} column_sort;
-
-static int compare_rows(gconstpointer a, gconstpointer b, gpointer data) {
+int em_runs_page_compare_rows_(gconstpointer a, gconstpointer b, gpointer data) {
   const column_sort *cs = data;
   const char *key = cs->key;
   EmRunRow *ra = (EmRunRow *)a, *rb = (EmRunRow *)b;
@@ -145,12 +110,12 @@ static void add_columns(EmRunsPage *self) {
   GtkColumnViewColumn *id_col = NULL;
   for (guint i = 0; i < G_N_ELEMENTS(columns); i++) {
     GtkListItemFactory *f = gtk_signal_list_item_factory_new();
-    g_signal_connect(f, "setup", G_CALLBACK(cell_setup), (gpointer)columns[i].key);
-    g_signal_connect(f, "bind", G_CALLBACK(cell_bind), (gpointer)columns[i].key);
+    g_signal_connect(f, "setup", G_CALLBACK(em_runs_page_cell_setup_), (gpointer)columns[i].key);
+    g_signal_connect(f, "bind", G_CALLBACK(em_runs_page_cell_bind_), (gpointer)columns[i].key);
     GtkColumnViewColumn *col = gtk_column_view_column_new(columns[i].title, f);
     column_sort *cs = g_new(column_sort, 1);
     *cs = (column_sort){self, columns[i].key};
-    GtkCustomSorter *sorter = gtk_custom_sorter_new(compare_rows, cs, g_free);
+    GtkCustomSorter *sorter = gtk_custom_sorter_new(em_runs_page_compare_rows_, cs, g_free);
     gtk_column_view_column_set_sorter(col, GTK_SORTER(sorter));
     g_object_unref(sorter);
     gtk_column_view_column_set_resizable(col, TRUE);
@@ -161,144 +126,6 @@ static void add_columns(EmRunsPage *self) {
   }
   /* newest first */
   gtk_column_view_sort_by_column(self->column_view, id_col, GTK_SORT_DESCENDING);
-}
-
-/* ---- added columns: any setting or metric ---------------------------------- */
-
-/* "config.optim.lr" -> "optim.lr"; "metrics.loss" -> "loss (last)". */
-static char *column_title(const char *key) {
-  if (g_str_has_prefix(key, "config.")) return g_strdup(key + 7);
-  if (g_str_has_prefix(key, "metrics.")) return g_strdup_printf("%s (last)", key + 8);
-  return g_strdup(key);
-}
-
-static GtkColumnViewColumn *find_added(EmRunsPage *self, const char *key) {
-  GListModel *cols = gtk_column_view_get_columns(self->column_view);
-  for (guint i = 0; i < g_list_model_get_n_items(cols); i++) {
-    GtkColumnViewColumn *c = g_list_model_get_item(cols, i);
-    g_object_unref(c);
-    if (!g_strcmp0(g_object_get_data(G_OBJECT(c), "em-key"), key)) return c;
-  }
-  return NULL;
-}
-
-static void sync_column_checks(EmRunsPage *self);
-
-gboolean em_runs_page_add_column(EmRunsPage *self, const char *key) {
-  g_return_val_if_fail(EM_IS_RUNS_PAGE(self), FALSE);
-  if (!key || (!g_str_has_prefix(key, "config.") && !g_str_has_prefix(key, "metrics.")))
-    return FALSE;
-  if (find_added(self, key)) return TRUE;
-  char *owned = g_strdup(key);
-  g_ptr_array_add(self->extra_keys, owned);
-  GtkListItemFactory *f = gtk_signal_list_item_factory_new();
-  g_signal_connect(f, "setup", G_CALLBACK(cell_setup), owned);
-  g_signal_connect(f, "bind", G_CALLBACK(cell_bind), owned);
-  char *title = column_title(key);
-  GtkColumnViewColumn *col = gtk_column_view_column_new(title, f);
-  g_free(title);
-  g_object_set_data_full(G_OBJECT(col), "em-key", g_strdup(key), g_free);
-  column_sort *cs = g_new(column_sort, 1);
-  *cs = (column_sort){self, owned};
-  GtkCustomSorter *sorter = gtk_custom_sorter_new(compare_rows, cs, g_free);
-  gtk_column_view_column_set_sorter(col, GTK_SORTER(sorter));
-  g_object_unref(sorter);
-  gtk_column_view_column_set_resizable(col, TRUE);
-  /* before the tags, which expand */
-  GListModel *cols = gtk_column_view_get_columns(self->column_view);
-  gtk_column_view_insert_column(self->column_view, g_list_model_get_n_items(cols) - 1, col);
-  g_object_unref(col);
-  sync_column_checks(self);
-  em_runs_page_reload(self); /* its values */
-  return TRUE;
-}
-
-void em_runs_page_remove_column(EmRunsPage *self, const char *key) {
-  g_return_if_fail(EM_IS_RUNS_PAGE(self));
-  GtkColumnViewColumn *col = find_added(self, key);
-  if (!col) return;
-  gtk_column_view_remove_column(self->column_view, col);
-  for (guint i = 0; i < self->extra_keys->len; i++)
-    if (!strcmp(self->extra_keys->pdata[i], key)) {
-      /* the factory and sorter may still hold the string: keep it alive
-       * until the page goes (a few bytes) */
-      g_ptr_array_add(self->retired_keys, g_ptr_array_steal_index(self->extra_keys, i));
-      break;
-    }
-  sync_column_checks(self);
-}
-
-char *em_runs_page_get_cell(EmRunsPage *self, guint shown, const char *column) {
-  g_return_val_if_fail(EM_IS_RUNS_PAGE(self), NULL);
-  EmRunRow *row = g_list_model_get_item(G_LIST_MODEL(self->selection), shown);
-  if (!row) return NULL;
-  char buf[512];
-  em_run_row_format(row, column, buf, sizeof buf);
-  g_object_unref(row);
-  return g_strdup(buf);
-}
-
-static void on_column_toggled(GtkCheckButton *b, GParamSpec *ps, EmRunsPage *self) {
-  (void)ps;
-  if (self->syncing_checks) return;
-  const char *key = g_object_get_data(G_OBJECT(b), "em-key");
-  if (gtk_check_button_get_active(b)) em_runs_page_add_column(self, key);
-  else em_runs_page_remove_column(self, key);
-}
-
-/* The menu's check buttons: one per column there is to add, ticked when
- * shown. */
-static void fill_column_menu(EmRunsPage *self) {
-  GtkWidget *c;
-  while ((c = gtk_widget_get_first_child(GTK_WIDGET(self->columns_list))))
-    gtk_list_box_remove(self->columns_list, c);
-  for (int i = 0; self->column_keys && self->column_keys[i]; i++) {
-    const char *key = self->column_keys[i];
-    GtkWidget *b = gtk_check_button_new_with_label(key);
-    char *name = g_strdup_printf("column-%s", key);
-    gtk_widget_set_name(b, name);
-    g_free(name);
-    g_object_set_data_full(G_OBJECT(b), "em-key", g_strdup(key), g_free);
-    g_signal_connect_object(b, "notify::active", G_CALLBACK(on_column_toggled), self, 0);
-    gtk_list_box_append(self->columns_list, b);
-  }
-  sync_column_checks(self);
-}
-
-static void sync_column_checks(EmRunsPage *self) {
-  self->syncing_checks = TRUE;
-  for (GtkWidget *row = gtk_widget_get_first_child(GTK_WIDGET(self->columns_list)); row;
-       row = gtk_widget_get_next_sibling(row)) {
-    GtkWidget *b = gtk_list_box_row_get_child(GTK_LIST_BOX_ROW(row));
-    if (GTK_IS_CHECK_BUTTON(b))
-      gtk_check_button_set_active(GTK_CHECK_BUTTON(b),
-                                  find_added(self, g_object_get_data(G_OBJECT(b), "em-key")) != NULL);
-  }
-  self->syncing_checks = FALSE;
-}
-
-static void build_column_menu(EmRunsPage *self) {
-  GtkWidget *box = gtk_box_new(GTK_ORIENTATION_VERTICAL, 6);
-  GtkWidget *hint = gtk_label_new("Show a setting or a metric as a column");
-  gtk_widget_add_css_class(hint, "dim-label");
-  gtk_box_append(GTK_BOX(box), hint);
-  self->columns_list = GTK_LIST_BOX(gtk_list_box_new());
-  gtk_list_box_set_selection_mode(self->columns_list, GTK_SELECTION_NONE);
-  GtkWidget *sw = gtk_scrolled_window_new();
-  gtk_scrolled_window_set_policy(GTK_SCROLLED_WINDOW(sw), GTK_POLICY_NEVER, GTK_POLICY_AUTOMATIC);
-  gtk_scrolled_window_set_max_content_height(GTK_SCROLLED_WINDOW(sw), 420);
-  gtk_scrolled_window_set_propagate_natural_height(GTK_SCROLLED_WINDOW(sw), TRUE);
-  gtk_scrolled_window_set_child(GTK_SCROLLED_WINDOW(sw), GTK_WIDGET(self->columns_list));
-  gtk_box_append(GTK_BOX(box), sw);
-  GtkWidget *pop = gtk_popover_new();
-  gtk_popover_set_child(GTK_POPOVER(pop), box);
-  self->columns_button = GTK_MENU_BUTTON(gtk_menu_button_new());
-  gtk_menu_button_set_label(self->columns_button, "Columns");
-  gtk_widget_set_tooltip_text(GTK_WIDGET(self->columns_button), "Add a setting or a metric as a column");
-  gtk_widget_set_name(GTK_WIDGET(self->columns_button), "runs-columns");
-  gtk_menu_button_set_popover(self->columns_button, pop);
-  gtk_box_append(GTK_BOX(gtk_widget_get_parent(GTK_WIDGET(self->filter_entry))),
-                 GTK_WIDGET(self->columns_button));
 }
 
 /* GTK 4.8 does not say which way a column view sorts: its sorter is
@@ -350,7 +177,7 @@ static void refilter(EmRunsPage *self) {
   gtk_filter_changed(GTK_FILTER(self->filter), GTK_FILTER_CHANGE_DIFFERENT);
 }
 
-static void update_counts(EmRunsPage *self) {
+void em_runs_page_update_counts_(EmRunsPage *self) {
   guint shown = g_list_model_get_n_items(G_LIST_MODEL(self->filtered));
   guint all = g_list_model_get_n_items(G_LIST_MODEL(self->rows));
   GtkBitset *sel = gtk_selection_model_get_selection(GTK_SELECTION_MODEL(self->selection));
@@ -399,297 +226,7 @@ void em_runs_page_select_ids(EmRunsPage *self, const gint64 *ids, int n) {
   gtk_selection_model_set_selection(GTK_SELECTION_MODEL(self->selection), want, mask);
   gtk_bitset_unref(want);
   gtk_bitset_unref(mask);
-  update_counts(self);
-}
-
-/* run id -> "key=value, ..." for every run with tags, from one query (a
- * query per run took 0.3 s on the main thread with 3000 runs). */
-static GHashTable *tags_by_run(em_store *s) {
-  GHashTable *by_run = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, g_free);
-  em_run_tag *t = NULL;
-  int n = 0;
-  em_error err = {0};
-  if (em_store_run_tags_all(s, &t, &n, &err) != EM_OK) return by_run; /* tags stay blank */
-  for (int i = 0; i < n;) {
-    GString *out = g_string_new(NULL);
-    int64_t run = t[i].run;
-    for (; i < n && t[i].run == run; i++)
-      g_string_append_printf(out, "%s%s=%s", out->len ? ", " : "", t[i].key, t[i].value);
-    g_hash_table_insert(by_run, g_memdup2(&run, sizeof run), g_string_free(out, FALSE));
-  }
-  em_run_tags_free(t, n);
-  return by_run;
-}
-
-/* What one read of the registry gives: made on a worker thread (its own
- * read-only connection), applied on the main thread. */
-typedef struct {
-  em_run *runs;       /* newest first */
-  int n;
-  GHashTable *tags;   /* run id -> "k=v, ..." */
-  char **extra_keys;  /* the added columns asked for (NULL-terminated) */
-  GPtrArray *extra;   /* per extra key: em_run_value *, n_extra[k] of them, newest first */
-  int *n_extra;
-  char **columns;     /* what there is to add */
-  char *error;        /* NULL, or why there is nothing to show */
-} runs_read;
-
-static void runs_read_free(gpointer data) {
-  runs_read *r = data;
-  if (!r) return;
-  em_runs_free(r->runs, r->n);
-  if (r->tags) g_hash_table_unref(r->tags);
-  for (guint k = 0; r->extra && k < r->extra->len; k++)
-    em_run_values_free(r->extra->pdata[k], r->n_extra[k]);
-  if (r->extra) g_ptr_array_unref(r->extra);
-  g_free(r->n_extra);
-  g_strfreev(r->extra_keys);
-  g_strfreev(r->columns);
-  g_free(r->error);
-  g_free(r);
-}
-
-static runs_read *read_registry(const char *dir, char **extra_keys) {
-  runs_read *r = g_new0(runs_read, 1);
-  r->extra_keys = extra_keys; /* taken */
-  em_error err = {0};
-  em_store *s = em_store_open(dir, true, &err);
-  em_run_filter f = {.any_status = true};
-  if (!s) {
-    r->error = g_strdup_printf("No runs to show: %s", err.msg);
-  } else if (em_store_runs_list(s, &f, &r->runs, &r->n, &err) != EM_OK) {
-    r->error = g_strdup(err.msg);
-  } else {
-    r->tags = tags_by_run(s);
-    guint nk = r->extra_keys ? g_strv_length(r->extra_keys) : 0;
-    r->extra = g_ptr_array_new();
-    r->n_extra = g_new0(int, nk + 1);
-    for (guint k = 0; k < nk; k++) {
-      em_run_value *v = NULL;
-      if (em_store_run_values(s, r->extra_keys[k], &v, &r->n_extra[k], &err) != EM_OK)
-        r->n_extra[k] = 0; /* a column that reads nothing stays blank */
-      g_ptr_array_add(r->extra, v);
-    }
-    int nc = 0;
-    if (em_store_run_columns(s, &r->columns, &nc, &err) != EM_OK) r->columns = NULL;
-  }
-  em_store_close(s);
-  return r;
-}
-
-static int cmp_strp(gconstpointer a, gconstpointer b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static void update_models(EmRunsPage *self, em_run *runs, int n) {
-  GPtrArray *names = g_ptr_array_new();
-  for (int i = 0; i < n; i++) {
-    gboolean seen = FALSE;
-    for (guint k = 0; k < names->len && !seen; k++) seen = strcmp(names->pdata[k], runs[i].model) == 0;
-    if (!seen && runs[i].model && *runs[i].model) g_ptr_array_add(names, runs[i].model);
-  }
-  g_ptr_array_sort(names, cmp_strp);
-  /* unchanged list: keep the dropdown as it is */
-  guint have = g_list_model_get_n_items(G_LIST_MODEL(self->models));
-  gboolean same = have == names->len + 1;
-  for (guint k = 0; same && k < names->len; k++)
-    same = strcmp(gtk_string_list_get_string(self->models, k + 1), names->pdata[k]) == 0;
-  if (!same) {
-    guint sel = gtk_drop_down_get_selected(self->model_dropdown);
-    char *chosen = sel > 0 && sel != GTK_INVALID_LIST_POSITION
-                       ? g_strdup(gtk_string_list_get_string(self->models, sel)) : NULL;
-    g_ptr_array_add(names, NULL);
-    gtk_string_list_splice(self->models, 1, have - 1, (const char *const *)names->pdata);
-    guint pick = 0;
-    for (guint k = 0; chosen && k + 1 < names->len; k++)
-      if (strcmp(names->pdata[k], chosen) == 0) pick = k + 1;
-    gtk_drop_down_set_selected(self->model_dropdown, pick);
-    g_free(chosen);
-  }
-  g_ptr_array_free(names, TRUE);
-}
-
-/* The rows follow the read: a row whose run did not change is kept (so a
- * reload while one run trains replaces one row, not ten thousand, and
- * the selection, sort and scroll stay), new runs are inserted, gone ones
- * removed. Both lists are newest first. Past a few hundred changes one
- * splice replaces everything. */
-/* The row of run i of the read, with its tags and added columns (the
- * extra values are newest first too: a cursor per column walks them). */
-static EmRunRow *make_row(runs_read *r, int i, int *cursor) {
-  EmRunRow *row = em_run_row_new(&r->runs[i]);
-  gint64 id = r->runs[i].id;
-  em_run_row_set_tags(row, g_hash_table_lookup(r->tags, &id));
-  for (guint k = 0; r->extra && k < r->extra->len; k++) {
-    em_run_value *v = r->extra->pdata[k];
-    while (cursor[k] < r->n_extra[k] && v[cursor[k]].run > id) cursor[k]++;
-    if (cursor[k] < r->n_extra[k] && v[cursor[k]].run == id)
-      em_run_row_set_extra(row, r->extra_keys[k], v[cursor[k]].text, v[cursor[k]].number);
-    else
-      em_run_row_set_extra(row, r->extra_keys[k], "", NAN);
-  }
-  return row;
-}
-
-/* One merge of the rows (newest first) with the read (newest first):
- * with dry, only counts the rows it would insert, replace or remove. */
-static int merge_rows(EmRunsPage *self, runs_read *r, gboolean dry) {
-  GListModel *m = G_LIST_MODEL(self->rows);
-  guint j = 0, have = g_list_model_get_n_items(m);
-  int ops = 0;
-  int *cursor = g_new0(int, (r->extra ? r->extra->len : 0) + 1);
-  for (int i = 0; i < r->n;) {
-    gint64 id = r->runs[i].id;
-    EmRunRow *old = j < have ? g_list_model_get_item(m, j) : NULL;
-    gint64 oid = old ? em_run_row_get(old)->id : -1;
-    if (old && oid > id) { /* gone from the registry */
-      ops++;
-      if (dry) j++;
-      else g_list_store_remove(self->rows, j), have--;
-    } else if (old && oid == id) {
-      EmRunRow *row = make_row(r, i, cursor);
-      if (!em_run_row_equal(old, row)) {
-        ops++;
-        if (!dry) g_list_store_splice(self->rows, j, 1, (gpointer *)&row, 1);
-      }
-      g_object_unref(row);
-      i++, j++;
-    } else { /* new */
-      ops++;
-      if (!dry) {
-        EmRunRow *row = make_row(r, i, cursor);
-        g_list_store_insert(self->rows, j, row);
-        g_object_unref(row);
-        have++, j++;
-      }
-      i++;
-    }
-    g_clear_object(&old);
-  }
-  g_free(cursor);
-  if (have > j) {
-    ops += (int)(have - j);
-    if (!dry) g_list_store_splice(self->rows, j, have - j, NULL, 0);
-  }
-  return ops;
-}
-
-/* The rows follow the read: a row whose run did not change is kept (so a
- * reload while one run trains replaces one row, not ten thousand, and
- * the selection, sort and scroll stay), new runs are inserted, gone ones
- * removed. Past a few hundred changes one splice replaces everything. */
-static void apply_rows(EmRunsPage *self, runs_read *r) {
-  guint have = g_list_model_get_n_items(G_LIST_MODEL(self->rows));
-  if (have > 0 && merge_rows(self, r, TRUE) <= 256) {
-    merge_rows(self, r, FALSE);
-    return;
-  }
-  GPtrArray *items = g_ptr_array_new_with_free_func(g_object_unref);
-  int *cursor = g_new0(int, (r->extra ? r->extra->len : 0) + 1);
-  for (int i = 0; i < r->n; i++) g_ptr_array_add(items, make_row(r, i, cursor));
-  g_free(cursor);
-  g_list_store_splice(self->rows, 0, have, items->pdata, items->len);
-  g_ptr_array_unref(items);
-}
-
-static void apply_read(EmRunsPage *self, runs_read *r) {
-  self->stale = FALSE;
-  self->reloads++;
-  if (r->error) {
-    set_message(self, r->error);
-    if (g_str_has_prefix(r->error, "No runs to show")) g_list_store_remove_all(self->rows);
-    update_counts(self);
-    return;
-  }
-  int nsel = 0;
-  gint64 *sel = em_runs_page_get_selected_ids(self, &nsel);
-  update_models(self, r->runs, r->n);
-  /* Thousands of rows are filtered and sorted in idle chunks, so that no
-   * frame waits for all of them; a few hundred at once, as before (what a
-   * filter shows is then there when its control returns). */
-  gboolean many = r->n > 1000;
-  gtk_sort_list_model_set_incremental(self->sorted, many);
-  gtk_filter_list_model_set_incremental(self->filtered, many);
-  apply_rows(self, r);
-  if (r->columns && (!self->column_keys ||
-                     !g_strv_equal((const char *const *)r->columns,
-                                   (const char *const *)self->column_keys))) {
-    g_strfreev(self->column_keys);
-    self->column_keys = r->columns;
-    r->columns = NULL;
-    fill_column_menu(self);
-  }
-  if (nsel) em_runs_page_select_ids(self, sel, nsel);
-  g_free(sel);
-  if (*self->message && g_str_has_prefix(self->message, "No runs to show")) set_message(self, "");
-  update_counts(self);
-}
-
-/* The added columns, for a read (g_strfreev). */
-static char **extra_keys_copy(EmRunsPage *self) {
-  char **k = g_new0(char *, self->extra_keys->len + 1);
-  for (guint i = 0; i < self->extra_keys->len; i++) k[i] = g_strdup(self->extra_keys->pdata[i]);
-  return k;
-}
-
-void em_runs_page_reload(EmRunsPage *self) {
-  g_return_if_fail(EM_IS_RUNS_PAGE(self));
-  runs_read *r = read_registry(em_app_state_get_registry_dir(self->state), extra_keys_copy(self));
-  apply_read(self, r);
-  runs_read_free(r);
-}
-
-typedef struct {
-  char *dir;
-  char **extra_keys;
-} read_request;
-
-static void read_request_free(gpointer p) {
-  read_request *q = p;
-  g_free(q->dir);
-  g_strfreev(q->extra_keys);
-  g_free(q);
-}
-
-static void read_thread(GTask *task, gpointer source, gpointer data, GCancellable *cancel) {
-  (void)source;
-  (void)cancel;
-  read_request *q = data;
-  char **keys = q->extra_keys;
-  q->extra_keys = NULL; /* the read takes them */
-  g_task_return_pointer(task, read_registry(q->dir, keys), runs_read_free);
-}
-
-static void reload_async(EmRunsPage *self);
-
-static void on_read_done(GObject *source, GAsyncResult *res, gpointer data) {
-  (void)data;
-  EmRunsPage *self = EM_RUNS_PAGE(source);
-  runs_read *r = g_task_propagate_pointer(G_TASK(res), NULL);
-  self->reading = FALSE;
-  if (r && !self->disposed) apply_read(self, r);
-  runs_read_free(r);
-  if (self->read_again && !self->disposed) {
-    self->read_again = FALSE;
-    reload_async(self);
-  }
-}
-
-/* Reads on a worker thread and applies on the main one: the main loop
- * never waits on SQLite. A request while a read runs is queued (one). */
-static void reload_async(EmRunsPage *self) {
-  if (self->reading) {
-    self->read_again = TRUE;
-    return;
-  }
-  self->reading = TRUE;
-  GTask *t = g_task_new(self, NULL, on_read_done, NULL);
-  read_request *q = g_new0(read_request, 1);
-  q->dir = g_strdup(em_app_state_get_registry_dir(self->state));
-  q->extra_keys = extra_keys_copy(self);
-  g_task_set_task_data(t, q, read_request_free);
-  g_task_run_in_thread(t, read_thread);
-  g_object_unref(t);
+  em_runs_page_update_counts_(self);
 }
 
 /* ---- actions ------------------------------------------------------------ */
@@ -698,8 +235,8 @@ static void action_reload(GtkWidget *w, const char *name, GVariant *p) {
   (void)name;
   (void)p;
   EmRunsPage *self = EM_RUNS_PAGE(w);
-  set_message(self, "");
-  reload_async(self);
+  em_runs_page_set_message_(self, "");
+  em_runs_page_reload_async_(self);
 }
 
 static EmComparePage *find_in(GtkWidget *w) {
@@ -739,7 +276,7 @@ static void action_compare(GtkWidget *w, const char *name, GVariant *p) {
 static em_store *open_for_writing(EmRunsPage *self) {
   em_error err = {0};
   em_store *s = em_store_open(em_app_state_get_registry_dir(self->state), false, &err);
-  if (!s) set_message(self, err.msg);
+  if (!s) em_runs_page_set_message_(self, err.msg);
   return s;
 }
 
@@ -750,7 +287,7 @@ static void action_tag(GtkWidget *w, const char *name, GVariant *p) {
   const char *text = gtk_editable_get_text(GTK_EDITABLE(self->tag_entry));
   const char *eq = strchr(text, '=');
   if (!eq || eq == text) {
-    set_message(self, "A tag is key=value (for example: dataset=small): type one in the tag box.");
+    em_runs_page_set_message_(self, "A tag is key=value (for example: dataset=small): type one in the tag box.");
     return;
   }
   char *key = g_strndup(text, eq - text);
@@ -762,13 +299,13 @@ static void action_tag(GtkWidget *w, const char *name, GVariant *p) {
   for (int i = 0; s && i < n && ok; i++) {
     em_error err = {0};
     if (em_store_run_tag(s, ids[i], key, eq + 1, &err) != EM_OK) {
-      set_message(self, err.msg);
+      em_runs_page_set_message_(self, err.msg);
       ok = FALSE;
     }
   }
   em_store_close(s);
   if (ok) {
-    set_message(self, "");
+    em_runs_page_set_message_(self, "");
     gtk_editable_set_text(GTK_EDITABLE(self->tag_entry), "");
   }
   g_free(key);
@@ -790,7 +327,7 @@ static void delete_response(GtkDialog *dialog, int response, gpointer data) {
                                errors->len ? "\n" : "", ids[i], err.msg);
     }
     em_store_close(s);
-    if (s) set_message(self, errors->str);
+    if (s) em_runs_page_set_message_(self, errors->str);
     g_string_free(errors, TRUE);
     em_app_state_registry_changed(self->state);
   }
@@ -840,7 +377,7 @@ static void action_delete(GtkWidget *w, const char *name, GVariant *p) {
  * is next shown (map): with thousands of runs a reload costs the main
  * thread a visible pause, not worth paying for a page nobody sees. */
 static void reload_when_shown(EmRunsPage *self) {
-  if (gtk_widget_get_mapped(GTK_WIDGET(self))) reload_async(self);
+  if (gtk_widget_get_mapped(GTK_WIDGET(self))) em_runs_page_reload_async_(self);
   else self->stale = TRUE;
 }
 
@@ -875,19 +412,19 @@ static void on_registry_changed(EmAppState *st, gpointer data) {
 static void em_runs_page_map(GtkWidget *w) {
   GTK_WIDGET_CLASS(em_runs_page_parent_class)->map(w);
   EmRunsPage *self = EM_RUNS_PAGE(w);
-  if (self->stale) reload_async(self);
+  if (self->stale) em_runs_page_reload_async_(self);
 }
 
 static void on_filter_changed(gpointer data) {
   refilter(data);
-  update_counts(data);
+  em_runs_page_update_counts_(data);
 }
 
 static void on_selection_changed(GtkSelectionModel *m, guint pos, guint n, gpointer data) {
   (void)m;
   (void)pos;
   (void)n;
-  update_counts(data);
+  em_runs_page_update_counts_(data);
 }
 
 static void on_tag_activate(EmRunsPage *self) {
@@ -976,7 +513,7 @@ static void em_runs_page_init(EmRunsPage *self) {
   self->selection = gtk_multi_selection_new(G_LIST_MODEL(self->sorted));
   gtk_column_view_set_model(self->column_view, GTK_SELECTION_MODEL(self->selection));
   add_columns(self);
-  build_column_menu(self);
+  em_runs_page_build_column_menu_(self);
   const char *any[] = {"Any model", NULL};
   self->models = gtk_string_list_new(any);
   gtk_drop_down_set_model(self->model_dropdown, G_LIST_MODEL(self->models));
@@ -986,7 +523,7 @@ static void em_runs_page_init(EmRunsPage *self) {
   g_signal_connect(self->selection, "selection-changed", G_CALLBACK(on_selection_changed), self);
   g_signal_connect_swapped(self->tag_entry, "activate", G_CALLBACK(on_tag_activate), self);
   g_signal_connect(self->column_view, "activate", G_CALLBACK(on_row_activate), self);
-  update_counts(self);
+  em_runs_page_update_counts_(self);
 }
 
 static EmRunsPage *make_page(EmAppState *state) {
@@ -1009,7 +546,7 @@ GtkWidget *em_runs_page_new(EmAppState *state) {
 GtkWidget *em_runs_page_new_async(EmAppState *state) {
   g_return_val_if_fail(EM_IS_APP_STATE(state), NULL);
   EmRunsPage *self = make_page(state);
-  reload_async(self);
+  em_runs_page_reload_async_(self);
   return GTK_WIDGET(self);
 }
 
