@@ -14,6 +14,10 @@ G_BEGIN_DECLS
 G_DECLARE_FINAL_TYPE(EmRegistryPage, em_registry_page, EM, REGISTRY_PAGE, GtkBox)
 
 GtkWidget *em_registry_page_new(EmAppState *state);
+/* The same, the run list read on a worker thread (the window's: ten
+ * thousand runs never hold the main loop); so is every reload on
+ * "registry-changed". */
+GtkWidget *em_registry_page_new_async(EmAppState *state);
 void em_registry_page_reload(EmRegistryPage *self);
 
 /* What the page's buttons do, for tests and the shell (each reports its

@@ -48,7 +48,7 @@ static GtkWidget *make_page(int i, EmAppState *st) {
   if (strcmp(n, "profiler") == 0) return em_profiler_page_new(st);
   if (strcmp(n, "runs") == 0) return em_runs_page_new_async(st); /* start-up never waits on it */
   if (strcmp(n, "compare") == 0) return em_compare_page_new(st);
-  if (strcmp(n, "registry") == 0) return em_registry_page_new(st);
+  if (strcmp(n, "registry") == 0) return em_registry_page_new_async(st);
   return placeholder(page_titles[i]);
 }
 

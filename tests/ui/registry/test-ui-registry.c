@@ -233,6 +233,28 @@ static void test_added_columns(void) {
   g_object_unref(id_col);
 }
 
+static GListModel *run_choices;
+static gboolean choices_listed(gpointer n) {
+  return g_list_model_get_n_items(run_choices) == GPOINTER_TO_UINT(n);
+}
+
+/* The window's Registry page reads the run list on a worker (ten thousand
+ * runs held the main loop 90 ms at every registry change): the page is
+ * made at once, the "Register run" choices arrive, and again after a
+ * registry change. */
+static void test_registry_page_async(void) {
+  GtkWidget *page = em_registry_page_new_async(state);
+  GtkWindow *win = ui_test_show(page, 1100, 600);
+  GtkDropDown *runs = GTK_DROP_DOWN(ui_test_find(page, GTK_TYPE_DROP_DOWN, 0));
+  run_choices = gtk_drop_down_get_model(runs);
+  guint n = em_runs_page_get_n_shown(runs_page);
+  g_assert_cmpuint(n, >=, 2);
+  g_assert_true(ui_test_wait(choices_listed, GUINT_TO_POINTER(n), 5000));
+  em_app_state_registry_changed(state);
+  g_assert_true(ui_test_wait(choices_listed, GUINT_TO_POINTER(n), 5000));
+  gtk_window_destroy(win);
+}
+
 /* The legend names each run by what tells it apart (before: "run 1
  * fmnist-mlp"): its model and learning rate here, not its seed or its
  * checkpoint folder. */
@@ -487,6 +509,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/registry/compare-page", test_compare);
   g_test_add_func("/registry/compare-legend", test_compare_legend);
   g_test_add_func("/registry/added-columns", test_added_columns);
+  g_test_add_func("/registry/registry-page-async", test_registry_page_async);
   g_test_add_func("/registry/registry-page", test_registry_page);
   g_test_add_func("/registry/delete", test_delete);
   g_test_add_func("/registry/live-refresh", test_live_refresh);
