@@ -668,43 +668,20 @@ static void top_k(const float *v, int64_t n, int k, int64_t *idx) {
 
 char *serve_infer_format(const serve_model *m, const serve_infer_req *req, const float *out,
                          size_t *len, size_t *json_len) {
-  json_t *root = json_object(), *o = json_object(), *data = json_array();
-  if (req->binary_out && !req->classify) {
-    int64_t n = req->rows * m->out_numel;
-    size_t bytes = sizeof(float) * (size_t)n;
-    json_object_set_new(root, "model_name", json_string(m->name));
-    json_object_set_new(root, "model_version", json_string(m->version));
-    if (req->id) json_object_set_new(root, "id", json_string(req->id));
-    json_object_set_new(o, "name", json_string("output"));
-    json_object_set_new(o, "shape", shape_json(req->rows, m->out_ndim, m->out_shape));
-    json_object_set_new(o, "datatype", json_string("FP32"));
-    json_t *p = json_object();
-    json_object_set_new(p, "binary_data_size", json_integer((json_int_t)bytes));
-    json_object_set_new(o, "parameters", p);
-    json_t *outs = json_array();
-    json_array_append_new(outs, o);
-    json_object_set_new(root, "outputs", outs);
-    json_decref(data);
-    size_t hl = 0;
-    char *head = dump(root, &hl);
-    char *body = head ? malloc(hl + bytes + 1) : NULL;
-    if (body) {
-      memcpy(body, head, hl);
-      memcpy(body + hl, out, bytes); /* little-endian FP32 on x86-64 */
-      body[hl + bytes] = 0;
-      *len = hl + bytes;
-      *json_len = hl;
-    }
-    free(head);
-    return body;
-  }
+  json_t *root = json_object(), *o = json_object();
   json_object_set_new(root, "model_name", json_string(m->name));
   json_object_set_new(root, "model_version", json_string(m->version));
   if (req->id) json_object_set_new(root, "id", json_string(req->id));
   json_object_set_new(o, "name", json_string("output"));
+  json_t *outs = json_array();
+  json_array_append_new(outs, o);
+  json_object_set_new(root, "outputs", outs); /* o stays ours to fill */
+  bool binary = req->binary_out && !req->classify;
+  size_t bytes = 0;
   if (req->classify) {
     int64_t k = req->classify, idx[4096];
     if (k > 4096) k = 4096;
+    json_t *data = json_array();
     json_object_set_new(o, "shape", shape_json(req->rows, 1, &k));
     json_object_set_new(o, "datatype", json_string("BYTES"));
     for (int64_t r = 0; r < req->rows; r++) {
@@ -716,26 +693,44 @@ char *serve_infer_format(const serve_model *m, const serve_infer_req *req, const
         json_array_append_new(data, json_string(s));
       }
     }
+    json_object_set_new(o, "data", data);
   } else {
+    int64_t n = req->rows * m->out_numel;
     json_object_set_new(o, "shape", shape_json(req->rows, m->out_ndim, m->out_shape));
     json_object_set_new(o, "datatype", json_string("FP32"));
-    int64_t n = req->rows * m->out_numel;
-    for (int64_t i = 0; i < n; i++) {
-      if (!isfinite(out[i])) { /* JSON has no NaN or Inf: say so rather than drop values */
-        json_decref(data);
-        json_decref(o);
-        json_decref(root);
-        return NULL;
+    if (binary) { /* the binary tensor data extension: the bytes after the JSON */
+      bytes = sizeof(float) * (size_t)n;
+      json_t *p = json_object();
+      json_object_set_new(p, "binary_data_size", json_integer((json_int_t)bytes));
+      json_object_set_new(o, "parameters", p);
+    } else {
+      json_t *data = json_array();
+      for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(out[i])) { /* JSON has no NaN or Inf: say so rather than drop values */
+          json_decref(data);
+          json_decref(root);
+          return NULL;
+        }
+        json_array_append_new(data, json_real((double)out[i]));
       }
-      json_array_append_new(data, json_real((double)out[i]));
+      json_object_set_new(o, "data", data);
     }
   }
-  json_object_set_new(o, "data", data);
-  json_t *outs = json_array();
-  json_array_append_new(outs, o);
-  json_object_set_new(root, "outputs", outs);
-  char *body = dump(root, len);
-  if (body) *json_len = *len;
+  size_t hl = 0;
+  char *head = dump(root, &hl);
+  if (!head || !binary) {
+    if (head) *len = *json_len = hl;
+    return head;
+  }
+  char *body = malloc(hl + bytes + 1);
+  if (body) {
+    memcpy(body, head, hl);
+    memcpy(body + hl, out, bytes); /* little-endian FP32 on x86-64 */
+    body[hl + bytes] = 0;
+    *len = hl + bytes;
+    *json_len = hl;
+  }
+  free(head);
   return body;
 }
 

@@ -16,14 +16,31 @@ static void conv_check(const em_tensor *y, const em_tensor *x, const em_tensor *
   EM_ASSERT(em_tensor_is_contiguous(x) && em_tensor_is_contiguous(y));
 }
 
-em_status em_cpu_conv2d_forward(int amp, em_tensor *y, const em_tensor *x, const em_tensor *w,
-                                const em_tensor *b, const em_conv2d_params *p) {
-  (void)amp;
+/* The fast path for f32 unless ref, the loop reference otherwise. */
+static void conv_forward(bool ref, em_tensor *y, const em_tensor *x, const em_tensor *w,
+                         const em_tensor *b, const em_conv2d_params *p) {
   conv_check(y, x, w);
   em_conv_geom g;
   em_conv_geom_init(&g, x, w, p);
-  if (x->dtype == EM_DTYPE_F32) em_cpu_kernels_get()->conv2d_forward(&g, x, w, b, y);
+  if (!ref && x->dtype == EM_DTYPE_F32) em_cpu_kernels_get()->conv2d_forward(&g, x, w, b, y);
   else em_conv2d_ref_forward(&g, x, w, b, y);
+}
+
+static void conv_backward(bool ref, em_tensor *gx, em_tensor *gw, em_tensor *gb,
+                          const em_tensor *g, const em_tensor *x, const em_tensor *w,
+                          const em_conv2d_params *p) {
+  conv_check(g, x, w);
+  em_conv_geom q;
+  em_conv_geom_init(&q, x, w, p);
+  em_conv_grads out = {gx, gw, gb, true, true, true};
+  if (!ref && x->dtype == EM_DTYPE_F32) em_cpu_kernels_get()->conv2d_backward(&q, x, w, g, &out);
+  else em_conv2d_ref_backward(&q, x, w, g, &out);
+}
+
+em_status em_cpu_conv2d_forward(int amp, em_tensor *y, const em_tensor *x, const em_tensor *w,
+                                const em_tensor *b, const em_conv2d_params *p) {
+  (void)amp;
+  conv_forward(false, y, x, w, b, p);
   return EM_OK;
 }
 
@@ -31,22 +48,14 @@ em_status em_cpu_conv2d_backward(int amp, em_tensor *gx, em_tensor *gw, em_tenso
                                  const em_tensor *g, const em_tensor *x, const em_tensor *w,
                                  const em_conv2d_params *p) {
   (void)amp;
-  conv_check(g, x, w);
-  em_conv_geom q;
-  em_conv_geom_init(&q, x, w, p);
-  em_conv_grads out = {gx, gw, gb, true, true, true};
-  if (x->dtype == EM_DTYPE_F32) em_cpu_kernels_get()->conv2d_backward(&q, x, w, g, &out);
-  else em_conv2d_ref_backward(&q, x, w, g, &out);
+  conv_backward(false, gx, gw, gb, g, x, w, p);
   return EM_OK;
 }
 
 em_status em_cpu_conv2d_ref_forward(int amp, em_tensor *y, const em_tensor *x, const em_tensor *w,
                                     const em_tensor *b, const em_conv2d_params *p) {
   (void)amp;
-  conv_check(y, x, w);
-  em_conv_geom g;
-  em_conv_geom_init(&g, x, w, p);
-  em_conv2d_ref_forward(&g, x, w, b, y);
+  conv_forward(true, y, x, w, b, p);
   return EM_OK;
 }
 
@@ -54,9 +63,6 @@ em_status em_cpu_conv2d_ref_backward(int amp, em_tensor *gx, em_tensor *gw, em_t
                                      const em_tensor *g, const em_tensor *x, const em_tensor *w,
                                      const em_conv2d_params *p) {
   (void)amp;
-  conv_check(g, x, w);
-  em_conv_geom q;
-  em_conv_geom_init(&q, x, w, p);
-  em_conv2d_ref_backward(&q, x, w, g, &(em_conv_grads){gx, gw, gb, true, true, true});
+  conv_backward(true, gx, gw, gb, g, x, w, p);
   return EM_OK;
 }

@@ -136,15 +136,16 @@ static EmRunRow *make_row(runs_read *r, int i, int *cursor) {
   return row;
 }
 
-/* One merge of the rows (newest first) with the read (newest first):
- * with dry, only counts the rows it would insert, replace or remove. */
-static int merge_rows(EmRunsPage *self, runs_read *r, gboolean dry) {
+/* One merge of the rows (newest first) with the read's rows (newest
+ * first, made once): with dry, only counts the rows it would insert,
+ * replace or remove. */
+static int merge_rows(EmRunsPage *self, GPtrArray *fresh, gboolean dry) {
   GListModel *m = G_LIST_MODEL(self->rows);
   guint j = 0, have = g_list_model_get_n_items(m);
   int ops = 0;
-  int *cursor = g_new0(int, (r->extra ? r->extra->len : 0) + 1);
-  for (int i = 0; i < r->n;) {
-    gint64 id = r->runs[i].id;
+  for (guint i = 0; i < fresh->len;) {
+    EmRunRow *row = fresh->pdata[i];
+    gint64 id = em_run_row_get(row)->id;
     EmRunRow *old = j < have ? g_list_model_get_item(m, j) : NULL;
     gint64 oid = old ? em_run_row_get(old)->id : -1;
     if (old && oid > id) { /* gone from the registry */
@@ -152,26 +153,21 @@ static int merge_rows(EmRunsPage *self, runs_read *r, gboolean dry) {
       if (dry) j++;
       else g_list_store_remove(self->rows, j), have--;
     } else if (old && oid == id) {
-      EmRunRow *row = make_row(r, i, cursor);
       if (!em_run_row_equal(old, row)) {
         ops++;
         if (!dry) g_list_store_splice(self->rows, j, 1, (gpointer *)&row, 1);
       }
-      g_object_unref(row);
       i++, j++;
     } else { /* new */
       ops++;
       if (!dry) {
-        EmRunRow *row = make_row(r, i, cursor);
         g_list_store_insert(self->rows, j, row);
-        g_object_unref(row);
         have++, j++;
       }
       i++;
     }
     g_clear_object(&old);
   }
-  g_free(cursor);
   if (have > j) {
     ops += (int)(have - j);
     if (!dry) g_list_store_splice(self->rows, j, have - j, NULL, 0);
@@ -184,17 +180,16 @@ static int merge_rows(EmRunsPage *self, runs_read *r, gboolean dry) {
  * the selection, sort and scroll stay), new runs are inserted, gone ones
  * removed. Past a few hundred changes one splice replaces everything. */
 static void apply_rows(EmRunsPage *self, runs_read *r) {
-  guint have = g_list_model_get_n_items(G_LIST_MODEL(self->rows));
-  if (have > 0 && merge_rows(self, r, TRUE) <= 256) {
-    merge_rows(self, r, FALSE);
-    return;
-  }
-  GPtrArray *items = g_ptr_array_new_with_free_func(g_object_unref);
+  GPtrArray *fresh = g_ptr_array_new_with_free_func(g_object_unref);
   int *cursor = g_new0(int, (r->extra ? r->extra->len : 0) + 1);
-  for (int i = 0; i < r->n; i++) g_ptr_array_add(items, make_row(r, i, cursor));
+  for (int i = 0; i < r->n; i++) g_ptr_array_add(fresh, make_row(r, i, cursor));
   g_free(cursor);
-  g_list_store_splice(self->rows, 0, have, items->pdata, items->len);
-  g_ptr_array_unref(items);
+  guint have = g_list_model_get_n_items(G_LIST_MODEL(self->rows));
+  if (have > 0 && merge_rows(self, fresh, TRUE) <= 256)
+    merge_rows(self, fresh, FALSE);
+  else
+    g_list_store_splice(self->rows, 0, have, fresh->pdata, fresh->len);
+  g_ptr_array_unref(fresh);
 }
 
 static void apply_read(EmRunsPage *self, runs_read *r) {
