@@ -4,7 +4,7 @@
  * GELU is the exact erf form Ember computes. The forms are registered
  * where plugin layers' forms are (em_layer_onnx_add) and reached the same
  * way (onnx-plugin.c's em_onnx_form_layer); `forms` below is the table. */
-#include "export-private.h"
+#include "onnx-forms.h"
 
 #include "../plugin/plugin-host.h"
 
@@ -25,34 +25,7 @@ static int64_t attr_i(const em_layer_node *n, const char *name, int k) {
   return em_attr_int(n, attr_index(n, name), k);
 }
 
-static const char *op1(em_onnx_builder *b, const char *op, const char *node, const char *x,
-                       const char *out) {
-  const char *in[1] = {x};
-  return em_onnx_node(b, op, node, 1, in, out) ? out : NULL;
-}
-
-static const char *op2(em_onnx_builder *b, const char *op, const char *node, const char *x,
-                       const char *y, const char *out) {
-  const char *in[2] = {x, y};
-  return em_onnx_node(b, op, node, 2, in, out) ? out : NULL;
-}
-
-/* What every built-in form reads: the builder, the node, its inputs'
- * names and shapes, its output's name, its tensors and their names (the
- * arguments of an em_layer_onnx_fn, the builder unwrapped). */
-typedef struct {
-  em_onnx_builder *b;
-  const em_layer_node *node;
-  int n_in;
-  const char *const *in;
-  const em_shape *in_shapes;
-  const char *out;
-  int n_t;
-  em_tensor *const *t;
-  const char *const *tn;
-} form_args;
-
-static void linear(const form_args *a) {
+void em_onnx_linear(const form_args *a) {
   em_onnx_builder *b = a->b;
   const char *name = a->node->name, *x = a->in[0], *out = a->out;
   em_tensor *const *t = a->t;
@@ -76,14 +49,14 @@ static void linear(const form_args *a) {
   if (!wt_name) return;
   em_onnx_init_tensor(b, wt_name, &wt);
   if (!bias) {
-    op2(b, "MatMul", name, x, wt_name, out);
+    em_onnx_op2(b, "MatMul", name, x, wt_name, out);
     return;
   }
   char *mm = em_onnx_tmp_name(b, name, "matmul");
   char *nm = em_onnx_printf(b, "%s/matmul", name), *na = em_onnx_printf(b, "%s/add", name);
   if (!mm || !nm || !na) return;
-  op2(b, "MatMul", nm, x, wt_name, mm);
-  op2(b, "Add", na, mm, tn[1], out);
+  em_onnx_op2(b, "MatMul", nm, x, wt_name, mm);
+  em_onnx_op2(b, "Add", na, mm, tn[1], out);
 }
 
 static void conv2d(const form_args *a) {
@@ -132,7 +105,7 @@ static void pool2d(const form_args *a, bool avg) {
     char *nn = em_onnx_printf(b, "%s/Pad", node->name);
     if (!pn || !v || !nn) return;
     em_onnx_init_i64s(b, pn, 8, pads);
-    op2(b, "Pad", nn, x, pn, v); /* mode "constant", value 0 */
+    em_onnx_op2(b, "Pad", nn, x, pn, v); /* mode "constant", value 0 */
     x = v;
     memset(p, 0, sizeof p);
   }
@@ -165,11 +138,11 @@ static void flatten(const form_args *a) {
   char *sn = em_onnx_printf(b, "%s/shape", node->name);
   if (!sn) return;
   em_onnx_init_i64s(b, sn, k, shape);
-  op2(b, "Reshape", node->name, x, sn, out);
+  em_onnx_op2(b, "Reshape", node->name, x, sn, out);
 }
 
 /* 0.5 x (1 + erf(x / sqrt 2)), as in engine/ops/unary.c. */
-static void gelu(const form_args *a) {
+void em_onnx_gelu(const form_args *a) {
   em_onnx_builder *b = a->b;
   const char *name = a->node->name, *x = a->in[0], *out = a->out;
   char *c_sqrt2 = em_onnx_printf(b, "%s/sqrt2", name), *c_one = em_onnx_printf(b, "%s/one", name);
@@ -183,11 +156,11 @@ static void gelu(const form_args *a) {
   em_onnx_init_scalar(b, c_sqrt2, (float)sqrt(2.0));
   em_onnx_init_scalar(b, c_one, 1.f);
   em_onnx_init_scalar(b, c_half, 0.5f);
-  op2(b, "Div", n_div, x, c_sqrt2, v_div);
-  op1(b, "Erf", n_erf, v_div, v_erf);
-  op2(b, "Add", n_add, v_erf, c_one, v_add);
-  op2(b, "Mul", n_mul, x, v_add, v_mul);
-  op2(b, "Mul", n_mul2, v_mul, c_half, out);
+  em_onnx_op2(b, "Div", n_div, x, c_sqrt2, v_div);
+  em_onnx_op1(b, "Erf", n_erf, v_div, v_erf);
+  em_onnx_op2(b, "Add", n_add, v_erf, c_one, v_add);
+  em_onnx_op2(b, "Mul", n_mul, x, v_add, v_mul);
+  em_onnx_op2(b, "Mul", n_mul2, v_mul, c_half, out);
 }
 
 /* LayerNorm over the last nd dims (flattened to D), in primitive
@@ -200,7 +173,7 @@ static void gelu(const form_args *a) {
  * consumers that predate it (Debian 12's OpenCV 4.6) cannot load it, nor
  * broadcast (N, D) against (N, 1); this form runs everywhere and costs
  * O(D) extra weights. */
-static void layer_norm(const form_args *a) {
+void em_onnx_layer_norm(const form_args *a) {
   em_onnx_builder *b = a->b;
   const char *name = a->node->name, *x = a->in[0], *out = a->out;
   em_tensor *const *t = a->t;
@@ -244,7 +217,7 @@ static void layer_norm(const form_args *a) {
     char *nn = em_onnx_printf(b, "%s/Reshape_flat", name);
     if (!sn || !v || !nn) return;
     em_onnx_init_i64s(b, sn, 2, shape);
-    xf = op2(b, "Reshape", nn, x, sn, v);
+    xf = em_onnx_op2(b, "Reshape", nn, x, sn, v);
   }
   static const char *const what[] = {"mean1", "mean", "centered", "square", "var1", "var_eps",
                                      "std1", "std", "normalized", "scaled", "shifted"};
@@ -255,17 +228,17 @@ static void layer_norm(const form_args *a) {
   }
   if (b->failed || !xf) return;
   const char *y = reshape ? v[10] : out;
-  op2(b, "MatMul", nn[0], xf, c_avg, v[0]);   /* (rows, 1) */
-  op2(b, "MatMul", nn[1], v[0], c_ones, v[1]); /* (rows, D) */
-  op2(b, "Sub", nn[2], xf, v[1], v[2]);
-  op2(b, "Mul", nn[3], v[2], v[2], v[3]);
-  op2(b, "MatMul", nn[4], v[3], c_avg, v[4]);
-  op2(b, "Add", nn[5], v[4], c_eps, v[5]);
-  op1(b, "Sqrt", nn[6], v[5], v[6]);
-  op2(b, "MatMul", nn[7], v[6], c_ones, v[7]);
-  op2(b, "Div", nn[8], v[2], v[7], v[8]);
-  op2(b, "Mul", nn[9], v[8], tn[0], v[9]);
-  op2(b, "Add", nn[10], v[9], tn[1], y);
+  em_onnx_op2(b, "MatMul", nn[0], xf, c_avg, v[0]);   /* (rows, 1) */
+  em_onnx_op2(b, "MatMul", nn[1], v[0], c_ones, v[1]); /* (rows, D) */
+  em_onnx_op2(b, "Sub", nn[2], xf, v[1], v[2]);
+  em_onnx_op2(b, "Mul", nn[3], v[2], v[2], v[3]);
+  em_onnx_op2(b, "MatMul", nn[4], v[3], c_avg, v[4]);
+  em_onnx_op2(b, "Add", nn[5], v[4], c_eps, v[5]);
+  em_onnx_op1(b, "Sqrt", nn[6], v[5], v[6]);
+  em_onnx_op2(b, "MatMul", nn[7], v[6], c_ones, v[7]);
+  em_onnx_op2(b, "Div", nn[8], v[2], v[7], v[8]);
+  em_onnx_op2(b, "Mul", nn[9], v[8], tn[0], v[9]);
+  em_onnx_op2(b, "Add", nn[10], v[9], tn[1], y);
   if (reshape) { /* back to the input's shape, the batch as it comes */
     int64_t shape[EM_MAX_DIMS];
     shape[0] = -1;
@@ -274,7 +247,7 @@ static void layer_norm(const form_args *a) {
     char *n2 = em_onnx_printf(b, "%s/Reshape_back", name);
     if (!sn || !n2) return;
     em_onnx_init_i64s(b, sn, in->ndim, shape);
-    op2(b, "Reshape", n2, y, sn, out);
+    em_onnx_op2(b, "Reshape", n2, y, sn, out);
   }
 }
 
@@ -286,11 +259,11 @@ static void batch_norm2d(const form_args *a) {
                      (float)em_attr_float(a->node, attr_index(a->node, "eps")));
 }
 
-static void relu(const form_args *a) { op1(a->b, "Relu", a->node->name, a->in[0], a->out); }
+static void relu(const form_args *a) { em_onnx_op1(a->b, "Relu", a->node->name, a->in[0], a->out); }
 static void sigmoid(const form_args *a) {
-  op1(a->b, "Sigmoid", a->node->name, a->in[0], a->out);
+  em_onnx_op1(a->b, "Sigmoid", a->node->name, a->in[0], a->out);
 }
-static void tanh_(const form_args *a) { op1(a->b, "Tanh", a->node->name, a->in[0], a->out); }
+static void tanh_(const form_args *a) { em_onnx_op1(a->b, "Tanh", a->node->name, a->in[0], a->out); }
 
 static void silu(const form_args *a) { /* x sigmoid(x) */
   em_onnx_builder *b = a->b;
@@ -298,8 +271,8 @@ static void silu(const form_args *a) { /* x sigmoid(x) */
   char *v = em_onnx_tmp_name(b, name, "sigmoid");
   char *ns = em_onnx_printf(b, "%s/Sigmoid", name), *nm = em_onnx_printf(b, "%s/Mul", name);
   if (v && ns && nm) {
-    op1(b, "Sigmoid", ns, a->in[0], v);
-    op2(b, "Mul", nm, a->in[0], v, a->out);
+    em_onnx_op1(b, "Sigmoid", ns, a->in[0], v);
+    em_onnx_op2(b, "Mul", nm, a->in[0], v, a->out);
   }
 }
 
@@ -320,28 +293,20 @@ static void add(const form_args *a) { /* a chain of binary Adds */
     bool last = k == a->n_in - 1;
     const char *o = last ? a->out : em_onnx_tmp_name(b, name, "sum");
     const char *nn = a->n_in == 2 ? name : em_onnx_printf(b, "%s/Add_%d", name, k);
-    if (o && nn) acc = op2(b, "Add", nn, acc, a->in[k], o);
+    if (o && nn) acc = em_onnx_op2(b, "Add", nn, acc, a->in[k], o);
   }
 }
 
 /* Each built-in form as an em_layer_onnx_fn, the plugins' kind: the
  * builder is the graph's (built-in forms name their nodes after the layer
  * node, as they always have). */
-#define FORM(f)                                                                              \
-  static em_status f##_form(em_onnx_graph *g, const em_layer_node *node, int n_in,            \
-                            const char *const *in, const em_shape *in_shapes, const char *out, \
-                            int n_t, em_tensor *const *t, const char *const *tn,              \
-                            em_error *err) {                                                  \
-    (void)err;                                                                               \
-    f(&(form_args){g->b, node, n_in, in, in_shapes, out, n_t, t, tn});                       \
-    return EM_OK;                                                                            \
-  }
-FORM(linear)
+#define FORM(f) static EM_ONNX_FORM(f)
+FORM(em_onnx_linear)
 FORM(conv2d)
 FORM(batch_norm2d)
-FORM(layer_norm)
+FORM(em_onnx_layer_norm)
 FORM(relu)
-FORM(gelu)
+FORM(em_onnx_gelu)
 FORM(silu)
 FORM(sigmoid)
 FORM(tanh_)
@@ -359,13 +324,16 @@ static const struct {
   const em_layer_type *type;
   em_layer_onnx_fn fn;
 } forms[] = {
-    {&em_layer_linear, linear_form},         {&em_layer_conv2d, conv2d_form},
-    {&em_layer_batch_norm2d, batch_norm2d_form}, {&em_layer_layer_norm, layer_norm_form},
-    {&em_layer_relu, relu_form},             {&em_layer_gelu, gelu_form},
+    {&em_layer_linear, em_onnx_linear_form},         {&em_layer_conv2d, conv2d_form},
+    {&em_layer_batch_norm2d, batch_norm2d_form}, {&em_layer_layer_norm, em_onnx_layer_norm_form},
+    {&em_layer_relu, relu_form},             {&em_layer_gelu, em_onnx_gelu_form},
     {&em_layer_silu, silu_form},             {&em_layer_sigmoid, sigmoid_form},
     {&em_layer_tanh, tanh__form},            {&em_layer_max_pool2d, max_pool2d_form},
     {&em_layer_avg_pool2d, avg_pool2d_form}, {&em_layer_flatten, flatten_form},
     {&em_layer_embedding, embedding_form},   {&em_layer_add, add_form},
+    {&em_layer_positional_embedding, em_onnx_positional_form},
+    {&em_layer_multihead_attention, em_onnx_attention_form},
+    {&em_layer_transformer_encoder_layer, em_onnx_encoder_form},
 };
 
 static pthread_once_t forms_once = PTHREAD_ONCE_INIT;

@@ -36,9 +36,9 @@
 
 /* ---- layer types ---------------------------------------------------------- */
 
-#define EM_LAYER_API_VERSION 1
+#define EM_LAYER_API_VERSION 2
 #define EM_LAYER_MAX_ATTRS 16
-#define EM_LAYER_MAX_PARAMS 8  /* parameters + buffers of one node */
+#define EM_LAYER_MAX_PARAMS 16 /* parameters + buffers of one node */
 #define EM_LAYER_MAX_INPUTS 16
 
 typedef enum {
@@ -47,6 +47,8 @@ typedef enum {
   EM_ATTR_BOOL,  /* true / false */
   EM_ATTR_INT2,  /* an integer or [h, w] (both entries filled) */
   EM_ATTR_INTS,  /* an integer or a list of 1..EM_MAX_DIMS-1 integers */
+  EM_ATTR_CHOICE, /* one of the strings of `choices` ("relu|gelu"), held as
+                     its index; def is the default's index */
 } em_attr_kind;
 
 typedef struct {
@@ -57,6 +59,7 @@ typedef struct {
                       the layer treats "not given" specially) */
   double min, max; /* inclusive range of every value */
   const char *help; /* one line, for the GUI */
+  const char *choices; /* EM_ATTR_CHOICE: the strings, '|'-separated */
 } em_attr_desc;
 
 typedef struct {
@@ -79,6 +82,12 @@ static inline int64_t em_attr_int(const em_layer_node *n, int i, int k) {
 }
 static inline double em_attr_float(const em_layer_node *n, int i) { return n->attr[i].v[0]; }
 static inline bool em_attr_bool(const em_layer_node *n, int i) { return n->attr[i].v[0] != 0; }
+/* An EM_ATTR_CHOICE's index into its choices. */
+static inline int em_attr_choice(const em_layer_node *n, int i) { return (int)n->attr[i].v[0]; }
+/* The k-th of a '|'-separated choices string into buf ("" past the end). */
+const char *em_attr_choice_name(const char *choices, int k, char *buf, size_t n);
+/* The index of name among choices, or -1. */
+int em_attr_choice_find(const char *choices, const char *name);
 
 /* A shape during inference: shape[0] is the batch, held as -1 (N). dtype
  * is EM_DTYPE_F32 for float activations (whatever the model's float dtype)

@@ -105,6 +105,20 @@ em_tensor *em_dropout(em_tensor *x, double p, bool training, em_rng *rng);
  * (B, H, T, T)); PyTorch's masked_fill. The gradient flows to x where
  * mask is 0; mask has none. value may be -INFINITY. */
 em_tensor *em_masked_fill(em_tensor *x, em_tensor *mask, double value);
+/* Scaled dot-product attention: q (N, H, L, E), k (N, H, S, E), v (N, H,
+ * S, Ev) -> (N, H, L, Ev), softmax(q k^T * scale + mask) v. causal: query
+ * i sees keys j <= i + S - L (PyTorch's tril when L == S; a KV-cache step
+ * with L = 1 sees every key). key_padding_mask (N, S) u8, nonzero = key
+ * ignored, may be NULL. A row with every key masked gives zeros. */
+typedef struct {
+  bool causal;
+  const em_tensor *key_padding_mask;
+  double dropout_p; /* on the attention weights, when training */
+  bool training;
+  em_rng *rng;
+  double scale; /* 0: 1 / sqrt(E) */
+} em_sdpa_params;
+em_tensor *em_sdpa(em_tensor *q, em_tensor *k, em_tensor *v, const em_sdpa_params *p);
 em_tensor *em_softmax(em_tensor *x, int dim);
 em_tensor *em_log_softmax(em_tensor *x, int dim);
 /* logits (N, K), target i64 (N) class indices -> mean loss, shape []. With

@@ -48,7 +48,7 @@
 
 /* Bumped whenever this header, em_layer_type (EM_LAYER_API_VERSION),
  * em_dataset_vtable or em_metric_type change incompatibly. */
-#define EM_PLUGIN_API_VERSION 1
+#define EM_PLUGIN_API_VERSION 2
 #define EM_PLUGIN_ENTRY_SYMBOL "ember_plugin_entry"
 #define EM_PLUGIN_EXPORT __attribute__((visibility("default")))
 

@@ -36,7 +36,7 @@ ACTIVATION(tanh, "Tanh", em_tanh, "tanh(x)")
 
 enum { DO_P };
 static const em_attr_desc dropout_attrs[] = {
-    {"p", EM_ATTR_FLOAT, false, 0.5, 0, 1, "probability of zeroing an element"},
+    {"p", EM_ATTR_FLOAT, false, 0.5, 0, 1, "probability of zeroing an element", NULL},
 };
 
 static em_tensor *dropout_forward(const em_layer_node *node, int n_in, em_tensor **in,

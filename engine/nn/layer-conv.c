@@ -22,13 +22,13 @@ static int64_t slide_out(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d) 
 
 enum { CV_OUT, CV_KERNEL, CV_STRIDE, CV_PAD, CV_DIL, CV_GROUPS, CV_BIAS };
 static const em_attr_desc conv2d_attrs[] = {
-    {"out_channels", EM_ATTR_INT, true, 0, 1, EM_NN_MAX_SIZE, "output channels K"},
-    {"kernel_size", EM_ATTR_INT2, true, 0, 1, EM_NN_MAX_KERNEL, "kernel size: k or [kh, kw]"},
-    {"stride", EM_ATTR_INT2, false, 1, 1, EM_NN_MAX_KERNEL, "stride: s or [sh, sw]"},
-    {"padding", EM_ATTR_INT2, false, 0, 0, EM_NN_MAX_KERNEL, "zero padding: p or [ph, pw]"},
-    {"dilation", EM_ATTR_INT2, false, 1, 1, EM_NN_MAX_KERNEL, "dilation: d or [dh, dw]"},
-    {"groups", EM_ATTR_INT, false, 1, 1, EM_NN_MAX_SIZE, "channel groups"},
-    {"bias", EM_ATTR_BOOL, false, 1, 0, 1, "learn an additive bias"},
+    {"out_channels", EM_ATTR_INT, true, 0, 1, EM_NN_MAX_SIZE, "output channels K", NULL},
+    {"kernel_size", EM_ATTR_INT2, true, 0, 1, EM_NN_MAX_KERNEL, "kernel size: k or [kh, kw]", NULL},
+    {"stride", EM_ATTR_INT2, false, 1, 1, EM_NN_MAX_KERNEL, "stride: s or [sh, sw]", NULL},
+    {"padding", EM_ATTR_INT2, false, 0, 0, EM_NN_MAX_KERNEL, "zero padding: p or [ph, pw]", NULL},
+    {"dilation", EM_ATTR_INT2, false, 1, 1, EM_NN_MAX_KERNEL, "dilation: d or [dh, dw]", NULL},
+    {"groups", EM_ATTR_INT, false, 1, 1, EM_NN_MAX_SIZE, "channel groups", NULL},
+    {"bias", EM_ATTR_BOOL, false, 1, 0, 1, "learn an additive bias", NULL},
 };
 
 static em_status conv2d_infer(const em_layer_node *node, int n_in, const em_shape *in,
@@ -113,10 +113,10 @@ const em_layer_type em_layer_conv2d = {
 
 enum { PL_KERNEL, PL_STRIDE, PL_PAD };
 static const em_attr_desc pool_attrs[] = {
-    {"kernel_size", EM_ATTR_INT2, true, 0, 1, EM_NN_MAX_KERNEL, "window: k or [kh, kw]"},
+    {"kernel_size", EM_ATTR_INT2, true, 0, 1, EM_NN_MAX_KERNEL, "window: k or [kh, kw]", NULL},
     {"stride", EM_ATTR_INT2, false, 0, 1, EM_NN_MAX_KERNEL,
-     "stride: s or [sh, sw] (default kernel_size)"},
-    {"padding", EM_ATTR_INT2, false, 0, 0, EM_NN_MAX_KERNEL, "padding: p or [ph, pw]"},
+     "stride: s or [sh, sw] (default kernel_size)", NULL},
+    {"padding", EM_ATTR_INT2, false, 0, 0, EM_NN_MAX_KERNEL, "padding: p or [ph, pw]", NULL},
 };
 
 static void pool_params(const em_layer_node *node, em_pool2d_params *p) {

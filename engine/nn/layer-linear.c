@@ -9,9 +9,9 @@
 enum { LIN_IN, LIN_OUT, LIN_BIAS };
 static const em_attr_desc linear_attrs[] = {
     {"in_features", EM_ATTR_INT, false, 0, 1, EM_NN_MAX_SIZE,
-     "input features (inferred; checked when given)"},
-    {"out_features", EM_ATTR_INT, true, 0, 1, EM_NN_MAX_SIZE, "output features"},
-    {"bias", EM_ATTR_BOOL, false, 1, 0, 1, "learn an additive bias"},
+     "input features (inferred; checked when given)", NULL},
+    {"out_features", EM_ATTR_INT, true, 0, 1, EM_NN_MAX_SIZE, "output features", NULL},
+    {"bias", EM_ATTR_BOOL, false, 1, 0, 1, "learn an additive bias", NULL},
 };
 
 static em_status linear_infer(const em_layer_node *node, int n_in, const em_shape *in,
@@ -81,8 +81,8 @@ const em_layer_type em_layer_linear = {
 
 enum { EMB_NUM, EMB_DIM };
 static const em_attr_desc embedding_attrs[] = {
-    {"num_embeddings", EM_ATTR_INT, true, 0, 1, EM_NN_MAX_SIZE, "vocabulary size V"},
-    {"embedding_dim", EM_ATTR_INT, true, 0, 1, EM_NN_MAX_SIZE, "vector size D"},
+    {"num_embeddings", EM_ATTR_INT, true, 0, 1, EM_NN_MAX_SIZE, "vocabulary size V", NULL},
+    {"embedding_dim", EM_ATTR_INT, true, 0, 1, EM_NN_MAX_SIZE, "vector size D", NULL},
 };
 
 static em_status embedding_infer(const em_layer_node *node, int n_in, const em_shape *in,

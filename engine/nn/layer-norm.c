@@ -6,9 +6,9 @@
 enum { BN_FEATURES, BN_EPS, BN_MOMENTUM };
 static const em_attr_desc batch_norm_attrs[] = {
     {"num_features", EM_ATTR_INT, false, 0, 1, EM_NN_MAX_SIZE,
-     "channels C (inferred; checked when given)"},
-    {"eps", EM_ATTR_FLOAT, false, 1e-5, 0, 1, "added to the variance"},
-    {"momentum", EM_ATTR_FLOAT, false, 0.1, 0, 1, "running statistics update rate"},
+     "channels C (inferred; checked when given)", NULL},
+    {"eps", EM_ATTR_FLOAT, false, 1e-5, 0, 1, "added to the variance", NULL},
+    {"momentum", EM_ATTR_FLOAT, false, 0.1, 0, 1, "running statistics update rate", NULL},
 };
 
 static em_status batch_norm_infer(const em_layer_node *node, int n_in, const em_shape *in,
@@ -77,8 +77,8 @@ const em_layer_type em_layer_batch_norm2d = {
 enum { LN_SHAPE, LN_EPS };
 static const em_attr_desc layer_norm_attrs[] = {
     {"normalized_shape", EM_ATTR_INTS, false, 0, 1, EM_NN_MAX_SIZE,
-     "the trailing dims normalised over (default: the last dim)"},
-    {"eps", EM_ATTR_FLOAT, false, 1e-5, 0, 1, "added to the variance"},
+     "the trailing dims normalised over (default: the last dim)", NULL},
+    {"eps", EM_ATTR_FLOAT, false, 1e-5, 0, 1, "added to the variance", NULL},
 };
 
 static em_status layer_norm_infer(const em_layer_node *node, int n_in, const em_shape *in,

@@ -6,9 +6,9 @@
 enum { FL_START, FL_END };
 static const em_attr_desc flatten_attrs[] = {
     {"start_dim", EM_ATTR_INT, false, 1, -EM_MAX_DIMS, EM_MAX_DIMS - 1,
-     "first dim merged (1 = after the batch; negative counts from the end)"},
+     "first dim merged (1 = after the batch; negative counts from the end)", NULL},
     {"end_dim", EM_ATTR_INT, false, -1, -EM_MAX_DIMS, EM_MAX_DIMS - 1,
-     "last dim merged (negative counts from the end)"},
+     "last dim merged (negative counts from the end)", NULL},
 };
 
 /* The resolved [start, end] dims, or an error. */

@@ -66,3 +66,30 @@ void em_strbuf_free(em_strbuf *b) {
   b->s = NULL;
   b->len = b->cap = 0;
 }
+
+/* ---- choice attributes ---------------------------------------------------------- */
+
+const char *em_attr_choice_name(const char *choices, int k, char *buf, size_t n) {
+  const char *p = choices ? choices : "";
+  for (int i = 0; i < k && p; i++) {
+    p = strchr(p, '|');
+    if (p) p++;
+  }
+  size_t len = p ? strcspn(p, "|") : 0;
+  if (n == 0) return buf;
+  if (len >= n) len = n - 1;
+  memcpy(buf, p ? p : "", len);
+  buf[len] = '\0';
+  return buf;
+}
+
+int em_attr_choice_find(const char *choices, const char *name) {
+  const char *p = choices;
+  size_t len = strlen(name);
+  for (int k = 0; p && *p; k++) {
+    size_t n = strcspn(p, "|");
+    if (n == len && !strncmp(p, name, len)) return k;
+    p = p[n] ? p + n + 1 : NULL;
+  }
+  return -1;
+}

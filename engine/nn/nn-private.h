@@ -20,6 +20,18 @@ em_tensor *em_linear_relu_layer_forward(const em_layer_node *node, em_tensor *x,
 em_tensor *em_conv2d_relu_layer_forward(const em_layer_node *node, em_tensor *x,
                                         em_tensor **params);
 
+/* The self-attention block of MultiheadAttention and
+ * TransformerEncoderLayer (layer-attention.c): x (N, L, D) -> (N, L, D);
+ * in_b and out_b may be NULL. */
+em_tensor *em_nn_self_attention(em_tensor *x, em_tensor *in_w, em_tensor *in_b, em_tensor *out_w,
+                                em_tensor *out_b, int heads, bool causal, double dropout,
+                                const em_forward_ctx *ctx);
+/* An (N, L, D) float input whose D divides into heads (what names D). */
+em_status em_nn_attention_shape(const em_shape *in, int64_t heads, const char *what,
+                                em_error *err);
+/* in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias into
+ * params[0..3], "self_attn."-prefixed when prefixed. */
+void em_nn_attention_decls(em_param_decl *params, int64_t D, bool prefixed);
 
 /* ---- a small growing string (for messages and the summary) ---------------- */
 typedef struct {

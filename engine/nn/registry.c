@@ -37,6 +37,9 @@ static em_status add_type(const em_layer_type *t, em_error *err) {
     if (!a || !strcmp(a, "name") || !strcmp(a, "type") || !strcmp(a, "inputs"))
       return em_error_set(err, EM_ERR_INVALID, "layer type '%s': attribute %d has a reserved name",
                           t->name, i);
+    if (t->attrs[i].kind == EM_ATTR_CHOICE && (!t->attrs[i].choices || !t->attrs[i].choices[0]))
+      return em_error_set(err, EM_ERR_INVALID, "layer type '%s': choice attribute '%s' lists no "
+                          "choices", t->name, a);
   }
   em_status st = EM_OK;
   pthread_mutex_lock(&lock);
@@ -57,6 +60,8 @@ static void register_builtins(void) {
       &em_layer_dropout,    &em_layer_relu,        &em_layer_gelu,         &em_layer_silu,
       &em_layer_sigmoid,    &em_layer_tanh,        &em_layer_max_pool2d,   &em_layer_avg_pool2d,
       &em_layer_flatten,    &em_layer_embedding,   &em_layer_add,
+      &em_layer_positional_embedding, &em_layer_multihead_attention,
+      &em_layer_transformer_encoder_layer,
   };
   for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++)
     EM_ASSERT(add_type(builtins[i], NULL) == EM_OK);

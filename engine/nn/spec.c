@@ -106,6 +106,19 @@ static em_status check_name(const char *name, const char *what, em_error *err) {
   return EM_OK;
 }
 
+/* A parameter's name: a node name's characters, and dots between them
+ * for a sub-module's ("self_attn.out_proj.weight", as PyTorch names it). */
+static bool param_name_ok(const char *name) {
+  size_t n = strlen(name);
+  if (n == 0 || n > MAX_NAME_LEN || name[0] == '.' || name[n - 1] == '.') return false;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)name[i];
+    if (c == '.' && name[i + 1] == '.') return false;
+    if (!isalnum(c) && c != '_' && c != '-' && c != '.') return false;
+  }
+  return true;
+}
+
 /* ---- attributes --------------------------------------------------------------- */
 
 static em_status check_range(const em_attr_desc *d, double v, em_error *err) {
@@ -165,6 +178,28 @@ static em_status parse_attr(const em_attr_desc *d, json_t *v, em_attr_value *out
     out->n = 1;
     out->v[0] = json_is_true(v);
     return EM_OK;
+  case EM_ATTR_CHOICE: {
+    int k = json_is_string(v) ? em_attr_choice_find(d->choices, json_string_value(v)) : -1;
+    if (k < 0) {
+      em_strbuf b = {0};
+      for (const char *p = d->choices; p && *p;) {
+        size_t n = strcspn(p, "|");
+        em_strbuf_printf(&b, "%s\"%.*s\"", b.len ? ", " : "", (int)n, p);
+        p = p[n] ? p + n + 1 : p + n;
+      }
+      em_status st =
+          json_is_string(v)
+              ? em_error_set(err, EM_ERR_INVALID, "attribute '%s' is \"%s\"; it may be %s",
+                             d->name, json_string_value(v), b.s ? b.s : "")
+              : em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be a string (%s), got %s",
+                             d->name, b.s ? b.s : "", json_kind(v));
+      em_strbuf_free(&b);
+      return st;
+    }
+    out->n = 1;
+    out->v[0] = k;
+    return EM_OK;
+  }
   case EM_ATTR_INT2:
   case EM_ATTR_INTS: {
     const char *expect = d->kind == EM_ATTR_INT2 ? "an integer or a list [h, w] of integers"
@@ -438,7 +473,7 @@ static em_status check_inferred(em_spec *s, em_spec_node *nd, em_error *err) {
                         EM_LAYER_MAX_PARAMS);
   for (int k = 0; k < nd->n_decl; k++) {
     em_param_decl *d = &nd->decl[k];
-    if (!d->name || check_name(d->name, "a parameter name", NULL) != EM_OK)
+    if (!d->name || !param_name_ok(d->name))
       return em_error_set(err, EM_ERR_INVALID, "parameter %d has no valid name", k);
     for (int j = 0; j < k; j++)
       if (!strcmp(nd->decl[j].name, d->name))

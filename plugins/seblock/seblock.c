@@ -20,7 +20,7 @@ enum { SE_REDUCTION };
 
 static const em_attr_desc se_attrs[] = {
     [SE_REDUCTION] = {"reduction", EM_ATTR_INT, false, 4, 1, 1 << 20,
-                      "channels / reduction hidden units in the bottleneck"},
+                      "channels / reduction hidden units in the bottleneck", NULL},
 };
 
 static int64_t hidden_of(const em_layer_node *node, int64_t c) {

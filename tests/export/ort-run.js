@@ -6,7 +6,8 @@
 //
 //   node ort-run.js MODEL SHAPE IN OUT [SHAPE IN OUT ...]
 //
-// SHAPE is comma-separated (256,1,28,28). The module is found through
+// SHAPE is comma-separated (256,1,28,28); prefixed "i64:" (i64:3,6) the
+// input is raw little-endian int64 (token indices). The module is found through
 // NODE_PATH (.ci/install-deps puts it in .ci/node/node_modules). Exit 77
 // when it cannot be loaded (the test skips), 1 on any other failure.
 'use strict';
@@ -36,16 +37,19 @@ async function main(argv) {
     fail(argv[0] + ': expected one input and one output, got ' +
          session.inputNames.length + ' and ' + session.outputNames.length);
   for (let j = 1; j < argv.length; j += 3) {
-    const shape = argv[j].split(',').map(Number);
+    const i64 = argv[j].startsWith('i64:'), width = i64 ? 8 : 4;
+    const shape = argv[j].replace(/^i64:/, '').split(',').map(Number);
     if (shape.some((d) => !Number.isInteger(d) || d <= 0)) fail('bad shape ' + argv[j]);
     const numel = shape.reduce((a, b) => a * b, 1);
     const raw = fs.readFileSync(argv[j + 1]);
-    if (raw.length !== numel * 4)
-      fail(argv[j + 1] + ': ' + raw.length + ' bytes, shape ' + argv[j] + ' needs ' + numel * 4);
-    // A copy: the Buffer may sit at an offset not aligned for Float32Array.
-    const x = new Float32Array(numel);
-    for (let i = 0; i < numel; i++) x[i] = raw.readFloatLE(i * 4);
-    const out = await session.run({[session.inputNames[0]]: new ort.Tensor('float32', x, shape)});
+    if (raw.length !== numel * width)
+      fail(argv[j + 1] + ': ' + raw.length + ' bytes, shape ' + argv[j] + ' needs ' +
+           numel * width);
+    // A copy: the Buffer may sit at an offset not aligned for a typed array.
+    const x = i64 ? new BigInt64Array(numel) : new Float32Array(numel);
+    for (let i = 0; i < numel; i++) x[i] = i64 ? raw.readBigInt64LE(i * 8) : raw.readFloatLE(i * 4);
+    const t = new ort.Tensor(i64 ? 'int64' : 'float32', x, shape);
+    const out = await session.run({[session.inputNames[0]]: t});
     const y = out[session.outputNames[0]];
     if (y.type !== 'float32') fail('output is ' + y.type + ', not float32');
     const buf = Buffer.alloc(y.data.length * 4);

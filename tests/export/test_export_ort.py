@@ -46,7 +46,7 @@ import onnx
 # The float test's helpers: the same process runner, the same real test
 # images, the same training and engine reference outputs.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_export import EMBER, SOURCE, N, run, images, data_args, \
+from test_export import EMBER, FORWARD, SOURCE, N, run, images, data_args, \
     engine_outputs  # noqa: E402
 
 TOL = 1e-4
@@ -169,6 +169,35 @@ def check_model(spec, node, env, tmp):
               int((refq.argmax(1) == ref.argmax(1)).sum()), N))
 
 
+def check_sequence(node, env, tmp):
+    """tests/export/sequence.json (token input, attention, both encoder
+    layer forms) from its initial weights: ORT on random tokens at batches
+    3 and 1 against the engine, within TOL (f32; the attention's softmax
+    and the norms add no more than a Linear's rounding at these widths)."""
+    spec = os.path.join(SOURCE, "tests", "export", "sequence.json")
+    w, path = os.path.join(tmp, "sequence.safetensors"), os.path.join(tmp, "sequence.onnx")
+    L, V = 6, 13
+    x = np.random.default_rng(0).integers(0, V, size=(3, L)).astype("<i8")
+    xin, yout = os.path.join(tmp, "seq-x.raw"), os.path.join(tmp, "seq-y.raw")
+    x.tofile(xin)
+    run([FORWARD, spec, "init:" + w, len(x), xin, yout])
+    ref = np.fromfile(yout, dtype="<f4").reshape(len(x), -1)
+    run([EMBER, "export", spec, "--weights", w, "-o", path])
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    args, outs = [node, ORT_RUN, path], {}
+    for b in (3, 1):
+        xi, yo = os.path.join(tmp, "seq-ort-x%d.raw" % b), os.path.join(tmp, "seq-ort-y%d.raw" % b)
+        x[:b].tofile(xi)
+        args += ["i64:%d,%d" % (b, L), xi, yo]
+        outs[b] = yo
+    p = run(args, env=env, ok=False)
+    assert p.returncode == 0, "ort-run %s failed (%d): %s" % (path, p.returncode, p.stderr)
+    got = {b: np.fromfile(f, dtype="<f4").reshape(b, -1) for b, f in outs.items()}
+    assert float(np.abs(ref).max()) > 1e-3, "sequence: outputs are all near zero"
+    d = compare("sequence", ref, got, TOL)
+    print("sequence (tokens -> attention, encoder layers): max |engine - ORT| %.3g" % d)
+
+
 def main():
     node, env = ort_env()
     zoo = sorted(glob.glob(os.path.join(SOURCE, "data", "models", "*.json")))
@@ -176,6 +205,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ember-export-ort-") as tmp:
         for spec in zoo + [os.path.join(SOURCE, "tests", "export", "mixed.json")]:
             check_model(spec, node, env, tmp)
+        check_sequence(node, env, tmp)
     print("ok")
 
 

@@ -151,7 +151,7 @@ EM_PLUGIN_EXPORT em_status bad_late_add(em_error *err) {
 #endif
 
 #if defined(BAD_VERSION)
-static const em_plugin_table table = {EM_PLUGIN_API_VERSION + 98, "bad-version", "0", "",
+static const em_plugin_table table = {99, "bad-version", "0", "",
                                       init_duplicate};
 #elif defined(BAD_INIT)
 static const em_plugin_table table = {EM_PLUGIN_API_VERSION, "bad-init", "0", "", init_fails};

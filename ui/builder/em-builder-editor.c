@@ -145,6 +145,18 @@ static void on_attr_check(GtkCheckButton *b, GParamSpec *ps, EmBuilderPage *self
   edited(self);
 }
 
+/* A choice attribute's drop-down: the chosen string. */
+static void on_attr_choice(GtkDropDown *dd, GParamSpec *ps, EmBuilderPage *self) {
+  (void)ps;
+  if (self->loading || self->selected < 0) return;
+  const char *key = g_object_get_data(G_OBJECT(dd), "attr");
+  GtkStringObject *item = gtk_drop_down_get_selected_item(dd);
+  if (!item) return;
+  json_object_set_new(em_builder_node_at(self, self->selected), key,
+                      json_string(gtk_string_object_get_string(item)));
+  edited(self);
+}
+
 /* "3" or "3, 3" (or empty: drop the key). */
 static void on_attr_entry(GtkEditable *e, EmBuilderPage *self) {
   if (self->loading || self->selected < 0) return;
@@ -253,6 +265,13 @@ void em_builder_fill_editor(EmBuilderPage *self) {
       w = gtk_check_button_new();
       gtk_check_button_set_active(GTK_CHECK_BUTTON(w), v ? json_is_true(v) : d->def != 0);
       g_signal_connect_object(w, "notify::active", G_CALLBACK(on_attr_check), self, 0);
+    } else if (d->kind == EM_ATTR_CHOICE) {
+      char **names = g_strsplit(d->choices ? d->choices : "", "|", -1);
+      w = gtk_drop_down_new_from_strings((const char *const *)names);
+      int k = json_is_string(v) ? em_attr_choice_find(d->choices, json_string_value(v)) : -1;
+      gtk_drop_down_set_selected(GTK_DROP_DOWN(w), (guint)(k >= 0 ? k : (int)d->def));
+      g_strfreev(names);
+      g_signal_connect_object(w, "notify::selected", G_CALLBACK(on_attr_choice), self, 0);
     } else if (d->kind == EM_ATTR_INT || d->kind == EM_ATTR_FLOAT) {
       gboolean is_int = d->kind == EM_ATTR_INT;
       double lo = d->min > -1e9 ? d->min : -1e9, hi = d->max < 1e9 ? d->max : 1e9;

@@ -358,6 +358,12 @@ void em_builder_add_layer(EmBuilderPage *self, const char *type_name) {
   for (int a = 0; a < type->n_attrs; a++) { /* required fields get a starting value */
     const em_attr_desc *d = &type->attrs[a];
     if (!d->required) continue;
+    if (d->kind == EM_ATTR_CHOICE) {
+      char buf[64];
+      json_object_set_new(node, d->name,
+                          json_string(em_attr_choice_name(d->choices, (int)d->def, buf, sizeof buf)));
+      continue;
+    }
     double v = d->def != 0 ? d->def : strstr(d->name, "kernel") ? 3 : d->kind == EM_ATTR_FLOAT ? 0.5 : 16;
     if (v < d->min) v = d->min;
     if (v > d->max) v = d->max;

@@ -45,6 +45,43 @@ def pair(v):
     return tuple(v) if isinstance(v, list) else (v, v)
 
 
+def causal_mask(n, dtype):
+    """PyTorch's float mask for a causal block: -inf above the diagonal."""
+    return torch.triu(torch.full((n, n), float("-inf"), dtype=dtype), 1)
+
+
+class SelfAttention(nn.MultiheadAttention):
+    """nn.MultiheadAttention as a one-input layer (query = key = value)."""
+    def __init__(self, d, heads, dropout, bias, causal):
+        super().__init__(d, heads, dropout=dropout, bias=bias, batch_first=True)
+        self.causal = causal
+
+    def forward(self, x):
+        mask = causal_mask(x.shape[1], x.dtype) if self.causal else None
+        return super().forward(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
+class EncoderLayer(nn.TransformerEncoderLayer):
+    """nn.TransformerEncoderLayer with Ember's causal flag."""
+    def __init__(self, causal, **kw):
+        super().__init__(batch_first=True, **kw)
+        self.causal = causal
+
+    def forward(self, x):
+        mask = causal_mask(x.shape[1], x.dtype) if self.causal else None
+        return super().forward(x, src_mask=mask)
+
+
+class PositionalEmbedding(nn.Module):
+    """x + weight[:L], weight (max_len, D): nn.Embedding over arange(L)."""
+    def __init__(self, max_len, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(max_len, d))
+
+    def forward(self, x):
+        return x + self.weight[: x.shape[1]]
+
+
 def make(node, x):
     """A torch module for one Ember node, sized from its input x."""
     t, a = node["type"], node
@@ -72,6 +109,18 @@ def make(node, x):
         return nn.Flatten(a.get("start_dim", 1), a.get("end_dim", -1))
     if t == "Embedding":
         return nn.Embedding(a["num_embeddings"], a["embedding_dim"])
+    if t == "MultiheadAttention":
+        return SelfAttention(x.shape[-1], a["num_heads"], a.get("dropout", 0.0),
+                             a.get("bias", True), a.get("causal", False))
+    if t == "TransformerEncoderLayer":
+        return EncoderLayer(a.get("causal", False), d_model=x.shape[-1], nhead=a["nhead"],
+                            dim_feedforward=a.get("dim_feedforward", 2048),
+                            dropout=a.get("dropout", 0.1),
+                            activation=a.get("activation", "relu"),
+                            layer_norm_eps=a.get("layer_norm_eps", 1e-5),
+                            norm_first=a.get("norm_first", False))
+    if t == "PositionalEmbedding":
+        return PositionalEmbedding(a["max_len"], x.shape[-1])
     if t == "Add":
         return None
     raise ValueError("no reference for layer type " + t)

@@ -96,6 +96,32 @@ static const torch_case cases[] = {
                  " {'name': 'res2', 'type': 'Add', 'inputs': ['norm', 'skip', 'fc1']},"
                  " {'name': 'head', 'type': 'Linear', 'out_features': 4}]}",
      3, true},
+    {"mha", "{'name': 'x', 'input': {'shape': [5, 8]}, 'nodes': ["
+            " {'name': 'attn', 'type': 'MultiheadAttention', 'num_heads': 2, 'dropout': 0.3}]}",
+     3, false},
+    {"mha-causal-nobias", "{'name': 'x', 'input': {'shape': [6, 12]}, 'nodes': ["
+                          " {'name': 'attn', 'type': 'MultiheadAttention', 'num_heads': 3,"
+                          "  'bias': false, 'causal': true}]}",
+     2, true},
+    {"encoder-post-relu", "{'name': 'x', 'input': {'shape': [5, 8]}, 'nodes': ["
+                          " {'name': 'enc', 'type': 'TransformerEncoderLayer', 'nhead': 2,"
+                          "  'dim_feedforward': 16, 'dropout': 0.0}]}",
+     3, true},
+    {"encoder-pre-gelu-causal", "{'name': 'x', 'input': {'shape': [7, 8]}, 'nodes': ["
+                                " {'name': 'enc', 'type': 'TransformerEncoderLayer', 'nhead': 4,"
+                                "  'dim_feedforward': 12, 'activation': 'gelu', 'norm_first': true,"
+                                "  'causal': true, 'layer_norm_eps': 1e-6}]}",
+     2, false},
+    {"tiny-gpt", "{'name': 'gpt', 'input': {'shape': [6], 'dtype': 'i64'}, 'nodes': ["
+                 " {'name': 'tok', 'type': 'Embedding', 'num_embeddings': 11, 'embedding_dim': 8},"
+                 " {'name': 'pos', 'type': 'PositionalEmbedding', 'max_len': 9},"
+                 " {'name': 'b0', 'type': 'TransformerEncoderLayer', 'nhead': 2,"
+                 "  'dim_feedforward': 16, 'dropout': 0.0, 'norm_first': true, 'causal': true},"
+                 " {'name': 'b1', 'type': 'TransformerEncoderLayer', 'nhead': 2,"
+                 "  'dim_feedforward': 16, 'dropout': 0.0, 'norm_first': true, 'causal': true},"
+                 " {'name': 'ln', 'type': 'LayerNorm'},"
+                 " {'name': 'head', 'type': 'Linear', 'out_features': 11}]}",
+     2, true},
     {"mlp", "{'name': 'mlp', 'input': {'shape': [1, 28, 28]}, 'nodes': ["
             " {'name': 'flatten', 'type': 'Flatten'},"
             " {'name': 'fc1', 'type': 'Linear', 'out_features': 256},"

@@ -260,7 +260,7 @@ static void test_summary(void) {
 /* ---- registry and a plugin-style type --------------------------------------------- */
 
 static const em_attr_desc scale_attrs[] = {
-    {"factor", EM_ATTR_FLOAT, false, 2.0, -100, 100, "multiplier"},
+    {"factor", EM_ATTR_FLOAT, false, 2.0, -100, 100, "multiplier", NULL},
 };
 
 static em_status scale_infer(const em_layer_node *node, int n_in, const em_shape *in,
@@ -357,8 +357,8 @@ static void test_errors_unknown_keys(void) {
   EXPECT_ERROR(HEAD "{'name': 'c', 'type': 'Conv2D', 'out_channels': 8}]}",
                "node 'c': unknown layer type 'Conv2D' (did you mean 'Conv2d'?)",
                "known: Linear, Conv2d");
-  EXPECT_ERROR(HEAD "{'name': 'c', 'type': 'Transformer'}]}",
-               "node 'c': unknown layer type 'Transformer'; known:");
+  EXPECT_ERROR(HEAD "{'name': 'c', 'type': 'Hologram'}]}",
+               "node 'c': unknown layer type 'Hologram'; known:");
   EXPECT_ERROR("{'name': 'm', 'input': {'shape': [4], 'dtype': 'f16'}, 'nodes': [" FLAT "]}",
                "input \"dtype\" 'f16' is not supported");
 }
