@@ -231,6 +231,10 @@ int64_t em_spec_buffer_count(const em_spec *spec); /* elements of buffers */
 
 /* Nodes in spec order, with their inferred shapes (batch dim -1). */
 int em_spec_node_count(const em_spec *spec);
+/* The parsed nodes row `row` of the spec's JSON "nodes" stands for,
+ * [*first, returned]: the row's node, or a repeated block's copies (its
+ * "repeat" times its nodes); -1 past the last row. */
+int em_spec_row_nodes(const em_spec *spec, int row, int *first);
 const char *em_spec_node_name(const em_spec *spec, int i);
 const em_layer_type *em_spec_node_type(const em_spec *spec, int i);
 const em_shape *em_spec_node_output(const em_spec *spec, int i);

@@ -33,6 +33,13 @@ em_status em_nn_attention_shape(const em_shape *in, int64_t heads, const char *w
  * params[0..3], "self_attn."-prefixed when prefixed. */
 void em_nn_attention_decls(em_param_decl *params, int64_t D, bool prefixed);
 
+/* The nodes list with its repeated blocks expanded (spec-repeat.c): *flat
+ * a new list (NULL when nodes holds no block, nothing to expand); when
+ * out_name (the spec's "output", may be NULL) names a block,
+ * *out_name_to is its last node's name (malloc'd), else NULL. */
+em_status em_spec_expand_repeats(json_t *nodes, const char *out_name, char **out_name_to,
+                                 json_t **flat, em_error *err);
+
 /* ---- a small growing string (for messages and the summary) ---------------- */
 typedef struct {
   char *s;

@@ -38,6 +38,8 @@ typedef struct {
 
 struct em_spec {
   json_t *root;
+  json_t *flat;     /* the nodes with repeated blocks expanded, or NULL */
+  char *flat_output; /* "output" when it names a block: its last node */
   char *source;
   const char *name, *description;
   json_t *loss, *training;

@@ -349,7 +349,9 @@ static em_status parse_node_name(em_spec *s, int i, json_t *obj, em_error *err) 
   const char *name = json_string_value(nm);
   char what[64];
   snprintf(what, sizeof what, "nodes[%d]: the name", i);
-  em_status st = check_name(name, what, err);
+  /* a repeated block's copies are named "block.0.node" (spec-repeat.c
+   * checked the parts) */
+  em_status st = s->flat && strchr(name, '.') ? EM_OK : check_name(name, what, err);
   if (st != EM_OK) return st;
   if (!strcmp(name, "input"))
     return em_error_set(err, EM_ERR_INVALID,
@@ -593,6 +595,10 @@ static em_status build(em_spec *s, em_error *err) {
   if (!nodes) return em_error_set(err, EM_ERR_INVALID, "missing \"nodes\" (the list of layers)");
   if (!json_is_array(nodes))
     return em_error_set(err, EM_ERR_INVALID, "\"nodes\" must be a list, got %s", json_kind(nodes));
+  st = em_spec_expand_repeats(nodes, json_string_value(json_object_get(root, "output")),
+                              &s->flat_output, &s->flat, err);
+  if (st != EM_OK) return st;
+  if (s->flat) nodes = s->flat;
   size_t n = json_array_size(nodes);
   if (n == 0) return em_error_set(err, EM_ERR_INVALID, "\"nodes\" is empty");
   if (n > EM_NN_MAX_NODES)
@@ -622,7 +628,7 @@ static em_status build(em_spec *s, em_error *err) {
     if (!json_is_string(out))
       return em_error_set(err, EM_ERR_INVALID, "\"output\" must be a node name, got %s",
                           json_kind(out));
-    s->output = find_node(s, json_string_value(out));
+    s->output = find_node(s, s->flat_output ? s->flat_output : json_string_value(out));
     if (s->output < 0)
       return em_error_set(err, EM_ERR_INVALID, "\"output\" names '%s', which is not a node",
                           json_string_value(out));
@@ -741,6 +747,8 @@ em_spec *em_spec_copy(const em_spec *spec, em_error *err) {
 void em_spec_free(em_spec *spec) {
   if (!spec) return;
   json_decref(spec->root);
+  json_decref(spec->flat);
+  free(spec->flat_output);
   free(spec->nodes);
   free(spec->source);
   free(spec);

@@ -67,8 +67,9 @@ static int64_t inferred_value(EmBuilderPage *self, int i, const char *name) {
   if (from < 0) {
     nd = em_spec_input_shape(s, dims);
   } else {
-    if (from >= em_spec_node_count(s)) return -1;
-    const em_shape *o = em_spec_node_output(s, from);
+    int first, last = em_spec_row_nodes(s, from, &first);
+    if (last < 0) return -1;
+    const em_shape *o = em_spec_node_output(s, last);
     nd = o->ndim - 1; /* without the batch dim */
     for (int k = 0; k < nd; k++) dims[k] = o->shape[k + 1];
   }

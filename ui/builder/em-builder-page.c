@@ -128,14 +128,28 @@ static void fill_rows(EmBuilderPage *self) {
     const char *name = json_string_value(json_object_get(node, "name"));
     const char *type = json_string_value(json_object_get(node, "type"));
     char shape[64] = "—", params[32] = "—", flops[32] = "—", act[32] = "—";
-    if (shown && i < em_spec_node_count(shown)) {
-      em_shape_format(em_spec_node_output(shown, i), shape, sizeof shape);
-      em_format_count(em_spec_node_param_count(shown, i), params, sizeof params);
-      em_format_flops(costs[i].flops, flops, sizeof flops);
+    int first = i, last = shown ? em_spec_row_nodes(shown, i, &first) : -1;
+    char block[48];
+    json_t *rep = json_object_get(node, "repeat");
+    if (rep && !type) { /* a repeated block: its copies' sums, the last one's shape */
+      snprintf(block, sizeof block, "block \u00d7%lld", (long long)json_integer_value(rep));
+      type = block;
+    }
+    if (last >= 0) {
+      int64_t np = 0, act_bytes = 0;
+      double fl = 0;
+      for (int k = first; k <= last; k++) {
+        np += em_spec_node_param_count(shown, k);
+        fl += costs[k].flops;
+        act_bytes += costs[k].act_bytes;
+      }
+      em_shape_format(em_spec_node_output(shown, last), shape, sizeof shape);
+      em_format_count(np, params, sizeof params);
+      em_format_flops(fl, flops, sizeof flops);
       char *unit = strstr(flops, "FLOP"); /* the column's title says it: "501.8 k" */
       if (unit) *unit = '\0';
       g_strchomp(flops);
-      em_format_bytes(costs[i].act_bytes, act, sizeof act);
+      em_format_bytes(act_bytes, act, sizeof act);
     }
     GtkWidget *v = gtk_box_new(GTK_ORIENTATION_VERTICAL, 2);
     GtkWidget *h = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 6);

@@ -184,6 +184,70 @@ static void test_residual(void) {
   em_spec_free(s);
 }
 
+/* Repeated blocks: copies named like an nn.ModuleList's children, inner
+ * inputs per copy, the block's own name for its last copy, errors. */
+static void test_repeat(void) {
+  em_spec *s = parse_ok(
+      "{'name': 'gpt', 'input': {'shape': [5], 'dtype': 'i64'},"
+      " 'nodes': ["
+      "  {'name': 'tok', 'type': 'Embedding', 'num_embeddings': 7, 'embedding_dim': 8},"
+      "  {'name': 'layers', 'repeat': 3, 'nodes': ["
+      "   {'name': 'enc', 'type': 'TransformerEncoderLayer', 'nhead': 2, 'dim_feedforward': 4}]},"
+      "  {'name': 'blocks', 'repeat': 2, 'nodes': ["
+      "   {'name': 'fc', 'type': 'Linear', 'out_features': 8},"
+      "   {'name': 'act', 'type': 'GELU'},"
+      "   {'name': 'sum', 'type': 'Add', 'inputs': ['fc', 'act']}]},"
+      "  {'name': 'skip', 'type': 'Add', 'inputs': ['layers', 'blocks']},"
+      "  {'name': 'head', 'type': 'Linear', 'out_features': 7}],"
+      " 'output': 'head'}");
+  g_assert_cmpint(em_spec_node_count(s), ==, 1 + 3 + 6 + 2);
+  g_assert_cmpstr(em_spec_node_name(s, 1), ==, "layers.0");
+  g_assert_cmpstr(em_spec_node_name(s, 3), ==, "layers.2");
+  g_assert_cmpstr(em_spec_node_name(s, 4), ==, "blocks.0.fc");
+  g_assert_cmpstr(em_spec_node_name(s, 9), ==, "blocks.1.sum");
+  int idx[16];
+  g_assert_cmpint(em_spec_node_inputs(s, 2, idx), ==, 1); /* layers.1 <- layers.0 */
+  g_assert_cmpint(idx[0], ==, 1);
+  g_assert_cmpint(em_spec_node_inputs(s, 7, idx), ==, 1); /* blocks.1.fc <- blocks.0.sum */
+  g_assert_cmpint(idx[0], ==, 6);
+  g_assert_cmpint(em_spec_node_inputs(s, 9, idx), ==, 2); /* blocks.1.sum <- its own fc, act */
+  g_assert_cmpint(idx[0], ==, 7);
+  g_assert_cmpint(idx[1], ==, 8);
+  g_assert_cmpint(em_spec_node_inputs(s, 10, idx), ==, 2); /* skip <- layers.2, blocks.1.sum */
+  g_assert_cmpint(idx[0], ==, 3);
+  g_assert_cmpint(idx[1], ==, 9);
+  /* each copy has its own parameters: 3 encoder layers, 2 Linear(8, 8) */
+  int64_t enc = 3 * 8 * 8 + 3 * 8 + 8 * 8 + 8 + 4 * 8 + 4 + 8 * 4 + 8 + 4 * 8;
+  g_assert_cmpint(em_spec_param_count(s), ==, 7 * 8 + 3 * enc + 2 * (64 + 8) + 8 * 7 + 7);
+  /* the spec's JSON keeps the block as written */
+  g_assert_cmpint(json_array_size(json_object_get(em_spec_json(s), "nodes")), ==, 5);
+  em_spec_free(s);
+
+  s = parse_ok("{'name': 'r', 'input': {'shape': [4]}, 'nodes': ["
+               " {'name': 'b', 'repeat': 2, 'nodes': [{'name': 'fc', 'type': 'Linear',"
+               "  'out_features': 4}]}], 'output': 'b'}");
+  g_assert_cmpint(em_spec_node_count(s), ==, 2);
+  em_spec_free(s);
+
+#define HEAD_R "{'name': 'r', 'input': {'shape': [4]}, 'nodes': ["
+  EXPECT_ERROR(HEAD_R "{'name': 'b', 'repeat': 0, 'nodes': [{'name': 'f', 'type': 'ReLU'}]}]}",
+               "block 'b': \"repeat\" must be an integer from 1 to");
+  EXPECT_ERROR(HEAD_R "{'name': 'b', 'repeat': 2, 'nodes': []}]}",
+               "block 'b': \"nodes\" must be a non-empty list");
+  EXPECT_ERROR(HEAD_R "{'name': 'b', 'repeat': 2, 'nodes': [{'name': 'c', 'repeat': 2,"
+               " 'nodes': [{'name': 'f', 'type': 'ReLU'}]}]}]}",
+               "a block inside a block is not supported");
+  EXPECT_ERROR(HEAD_R "{'name': 'b', 'repeat': 2, 'times': 3, 'nodes': [{'name': 'f',"
+               " 'type': 'ReLU'}]}]}",
+               "block 'b': unknown key 'times'");
+  EXPECT_ERROR(HEAD_R "{'name': 'b.x', 'repeat': 2, 'nodes': [{'name': 'f', 'type': 'ReLU'}]}]}",
+               "a name may not hold '.'");
+  EXPECT_ERROR(HEAD_R "{'name': 'b', 'repeat': 2, 'nodes': [{'name': 'f', 'type': 'Lineer',"
+               " 'out_features': 3}]}]}",
+               "node 'b.0': unknown layer type 'Lineer'");
+#undef HEAD_R
+}
+
 /* Every built-in type, with attributes that change the shapes. */
 static void test_all_types(void) {
   em_spec *s = parse_ok(
@@ -573,6 +637,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/nn/spec/format", test_spec_format);
   g_test_add_func("/engine/nn/spec/residual", test_residual);
   g_test_add_func("/engine/nn/spec/all-types", test_all_types);
+  g_test_add_func("/engine/nn/spec/repeat", test_repeat);
   g_test_add_func("/engine/nn/spec/summary", test_summary);
   g_test_add_func("/engine/nn/registry", test_registry);
   g_test_add_func("/engine/nn/spec/errors/syntax", test_errors_syntax);
