@@ -184,7 +184,8 @@ static void em_onnx_encoder(const form_args *a) {
   }
   linear(b, name, "linear1", ff_in, xs, t[4], tn[4], t[5], tn[5], f1);
   if (gelu) {
-    em_layer_node sub = {.name = node_name(b, name, "gelu"), .type = &em_layer_gelu};
+    em_attr_value exact[1] = {{false, 1, {0}}}; /* approximate: none */
+    em_layer_node sub = {.name = node_name(b, name, "gelu"), .type = &em_layer_gelu, .attr = exact};
     if (sub.name) em_onnx_gelu(&(form_args){b, &sub, 1, &f1, &fs, fa, 0, NULL, NULL});
   } else {
     em_onnx_op1(b, "Relu", node_name(b, name, "relu"), f1, fa);
@@ -199,6 +200,65 @@ static void em_onnx_encoder(const form_args *a) {
   }
 }
 
+/* ---- ToSequence, ClassToken, SequencePool ------------------------------------------ */
+
+static void em_onnx_to_sequence(const form_args *a) { /* Reshape (N, C, -1), Transpose */
+  em_onnx_builder *b = a->b;
+  const char *name = a->node->name, *c_shape = em_onnx_printf(b, "%s/shape", name);
+  const char *flat = tmp(b, name, "flat");
+  if (b->failed) return;
+  em_onnx_init_i64s(b, c_shape, 3, (int64_t[]){0, a->in_shapes[0].shape[1], -1});
+  em_onnx_op2(b, "Reshape", node_name(b, name, "Reshape"), a->in[0], c_shape, flat);
+  Onnx__NodeProto *n = em_onnx_node(b, "Transpose", name, 1, &flat, a->out);
+  if (n) em_onnx_attr_ints(b, n, "perm", 3, (int64_t[]){0, 2, 1});
+}
+
+/* The token broadcast to (N, 1, D) by Expand over the input's batch
+ * (Shape, Slice [0:1], Concat with [1, D]), then Concat on the sequence. */
+static void em_onnx_class_token(const form_args *a) {
+  em_onnx_builder *b = a->b;
+  const char *name = a->node->name, *x = a->in[0];
+  int64_t D = a->in_shapes[0].shape[2];
+  em_onnx_init_tensor(b, a->tn[0], a->t[0]);
+  const char *shp = tmp(b, name, "shape"), *nb = tmp(b, name, "batch");
+  const char *full = tmp(b, name, "token_shape"), *tok = tmp(b, name, "tokens");
+  const char *c0 = em_onnx_printf(b, "%s/zero", name), *c1 = em_onnx_printf(b, "%s/one", name);
+  const char *c_rest = em_onnx_printf(b, "%s/rest", name);
+  if (b->failed) return;
+  em_onnx_init_i64s(b, c0, 1, (int64_t[]){0});
+  em_onnx_init_i64s(b, c1, 1, (int64_t[]){1});
+  em_onnx_init_i64s(b, c_rest, 2, (int64_t[]){1, D});
+  em_onnx_op1(b, "Shape", node_name(b, name, "Shape"), x, shp);
+  em_onnx_node(b, "Slice", node_name(b, name, "Slice"), 3, (const char *[]){shp, c0, c1}, nb);
+  Onnx__NodeProto *cn = em_onnx_node(b, "Concat", node_name(b, name, "Concat_shape"), 2,
+                                     (const char *[]){nb, c_rest}, full);
+  if (cn) em_onnx_attr_int(b, cn, "axis", 0);
+  em_onnx_op2(b, "Expand", node_name(b, name, "Expand"), a->tn[0], full, tok);
+  Onnx__NodeProto *n = em_onnx_node(b, "Concat", name, 2, (const char *[]){tok, x}, a->out);
+  if (n) em_onnx_attr_int(b, n, "axis", 1);
+}
+
+static void em_onnx_sequence_pool(const form_args *a) {
+  em_onnx_builder *b = a->b;
+  const em_layer_node *nd = a->node;
+  if (em_attr_choice(nd, attr_at(nd, "mode")) == 1) { /* mean */
+    Onnx__NodeProto *n = em_onnx_node(b, "ReduceMean", nd->name, 1, &a->in[0], a->out);
+    if (n) em_onnx_attr_ints(b, n, "axes", 1, (int64_t[]){1});
+    if (n) em_onnx_attr_int(b, n, "keepdims", 0);
+    return;
+  }
+  const char *c0 = em_onnx_printf(b, "%s/first", nd->name);
+  if (b->failed) return;
+  em_onnx_init_raw(b, c0, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, (int64_t[]){0},
+                   sizeof(int64_t));
+  Onnx__NodeProto *n = em_onnx_node(b, "Gather", nd->name, 2, (const char *[]){a->in[0], c0},
+                                    a->out);
+  if (n) em_onnx_attr_int(b, n, "axis", 1);
+}
+
+EM_ONNX_FORM(em_onnx_to_sequence)
+EM_ONNX_FORM(em_onnx_class_token)
+EM_ONNX_FORM(em_onnx_sequence_pool)
 EM_ONNX_FORM(em_onnx_positional)
 EM_ONNX_FORM(em_onnx_attention)
 EM_ONNX_FORM(em_onnx_encoder)

@@ -59,3 +59,6 @@ void em_onnx_layer_norm(const form_args *a);
 EM_ONNX_FORM_DECL(em_onnx_positional);
 EM_ONNX_FORM_DECL(em_onnx_attention);
 EM_ONNX_FORM_DECL(em_onnx_encoder);
+EM_ONNX_FORM_DECL(em_onnx_to_sequence);
+EM_ONNX_FORM_DECL(em_onnx_class_token);
+EM_ONNX_FORM_DECL(em_onnx_sequence_pool);

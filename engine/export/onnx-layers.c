@@ -142,9 +142,43 @@ static void flatten(const form_args *a) {
 }
 
 /* 0.5 x (1 + erf(x / sqrt 2)), as in engine/ops/unary.c. */
+/* 0.5 x (1 + tanh(k (x + c x^3))), k = sqrt(2 / pi), c = 0.044715 */
+static void gelu_tanh(const form_args *a) {
+  em_onnx_builder *b = a->b;
+  const char *name = a->node->name, *x = a->in[0], *out = a->out;
+  static const char *const what[] = {"square", "cube", "cubic", "inner", "scaled", "tanh",
+                                     "one_plus", "product"};
+  char *v[8], *n[8];
+  for (int k = 0; k < 8; k++) {
+    v[k] = em_onnx_tmp_name(b, name, what[k]);
+    n[k] = em_onnx_printf(b, "%s/%s", name, what[k]);
+  }
+  char *c_c = em_onnx_printf(b, "%s/c", name), *c_k = em_onnx_printf(b, "%s/k", name);
+  char *c_one = em_onnx_printf(b, "%s/one", name), *c_half = em_onnx_printf(b, "%s/half", name);
+  char *n_out = em_onnx_printf(b, "%s/Mul_half", name);
+  if (b->failed) return;
+  em_onnx_init_scalar(b, c_c, 0.044715f);
+  em_onnx_init_scalar(b, c_k, (float)sqrt(2.0 / M_PI));
+  em_onnx_init_scalar(b, c_one, 1.f);
+  em_onnx_init_scalar(b, c_half, 0.5f);
+  em_onnx_op2(b, "Mul", n[0], x, x, v[0]);
+  em_onnx_op2(b, "Mul", n[1], v[0], x, v[1]);
+  em_onnx_op2(b, "Mul", n[2], v[1], c_c, v[2]);
+  em_onnx_op2(b, "Add", n[3], x, v[2], v[3]);
+  em_onnx_op2(b, "Mul", n[4], v[3], c_k, v[4]);
+  em_onnx_op1(b, "Tanh", n[5], v[4], v[5]);
+  em_onnx_op2(b, "Add", n[6], v[5], c_one, v[6]);
+  em_onnx_op2(b, "Mul", n[7], x, v[6], v[7]);
+  em_onnx_op2(b, "Mul", n_out, v[7], c_half, out);
+}
+
 void em_onnx_gelu(const form_args *a) {
   em_onnx_builder *b = a->b;
   const char *name = a->node->name, *x = a->in[0], *out = a->out;
+  if (em_attr_choice(a->node, attr_index(a->node, "approximate")) == 1) {
+    gelu_tanh(a);
+    return;
+  }
   char *c_sqrt2 = em_onnx_printf(b, "%s/sqrt2", name), *c_one = em_onnx_printf(b, "%s/one", name);
   char *c_half = em_onnx_printf(b, "%s/half", name);
   char *v_div = em_onnx_tmp_name(b, name, "div"), *v_erf = em_onnx_tmp_name(b, name, "erf");
@@ -334,6 +368,9 @@ static const struct {
     {&em_layer_positional_embedding, em_onnx_positional_form},
     {&em_layer_multihead_attention, em_onnx_attention_form},
     {&em_layer_transformer_encoder_layer, em_onnx_encoder_form},
+    {&em_layer_to_sequence, em_onnx_to_sequence_form},
+    {&em_layer_class_token, em_onnx_class_token_form},
+    {&em_layer_sequence_pool, em_onnx_sequence_pool_form},
 };
 
 static pthread_once_t forms_once = PTHREAD_ONCE_INIT;

@@ -21,6 +21,7 @@ typedef enum {
   EM_KU_ADDS,  /* x + p0 */
   EM_KU_MULS,  /* x * p0 */
   EM_KU_POWS,  /* x ^ p0 */
+  EM_KU_GELU_TANH, /* the tanh approximation (GPT-2's, PyTorch's approximate="tanh") */
   EM_KU_COUNT
 } em_kun;
 

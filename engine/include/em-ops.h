@@ -43,6 +43,8 @@ em_tensor *em_abs(em_tensor *x);
 em_tensor *em_clamp(em_tensor *x, double lo, double hi); /* -INFINITY/INFINITY for none */
 em_tensor *em_relu(em_tensor *x);
 em_tensor *em_gelu(em_tensor *x); /* exact (erf) form, PyTorch's default */
+/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GELU(approximate="tanh") */
+em_tensor *em_gelu_tanh(em_tensor *x);
 em_tensor *em_silu(em_tensor *x);
 em_tensor *em_sigmoid(em_tensor *x);
 em_tensor *em_tanh(em_tensor *x);

@@ -27,10 +27,35 @@ static em_status same_shape_infer(const em_layer_node *node, int n_in, const em_
   };
 
 ACTIVATION(relu, "ReLU", em_relu, "max(x, 0)")
-ACTIVATION(gelu, "GELU", em_gelu, "x * Phi(x), the exact (erf) form")
 ACTIVATION(silu, "SiLU", em_silu, "x * sigmoid(x)")
 ACTIVATION(sigmoid, "Sigmoid", em_sigmoid, "1 / (1 + exp(-x))")
 ACTIVATION(tanh, "Tanh", em_tanh, "tanh(x)")
+
+/* ---- GELU: the exact form, or PyTorch's approximate="tanh" -------------------------- */
+
+enum { GELU_APPROX };
+static const em_attr_desc gelu_attrs[] = {
+    {"approximate", EM_ATTR_CHOICE, false, 0, 0, 0,
+     "none: x Phi(x) (erf); tanh: GPT-2's tanh approximation", "none|tanh"},
+};
+
+static em_tensor *gelu_forward(const em_layer_node *node, int n_in, em_tensor **in,
+                               em_tensor **params, const em_forward_ctx *ctx) {
+  return em_attr_choice(node, GELU_APPROX) ? em_gelu_tanh(in[0]) : em_gelu(in[0]);
+}
+
+const em_layer_type em_layer_gelu = {
+    .api_version = EM_LAYER_API_VERSION,
+    .name = "GELU",
+    .category = "activation",
+    .help = "x * Phi(x): the exact (erf) form, or its tanh approximation",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .n_attrs = 1,
+    .attrs = gelu_attrs,
+    .infer = same_shape_infer,
+    .forward = gelu_forward,
+};
 
 /* ---- Dropout -------------------------------------------------------------------- */
 

@@ -66,4 +66,5 @@ extern const em_layer_type em_layer_linear, em_layer_conv2d, em_layer_batch_norm
     em_layer_layer_norm, em_layer_dropout, em_layer_relu, em_layer_gelu, em_layer_silu,
     em_layer_sigmoid, em_layer_tanh, em_layer_max_pool2d, em_layer_avg_pool2d, em_layer_flatten,
     em_layer_embedding, em_layer_add, em_layer_multihead_attention,
-    em_layer_transformer_encoder_layer, em_layer_positional_embedding;
+    em_layer_transformer_encoder_layer, em_layer_positional_embedding, em_layer_to_sequence,
+    em_layer_class_token, em_layer_sequence_pool;

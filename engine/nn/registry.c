@@ -61,7 +61,8 @@ static void register_builtins(void) {
       &em_layer_sigmoid,    &em_layer_tanh,        &em_layer_max_pool2d,   &em_layer_avg_pool2d,
       &em_layer_flatten,    &em_layer_embedding,   &em_layer_add,
       &em_layer_positional_embedding, &em_layer_multihead_attention,
-      &em_layer_transformer_encoder_layer,
+      &em_layer_transformer_encoder_layer, &em_layer_to_sequence, &em_layer_class_token,
+      &em_layer_sequence_pool,
   };
   for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++)
     EM_ASSERT(add_type(builtins[i], NULL) == EM_OK);

@@ -124,6 +124,25 @@ static inline double gelu_grad_f64(double x) {
   double pdf = INV_SQRT_2PI * exp(-0.5 * x * x);
   return cdf + x * pdf;
 }
+/* The tanh form: u = k (x + c x^3), t = tanh(u), y = 0.5 x (1 + t),
+ * dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2). */
+#define GELU_K 0.79788456080286535588 /* sqrt(2 / pi) */
+#define GELU_C 0.044715
+static inline float gelu_tanh_f32(float x) {
+  return 0.5f * x * (1.f + em_tanhf((float)GELU_K * (x + (float)GELU_C * x * x * x)));
+}
+static inline double gelu_tanh_f64(double x) {
+  return 0.5 * x * (1. + tanh(GELU_K * (x + GELU_C * x * x * x)));
+}
+static inline float gelu_tanh_grad_f32(float x) {
+  float t = em_tanhf((float)GELU_K * (x + (float)GELU_C * x * x * x));
+  return 0.5f * (1.f + t) +
+         0.5f * x * (1.f - t * t) * (float)GELU_K * (1.f + 3.f * (float)GELU_C * x * x);
+}
+static inline double gelu_tanh_grad_f64(double x) {
+  double t = tanh(GELU_K * (x + GELU_C * x * x * x));
+  return 0.5 * (1. + t) + 0.5 * x * (1. - t * t) * GELU_K * (1. + 3. * GELU_C * x * x);
+}
 static inline double sigmoid_f64(double x) { return 1. / (1. + exp(-x)); }
 /* d silu / dx = s (1 + x (1 - s)), s = sigmoid(x) */
 static inline float silu_grad_f32(float x) {
@@ -169,6 +188,8 @@ UNARY_OP(clamp, SAVE_X, clamp_f32(x, p0, p1), clamp_f64(x, p0, p1), (v >= p0 && 
 UNARY_OP(relu, SAVE_Y, x < 0.f ? 0.f : x, x < 0. ? 0. : x, v <= 0.f ? 0.f : g,
          v <= 0. ? 0. : g)
 UNARY_OP(gelu, SAVE_X, gelu_f32(x), gelu_f64(x), g * gelu_grad_f32(v), g * gelu_grad_f64(v))
+UNARY_OP(gelu_tanh, SAVE_X, gelu_tanh_f32(x), gelu_tanh_f64(x), g * gelu_tanh_grad_f32(v),
+         g * gelu_tanh_grad_f64(v))
 UNARY_OP(silu, SAVE_X, x / (1.f + em_expf(-x)), x / (1. + exp(-x)), g * silu_grad_f32(v),
          g * silu_grad_f64(v))
 UNARY_OP(sigmoid, SAVE_Y, em_sigmoidf(x), sigmoid_f64(x), g * ((1.f - v) * v),
@@ -189,6 +210,7 @@ static const unary_op *op_of(em_kun k, double p0) {
   case EM_KU_CLAMP: return &clamp_op;
   case EM_KU_RELU: return &relu_op;
   case EM_KU_GELU: return &gelu_op;
+  case EM_KU_GELU_TANH: return &gelu_tanh_op;
   case EM_KU_SILU: return &silu_op;
   case EM_KU_SIGMOID: return &sigmoid_op;
   case EM_KU_TANH: return &tanh_op;

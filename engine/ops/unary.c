@@ -56,6 +56,9 @@ em_tensor *em_clamp(em_tensor *x, double lo, double hi) {
 }
 em_tensor *em_relu(em_tensor *x) { return unary_apply(EM_KU_RELU, "relu", x, 0, 0); }
 em_tensor *em_gelu(em_tensor *x) { return unary_apply(EM_KU_GELU, "gelu", x, 0, 0); }
+em_tensor *em_gelu_tanh(em_tensor *x) {
+  return unary_apply(EM_KU_GELU_TANH, "gelu_tanh", x, 0, 0);
+}
 em_tensor *em_silu(em_tensor *x) { return unary_apply(EM_KU_SILU, "silu", x, 0, 0); }
 em_tensor *em_sigmoid(em_tensor *x) { return unary_apply(EM_KU_SIGMOID, "sigmoid", x, 0, 0); }
 em_tensor *em_tanh(em_tensor *x) { return unary_apply(EM_KU_TANH, "tanh", x, 0, 0); }

@@ -44,7 +44,36 @@ static int64_t pool_workspace(const em_shape *o, int64_t bytes, int64_t p) {
   return bytes * 2;
 }
 
+/* Self-attention on (N, L, D): the projections as a Linear's (2 p per
+ * position: every weight is one multiply-add per position) plus q k^T and
+ * the weights times v, 2 L D multiply-adds per position. */
+static double attention_flops(const em_shape *o, int64_t numel, double p) {
+  if (o->ndim != 3) return (double)numel;
+  double L = (double)o->shape[1], D = (double)o->shape[2];
+  return 2.0 * p * L + 4.0 * L * L * D;
+}
+
+/* What the block keeps for backward besides its output, per position: q,
+ * k and v (3 D) and the merged heads (D); the fused attention keeps one
+ * logsumexp per head and query, which is less than a D. */
+static int64_t attention_workspace(const em_shape *o, int64_t bytes, int64_t p) {
+  (void)p;
+  return bytes * 4;
+}
+
+/* An encoder layer: the attention's 4 D, its output, two residual sums,
+ * two norms' outputs and the feed-forward's output (6 D), and its hidden
+ * layer before and after the activation (2 F), F from the parameter count
+ * p = 4 D^2 + 4 D (attention) + 2 D F + F + D (feed-forward) + 4 D (norms). */
+static int64_t encoder_workspace(const em_shape *o, int64_t bytes, int64_t p) {
+  if (o->ndim != 3 || o->shape[2] <= 0) return 0;
+  int64_t D = o->shape[2], L = o->shape[1], F = (p - 4 * D * D - 9 * D) / (2 * D + 1);
+  return bytes / (L * D) * L * (10 * D + 2 * (F > 0 ? F : 0));
+}
+
 static const cost_row rows[] = {
+    {"MultiheadAttention", attention_flops, attention_workspace},
+    {"TransformerEncoderLayer", attention_flops, encoder_workspace},
     {"Linear", linear_flops, NULL},
     {"Conv2d", conv_flops, conv_workspace},
     {"MaxPool2d", NULL, pool_workspace},

@@ -253,14 +253,15 @@ static em_tensor *f_unary(em_tensor **in, void *vctx) {
   case 10: return em_gelu(x);
   case 11: return em_silu(x);
   case 12: return em_sigmoid(x);
-  default: return em_tanh(x);
+  case 13: return em_tanh(x);
+  default: return em_gelu_tanh(x);
   }
 }
 
 static void test_unary(void) {
-  const char *names[14] = {"neg", "add_scalar", "mul_scalar", "pow_scalar", "exp", "log", "sqrt",
-                           "abs", "clamp", "relu", "gelu", "silu", "sigmoid", "tanh"};
-  for (int op = 0; op < 14; op++)
+  const char *names[15] = {"neg", "add_scalar", "mul_scalar", "pow_scalar", "exp", "log", "sqrt",
+                           "abs", "clamp", "relu", "gelu", "silu", "sigmoid", "tanh", "gelu_tanh"};
+  for (int op = 0; op < 15; op++)
     for (int strided = 0; strided < 2; strided++) {
       bool positive = op == 3 || op == 5 || op == 6;
       em_tensor *x = rand_t(2, (int64_t[]){5, 7}, positive ? 0.2 : -2, 2, 30 + (unsigned)op, true);

@@ -264,6 +264,7 @@ static double un_f64(int op, double x, double p0, double p1) {
   case EM_KU_TANH: return tanh(x);
   case EM_KU_ADDS: return x + p0;
   case EM_KU_MULS: return x * p0;
+  case EM_KU_GELU_TANH: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
   default: return pow(x, p0);
   }
 }

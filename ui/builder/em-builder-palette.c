@@ -34,6 +34,19 @@ void em_builder_on_palette_activated(GtkListBox *box, GtkListBoxRow *row, EmBuil
   em_builder_add_layer(self, g_object_get_data(G_OBJECT(row), "type"));
 }
 
+/* name with a zero-width space before each inner capital that follows a
+ * lower-case letter ("Transformer\u200bEncoder\u200bLayer"), where a
+ * wrapping label may break. */
+static char *camel_breaks(const char *name) {
+  GString *s = g_string_new(NULL);
+  for (const char *p = name; *p; p++) {
+    if (p > name && g_ascii_isupper(*p) && g_ascii_islower(p[-1])) g_string_append(s, "\u200b");
+    g_string_append_c(s, *p);
+  }
+  return g_string_free(s, FALSE);
+}
+
+
 void em_builder_fill_palette(EmBuilderPage *self) {
   GtkWidget *old;
   while ((old = gtk_widget_get_first_child(GTK_WIDGET(self->palette_list))))
@@ -45,10 +58,19 @@ void em_builder_fill_palette(EmBuilderPage *self) {
   qsort(types, (size_t)n, sizeof *types, cmp_types);
   for (int i = 0; i < n; i++) {
     GtkWidget *row = gtk_list_box_row_new();
-    GtkWidget *l = gtk_label_new(types[i]->name);
+    /* long names (TransformerEncoderLayer) wrap between their words
+     * rather than widen the palette at the table's cost */
+    char *shown = camel_breaks(types[i]->name);
+    GtkWidget *l = gtk_label_new(shown);
+    g_free(shown);
     gtk_label_set_xalign(GTK_LABEL(l), 0);
+    gtk_label_set_wrap(GTK_LABEL(l), TRUE);
+    gtk_label_set_wrap_mode(GTK_LABEL(l), PANGO_WRAP_WORD);
+    gtk_label_set_max_width_chars(GTK_LABEL(l), 13);
     gtk_list_box_row_set_child(GTK_LIST_BOX_ROW(row), l);
-    gtk_widget_set_tooltip_text(row, types[i]->help);
+    char *tip = g_strdup_printf("%s: %s", types[i]->name, types[i]->help);
+    gtk_widget_set_tooltip_text(row, tip);
+    g_free(tip);
     char *wname = g_strdup_printf("palette-%s", types[i]->name);
     gtk_widget_set_name(row, wname);
     g_free(wname);

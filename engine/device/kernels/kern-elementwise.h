@@ -51,6 +51,15 @@ EM_HD float em_kgelu_grad(float x) {
   float pdf = EM_K_INV_SQRT_2PI * expf(-0.5f * x * x);
   return cdf + x * pdf;
 }
+/* GELU's tanh form and its derivative, as cpu-unary.c computes them */
+EM_HD float em_kgelu_tanh(float x) {
+  return 0.5f * x * (1.f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
+}
+EM_HD float em_kgelu_tanh_grad(float x) {
+  float t = tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.f + t) +
+         0.5f * x * (1.f - t * t) * 0.79788456080286535588f * (1.f + 3.f * 0.044715f * x * x);
+}
 /* d silu / dx = s (1 + x (1 - s)), s = sigmoid(x) */
 EM_HD float em_ksilu_grad(float x) {
   float s = em_ksigmoid(x);
@@ -86,6 +95,7 @@ EM_HD float em_kun_f(int op, float x, float p0, float p1) {
   case EM_KU_CLAMP: return em_kclamp(x, p0, p1);
   case EM_KU_RELU: return x < 0.f ? 0.f : x;
   case EM_KU_GELU: return em_kgelu(x);
+  case EM_KU_GELU_TANH: return em_kgelu_tanh(x);
   case EM_KU_SILU: return x / (1.f + expf(-x));
   case EM_KU_SIGMOID: return em_ksigmoid(x);
   case EM_KU_TANH: return tanhf(x);
@@ -112,6 +122,7 @@ EM_HD float em_kun_df(int op, float g, float x, float y, float p0, float p1) {
   case EM_KU_CLAMP: return (x >= p0 && x <= p1) ? g : 0.f;
   case EM_KU_RELU: return x <= 0.f ? 0.f : g;
   case EM_KU_GELU: return g * em_kgelu_grad(x);
+  case EM_KU_GELU_TANH: return g * em_kgelu_tanh_grad(x);
   case EM_KU_SILU: return g * em_ksilu_grad(x);
   case EM_KU_SIGMOID: return g * ((1.f - y) * y);
   case EM_KU_TANH: return g * (1.f - y * y);

@@ -82,6 +82,30 @@ class PositionalEmbedding(nn.Module):
         return x + self.weight[: x.shape[1]]
 
 
+class ToSequence(nn.Module):
+    def forward(self, x):
+        return x.flatten(2).transpose(1, 2)
+
+
+class ClassToken(nn.Module):
+    """torchvision's ViT class token, first in the sequence."""
+    def __init__(self, d):
+        super().__init__()
+        self.class_token = nn.Parameter(torch.zeros(1, 1, d))
+
+    def forward(self, x):
+        return torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1)
+
+
+class SequencePool(nn.Module):
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+
+    def forward(self, x):
+        return x.mean(1) if self.mode == "mean" else x[:, 0]
+
+
 def make(node, x):
     """A torch module for one Ember node, sized from its input x."""
     t, a = node["type"], node
@@ -99,7 +123,9 @@ def make(node, x):
         return nn.LayerNorm([ns] if isinstance(ns, int) else ns, eps=a.get("eps", 1e-5))
     if t == "Dropout":
         return nn.Dropout(a.get("p", 0.5))
-    if t in ("ReLU", "GELU", "SiLU", "Sigmoid", "Tanh"):
+    if t == "GELU":
+        return nn.GELU(approximate=a.get("approximate", "none"))
+    if t in ("ReLU", "SiLU", "Sigmoid", "Tanh"):
         return getattr(nn, t)()
     if t in ("MaxPool2d", "AvgPool2d"):
         k = pair(a["kernel_size"])
@@ -121,6 +147,12 @@ def make(node, x):
                             norm_first=a.get("norm_first", False))
     if t == "PositionalEmbedding":
         return PositionalEmbedding(a["max_len"], x.shape[-1])
+    if t == "ToSequence":
+        return ToSequence()
+    if t == "ClassToken":
+        return ClassToken(x.shape[-1])
+    if t == "SequencePool":
+        return SequencePool(a.get("mode", "first"))
     if t == "Add":
         return None
     raise ValueError("no reference for layer type " + t)

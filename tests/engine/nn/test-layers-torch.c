@@ -56,6 +56,9 @@ static const torch_case cases[] = {
      3, false},
     {"gelu", "{'name': 'x', 'input': {'shape': [3, 5]}, 'nodes': [{'name': 'a', 'type': 'GELU'}]}",
      3, false},
+    {"gelu-tanh", "{'name': 'x', 'input': {'shape': [3, 5]}, 'nodes': [{'name': 'a',"
+                  " 'type': 'GELU', 'approximate': 'tanh'}]}",
+     3, false},
     {"silu", "{'name': 'x', 'input': {'shape': [3, 5]}, 'nodes': [{'name': 'a', 'type': 'SiLU'}]}",
      3, false},
     {"sigmoid",
@@ -122,6 +125,22 @@ static const torch_case cases[] = {
                  " {'name': 'ln', 'type': 'LayerNorm'},"
                  " {'name': 'head', 'type': 'Linear', 'out_features': 11}]}",
      2, true},
+    {"tiny-vit", "{'name': 'vit', 'input': {'shape': [1, 8, 8]}, 'nodes': ["
+                 " {'name': 'patch', 'type': 'Conv2d', 'out_channels': 8, 'kernel_size': 4,"
+                 "  'stride': 4},"
+                 " {'name': 'seq', 'type': 'ToSequence'},"
+                 " {'name': 'cls', 'type': 'ClassToken'},"
+                 " {'name': 'pos', 'type': 'PositionalEmbedding', 'max_len': 5},"
+                 " {'name': 'enc', 'type': 'TransformerEncoderLayer', 'nhead': 2,"
+                 "  'dim_feedforward': 16, 'dropout': 0.0, 'norm_first': true,"
+                 "  'activation': 'gelu'},"
+                 " {'name': 'pool', 'type': 'SequencePool'},"
+                 " {'name': 'head', 'type': 'Linear', 'out_features': 3}]}",
+     2, true},
+    {"sequence-mean", "{'name': 'x', 'input': {'shape': [2, 3, 2]}, 'nodes': ["
+                      " {'name': 'seq', 'type': 'ToSequence'},"
+                      " {'name': 'pool', 'type': 'SequencePool', 'mode': 'mean'}]}",
+     3, false},
     {"mlp", "{'name': 'mlp', 'input': {'shape': [1, 28, 28]}, 'nodes': ["
             " {'name': 'flatten', 'type': 'Flatten'},"
             " {'name': 'fc1', 'type': 'Linear', 'out_features': 256},"

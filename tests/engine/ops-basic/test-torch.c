@@ -87,6 +87,7 @@ static void test_torch(void) {
     em_scope *s = em_scope_begin();
     const double at = 2e-6, rt = 2e-6; /* f32 vs f32: a few ulp */
     check("gelu", em_gelu(x), at, rt);
+    check("gelu_tanh", em_gelu_tanh(x), at, rt);
     check("silu", em_silu(x), at, rt);
     check("sigmoid", em_sigmoid(x), at, rt);
     check("tanh", em_tanh(x), at, rt);
@@ -115,6 +116,7 @@ static void test_torch(void) {
     check("sub", em_sub(b, x), 0, 0);
 
     check("grad-gelu", grad_of(x, em_gelu, g), at, rt);
+    check("grad-gelu_tanh", grad_of(x, em_gelu_tanh, g), at, rt);
     check("grad-silu", grad_of(x, em_silu, g), at, rt);
     check("grad-sigmoid", grad_of(x, em_sigmoid, g), at, rt);
     check("grad-tanh", grad_of(x, em_tanh, g), at, rt);

@@ -26,6 +26,7 @@ static em_tensor *u_abs(em_tensor *x, const double *p) { return em_abs(x); }
 static em_tensor *u_clamp(em_tensor *x, const double *p) { return em_clamp(x, p[0], p[1]); }
 static em_tensor *u_relu(em_tensor *x, const double *p) { return em_relu(x); }
 static em_tensor *u_gelu(em_tensor *x, const double *p) { return em_gelu(x); }
+static em_tensor *u_gelu_tanh(em_tensor *x, const double *p) { return em_gelu_tanh(x); }
 static em_tensor *u_silu(em_tensor *x, const double *p) { return em_silu(x); }
 static em_tensor *u_sigmoid(em_tensor *x, const double *p) { return em_sigmoid(x); }
 static em_tensor *u_tanh(em_tensor *x, const double *p) { return em_tanh(x); }
@@ -41,6 +42,9 @@ static double r_abs(double x, const double *p) { return fabs(x); }
 static double r_clamp(double x, const double *p) { return fmin(fmax(x, p[0]), p[1]); }
 static double r_relu(double x, const double *p) { return x > 0 ? x : 0; }
 static double r_gelu(double x, const double *p) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
+static double r_gelu_tanh(double x, const double *p) {
+  return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 static double r_silu(double x, const double *p) { return x / (1 + exp(-x)); }
 static double r_sigmoid(double x, const double *p) { return 1 / (1 + exp(-x)); }
 static double r_tanh(double x, const double *p) { return tanh(x); }
@@ -63,6 +67,7 @@ static const unary_case cases[] = {
     {"clamp", u_clamp, r_clamp, {-0.5, 0.8}, -2, 2, 0, 0},
     {"relu", u_relu, r_relu, {0, 0}, -3, 3, 0, 0},
     {"gelu", u_gelu, r_gelu, {0, 0}, -6, 6, 1e-6, 1e-6},
+    {"gelu_tanh", u_gelu_tanh, r_gelu_tanh, {0, 0}, -6, 6, 1e-6, 1e-6},
     {"silu", u_silu, r_silu, {0, 0}, -12, 12, 1e-7, 3e-7},
     {"sigmoid", u_sigmoid, r_sigmoid, {0, 0}, -12, 12, 1e-7, 3e-7},
     {"tanh", u_tanh, r_tanh, {0, 0}, -6, 6, 1e-7, 3e-7},

@@ -40,6 +40,7 @@ with open(os.path.join(d, "mask.bin"), "rb") as f:
 
 with torch.no_grad():
     save("gelu", torch.nn.functional.gelu(x))
+    save("gelu_tanh", torch.nn.functional.gelu(x, approximate="tanh"))
     save("silu", torch.nn.functional.silu(x))
     save("sigmoid", torch.sigmoid(x))
     save("tanh", torch.tanh(x))
@@ -69,7 +70,9 @@ with torch.no_grad():
     save("masked_fill", x.masked_fill(mask, -1.25))
 
 # gradients with upstream g
-for name, fn, src in [("gelu", torch.nn.functional.gelu, x), ("silu", torch.nn.functional.silu, x),
+for name, fn, src in [("gelu", torch.nn.functional.gelu, x),
+                      ("gelu_tanh", lambda t: torch.nn.functional.gelu(t, approximate="tanh"), x),
+                      ("silu", torch.nn.functional.silu, x),
                       ("sigmoid", torch.sigmoid, x), ("tanh", torch.tanh, x),
                       ("log", torch.log, p), ("pow1.7", lambda t: torch.pow(t, 1.7), p)]:
     xi = src.clone().requires_grad_(True)
