@@ -29,7 +29,8 @@ struct em_model {
   em_tensor **tensors;
   char **names;
   bool *buffer;
-  int *node_first; /* first tensor of each node */
+  int *node_first; /* each node's first entry in node_tensor */
+  int *node_tensor; /* per node, per declaration: its tensor (a tied weight: its owner's) */
   int n_params;
   int *param_idx; /* trainable tensors, in order */
   em_rng rng;     /* dropout stream when the caller gives none */
@@ -101,18 +102,24 @@ em_model *em_model_new_with(const em_spec *spec, uint64_t seed, const em_model_o
   m->buffer = calloc(total + 1, sizeof *m->buffer);
   m->param_idx = calloc(total + 1, sizeof *m->param_idx);
   m->node_first = calloc(n_nodes, sizeof *m->node_first);
+  m->node_tensor = calloc(total + 1, sizeof *m->node_tensor);
   m->fuse_relu = calloc(n_nodes, sizeof *m->fuse_relu);
   if (!m->tensors || !m->names || !m->buffer || !m->param_idx || !m->node_first ||
-      !m->fuse_relu) {
+      !m->node_tensor || !m->fuse_relu) {
     em_model_free(m);
     em_error_set(err, EM_ERR_NOMEM, "out of memory");
     return NULL;
   }
+  int slot = 0;
   for (int i = 0; i < s->n_nodes; i++) {
     const em_spec_node *nd = &s->nodes[i];
-    m->node_first[i] = m->n_tensors;
-    for (int k = 0; k < nd->n_decl; k++) {
+    m->node_first[i] = slot;
+    for (int k = 0; k < nd->n_decl; k++, slot++) {
       const em_param_decl *d = &nd->decl[k];
+      if (k == nd->tie_decl) { /* the owner's tensor (an earlier node: made already) */
+        m->node_tensor[slot] = m->node_tensor[m->node_first[nd->tie_node] + nd->tie_src];
+        continue;
+      }
       size_t len = strlen(nd->name) + strlen(d->name) + 2;
       char *name = malloc(len);
       em_dtype dt = d->dtype == EM_DTYPE_I64 ? EM_DTYPE_I64 : o.dtype;
@@ -129,6 +136,7 @@ em_model *em_model_new_with(const em_spec *spec, uint64_t seed, const em_model_o
       snprintf(name, len, "%s.%s", nd->name, d->name);
       t->name = name;
       int idx = m->n_tensors++;
+      m->node_tensor[slot] = idx;
       m->tensors[idx] = t;
       m->names[idx] = name;
       m->buffer[idx] = d->buffer;
@@ -155,6 +163,7 @@ void em_model_free(em_model *m) {
   free(m->buffer);
   free(m->param_idx);
   free(m->node_first);
+  free(m->node_tensor);
   free(m->fuse_relu);
   em_quant_plan_free(m->quant);
   em_spec_free(m->spec);
@@ -188,6 +197,15 @@ em_tensor *em_model_tensor(const em_model *m, int i, const char **name) {
 int em_model_tensor_find(const em_model *m, const char *name) {
   for (int i = 0; i < m->n_tensors; i++)
     if (!strcmp(m->names[i], name)) return i;
+  /* a tied weight's own name ("head.weight") finds its owner's tensor */
+  const em_spec *s = m->spec;
+  for (int i = 0; i < s->n_nodes; i++) {
+    const em_spec_node *nd = &s->nodes[i];
+    size_t n = strlen(nd->name);
+    if (nd->tie_decl >= 0 && !strncmp(name, nd->name, n) && name[n] == '.' &&
+        !strcmp(name + n + 1, nd->decl[nd->tie_decl].name))
+      return m->node_tensor[m->node_first[i] + nd->tie_decl];
+  }
   return -1;
 }
 
@@ -278,7 +296,8 @@ em_tensor *em_model_forward(em_model *m, em_tensor *x, bool training, em_rng *rn
     }
     em_tensor *in[EM_LAYER_MAX_INPUTS];
     for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? x : outs[nd->in[k]];
-    em_tensor **params = m->tensors + m->node_first[i];
+    em_tensor *params[EM_LAYER_MAX_PARAMS];
+    for (int k = 0; k < nd->n_decl; k++) params[k] = m->tensors[m->node_tensor[m->node_first[i] + k]];
     if (nd->type->check_input) {
       em_error e = {0};
       em_status st = nd->type->check_input(&nd->view, nd->n_in, in, params, &ctx, &e);

@@ -32,8 +32,11 @@ typedef struct {
   em_shape out;
   int n_decl;
   em_param_decl decl[EM_LAYER_MAX_PARAMS];
-  int64_t n_params, n_buffer; /* values */
+  int64_t n_params, n_buffer; /* values (a tied weight counts at its owner) */
   bool live;                  /* the output depends on it */
+  /* "tie_weight": "tok": decl tie_decl ("weight") is node tie_node's decl
+   * tie_src (PyTorch's head.weight = tok.weight); -1 when untied */
+  int tie_decl, tie_node, tie_src;
 } em_spec_node;
 
 struct em_spec {

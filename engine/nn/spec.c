@@ -256,7 +256,9 @@ static em_status parse_attrs(em_spec_node *nd, json_t *obj, em_error *err) {
   const char *key;
   json_t *v;
   json_object_foreach(obj, key, v) {
-    if (!strcmp(key, "name") || !strcmp(key, "type") || !strcmp(key, "inputs")) continue;
+    if (!strcmp(key, "name") || !strcmp(key, "type") || !strcmp(key, "inputs") ||
+        !strcmp(key, "tie_weight"))
+      continue;
     int i = 0;
     while (i < t->n_attrs && strcmp(t->attrs[i].name, key)) i++;
     if (i == t->n_attrs) return unknown_attr(t, key, err);
@@ -509,7 +511,7 @@ static em_status check_inferred(em_spec *s, em_spec_node *nd, em_error *err) {
                           "for its weight init (both >= 1)", d->name, (long long)d->fan_in,
                           (long long)d->fan_out);
     if (d->buffer) nd->n_buffer += n;
-    else nd->n_params += n;
+    else if (k != nd->tie_decl) nd->n_params += n; /* a tied weight is its owner's */
   }
   s->n_params += nd->n_params;
   s->n_buffer += nd->n_buffer;
@@ -520,9 +522,51 @@ static em_status check_inferred(em_spec *s, em_spec_node *nd, em_error *err) {
   return EM_OK;
 }
 
+/* "tie_weight": the name of an earlier node whose "weight" this node's
+ * "weight" is (the same tensor, trained once: a language model's head
+ * tied to its token embedding). The shapes must match. */
+static em_status parse_tie(em_spec *s, int i, json_t *v, em_error *err) {
+  em_spec_node *nd = &s->nodes[i];
+  if (!v) return EM_OK;
+  if (nd->n_decl < 0 || nd->n_decl > EM_LAYER_MAX_PARAMS) return EM_OK; /* check_inferred says */
+  if (!json_is_string(v))
+    return em_error_set(err, EM_ERR_INVALID, "\"tie_weight\" must name an earlier node, got %s",
+                        json_kind(v));
+  const char *src = json_string_value(v);
+  int j = find_node(s, src);
+  if (j < 0 || j >= i)
+    return em_error_set(err, EM_ERR_INVALID,
+                        "\"tie_weight\" names '%s', which is not an earlier node", src);
+  int k = 0, ks = 0;
+  while (k < nd->n_decl && strcmp(nd->decl[k].name, "weight")) k++;
+  const em_spec_node *o = &s->nodes[j];
+  while (ks < o->n_decl && strcmp(o->decl[ks].name, "weight")) ks++;
+  if (k == nd->n_decl || ks == o->n_decl)
+    return em_error_set(err, EM_ERR_INVALID, "\"tie_weight\": %s has no \"weight\" to tie",
+                        k == nd->n_decl ? "this node" : src);
+  const em_param_decl *a = &nd->decl[k], *b = &o->decl[ks];
+  bool same = a->ndim == b->ndim && a->dtype == b->dtype && !a->buffer && !b->buffer;
+  for (int d = 0; same && d < a->ndim; d++) same = a->shape[d] == b->shape[d];
+  if (!same) {
+    em_shape sa = {a->dtype, a->ndim, {0}}, sb = {b->dtype, b->ndim, {0}};
+    memcpy(sa.shape, a->shape, sizeof sa.shape);
+    memcpy(sb.shape, b->shape, sizeof sb.shape);
+    char ba[96], bb[96];
+    return em_error_set(err, EM_ERR_SHAPE,
+                        "\"tie_weight\": its weight %s and %s's %s differ in shape (a head tied "
+                        "to an Embedding(V, D) is a Linear from D to V)",
+                        em_shape_format(&sa, ba, sizeof ba), src, em_shape_format(&sb, bb, sizeof bb));
+  }
+  nd->tie_decl = k;
+  nd->tie_node = j;
+  nd->tie_src = ks;
+  return EM_OK;
+}
+
 /* Second pass for node i: type, inputs, attributes, shape inference. */
 static em_status build_node(em_spec *s, int i, json_t *obj, em_error *err) {
   em_spec_node *nd = &s->nodes[i];
+  nd->tie_decl = nd->tie_node = nd->tie_src = -1;
   json_t *ty = json_object_get(obj, "type");
   if (!ty) return em_error_set(err, EM_ERR_INVALID, "has no \"type\"");
   if (!json_is_string(ty))
@@ -557,6 +601,8 @@ static em_status build_node(em_spec *s, int i, json_t *obj, em_error *err) {
   em_error e = {0};
   st = nd->type->infer(&nd->view, nd->n_in, in, &nd->out, &nd->n_decl, nd->decl, &e);
   if (st != EM_OK) return em_error_set(err, st, "%s", e.msg);
+  st = parse_tie(s, i, json_object_get(obj, "tie_weight"), err);
+  if (st != EM_OK) return st;
   return check_inferred(s, nd, err);
 }
 

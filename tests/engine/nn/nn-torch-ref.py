@@ -158,6 +158,38 @@ def make(node, x):
     raise ValueError("no reference for layer type " + t)
 
 
+def expand(nodes):
+    """Repeated blocks written out, named as Ember's spec-repeat.c names
+    them (an independent reading of the README's rule)."""
+    out, last = [], {}
+    for node in nodes:
+        if "repeat" not in node:
+            n = dict(node)
+            if "inputs" in n:
+                n["inputs"] = [last.get(i, i) for i in n["inputs"]]
+            out.append(n)
+            continue
+        inner, b = node["nodes"], node["name"]
+        names = {n["name"] for n in inner}
+        for r in range(node["repeat"]):
+            def named(nm):
+                return "%s.%d" % (b, r) if len(inner) == 1 else "%s.%d.%s" % (b, r, nm)
+            for n in inner:
+                c = dict(n, name=named(n["name"]))
+                if "inputs" in c:
+                    c["inputs"] = [named(i) if i in names else i for i in c["inputs"]]
+                out.append(c)
+        last[b] = out[-1]["name"]
+    return out
+
+
+def owner(mods, name):
+    """(module, parameter name) of a state-dict entry: the longest node name
+    that prefixes it (node names may hold dots: layers.0)."""
+    node = max((n for n in mods if name.startswith(n + ".")), key=len)
+    return mods[node], name[len(node) + 1:]
+
+
 def run(d):
     with open(os.path.join(d, "case.json")) as f:
         c = json.load(f)
@@ -167,7 +199,7 @@ def run(d):
         x.requires_grad_(True)
     tensors = [(e["name"], load(d, e)) for e in c["tensors"]]
     outs, mods, prev = {"input": x}, {}, "input"
-    for node in spec["nodes"]:
+    for node in expand(spec["nodes"]):
         xs = [outs[i] for i in node.get("inputs", [prev])]
         m = make(node, xs[0])
         if m is None:
@@ -177,23 +209,28 @@ def run(d):
         else:
             m = m.to(dtype)
             pre = node["name"] + "."
-            m.load_state_dict({n[len(pre):]: v for n, v in tensors if n.startswith(pre)},
-                              strict=True)
+            own = {n[len(pre):]: v for n, v in tensors if n.startswith(pre)}
+            if "tie_weight" in node:  # head.weight = tok.weight: one Parameter
+                missing = m.load_state_dict(own, strict=False).missing_keys
+                assert missing == ["weight"], missing
+                m.weight = mods[node["tie_weight"]].weight
+            else:
+                m.load_state_dict(own, strict=True)
             m.train(c["training"])
             mods[node["name"]] = m
             y = m(xs[0])
         outs[node["name"]] = y
         prev = node["name"]
-    out = outs[spec.get("output", spec["nodes"][-1]["name"])]
+    out = outs[spec["output"]] if "output" in spec else y
     save(d, "out.bin", out)
     for i, (name, _) in enumerate(tensors):
-        node, pname = name.split(".", 1)
-        save(d, "state-%d.bin" % i, mods[node].state_dict()[pname])
+        mod, pname = owner(mods, name)
+        save(d, "state-%d.bin" % i, mod.state_dict()[pname])
     if "grad_out" in c:
         (out * load(d, c["grad_out"])).sum().backward()
         for i, (name, _) in enumerate(tensors):
-            node, pname = name.split(".", 1)
-            p = dict(mods[node].named_parameters()).get(pname)
+            mod, pname = owner(mods, name)
+            p = dict(mod.named_parameters()).get(pname)
             if p is not None and p.grad is not None:
                 save(d, "grad-%d.bin" % i, p.grad)
         if x.grad is not None:

@@ -125,6 +125,17 @@ static const torch_case cases[] = {
                  " {'name': 'ln', 'type': 'LayerNorm'},"
                  " {'name': 'head', 'type': 'Linear', 'out_features': 11}]}",
      2, true},
+    {"tiny-gpt-tied", "{'name': 'gpt', 'input': {'shape': [5], 'dtype': 'i64'}, 'nodes': ["
+                      " {'name': 'tok', 'type': 'Embedding', 'num_embeddings': 9,"
+                      "  'embedding_dim': 8},"
+                      " {'name': 'pos', 'type': 'PositionalEmbedding', 'max_len': 5},"
+                      " {'name': 'layers', 'repeat': 2, 'nodes': [{'name': 'b',"
+                      "  'type': 'TransformerEncoderLayer', 'nhead': 2, 'dim_feedforward': 16,"
+                      "  'dropout': 0.0, 'norm_first': true, 'causal': true}]},"
+                      " {'name': 'ln', 'type': 'LayerNorm'},"
+                      " {'name': 'head', 'type': 'Linear', 'out_features': 9, 'bias': false,"
+                      "  'tie_weight': 'tok'}]}",
+     2, true},
     {"tiny-vit", "{'name': 'vit', 'input': {'shape': [1, 8, 8]}, 'nodes': ["
                  " {'name': 'patch', 'type': 'Conv2d', 'out_channels': 8, 'kernel_size': 4,"
                  "  'stride': 4},"

@@ -248,6 +248,36 @@ static void test_repeat(void) {
 #undef HEAD_R
 }
 
+/* "tie_weight": the head's weight is the embedding's (counted once). */
+static void test_tie_weight(void) {
+  em_spec *s = parse_ok("{'name': 'lm', 'input': {'shape': [4], 'dtype': 'i64'}, 'nodes': ["
+                        " {'name': 'tok', 'type': 'Embedding', 'num_embeddings': 11,"
+                        "  'embedding_dim': 6},"
+                        " {'name': 'head', 'type': 'Linear', 'out_features': 11,"
+                        "  'tie_weight': 'tok'}]}");
+  g_assert_cmpint(em_spec_param_count(s), ==, 11 * 6 + 11); /* the head's bias alone is its own */
+  g_assert_cmpint(em_spec_node_param_count(s, 1), ==, 11);
+  em_error err = {0};
+  em_model *m = em_model_new(s, 1, &err);
+  g_assert_nonnull(m);
+  g_assert_cmpint(em_model_tensor_count(m), ==, 2); /* tok.weight, head.bias */
+  int a = em_model_tensor_find(m, "head.weight"), b = em_model_tensor_find(m, "tok.weight");
+  g_assert_cmpint(a, ==, b);
+  em_model_free(m);
+  em_spec_free(s);
+#define HEAD_T "{'name': 'lm', 'input': {'shape': [4], 'dtype': 'i64'}, 'nodes': [" \
+               " {'name': 'tok', 'type': 'Embedding', 'num_embeddings': 11, 'embedding_dim': 6},"
+  EXPECT_ERROR(HEAD_T " {'name': 'head', 'type': 'Linear', 'out_features': 10,"
+                      " 'tie_weight': 'tok'}]}",
+               "node 'head' (Linear): \"tie_weight\": its weight [10, 6] and tok's [11, 6] differ");
+  EXPECT_ERROR(HEAD_T " {'name': 'head', 'type': 'Linear', 'out_features': 11,"
+                      " 'tie_weight': 'head'}]}",
+               "\"tie_weight\" names 'head', which is not an earlier node");
+  EXPECT_ERROR(HEAD_T " {'name': 'act', 'type': 'GELU', 'tie_weight': 'tok'}]}",
+               "\"tie_weight\": this node has no \"weight\" to tie");
+#undef HEAD_T
+}
+
 /* Every built-in type, with attributes that change the shapes. */
 static void test_all_types(void) {
   em_spec *s = parse_ok(
@@ -638,6 +668,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/nn/spec/residual", test_residual);
   g_test_add_func("/engine/nn/spec/all-types", test_all_types);
   g_test_add_func("/engine/nn/spec/repeat", test_repeat);
+  g_test_add_func("/engine/nn/spec/tie-weight", test_tie_weight);
   g_test_add_func("/engine/nn/spec/summary", test_summary);
   g_test_add_func("/engine/nn/registry", test_registry);
   g_test_add_func("/engine/nn/spec/errors/syntax", test_errors_syntax);
