@@ -153,6 +153,19 @@ typedef struct em_layer_type {
    * runs; a user error, not an assert. */
   em_status (*check_input)(const em_layer_node *node, int n_in, em_tensor **in,
                            em_tensor **params, const em_forward_ctx *ctx, em_error *err);
+  /* For generation (em_decoder): a type whose forward treats each
+   * position of an (N, T, ...) input on its own (Linear, LayerNorm, the
+   * activations, Embedding) sets position_wise, and a decoder runs its
+   * forward on the new positions alone. A type that looks across
+   * positions gives step instead: the forward of positions [pos, pos + T)
+   * of a sequence of at most max_len whose earlier positions it saw
+   * before, keeping what it needs of them in *state (NULL at the first
+   * call; it allocates it persistently, state_free frees it). A type with
+   * neither cannot generate. */
+  bool position_wise;
+  em_tensor *(*step)(const em_layer_node *node, em_tensor *x, em_tensor **params, int64_t pos,
+                     int64_t max_len, void **state, em_error *err);
+  void (*state_free)(void *state);
 } em_layer_type;
 
 /* Adds a type (kept by pointer: it must outlive its use). Fails on a
@@ -164,6 +177,29 @@ em_status em_layer_register(const em_layer_type *type, em_error *err);
 int em_layer_type_count(void);
 const em_layer_type *em_layer_type_at(int i); /* in registration order */
 const em_layer_type *em_layer_type_find(const char *name);
+
+/* ---- generation ------------------------------------------------------------ */
+/* A model run one step at a time over growing sequences (a language
+ * model's generation): each node that looks across positions keeps what
+ * it needs of the earlier ones (the attention layers their keys and
+ * values: a KV cache), so a step costs the new positions alone. Inference
+ * only (no grad, no dropout). The model's input is i64 tokens (N, L)
+ * and its output (N, L, V) logits. */
+typedef struct em_decoder em_decoder;
+typedef struct em_model em_model;
+
+/* For `batch` sequences of up to max_len positions (at most what the
+ * model's PositionalEmbedding holds). Fails, naming the node, when a
+ * node can neither run position by position nor step. */
+em_decoder *em_decoder_new(em_model *m, int64_t batch, int64_t max_len, em_error *err);
+void em_decoder_free(em_decoder *d);
+/* Runs tokens (batch, T) i64 at the next T positions; returns the logits
+ * of the last of them (batch, V), in the caller's scope. Fails past
+ * max_len or on a token outside the vocabulary (nothing is cached then). */
+em_tensor *em_decoder_step(em_decoder *d, em_tensor *tokens, em_error *err);
+int64_t em_decoder_position(const em_decoder *d); /* positions run so far */
+/* Back to position 0 (the caches kept, their contents dropped). */
+void em_decoder_reset(em_decoder *d);
 
 /* ---- init ------------------------------------------------------------------ */
 /* Fill a contiguous float tensor in place from rng. fan_in/fan_out

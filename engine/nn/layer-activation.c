@@ -24,6 +24,7 @@ static em_status same_shape_infer(const em_layer_node *node, int n_in, const em_
       .max_inputs = 1,                                                                     \
       .infer = same_shape_infer,                                                           \
       .forward = var##_forward,                                                            \
+      .position_wise = true,                                                               \
   };
 
 ACTIVATION(relu, "ReLU", em_relu, "max(x, 0)")
@@ -55,6 +56,7 @@ const em_layer_type em_layer_gelu = {
     .attrs = gelu_attrs,
     .infer = same_shape_infer,
     .forward = gelu_forward,
+    .position_wise = true,
 };
 
 /* ---- Dropout -------------------------------------------------------------------- */
@@ -83,4 +85,5 @@ const em_layer_type em_layer_dropout = {
     .attrs = dropout_attrs,
     .infer = same_shape_infer,
     .forward = dropout_forward,
+    .position_wise = true,
 };

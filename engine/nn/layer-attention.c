@@ -15,6 +15,7 @@
 #include "em-device.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 /* The (N, L, D) input through one self-attention block. */
 em_tensor *em_nn_self_attention(em_tensor *x, em_tensor *in_w, em_tensor *in_b, em_tensor *out_w,
@@ -32,6 +33,64 @@ em_tensor *em_nn_self_attention(em_tensor *x, em_tensor *in_w, em_tensor *in_b, 
                        .training = ctx->training,
                        .rng = ctx->rng};
   em_tensor *o = em_sdpa(part[0], part[1], part[2], &sp); /* (N, H, L, E) */
+  em_tensor *m = em_reshape(em_contiguous(em_transpose(o, 1, 2)), 2, flat);
+  return em_reshape(em_linear(m, out_w, out_b), 3, merged);
+}
+
+/* ---- generation: the KV cache ---------------------------------------------------- */
+
+/* The keys and values of the positions seen so far, (N, H, max_len, E)
+ * each, persistent. */
+typedef struct {
+  em_tensor *k, *v;
+} kv_cache;
+
+void em_nn_kv_cache_free(void *state) {
+  kv_cache *c = state;
+  if (!c) return;
+  em_tensor_free(c->k);
+  em_tensor_free(c->v);
+  free(c);
+}
+
+em_tensor *em_nn_self_attention_step(em_tensor *x, em_tensor *in_w, em_tensor *in_b,
+                                     em_tensor *out_w, em_tensor *out_b, int heads, int64_t pos,
+                                     int64_t max_len, void **state, em_error *err) {
+  int64_t N = x->shape[0], T = x->shape[1], D = x->shape[2], E = D / heads;
+  if (em_on_device(x)) {
+    em_error_set(err, EM_ERR_UNSUPPORTED, "generation runs on the CPU (the KV cache lives there)");
+    return NULL;
+  }
+  kv_cache *c = *state;
+  if (!c) {
+    int64_t shape[4] = {N, heads, max_len, E};
+    c = calloc(1, sizeof *c);
+    if (!c || !(c->k = em_tensor_new(x->dtype, 4, shape, err)) ||
+        !(c->v = em_tensor_new(x->dtype, 4, shape, err))) {
+      if (!c) em_error_set(err, EM_ERR_NOMEM, "out of memory for the KV cache");
+      em_nn_kv_cache_free(c);
+      return NULL;
+    }
+    *state = c;
+  }
+  if (c->k->shape[0] != N || pos + T > c->k->shape[2]) {
+    em_error_set(err, EM_ERR_SHAPE, "positions [%lld, %lld) of %lld sequences do not fit the cache "
+                 "(%lld of %lld)", (long long)pos, (long long)(pos + T), (long long)N,
+                 (long long)c->k->shape[0], (long long)c->k->shape[2]);
+    return NULL;
+  }
+  int64_t flat[2] = {N * T, D}, split[4] = {N, T, heads, E}, merged[3] = {N, T, D};
+  em_tensor *qkv = em_linear(em_reshape(x, 2, flat), in_w, in_b); /* (N T, 3D) */
+  em_tensor *part[3];
+  for (int p = 0; p < 3; p++)
+    part[p] = em_transpose(em_reshape(em_slice(qkv, 1, p * D, (p + 1) * D, 1), 4, split), 1, 2);
+  em_tensor_copy_(em_slice(c->k, 2, pos, pos + T, 1), part[1]);
+  em_tensor_copy_(em_slice(c->v, 2, pos, pos + T, 1), part[2]);
+  /* the new queries see every cached key up to their own position: the
+   * causal mask aligned to the end (em_sdpa) */
+  em_sdpa_params sp = {.causal = true};
+  em_tensor *o = em_sdpa(part[0], em_slice(c->k, 2, 0, pos + T, 1),
+                         em_slice(c->v, 2, 0, pos + T, 1), &sp); /* (N, H, T, E) */
   em_tensor *m = em_reshape(em_contiguous(em_transpose(o, 1, 2)), 2, flat);
   return em_reshape(em_linear(m, out_w, out_b), 3, merged);
 }
@@ -115,6 +174,19 @@ static em_tensor *mha_forward(const em_layer_node *node, int n_in, em_tensor **i
                               ctx);
 }
 
+static em_tensor *mha_step(const em_layer_node *node, em_tensor *x, em_tensor **params,
+                           int64_t pos, int64_t max_len, void **state, em_error *err) {
+  if (!em_attr_bool(node, MHA_CAUSAL)) {
+    em_error_set(err, EM_ERR_UNSUPPORTED, "is not causal: its positions see later ones, which a "
+                 "sequence generated one token at a time does not have yet (set \"causal\": true)");
+    return NULL;
+  }
+  bool bias = em_attr_bool(node, MHA_BIAS);
+  return em_nn_self_attention_step(x, params[0], bias ? params[1] : NULL,
+                                   bias ? params[2] : params[1], bias ? params[3] : NULL,
+                                   (int)em_attr_int(node, MHA_HEADS, 0), pos, max_len, state, err);
+}
+
 const em_layer_type em_layer_multihead_attention = {
     .api_version = EM_LAYER_API_VERSION,
     .name = "MultiheadAttention",
@@ -126,4 +198,6 @@ const em_layer_type em_layer_multihead_attention = {
     .attrs = mha_attrs,
     .infer = mha_infer,
     .forward = mha_forward,
+    .step = mha_step,
+    .state_free = em_nn_kv_cache_free,
 };

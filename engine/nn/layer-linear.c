@@ -75,6 +75,7 @@ const em_layer_type em_layer_linear = {
     .attrs = linear_attrs,
     .infer = linear_infer,
     .forward = linear_forward,
+    .position_wise = true,
 };
 
 /* ---- Embedding ---------------------------------------------------------------- */
@@ -142,4 +143,5 @@ const em_layer_type em_layer_embedding = {
     .infer = embedding_infer,
     .forward = embedding_forward,
     .check_input = embedding_check,
+    .position_wise = true,
 };

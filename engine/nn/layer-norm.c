@@ -130,4 +130,5 @@ const em_layer_type em_layer_layer_norm = {
     .attrs = layer_norm_attrs,
     .infer = layer_norm_infer,
     .forward = layer_norm_forward,
+    .position_wise = true,
 };

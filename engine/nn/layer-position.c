@@ -51,6 +51,17 @@ static em_status pos_check(const em_layer_node *node, int n_in, em_tensor **in,
   return EM_OK;
 }
 
+static em_tensor *pos_step(const em_layer_node *node, em_tensor *x, em_tensor **params,
+                           int64_t pos, int64_t max_len, void **state, em_error *err) {
+  int64_t T = x->shape[1], L = params[0]->shape[0]; /* (N, T, D) + weight[pos : pos + T] */
+  if (pos + T > L) {
+    em_error_set(err, EM_ERR_SHAPE, "position %lld is past max_len %lld (the longest sequence "
+                 "this model has positions for)", (long long)(pos + T - 1), (long long)L);
+    return NULL;
+  }
+  return em_add(x, em_slice(params[0], 0, pos, pos + T, 1));
+}
+
 const em_layer_type em_layer_positional_embedding = {
     .api_version = EM_LAYER_API_VERSION,
     .name = "PositionalEmbedding",
@@ -63,4 +74,5 @@ const em_layer_type em_layer_positional_embedding = {
     .infer = pos_infer,
     .forward = pos_forward,
     .check_input = pos_check,
+    .step = pos_step,
 };

@@ -109,4 +109,5 @@ const em_layer_type em_layer_add = {
     .max_inputs = EM_LAYER_MAX_INPUTS,
     .infer = add_infer,
     .forward = add_forward,
+    .position_wise = true,
 };

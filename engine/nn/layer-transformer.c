@@ -78,30 +78,65 @@ static em_tensor *linear3(em_tensor *x, em_tensor *w, em_tensor *b, bool relu) {
   return em_reshape(relu ? em_linear_relu(x2, w, b) : em_linear(x2, w, b), 3, back);
 }
 
+/* The block around its self-attention sa (the forward's, or a
+ * generation step's with its KV cache); NULL when sa fails. */
+typedef struct {
+  bool step;
+  int64_t pos, max_len;
+  void **state;
+  em_error *err;
+} sa_how;
+
+static em_tensor *self_attention(const em_layer_node *node, em_tensor *h, em_tensor **p,
+                                 const em_forward_ctx *ctx, const sa_how *how) {
+  int heads = (int)em_attr_int(node, TE_NHEAD, 0);
+  if (how->step)
+    return em_nn_self_attention_step(h, p[P_IN_W], p[P_IN_B], p[P_OUT_W], p[P_OUT_B], heads,
+                                     how->pos, how->max_len, how->state, how->err);
+  double pd = em_attr_float(node, TE_DROPOUT);
+  return drop(em_nn_self_attention(h, p[P_IN_W], p[P_IN_B], p[P_OUT_W], p[P_OUT_B], heads,
+                                   em_attr_bool(node, TE_CAUSAL), pd, ctx),
+              pd, ctx);
+}
+
+static em_tensor *feed_forward(const em_layer_node *node, em_tensor *h, em_tensor **p,
+                               const em_forward_ctx *ctx) {
+  double pd = em_attr_float(node, TE_DROPOUT);
+  bool gelu = em_attr_choice(node, TE_ACT) == TE_ACT_GELU;
+  em_tensor *a = gelu ? em_gelu(linear3(h, p[P_L1_W], p[P_L1_B], false))
+                      : linear3(h, p[P_L1_W], p[P_L1_B], true);
+  return drop(linear3(drop(a, pd, ctx), p[P_L2_W], p[P_L2_B], false), pd, ctx);
+}
+
+static em_tensor *te_block(const em_layer_node *node, em_tensor *x, em_tensor **p,
+                           const em_forward_ctx *ctx, const sa_how *how) {
+  double eps = em_attr_float(node, TE_EPS);
+  em_tensor *a;
+  if (em_attr_bool(node, TE_NORM_FIRST)) {
+    if (!(a = self_attention(node, em_layer_norm(x, 1, p[P_N1_W], p[P_N1_B], eps), p, ctx, how)))
+      return NULL;
+    x = em_add(x, a);
+    return em_add(x, feed_forward(node, em_layer_norm(x, 1, p[P_N2_W], p[P_N2_B], eps), p, ctx));
+  }
+  if (!(a = self_attention(node, x, p, ctx, how))) return NULL;
+  x = em_layer_norm(em_add(x, a), 1, p[P_N1_W], p[P_N1_B], eps);
+  return em_layer_norm(em_add(x, feed_forward(node, x, p, ctx)), 1, p[P_N2_W], p[P_N2_B], eps);
+}
+
 static em_tensor *te_forward(const em_layer_node *node, int n_in, em_tensor **in,
                              em_tensor **p, const em_forward_ctx *ctx) {
-  double pd = em_attr_float(node, TE_DROPOUT), eps = em_attr_float(node, TE_EPS);
-  int heads = (int)em_attr_int(node, TE_NHEAD, 0);
-  bool causal = em_attr_bool(node, TE_CAUSAL), gelu = em_attr_choice(node, TE_ACT) == TE_ACT_GELU;
-  em_tensor *x = in[0]; /* (N, L, D) */
-#define SA(t) drop(em_nn_self_attention(t, p[P_IN_W], p[P_IN_B], p[P_OUT_W], p[P_OUT_B], heads, \
-                                        causal, pd, ctx), pd, ctx)
-#define FF(t)                                                                               \
-  drop(linear3(drop(gelu ? em_gelu(linear3(t, p[P_L1_W], p[P_L1_B], false))                 \
-                         : linear3(t, p[P_L1_W], p[P_L1_B], true),                          \
-                    pd, ctx),                                                               \
-               p[P_L2_W], p[P_L2_B], false),                                                \
-       pd, ctx)
-  if (em_attr_bool(node, TE_NORM_FIRST)) {
-    x = em_add(x, SA(em_layer_norm(x, 1, p[P_N1_W], p[P_N1_B], eps)));
-    x = em_add(x, FF(em_layer_norm(x, 1, p[P_N2_W], p[P_N2_B], eps)));
-  } else {
-    x = em_layer_norm(em_add(x, SA(x)), 1, p[P_N1_W], p[P_N1_B], eps);
-    x = em_layer_norm(em_add(x, FF(x)), 1, p[P_N2_W], p[P_N2_B], eps);
+  return te_block(node, in[0], p, ctx, &(sa_how){false, 0, 0, NULL, NULL});
+}
+
+static em_tensor *te_step(const em_layer_node *node, em_tensor *x, em_tensor **p, int64_t pos,
+                          int64_t max_len, void **state, em_error *err) {
+  if (!em_attr_bool(node, TE_CAUSAL)) {
+    em_error_set(err, EM_ERR_UNSUPPORTED, "is not causal: its positions see later ones, which a "
+                 "sequence generated one token at a time does not have yet (set \"causal\": true)");
+    return NULL;
   }
-#undef SA
-#undef FF
-  return x;
+  em_forward_ctx ctx = {false, NULL};
+  return te_block(node, x, p, &ctx, &(sa_how){true, pos, max_len, state, err});
 }
 
 const em_layer_type em_layer_transformer_encoder_layer = {
@@ -116,4 +151,6 @@ const em_layer_type em_layer_transformer_encoder_layer = {
     .attrs = te_attrs,
     .infer = te_infer,
     .forward = te_forward,
+    .step = te_step,
+    .state_free = em_nn_kv_cache_free,
 };

@@ -344,3 +344,8 @@ em_tensor *em_model_forward(em_model *m, em_tensor *x, bool training, em_rng *rn
   }
   return outs[s->output];
 }
+
+void em_model_node_params(const em_model *m, int i, em_tensor **params) {
+  const em_spec_node *nd = &m->spec->nodes[i];
+  for (int k = 0; k < nd->n_decl; k++) params[k] = m->tensors[m->node_tensor[m->node_first[i] + k]];
+}

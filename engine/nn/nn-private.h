@@ -26,6 +26,15 @@ em_tensor *em_conv2d_relu_layer_forward(const em_layer_node *node, em_tensor *x,
 em_tensor *em_nn_self_attention(em_tensor *x, em_tensor *in_w, em_tensor *in_b, em_tensor *out_w,
                                 em_tensor *out_b, int heads, bool causal, double dropout,
                                 const em_forward_ctx *ctx);
+/* The same block over positions [pos, pos + T) of x (N, T, D), causal,
+ * with the keys and values of the earlier positions in *state (a KV cache
+ * of max_len positions, made at the first call; em_nn_kv_cache_free). */
+em_tensor *em_nn_self_attention_step(em_tensor *x, em_tensor *in_w, em_tensor *in_b,
+                                     em_tensor *out_w, em_tensor *out_b, int heads, int64_t pos,
+                                     int64_t max_len, void **state, em_error *err);
+void em_nn_kv_cache_free(void *state);
+/* Node i's tensors in declaration order (a tied weight: its owner's). */
+void em_model_node_params(const em_model *m, int i, em_tensor **params);
 /* An (N, L, D) float input whose D divides into heads (what names D). */
 em_status em_nn_attention_shape(const em_shape *in, int64_t heads, const char *what,
                                 em_error *err);
