@@ -15,6 +15,8 @@ typedef struct {
   Onnx__GraphProto *graph;
   size_t cap_node, cap_init;
   int tmp_count; /* for unique intermediate value names */
+  bool free_length; /* a token model's sequence length is free: forms read
+                       it off the graph (Shape) instead of the spec */
 } em_onnx_builder;
 
 /* Zeroed memory from the arena (NULL sets failed). */

@@ -33,6 +33,20 @@ static void perm(em_onnx_builder *b, const char *name, const char *what, const c
   if (n) em_onnx_attr_ints(b, n, "perm", 4, p);
 }
 
+/* Shape(x)[lo:hi] as a 1-D int64 value: the graph's own dims. */
+static const char *dims_of(em_onnx_builder *b, const char *name, const char *what, const char *x,
+                           int64_t lo, int64_t hi) {
+  const char *shp = tmp(b, name, "shape"), *out = tmp(b, name, what);
+  const char *c_lo = em_onnx_printf(b, "%s/%s_lo", name, what);
+  const char *c_hi = em_onnx_printf(b, "%s/%s_hi", name, what);
+  if (b->failed) return NULL;
+  em_onnx_init_i64s(b, c_lo, 1, (int64_t[]){lo});
+  em_onnx_init_i64s(b, c_hi, 1, (int64_t[]){hi});
+  em_onnx_op1(b, "Shape", em_onnx_printf(b, "%s/%s_Shape", name, what), x, shp);
+  em_onnx_node(b, "Slice", node_name(b, name, what), 3, (const char *[]){shp, c_lo, c_hi}, out);
+  return out;
+}
+
 /* A Linear (weight w, bias b or NULL) of an (N, L, D) input, as a node
  * named name/what. */
 static void linear(em_onnx_builder *b, const char *name, const char *what, const char *x,
@@ -81,15 +95,24 @@ static void attention(em_onnx_builder *b, const char *name, const char *x, const
   em_onnx_init_scalar(b, c_scale, (float)(1.0 / sqrt((double)E)));
   em_onnx_op2(b, "MatMul", node_name(b, name, "scores"), part[0], part[1], s);
   em_onnx_op2(b, "Mul", node_name(b, name, "scale"), s, c_scale, ss);
-  if (causal) { /* + 0 on and below the diagonal, -inf above */
+  if (causal) { /* + 0 on and below the diagonal, -inf above: the spec's
+                  (L, L) cut to the graph's length (at most L: the
+                  positions a model has) */
     const char *c_mask = em_onnx_printf(b, "%s/causal_mask", name), *sm = tmp(b, name, "masked");
+    const char *c_zero = em_onnx_printf(b, "%s/mask_start", name);
+    const char *c_axes = em_onnx_printf(b, "%s/mask_axes", name), *cut = tmp(b, name, "mask");
+    const char *len = dims_of(b, name, "scores_length", ss, 2, 4);
     float *m = em_onnx_alloc(b, (size_t)(L * L) * sizeof *m);
-    if (!m || !c_mask || !sm) return;
+    if (!m || !c_mask || !sm || !len || b->failed) return;
     for (int64_t i = 0; i < L; i++)
       for (int64_t j = 0; j < L; j++) m[i * L + j] = j > i ? -INFINITY : 0.f;
     em_tensor mt = {.dtype = EM_DTYPE_F32, .ndim = 2, .shape = {L, L}, .stride = {L, 1}, .data = m};
     em_onnx_init_tensor(b, c_mask, &mt);
-    em_onnx_op2(b, "Add", node_name(b, name, "mask"), ss, c_mask, sm);
+    em_onnx_init_i64s(b, c_zero, 2, (int64_t[]){0, 0});
+    em_onnx_init_i64s(b, c_axes, 2, (int64_t[]){0, 1});
+    em_onnx_node(b, "Slice", node_name(b, name, "mask_slice"), 4,
+                 (const char *[]){c_mask, c_zero, len, c_axes}, cut);
+    em_onnx_op2(b, "Add", node_name(b, name, "mask"), ss, cut, sm);
     ss = sm;
   }
   const char *a = tmp(b, name, "weights"), *o = tmp(b, name, "context");
@@ -110,13 +133,12 @@ static void attention(em_onnx_builder *b, const char *name, const char *x, const
 static void em_onnx_positional(const form_args *a) {
   em_onnx_builder *b = a->b;
   const char *name = a->node->name;
-  int64_t L = a->in_shapes[0].shape[1];
   em_onnx_init_tensor(b, a->tn[0], a->t[0]);
-  const char *c_lo = em_onnx_printf(b, "%s/start", name), *c_hi = em_onnx_printf(b, "%s/end", name);
+  const char *c_lo = em_onnx_printf(b, "%s/start", name);
   const char *c_ax = em_onnx_printf(b, "%s/axis0", name), *rows = tmp(b, name, "rows");
-  if (b->failed) return;
+  const char *c_hi = dims_of(b, name, "length", a->in[0], 1, 2); /* the sequence's L */
+  if (b->failed || !c_hi) return;
   em_onnx_init_i64s(b, c_lo, 1, (int64_t[]){0});
-  em_onnx_init_i64s(b, c_hi, 1, (int64_t[]){L});
   em_onnx_init_i64s(b, c_ax, 1, (int64_t[]){0});
   const char *ins[4] = {a->tn[0], c_lo, c_hi, c_ax};
   em_onnx_node(b, "Slice", node_name(b, name, "Slice"), 4, ins, rows);

@@ -14,9 +14,10 @@
 
 #define ONNX_IR_VERSION 8 /* the IR that opset 17 ships with (onnx 1.12) */
 
-/* A value info: name, elem type, (batch "batch", ...dims). */
+/* A value info: name, elem type, (batch "batch", ...dims), the first of
+ * dims "sequence" when seq (a token model's free length). */
 static Onnx__ValueInfoProto *value_info(em_onnx_builder *b, const char *name, int32_t elem,
-                                        int ndim, const int64_t *dims /* no batch */) {
+                                        int ndim, const int64_t *dims /* no batch */, bool seq) {
   Onnx__ValueInfoProto *v = em_onnx_alloc(b, sizeof *v);
   Onnx__TypeProto *tp = em_onnx_alloc(b, sizeof *tp);
   Onnx__TypeProto__Tensor *tt = em_onnx_alloc(b, sizeof *tt);
@@ -31,9 +32,9 @@ static Onnx__ValueInfoProto *value_info(em_onnx_builder *b, const char *name, in
     dv[d] = em_onnx_alloc(b, sizeof **dv);
     if (!dv[d]) return NULL;
     onnx__tensor_shape_proto__dimension__init(dv[d]);
-    if (d == 0) {
+    if (d == 0 || (d == 1 && seq)) {
       dv[d]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
-      dv[d]->dim_param = em_onnx_strdup(b, "batch");
+      dv[d]->dim_param = em_onnx_strdup(b, d ? "sequence" : "batch");
     } else {
       dv[d]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
       dv[d]->dim_value = dims[d - 1];
@@ -157,17 +158,20 @@ em_status em_export_onnx(const em_model *m, const char *path, const em_export_me
 
   const char *name = meta->model_name ? meta->model_name : em_spec_name(spec);
   g->name = em_onnx_strdup(&b, name);
+  int64_t dims[EM_MAX_DIMS], odims[EM_MAX_DIMS];
+  int nd = em_spec_input_shape(spec, dims), ond = em_spec_output_shape(spec, odims);
+  bool idx = em_spec_input_dtype(spec) == EM_DTYPE_I64;
+  /* tokens in, a row of logits per token out (a language model): the
+   * length is free (every sequence form reads it off the graph) */
+  bool seq = idx && nd == 1 && ond == 2 && odims[0] == dims[0] && em_spec_generates(spec);
+  b.free_length = seq;
   em_status st = build_graph(&b, m, err);
   if (st == EM_OK) {
-    int64_t dims[EM_MAX_DIMS];
-    int nd = em_spec_input_shape(spec, dims);
-    bool idx = em_spec_input_dtype(spec) == EM_DTYPE_I64;
     inv[0] = value_info(&b, "input",
                         idx ? ONNX__TENSOR_PROTO__DATA_TYPE__INT64
                             : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT,
-                        nd, dims);
-    nd = em_spec_output_shape(spec, dims);
-    outv[0] = value_info(&b, "output", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, nd, dims);
+                        nd, dims, seq);
+    outv[0] = value_info(&b, "output", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, ond, odims, seq);
     g->n_input = g->n_output = 1;
     g->input = inv;
     g->output = outv;

@@ -280,7 +280,10 @@ void em_onnx_layer_norm(const form_args *a) {
     char *sn = em_onnx_printf(b, "%s/out_shape", name);
     char *n2 = em_onnx_printf(b, "%s/Reshape_back", name);
     if (!sn || !n2) return;
-    em_onnx_init_i64s(b, sn, in->ndim, shape);
+    if (b->free_length) /* the input's own shape, its length as it comes */
+      em_onnx_op1(b, "Shape", em_onnx_printf(b, "%s/Shape", name), x, sn);
+    else
+      em_onnx_init_i64s(b, sn, in->ndim, shape);
     em_onnx_op2(b, "Reshape", n2, y, sn, out);
   }
 }

@@ -187,12 +187,16 @@ const em_layer_type *em_layer_type_find(const char *name);
  * and its output (N, L, V) logits. */
 typedef struct em_decoder em_decoder;
 typedef struct em_model em_model;
+typedef struct em_spec em_spec;
 
 /* For `batch` sequences of up to max_len positions (at most what the
  * model's PositionalEmbedding holds). Fails, naming the node, when a
  * node can neither run position by position nor step. */
 em_decoder *em_decoder_new(em_model *m, int64_t batch, int64_t max_len, em_error *err);
 void em_decoder_free(em_decoder *d);
+/* Whether every node the output depends on runs position by position or
+ * steps (what em_decoder_new needs of a spec). */
+bool em_spec_generates(const em_spec *spec);
 /* Runs tokens (batch, T) i64 at the next T positions; returns the logits
  * of the last of them (batch, V), in the caller's scope. Fails past
  * max_len or on a token outside the vocabulary (nothing is cached then). */
@@ -200,6 +204,17 @@ em_tensor *em_decoder_step(em_decoder *d, em_tensor *tokens, em_error *err);
 int64_t em_decoder_position(const em_decoder *d); /* positions run so far */
 /* Back to position 0 (the caches kept, their contents dropped). */
 void em_decoder_reset(em_decoder *d);
+
+/* How the next token is chosen from a row of logits: greedy (the most
+ * likely) when temperature is 0, else drawn from softmax(logits /
+ * temperature) over the top_k most likely (0: all) and, of those, the
+ * smallest set whose probability reaches top_p (1 or 0: all). */
+typedef struct {
+  double temperature;
+  int64_t top_k;
+  double top_p;
+} em_sample_params;
+int64_t em_sample_token(const float *logits, int64_t V, const em_sample_params *p, em_rng *rng);
 
 /* ---- init ------------------------------------------------------------------ */
 /* Fill a contiguous float tensor in place from rng. fan_in/fan_out

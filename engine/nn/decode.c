@@ -19,6 +19,13 @@ struct em_decoder {
   void **state; /* per node */
 };
 
+bool em_spec_generates(const em_spec *s) {
+  for (int i = 0; i <= s->output; i++)
+    if (s->nodes[i].live && !s->nodes[i].type->position_wise && !s->nodes[i].type->step)
+      return false;
+  return true;
+}
+
 em_decoder *em_decoder_new(em_model *m, int64_t batch, int64_t max_len, em_error *err) {
   const em_spec *s = em_model_spec(m);
   if (s->input.dtype != EM_DTYPE_I64 || s->input.ndim != 2) {

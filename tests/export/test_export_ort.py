@@ -171,9 +171,12 @@ def check_model(spec, node, env, tmp):
 
 def check_sequence(node, env, tmp):
     """tests/export/sequence.json (token input, attention, both encoder
-    layer forms) from its initial weights: ORT on random tokens at batches
-    3 and 1 against the engine, within TOL (f32; the attention's softmax
-    and the norms add no more than a Linear's rounding at these widths)."""
+    layer forms, all causal) from its initial weights: ORT on random tokens
+    at batches 3 and 1 against the engine, within TOL (f32; the attention's
+    softmax and the norms add no more than a Linear's rounding at these
+    widths); and, the export's sequence length being free, on the first 4
+    tokens alone against the engine's first 4 positions (causal: they do
+    not see the rest)."""
     spec = os.path.join(SOURCE, "tests", "export", "sequence.json")
     w, path = os.path.join(tmp, "sequence.safetensors"), os.path.join(tmp, "sequence.onnx")
     L, V = 6, 13
@@ -190,12 +193,22 @@ def check_sequence(node, env, tmp):
         x[:b].tofile(xi)
         args += ["i64:%d,%d" % (b, L), xi, yo]
         outs[b] = yo
+    short = os.path.join(tmp, "seq-ort-x-short.raw"), os.path.join(tmp, "seq-ort-y-short.raw")
+    np.ascontiguousarray(x[:, :4]).tofile(short[0])
+    args += ["i64:3,4", short[0], short[1]]
     p = run(args, env=env, ok=False)
     assert p.returncode == 0, "ort-run %s failed (%d): %s" % (path, p.returncode, p.stderr)
     got = {b: np.fromfile(f, dtype="<f4").reshape(b, -1) for b, f in outs.items()}
     assert float(np.abs(ref).max()) > 1e-3, "sequence: outputs are all near zero"
     d = compare("sequence", ref, got, TOL)
-    print("sequence (tokens -> attention, encoder layers): max |engine - ORT| %.3g" % d)
+    y4 = np.fromfile(short[1], dtype="<f4").reshape(3, 4, V)
+    d4 = float(np.abs(ref.reshape(3, L, V)[:, :4] - y4).max())
+    assert d4 <= TOL, "sequence: 4 tokens in ONNX Runtime differ by %g from the engine's first 4 " \
+        "positions" % d4
+    shape = onnx.load(path).graph.input[0].type.tensor_type.shape.dim
+    assert shape[1].dim_param == "sequence", shape
+    print("sequence (tokens -> attention, encoder layers): max |engine - ORT| %.3g; 4 of %d "
+          "tokens (the free length) %.3g" % (d, L, d4))
 
 
 def main():

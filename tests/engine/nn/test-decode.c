@@ -17,6 +17,7 @@
 
 #include "em-nn.h"
 #include "em-ops.h"
+#include "em-rng.h"
 
 #define V 13
 #define L 24
@@ -178,10 +179,54 @@ static void test_errors(void) {
   em_model_free(m);
 }
 
+/* Sampling: frequencies over 20,000 draws within 5 standard deviations
+ * of the filtered, renormalised probabilities (sqrt(p (1 - p) / n) is at
+ * most 0.0035 here, so 0.018). */
+static void test_sampling(void) {
+  const float lg[4] = {logf(0.5f), logf(0.3f), logf(0.2f), -INFINITY};
+  em_rng r;
+  em_rng_seed(&r, 1);
+  g_assert_cmpint(em_sample_token(lg, 4, NULL, &r), ==, 0);
+  g_assert_cmpint(em_sample_token(lg, 4, &(em_sample_params){0, 0, 1}, &r), ==, 0);
+  g_assert_cmpint(em_sample_token(lg, 4, &(em_sample_params){2.0, 1, 1}, &r), ==, 0);
+  struct {
+    em_sample_params p;
+    double want[4];
+  } cases[] = {
+      {{1.0, 0, 1.0}, {0.5, 0.3, 0.2, 0}},
+      {{1.0, 2, 1.0}, {0.625, 0.375, 0, 0}},   /* top-k 2 */
+      {{1.0, 0, 0.7}, {0.625, 0.375, 0, 0}},   /* the nucleus reaching 0.7: 0.5 + 0.3 */
+      {{1.0, 0, 0.4}, {1, 0, 0, 0}},           /* 0.5 alone reaches it */
+  };
+  const int n = 20000;
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    int count[4] = {0};
+    em_rng_seed(&r, 42);
+    for (int k = 0; k < n; k++) count[em_sample_token(lg, 4, &cases[c].p, &r)]++;
+    for (int k = 0; k < 4; k++)
+      g_assert_cmpfloat(fabs((double)count[k] / n - cases[c].want[k]), <=, 0.018);
+  }
+  /* temperature 2 flattens: p ~ (0.5, 0.3, 0.2)^(1/2), renormalised */
+  double z = sqrt(0.5) + sqrt(0.3) + sqrt(0.2);
+  int count[4] = {0};
+  em_rng_seed(&r, 3);
+  for (int k = 0; k < n; k++) count[em_sample_token(lg, 4, &(em_sample_params){2.0, 0, 1}, &r)]++;
+  g_assert_cmpfloat(fabs((double)count[0] / n - sqrt(0.5) / z), <=, 0.018);
+  g_assert_cmpfloat(fabs((double)count[2] / n - sqrt(0.2) / z), <=, 0.018);
+  /* the same seed, the same draws */
+  em_rng a, b;
+  em_rng_seed(&a, 9);
+  em_rng_seed(&b, 9);
+  for (int k = 0; k < 100; k++)
+    g_assert_cmpint(em_sample_token(lg, 4, &cases[0].p, &a), ==,
+                    em_sample_token(lg, 4, &cases[0].p, &b));
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/nn/decode/greedy-matches-full", test_greedy_matches_full);
   g_test_add_func("/engine/nn/decode/batch", test_batch);
   g_test_add_func("/engine/nn/decode/errors", test_errors);
+  g_test_add_func("/engine/nn/decode/sampling", test_sampling);
   return g_test_run();
 }
