@@ -57,7 +57,7 @@ int cli_cmd_serve(int argc, char **argv) {
   const char *weights = NULL, *registry = NULL, *port_s = NULL, *host = "127.0.0.1",
              *max_batch_s = NULL, *max_wait_s = NULL, *workers_s = NULL, *threads_s = NULL,
              *body_s = NULL, *budget_s = NULL,
-             *htimeout_s = NULL, *btimeout_s = NULL, *maxconn_s = NULL, *perip_s = NULL, *poll_s = NULL, *http_s = NULL, *quant_s = NULL, *pos[1] = {NULL};
+             *htimeout_s = NULL, *btimeout_s = NULL, *maxconn_s = NULL, *perip_s = NULL, *poll_s = NULL, *http_s = NULL, *quant_s = NULL, *canary_s = NULL, *pos[1] = {NULL};
   bool no_batching = false;
   const cli_opt opts[] = {{"weights", &weights, NULL},       {"registry", &registry, NULL},
                           {"port", &port_s, NULL},           {"host", &host, NULL},
@@ -68,7 +68,8 @@ int cli_cmd_serve(int argc, char **argv) {
                           {"quantize", &quant_s, NULL},      {"body-budget-bytes", &budget_s, NULL},
                           {"header-timeout", &htimeout_s, NULL}, {"body-timeout", &btimeout_s, NULL},
                           {"max-connections", &maxconn_s, NULL},
-                          {"max-connections-per-ip", &perip_s, NULL}, {0}};
+                          {"max-connections-per-ip", &perip_s, NULL},
+                          {"canary", &canary_s, NULL}, {0}};
   cli_parse_args(argc, argv, 2, opts, pos, 1, 1, "serve");
   int port = port_s ? (int)cli_parse_int("--port", port_s, 0, 65535) : 8000;
   int max_batch = max_batch_s ? (int)cli_parse_int("--max-batch", max_batch_s, 1, 1 << 16)
@@ -132,6 +133,25 @@ int cli_cmd_serve(int argc, char **argv) {
     cli_die_usage("--poll-ms goes with NAME@ALIAS; %s names a fixed version", pos[0]);
   if (!registered && poll_s) cli_die_usage("--poll-ms goes with NAME@ALIAS (a spec file is not "
                                            "reloaded)");
+  /* --canary REF:PCT: the same model's alias or version REF takes PCT
+   * percent of the requests */
+  char canary_ref[300] = "";
+  int canary_permille = 0;
+  if (canary_s) {
+    const char *colon = strrchr(canary_s, ':'), *at = strchr(pos[0], '@');
+    if (!registered || !at)
+      cli_die_usage("--canary goes with a registered NAME@ALIAS (its REF is another alias or "
+                    "version of NAME)");
+    if (!colon || colon == canary_s)
+      cli_die_usage("--canary wants REF:PERCENT, e.g. staging:10%%, got '%s'", canary_s);
+    char pct[32];
+    snprintf(pct, sizeof pct, "%s", colon + 1);
+    size_t pl = strlen(pct);
+    if (pl && pct[pl - 1] == '%') pct[pl - 1] = '\0';
+    canary_permille = (int)(cli_parse_num("--canary's share", pct, 0, 100) * 10 + 0.5);
+    snprintf(canary_ref, sizeof canary_ref, "%.*s@%.*s", (int)(at - pos[0]), pos[0],
+             (int)(colon - canary_s), canary_s);
+  }
   em_set_num_threads(threads);
 
   /* The stop signals are caught, whatever thread they land on, and told
@@ -183,6 +203,42 @@ int cli_cmd_serve(int argc, char **argv) {
 
   serve_watcher watcher = {
       .srv = &srv, .poll_ms = poll_ms, .served_version = served_version, .quant = quant};
+  serve_watcher canary_watcher = {.srv = &srv, .poll_ms = poll_ms, .quant = quant,
+                                  .slot = &srv.canary, .role = "canary"};
+  if (canary_ref[0]) {
+    em_store *store = cli_store_open(registry, true);
+    cli_model ccm;
+    serve_model *cm_model = NULL;
+    if (store && cli_model_open_ref(store, canary_ref, &ccm, &err) == EM_OK) {
+      char cv[32];
+      snprintf(cv, sizeof cv, "%d", ccm.ref.version);
+      canary_watcher.served_version = ccm.ref.version;
+      cm_model = serve_model_new(&ccm, name, cv, quant, &err);
+    }
+    if (cm_model && !serve_model_same_io(model, cm_model)) {
+      em_error_set(&err, EM_ERR_SHAPE, "the canary %s takes or gives other shapes than %s",
+                   canary_ref, label);
+      serve_model_unref(cm_model);
+      cm_model = NULL;
+    }
+    if (!cm_model) {
+      if (store) em_store_close(store);
+      rc = store ? cli_fail(&err, canary_ref) : 1;
+      goto out;
+    }
+    if (cm_model->cm.ref.version == served_version)
+      fprintf(stderr, "ember serve: warning: the canary %s is version %d, the stable one too\n",
+              canary_ref, served_version);
+    serve_slot_init(&srv.canary, cm_model);
+    atomic_store(&srv.canary_permille, canary_permille);
+    atomic_store(&srv.metrics.canary_permille, canary_permille);
+    if (em_version_ref_names_alias(canary_ref)) { /* it moves as its alias does */
+      snprintf(canary_watcher.ref, sizeof canary_watcher.ref, "%s", canary_ref);
+      canary_watcher.store = store;
+    } else {
+      em_store_close(store);
+    }
+  }
   if (serve_batcher_start(&srv.batcher, workers, max_batch, max_wait, &srv.metrics, &err) !=
       EM_OK) {
     rc = cli_fail(&err, NULL);
@@ -203,15 +259,23 @@ int cli_cmd_serve(int argc, char **argv) {
       goto out;
     }
   }
+  if (canary_watcher.store && serve_watcher_start(&canary_watcher, &err) != EM_OK) {
+    rc = cli_fail1(&err, NULL);
+    goto out;
+  }
+  char canary_line[400] = "";
+  if (srv.canary.cur)
+    snprintf(canary_line, sizeof canary_line, "; canary %s (version %s) takes %.1f%%", canary_ref,
+             srv.canary.cur->version, canary_permille / 10.0);
   atomic_store(&srv.ready, true);
   bool v6 = strchr(host, ':') != NULL;
   printf("ember serve: %s ready at http://%s%s%s:%d (%d worker%s x %d thread%s of %d cores, "
-         "%d HTTP thread%s, max batch %d, max wait %g ms%s%s)\n",
+         "%d HTTP thread%s, max batch %d, max wait %g ms%s%s%s)\n",
          label, v6 ? "[" : "", host, v6 ? "]" : "", srv.bound_port, workers,
          workers == 1 ? "" : "s", threads, threads == 1 ? "" : "s", cores, http_threads,
          http_threads == 1 ? "" : "s", max_batch, max_wait,
          quant == EM_QUANT_NONE ? "" : ", int8 Linear layers",
-         watch ? ", reloads when the alias moves" : "");
+         watch ? ", reloads when the alias moves" : "", canary_line);
   fflush(stdout);
 
   pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
@@ -233,10 +297,12 @@ int cli_cmd_serve(int argc, char **argv) {
 
 out:
   serve_watcher_stop(&watcher);
+  serve_watcher_stop(&canary_watcher);
   serve_batcher_stop(&srv.batcher); /* runs anything still queued */
   for (int i = 0; i < 500 && atomic_load(&srv.metrics.inflight) > 0; i++) usleep(10000);
   serve_http_stop(&srv);
   serve_slot_clear(&srv.slot);
+  if (srv.canary.cur) serve_slot_clear(&srv.canary);
   serve_metrics_destroy(&srv.metrics);
   em_pool_shutdown();
   if (!rc) fprintf(stderr, "ember serve: stopped\n");

@@ -53,6 +53,7 @@ typedef struct {
   size_t reserved;  /* bytes of srv->body_bytes this request holds (its body's capacity) */
   /* inference in flight */
   serve_model *model;
+  int role; /* of model: 0 the stable version, 1 the canary */
   serve_infer_req req;
   serve_job job;
   atomic_bool done;
@@ -93,7 +94,11 @@ static enum MHD_Result respond_h(req_ctx *c, int code, char *body, size_t len,
   MHD_destroy_response(r);
   c->state = ST_ANSWERED;
   serve_metrics_response(&c->srv->metrics, code);
-  if (c->is_infer) serve_metrics_infer_latency(&c->srv->metrics, cli_mono_now() - c->started);
+  if (c->is_infer) {
+    double dt = cli_mono_now() - c->started;
+    serve_metrics_infer_latency(&c->srv->metrics, dt);
+    if (c->model) serve_metrics_version(&c->srv->metrics, c->role, c->model->version, code, dt);
+  }
   return ok;
 }
 
@@ -201,9 +206,12 @@ static bool model_matches(req_ctx *c, const route *r, const serve_model *m) {
                   m->name);
     return false;
   }
-  if (r->version[0] && strcmp(r->version, m->version)) {
-    respond_error(c, 404, NULL, "model '%s' has no version '%.30s' loaded: it serves version %s",
-                  m->name, r->version, m->version);
+  if (r->version[0] && !serve_route_serves(c->srv, r->version)) {
+    serve_model *k = c->srv->canary.cur ? serve_slot_acquire(&c->srv->canary) : NULL;
+    respond_error(c, 404, NULL, "model '%s' has no version '%.30s' loaded: it serves version %s%s%s",
+                  m->name, r->version, m->version, k ? " and, as its canary, version " : "",
+                  k ? k->version : "");
+    if (k) serve_model_unref(k);
     return false;
   }
   return true;
@@ -238,6 +246,16 @@ static enum MHD_Result submit_infer(req_ctx *c, const route *r, bool *submitted)
     serve_model_unref(m);
     return respond_error(c, code, NULL, "%s", msg);
   }
+  /* the version that answers: the one asked for, or the canary for its
+   * share (it takes the stable version's input and output shapes: checked
+   * when it was loaded, so the request parsed against either stands) */
+  int role = 0;
+  serve_model *pick = serve_route(srv, c->req.id, r->version, &role);
+  if (pick) {
+    serve_model_unref(m);
+    m = pick;
+  }
+  c->role = role;
   float *out = malloc(sizeof(float) * (size_t)(c->req.rows * m->out_numel));
   if (!out) {
     serve_model_unref(m);

@@ -64,6 +64,23 @@ void serve_metrics_model(serve_metrics *m, const serve_model *model, bool reload
   pthread_mutex_unlock(&m->mu);
 }
 
+void serve_metrics_version(serve_metrics *m, int role, const char *version, int code,
+                           double seconds) {
+  if (role < 0 || role > 1) return;
+  int b = bucket(lat_le, SERVE_LAT_BUCKETS, seconds);
+  pthread_mutex_lock(&m->mu);
+  serve_version_counters *v = &m->role[role];
+  if (strcmp(v->version, version)) { /* a reload: the figures start again */
+    memset(v, 0, sizeof *v);
+    snprintf(v->version, sizeof v->version, "%s", version);
+  }
+  v->requests++;
+  if (code >= 400) v->errors++;
+  v->lat_counts[b]++;
+  v->lat_sum += seconds;
+  pthread_mutex_unlock(&m->mu);
+}
+
 void serve_metrics_reload_failed(serve_metrics *m) {
   pthread_mutex_lock(&m->mu);
   m->c.reload_failures++;
@@ -134,16 +151,30 @@ static const char *esc(const char *s, char *buf, size_t cap) {
   return buf;
 }
 
-static void histogram(text *t, const char *name, const double *le, int n, const uint64_t *counts,
-                      double sum) {
+/* labels: "" or 'a="x",' (a trailing comma) put before le and in _sum,
+ * _count braces. */
+static void histogram_l(text *t, const char *name, const char *labels, const double *le, int n,
+                        const uint64_t *counts, double sum) {
   uint64_t cum = 0;
   for (int i = 0; i < n; i++) {
     cum += counts[i];
-    put(t, "%s_bucket{le=\"%g\"} %llu\n", name, le[i], (unsigned long long)cum);
+    put(t, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels, le[i], (unsigned long long)cum);
   }
   cum += counts[n];
-  put(t, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
-      (unsigned long long)cum, name, sum, name, (unsigned long long)cum);
+  size_t ll = strlen(labels);
+  char bare[200];
+  snprintf(bare, sizeof bare, "%.*s", ll ? (int)ll - 1 : 0, labels); /* without its comma */
+  put(t, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels, (unsigned long long)cum);
+  if (ll)
+    put(t, "%s_sum{%s} %.9g\n%s_count{%s} %llu\n", name, bare, sum, name, bare,
+        (unsigned long long)cum);
+  else
+    put(t, "%s_sum %.9g\n%s_count %llu\n", name, sum, name, (unsigned long long)cum);
+}
+
+static void histogram(text *t, const char *name, const double *le, int n, const uint64_t *counts,
+                      double sum) {
+  histogram_l(t, name, "", le, n, counts, sum);
 }
 
 char *serve_metrics_format(serve_metrics *m, size_t *len) {
@@ -152,6 +183,7 @@ char *serve_metrics_format(serve_metrics *m, size_t *len) {
   t.p[0] = '\0';
   pthread_mutex_lock(&m->mu);
   serve_counters s = m->c; /* a consistent copy; the atomics are read below */
+  serve_version_counters roles[2] = {m->role[0], m->role[1]};
   pthread_mutex_unlock(&m->mu);
 
   head(&t, "ember_serve_requests_total", "counter", "HTTP requests answered, by status code.");
@@ -212,6 +244,35 @@ char *serve_metrics_format(serve_metrics *m, size_t *len) {
   head(&t, "ember_serve_reload_next_retry_timestamp_seconds", "gauge",
        "Unix time of the next try of a version that failed to load (0: none due).");
   put(&t, "ember_serve_reload_next_retry_timestamp_seconds %.0f\n", s.reload_next_retry);
+  /* per served version: the stable one and the canary, by role */
+  static const char *const role_name[2] = {"stable", "canary"};
+  head(&t, "ember_serve_version_requests_total", "counter",
+       "Inference requests answered, by the version that answered (stable or canary).");
+  for (int r = 0; r < 2; r++)
+    if (roles[r].version[0])
+      put(&t, "ember_serve_version_requests_total{role=\"%s\",version=\"%s\"} %llu\n",
+          role_name[r], esc(roles[r].version, ver, sizeof ver),
+          (unsigned long long)roles[r].requests);
+  head(&t, "ember_serve_version_errors_total", "counter",
+       "Inference requests answered with an error status, by version.");
+  for (int r = 0; r < 2; r++)
+    if (roles[r].version[0])
+      put(&t, "ember_serve_version_errors_total{role=\"%s\",version=\"%s\"} %llu\n",
+          role_name[r], esc(roles[r].version, ver, sizeof ver),
+          (unsigned long long)roles[r].errors);
+  head(&t, "ember_serve_version_infer_duration_seconds", "histogram",
+       "Inference request latency, by the version that answered.");
+  for (int r = 0; r < 2; r++) {
+    if (!roles[r].version[0]) continue;
+    char labels[160];
+    snprintf(labels, sizeof labels, "role=\"%s\",version=\"%s\",", role_name[r],
+             esc(roles[r].version, ver, sizeof ver));
+    histogram_l(&t, "ember_serve_version_infer_duration_seconds", labels, lat_le,
+                SERVE_LAT_BUCKETS, roles[r].lat_counts, roles[r].lat_sum);
+  }
+  head(&t, "ember_serve_canary_share", "gauge",
+       "The share of requests routed to the canary (0 to 1; 0: no canary).");
+  put(&t, "ember_serve_canary_share %.3f\n", atomic_load(&m->canary_permille) / 1000.0);
   head(&t, "ember_serve_uptime_seconds", "gauge", "Seconds since the server started.");
   put(&t, "ember_serve_uptime_seconds %.3f\n", cli_mono_now() - m->started);
   if (t.oom) {

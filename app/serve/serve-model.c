@@ -58,6 +58,16 @@ serve_model *serve_model_new(cli_model *cm, const char *name, const char *versio
 
 void serve_model_ref(serve_model *m) { atomic_fetch_add(&m->refs, 1); }
 
+bool serve_model_same_io(const serve_model *a, const serve_model *b) {
+  if (a->in_dtype != b->in_dtype || a->in_ndim != b->in_ndim || a->out_ndim != b->out_ndim)
+    return false;
+  for (int d = 0; d < a->in_ndim; d++)
+    if (a->in_shape[d] != b->in_shape[d]) return false;
+  for (int d = 0; d < a->out_ndim; d++)
+    if (a->out_shape[d] != b->out_shape[d]) return false;
+  return true;
+}
+
 void serve_model_unref(serve_model *m) {
   if (!m || atomic_fetch_sub(&m->refs, 1) != 1) return;
   cli_model_close(&m->cm);

@@ -15,6 +15,8 @@
  *   serve-frame.c     where a body ends (Content-Length, chunked)
  *   serve-http.c      libmicrohttpd: routing, body caps, suspend/resume
  *   serve-reload.c    the registry watcher (re-resolves NAME@ALIAS)
+ *   serve-route.c     which version answers a request: the stable one, or
+ *                     the canary for its share (sticky per request id)
  *   ../cmd-serve.c    the command: options, threads, signals, shutdown
  *
  * Threads: libmicrohttpd event threads (I/O, JSON parse and format: a
@@ -57,6 +59,9 @@ typedef struct serve_model {
 serve_model *serve_model_new(cli_model *cm, const char *name, const char *version,
                              em_quant_mode quant, em_error *err);
 void serve_model_ref(serve_model *m);
+/* Whether b takes a's input and gives its output (dtype and shapes):
+ * what a canary must to stand in for the stable version. */
+bool serve_model_same_io(const serve_model *a, const serve_model *b);
 void serve_model_unref(serve_model *m); /* frees at 0 */
 
 /* The slot requests take the current model from. */
@@ -91,9 +96,20 @@ typedef struct {
   char model[128], version[32], sha256[72];
 } serve_counters;
 
+/* Per served version (the stable one and the canary): what its requests
+ * got. role 0 is the stable version, 1 the canary. */
+typedef struct {
+  char version[32];
+  uint64_t requests, errors;
+  uint64_t lat_counts[SERVE_LAT_BUCKETS + 1];
+  double lat_sum;
+} serve_version_counters;
+
 typedef struct {
   pthread_mutex_t mu;
   serve_counters c;           /* under mu */
+  serve_version_counters role[2]; /* under mu */
+  atomic_int canary_permille; /* the canary's share, for /metrics */
   atomic_int queue_jobs, queue_rows;
   atomic_int inflight;        /* infer requests between parse and response (the drain waits) */
   double started; /* monotonic seconds */
@@ -106,6 +122,10 @@ void serve_metrics_infer_latency(serve_metrics *m, double seconds);
 void serve_metrics_batch(serve_metrics *m, int64_t rows);
 void serve_metrics_model(serve_metrics *m, const serve_model *model, bool reloaded);
 void serve_metrics_reload_failed(serve_metrics *m);
+/* An infer request answered by version (role 0 stable, 1 canary) with
+ * HTTP status code after seconds. */
+void serve_metrics_version(serve_metrics *m, int role, const char *version, int code,
+                           double seconds);
 typedef enum {
   SERVE_REFUSED_LIMIT,          /* --max-connections: 503 */
   SERVE_REFUSED_PER_IP,         /* --max-connections-per-ip: 503 */
@@ -223,6 +243,8 @@ typedef struct {
 
 typedef struct serve_server {
   serve_slot slot;
+  serve_slot canary;      /* the version on trial (cur NULL: none) */
+  atomic_int canary_permille; /* its share of requests, in thousandths */
   serve_batcher batcher;
   serve_metrics metrics;
   serve_http_config http;
@@ -252,6 +274,17 @@ void serve_http_stop(serve_server *srv);
  * (cli_mono_now's clock). */
 void serve_mutex_cond_init(pthread_mutex_t *mu, pthread_cond_t *cv);
 
+/* ---- routing ------------------------------------------------------------------- */
+
+/* The version that answers a request (a reference the caller drops), and
+ * its role (0 stable, 1 canary): the one asked for by version (NULL when
+ * neither serves it), else the canary for its share of requests, chosen
+ * by a hash of the request's id when it has one (so one client sees one
+ * version) and at random otherwise. */
+serve_model *serve_route(serve_server *srv, const char *id, const char *version, int *role);
+/* Whether the version a path names is served (stable or canary). */
+bool serve_route_serves(serve_server *srv, const char *version);
+
 /* ---- reload ------------------------------------------------------------------- */
 
 typedef struct {
@@ -264,6 +297,8 @@ typedef struct {
   pthread_cond_t cv;
   bool stopping, started;
   int served_version;     /* the version in the slot */
+  serve_slot *slot;       /* the slot it fills (NULL: the stable one) */
+  const char *role;       /* "canary" or NULL, for its messages */
   em_quant_mode quant;    /* applied to each version loaded */
 } serve_watcher;
 

@@ -56,6 +56,16 @@ static void check_once(serve_watcher *w, int *failed_version, retry_state *rs) {
     version = cm.ref.version;
     m = serve_model_new(&cm, cm.ref.name, vtext, w->quant, &err);
   }
+  if (m && w->slot) { /* a canary stands in for the stable version: the same tensors */
+    serve_model *stable = serve_slot_acquire(&w->srv->slot);
+    if (!serve_model_same_io(stable, m)) {
+      em_error_set(&err, EM_ERR_SHAPE, "its input or output shape differs from the stable "
+                   "version %s's", stable->version);
+      serve_model_unref(m);
+      m = NULL;
+    }
+    serve_model_unref(stable);
+  }
   if (!m) {
     if (rs->version != version) *rs = (retry_state){version, 0, 0, RETRY_FIRST_S};
     rs->attempts++;
@@ -71,12 +81,13 @@ static void check_once(serve_watcher *w, int *failed_version, retry_state *rs) {
   if (rs->version) serve_metrics_reload_retry(&w->srv->metrics, 0, 0);
   rs->version = 0;
   int old = w->served_version;
-  serve_metrics_model(&w->srv->metrics, m, true);
-  serve_slot_swap(&w->srv->slot, m);
+  if (!w->slot) serve_metrics_model(&w->srv->metrics, m, true);
+  serve_slot_swap(w->slot ? w->slot : &w->srv->slot, m);
   w->served_version = version;
   *failed_version = 0;
-  fprintf(stderr, "ember serve: %s moved: now serving version %d (was %d; loaded in %.0f ms)\n",
-          w->ref, version, old, 1000 * (cli_mono_now() - t0));
+  fprintf(stderr, "ember serve: %s moved: now serving version %d%s%s (was %d; loaded in %.0f ms)\n",
+          w->ref, version, w->role ? " as the " : "", w->role ? w->role : "", old,
+          1000 * (cli_mono_now() - t0));
 }
 
 static void *watch_main(void *arg) {

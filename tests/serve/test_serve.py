@@ -564,6 +564,61 @@ class ServeTest(unittest.TestCase):
             rc, err = unbatched.stop()
             self.assertEqual(rc, 0, err)
 
+    # ---- canary --------------------------------------------------------------------------
+    def test_canary_split(self):
+        """--canary staging:30%: a request's id places it (the same id, the same version,
+        every time); without an id the split is random; each answer is its version's;
+        /metrics counts by version; /versions/V reaches either."""
+        self.ok("model", "promote", "mlp", "2", "--alias", "staging")
+        srv = Server(self.env, "mlp@production", "--canary", "staging:30%", "--workers", "1",
+                     "--threads", "1", "--poll-ms", "100")
+        try:
+            x = sample_batch(1, 5)
+            want = {v: torch_logits(w, x) for v, w in self.weights.items()}
+            placed, answered = {}, {1: 0, 2: 0}
+            for rnd in range(3):
+                for k in range(100):
+                    st, r = srv.infer(x, id="client-%d" % k)
+                    self.assertEqual(st, 200, r)
+                    v = int(r["model_version"])
+                    self.assertClose(r["outputs"][0]["data"], want[v])
+                    self.assertEqual(placed.setdefault(k, v), v, "id client-%d moved" % k)
+                    answered[v] += 1
+            # 100 ids placed by a hash: binomial(100, 0.3), sd 4.6; 5 sd either side
+            share = sum(1 for v in placed.values() if v == 2) / 100
+            self.assertTrue(0.07 <= share <= 0.53, share)
+            seen = {int(srv.infer(x)[1]["model_version"]) for _ in range(60)}
+            self.assertEqual(seen, {1, 2})  # 0.7^60 and 0.3^60: never all one
+            st, r = srv.request("POST", "/v2/models/mlp/versions/2/infer", infer_body(x, id="a"))
+            self.assertEqual((st, r["model_version"]), (200, "2"))
+            self.assertClose(r["outputs"][0]["data"], want[2])
+            st, r = srv.request("POST", "/v2/models/mlp/versions/1/infer", infer_body(x, id="a"))
+            self.assertEqual((st, r["model_version"]), (200, "1"))
+            st, r = srv.request("POST", "/v2/models/mlp/versions/3/infer", infer_body(x))
+            self.assertEqual(st, 404)
+            self.assertIn("as its canary, version 2", r["error"])
+            m, _ = parse_metrics(srv.metrics())
+            n1 = m[("ember_serve_version_requests_total", 'role="stable",version="1"')]
+            n2 = m[("ember_serve_version_requests_total", 'role="canary",version="2"')]
+            self.assertEqual(n1 + n2, 300 + 60 + 2)  # the 404 reached no version
+            self.assertGreaterEqual(n2, answered[2] + 1)
+            self.assertEqual(m[("ember_serve_canary_share", "")], 0.3)
+            self.assertEqual(m[("ember_serve_version_infer_duration_seconds_count",
+                                'role="canary",version="2"')], n2)
+        finally:
+            rc, err = srv.stop()
+            self.assertEqual(rc, 0, err)
+        # bad uses are refused before it starts
+        for args, msg in ((("mlp@production", "--canary", "staging"), "REF:PERCENT"),
+                          (("mlp@production", "--canary", "staging:120%"), "--canary's share"),
+                          (("mlp@production", "--canary", "nosuch:10%"), "nosuch"),
+                          ((self.spec, "--weights", self.weights[1], "--canary", "2:10%"),
+                           "registered NAME@ALIAS")):
+            p = subprocess.run([EMBER, "serve", *args, "--port", "0"], env=self.env,
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn(msg, p.stderr)
+
     # ---- reload --------------------------------------------------------------------------
     def test_reload_on_promote_and_rollback(self):
         s = self.srv
