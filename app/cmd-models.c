@@ -185,6 +185,7 @@ static int model_history(const char *name, const char *registry, bool json) {
   cli_table_column(t, "TO", "to_version", CLI_ALIGN_RIGHT);
   cli_table_column(t, "USER", "user", CLI_ALIGN_LEFT);
   cli_table_column(t, "HOST", "host", CLI_ALIGN_LEFT);
+  cli_table_column(t, "DETAIL", "detail", CLI_ALIGN_LEFT);
   for (int i = 0; i < n; i++) {
     cli_table_row(t);
     cli_table_time(t, a[i].time);
@@ -195,6 +196,7 @@ static int model_history(const char *name, const char *registry, bool json) {
     cli_table_int(t, a[i].to_version);
     cli_table_str(t, a[i].user);
     cli_table_str(t, a[i].host);
+    cli_table_str(t, a[i].detail ? a[i].detail : "");
   }
   if (json) cli_json_print(cli_table_json(t));
   else if (n == 0) printf("%s: no alias has been moved yet\n", name);

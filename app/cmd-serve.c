@@ -57,7 +57,8 @@ int cli_cmd_serve(int argc, char **argv) {
   const char *weights = NULL, *registry = NULL, *port_s = NULL, *host = "127.0.0.1",
              *max_batch_s = NULL, *max_wait_s = NULL, *workers_s = NULL, *threads_s = NULL,
              *body_s = NULL, *budget_s = NULL,
-             *htimeout_s = NULL, *btimeout_s = NULL, *maxconn_s = NULL, *perip_s = NULL, *poll_s = NULL, *http_s = NULL, *quant_s = NULL, *canary_s = NULL, *pos[1] = {NULL};
+             *htimeout_s = NULL, *btimeout_s = NULL, *maxconn_s = NULL, *perip_s = NULL, *poll_s = NULL, *http_s = NULL, *quant_s = NULL, *canary_s = NULL, *slo_p99_s = NULL, *slo_err_s = NULL, *slo_win_s = NULL,
+             *slo_min_s = NULL, *pos[1] = {NULL};
   bool no_batching = false;
   const cli_opt opts[] = {{"weights", &weights, NULL},       {"registry", &registry, NULL},
                           {"port", &port_s, NULL},           {"host", &host, NULL},
@@ -69,7 +70,10 @@ int cli_cmd_serve(int argc, char **argv) {
                           {"header-timeout", &htimeout_s, NULL}, {"body-timeout", &btimeout_s, NULL},
                           {"max-connections", &maxconn_s, NULL},
                           {"max-connections-per-ip", &perip_s, NULL},
-                          {"canary", &canary_s, NULL}, {0}};
+                          {"canary", &canary_s, NULL},       {"slo-p99-ms", &slo_p99_s, NULL},
+                          {"slo-error-rate", &slo_err_s, NULL},
+                          {"slo-window-s", &slo_win_s, NULL},
+                          {"slo-min-requests", &slo_min_s, NULL}, {0}};
   cli_parse_args(argc, argv, 2, opts, pos, 1, 1, "serve");
   int port = port_s ? (int)cli_parse_int("--port", port_s, 0, 65535) : 8000;
   int max_batch = max_batch_s ? (int)cli_parse_int("--max-batch", max_batch_s, 1, 1 << 16)
@@ -152,6 +156,16 @@ int cli_cmd_serve(int argc, char **argv) {
     snprintf(canary_ref, sizeof canary_ref, "%.*s@%.*s", (int)(at - pos[0]), pos[0],
              (int)(colon - canary_s), canary_s);
   }
+  /* the canary's objectives: broken, its traffic goes back (serve-slo.c) */
+  serve_slo slo = {
+      .p99_s = slo_p99_s ? cli_parse_num("--slo-p99-ms", slo_p99_s, 0.001, 3.6e6) / 1e3 : 0,
+      .error_rate = slo_err_s ? cli_parse_num("--slo-error-rate", slo_err_s, 0, 1) : -1,
+      .window_s = slo_win_s ? cli_parse_num("--slo-window-s", slo_win_s, 1, SERVE_SLO_RING) : 30,
+      .min_requests = slo_min_s ? (int)cli_parse_int("--slo-min-requests", slo_min_s, 1, 1 << 30)
+                                : 20};
+  bool judged = slo_p99_s || slo_err_s;
+  if ((judged || slo_win_s || slo_min_s) && !canary_s)
+    cli_die_usage("the --slo-* objectives judge a canary: give --canary REF:PCT");
   em_set_num_threads(threads);
 
   /* The stop signals are caught, whatever thread they land on, and told
@@ -205,6 +219,7 @@ int cli_cmd_serve(int argc, char **argv) {
       .srv = &srv, .poll_ms = poll_ms, .served_version = served_version, .quant = quant};
   serve_watcher canary_watcher = {.srv = &srv, .poll_ms = poll_ms, .quant = quant,
                                   .slot = &srv.canary, .role = "canary"};
+  serve_judge judge = {.srv = &srv, .slo = slo, .stable_version = served_version};
   if (canary_ref[0]) {
     em_store *store = cli_store_open(registry, true);
     cli_model ccm;
@@ -213,7 +228,7 @@ int cli_cmd_serve(int argc, char **argv) {
       char cv[32];
       snprintf(cv, sizeof cv, "%d", ccm.ref.version);
       canary_watcher.served_version = ccm.ref.version;
-      cm_model = serve_model_new(&ccm, name, cv, quant, &err);
+      cm_model = serve_model_new(&ccm, model->name, cv, quant, &err);
     }
     if (cm_model && !serve_model_same_io(model, cm_model)) {
       em_error_set(&err, EM_ERR_SHAPE, "the canary %s takes or gives other shapes than %s",
@@ -263,6 +278,16 @@ int cli_cmd_serve(int argc, char **argv) {
     rc = cli_fail1(&err, NULL);
     goto out;
   }
+  if (srv.canary.cur && judged) {
+    snprintf(judge.model, sizeof judge.model, "%s", model->name);
+    snprintf(judge.canary_ref, sizeof judge.canary_ref, "%s", canary_ref);
+    judge.canary_version = atoi(srv.canary.cur->version);
+    judge.store = cli_store_open(registry, false); /* its own connection, to write the log */
+    if (serve_judge_start(&judge, &err) != EM_OK) {
+      rc = cli_fail1(&err, NULL);
+      goto out;
+    }
+  }
   char canary_line[400] = "";
   if (srv.canary.cur)
     snprintf(canary_line, sizeof canary_line, "; canary %s (version %s) takes %.1f%%", canary_ref,
@@ -296,6 +321,7 @@ int cli_cmd_serve(int argc, char **argv) {
     usleep(10000);
 
 out:
+  serve_judge_stop(&judge);
   serve_watcher_stop(&watcher);
   serve_watcher_stop(&canary_watcher);
   serve_batcher_stop(&srv.batcher); /* runs anything still queued */

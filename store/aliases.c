@@ -103,7 +103,8 @@ em_status em_store_model_rollback(em_store *s, const char *name, const char *ali
   if (!st)
     st = EM_SQL_PREPARE(s,
                         "SELECT action, from_version FROM alias_audit "
-                        "WHERE model = ? AND alias = ? ORDER BY id",
+                        "WHERE model = ? AND alias = ? AND action IN ('promote', 'rollback') "
+                        "ORDER BY id",
                         &q, err);
   if (!st) st = EM_SQL_BIND(s, q, err, "it", model, alias);
   while (!st && !(st = EM_SQL_STEP(s, q, &row, err)) && row) {
@@ -144,7 +145,23 @@ static void read_audit_row(em_store *s, sqlite3_stmt *q, void *elem) {
       .user = em_col_text(q, 5),
       .host = em_col_text(q, 6),
       .time = sqlite3_column_double(q, 7),
+      .detail = em_col_text(q, 8),
   };
+}
+
+em_status em_store_model_audit(em_store *s, const char *name, const char *alias,
+                               const char *action, int from_version, int to_version,
+                               const char *detail, em_error *err) {
+  em_status st = em_store_require_writable(s, "recording a serving event", err);
+  int64_t model = 0;
+  if (!st) st = em_store_model_id(s, name, &model, err);
+  if (!st)
+    st = EM_SQL_RUN(s, err,
+                    "INSERT INTO alias_audit (model, alias, action, from_version, to_version, "
+                    "user, host, time, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "ittnnttdt", model, alias, action, from_version, to_version, user_name(),
+                    em_store_host(), em_store_now(), detail ? detail : "");
+  return st;
 }
 
 em_status em_store_model_history(em_store *s, const char *name, em_audit_row **out, int *n,
@@ -156,8 +173,8 @@ em_status em_store_model_history(em_store *s, const char *name, em_audit_row **o
   if (st) return st;
   sqlite3_stmt *q;
   st = EM_SQL_PREPARE(s,
-                      "SELECT id, alias, action, from_version, to_version, user, host, time "
-                      "FROM alias_audit WHERE model = ? ORDER BY id",
+                      "SELECT id, alias, action, from_version, to_version, user, host, time, "
+                      "detail FROM alias_audit WHERE model = ? ORDER BY id",
                       &q, err);
   if (!st) st = EM_SQL_BIND(s, q, err, "i", model);
   if (st) return st;
@@ -179,6 +196,7 @@ void em_audit_rows_free(em_audit_row *a, int n) {
     g_free(a[i].action);
     g_free(a[i].user);
     g_free(a[i].host);
+    g_free(a[i].detail);
   }
   g_free(a);
 }

@@ -213,6 +213,36 @@ static const em_migration migrations[] = {
       * runs on another device */
      "ALTER TABLE runs ADD COLUMN kernels TEXT;\n",
      NULL},
+
+    /* 6 */
+    {"serving events in the alias audit log (a canary's start, end and rollback, with figures)",
+     /* SQLite cannot widen a CHECK: the log is copied into a table that
+      * allows the new actions and has a detail column, row for row (ids
+      * kept), and its index and append-only triggers are made again */
+     "CREATE TABLE alias_audit_6 (\n"
+     "  id INTEGER PRIMARY KEY,\n"
+     "  model INTEGER NOT NULL REFERENCES models (id),\n"
+     "  alias TEXT NOT NULL,\n"
+     "  action TEXT NOT NULL CHECK (action IN ('promote', 'rollback', 'canary-start', "
+     "'canary-end', 'canary-rollback')),\n"
+     "  from_version INTEGER NOT NULL,\n"
+     "  to_version INTEGER NOT NULL,\n"
+     "  user TEXT NOT NULL,\n"
+     "  host TEXT NOT NULL,\n"
+     "  time REAL NOT NULL,\n"
+     "  detail TEXT NOT NULL DEFAULT ''\n"
+     ");\n"
+     "INSERT INTO alias_audit_6 (id, model, alias, action, from_version, to_version, user, host, "
+     "time) SELECT id, model, alias, action, from_version, to_version, user, host, time "
+     "FROM alias_audit ORDER BY id;\n"
+     "DROP TABLE alias_audit;\n"
+     "ALTER TABLE alias_audit_6 RENAME TO alias_audit;\n"
+     "CREATE INDEX alias_audit_model ON alias_audit (model, alias, id);\n"
+     "CREATE TRIGGER alias_audit_no_update BEFORE UPDATE ON alias_audit\n"
+     "BEGIN SELECT RAISE(ABORT, 'alias_audit is append-only: rows cannot be changed'); END;\n"
+     "CREATE TRIGGER alias_audit_no_delete BEFORE DELETE ON alias_audit\n"
+     "BEGIN SELECT RAISE(ABORT, 'alias_audit is append-only: rows cannot be deleted'); END;\n",
+     NULL},
 };
 
 /* Migration 4: the per-point rows of metrics, read in primary key order,

@@ -54,6 +54,7 @@ typedef struct {
   /* inference in flight */
   serve_model *model;
   int role; /* of model: 0 the stable version, 1 the canary */
+  bool model_fault; /* the answer failed for the version's sake (an overflowed output) */
   serve_infer_req req;
   serve_job job;
   atomic_bool done;
@@ -97,7 +98,9 @@ static enum MHD_Result respond_h(req_ctx *c, int code, char *body, size_t len,
   if (c->is_infer) {
     double dt = cli_mono_now() - c->started;
     serve_metrics_infer_latency(&c->srv->metrics, dt);
-    if (c->model) serve_metrics_version(&c->srv->metrics, c->role, c->model->version, code, dt);
+    if (c->model)
+      serve_metrics_version(&c->srv->metrics, c->role, c->model->version, code, dt,
+                            code >= 500 || c->model_fault);
   }
   return ok;
 }
@@ -314,10 +317,13 @@ static enum MHD_Result finish_infer(req_ctx *c) {
       ok = respond_h(c, 200, body, len, "application/octet-stream",
                      "Inference-Header-Content-Length", hl);
     } else if (body) ok = respond_json(c, 200, body, len);
-    else /* the weights are finite (em_model_load): the input made the output overflow */
+    else { /* the weights are finite (em_model_load): the input made the output overflow,
+            * counted against the version (a canary that overflows is a faulty one) */
+      c->model_fault = true;
       ok = respond_error(c, 400, NULL, "the model's output for this input holds NaN or Inf, "
                          "which JSON cannot carry: its values are far outside what the model "
                          "was trained on");
+    }
   }
   release_infer(c);
   return ok;

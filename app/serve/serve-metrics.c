@@ -9,10 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <time.h>
 
 /* Latency buckets (seconds) and batch-size buckets (rows per forward). */
-static const double lat_le[SERVE_LAT_BUCKETS] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
+const double serve_lat_le[SERVE_LAT_BUCKETS] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
                                                  0.05,   0.1,   0.2,   0.5,   1,    2,
                                                  5,      10,    30,    60};
 static const double batch_le[SERVE_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256,
@@ -40,7 +41,7 @@ static int bucket(const double *le, int n, double v) {
 }
 
 void serve_metrics_infer_latency(serve_metrics *m, double seconds) {
-  int b = bucket(lat_le, SERVE_LAT_BUCKETS, seconds);
+  int b = bucket(serve_lat_le, SERVE_LAT_BUCKETS, seconds);
   pthread_mutex_lock(&m->mu);
   m->c.lat_counts[b]++;
   m->c.lat_sum += seconds;
@@ -65,10 +66,18 @@ void serve_metrics_model(serve_metrics *m, const serve_model *model, bool reload
 }
 
 void serve_metrics_version(serve_metrics *m, int role, const char *version, int code,
-                           double seconds) {
+                           double seconds, bool fault) {
   if (role < 0 || role > 1) return;
-  int b = bucket(lat_le, SERVE_LAT_BUCKETS, seconds);
+  int b = bucket(serve_lat_le, SERVE_LAT_BUCKETS, seconds);
   pthread_mutex_lock(&m->mu);
+  if (role == 1) {
+    int64_t sec = (int64_t)cli_mono_now();
+    serve_second *s = &m->canary_ring[sec % SERVE_SLO_RING];
+    if (s->sec != sec) *s = (serve_second){.sec = sec};
+    s->n++;
+    s->faults += fault;
+    s->lat[b]++;
+  }
   serve_version_counters *v = &m->role[role];
   if (strcmp(v->version, version)) { /* a reload: the figures start again */
     memset(v, 0, sizeof *v);
@@ -79,6 +88,33 @@ void serve_metrics_version(serve_metrics *m, int role, const char *version, int 
   v->lat_counts[b]++;
   v->lat_sum += seconds;
   pthread_mutex_unlock(&m->mu);
+}
+
+void serve_metrics_canary_window(serve_metrics *m, double window_s, int64_t *n, int64_t *faults,
+                                 double *p99) {
+  int64_t now = (int64_t)cli_mono_now(), span = (int64_t)(window_s + 0.999);
+  if (span > SERVE_SLO_RING) span = SERVE_SLO_RING;
+  uint64_t lat[SERVE_LAT_BUCKETS + 1] = {0}, total = 0, bad = 0;
+  pthread_mutex_lock(&m->mu);
+  for (int64_t sec = now - span + 1; sec <= now; sec++) {
+    const serve_second *s = &m->canary_ring[((sec % SERVE_SLO_RING) + SERVE_SLO_RING) % SERVE_SLO_RING];
+    if (s->sec != sec) continue;
+    total += s->n;
+    bad += s->faults;
+    for (int b = 0; b <= SERVE_LAT_BUCKETS; b++) lat[b] += s->lat[b];
+  }
+  pthread_mutex_unlock(&m->mu);
+  *n = (int64_t)total;
+  *faults = (int64_t)bad;
+  *p99 = 0;
+  uint64_t cum = 0;
+  for (int b = 0; b <= SERVE_LAT_BUCKETS && total; b++) {
+    cum += lat[b];
+    if (cum * 100 >= total * 99) {
+      *p99 = b < SERVE_LAT_BUCKETS ? serve_lat_le[b] : INFINITY;
+      break;
+    }
+  }
 }
 
 void serve_metrics_reload_failed(serve_metrics *m) {
@@ -184,6 +220,7 @@ char *serve_metrics_format(serve_metrics *m, size_t *len) {
   pthread_mutex_lock(&m->mu);
   serve_counters s = m->c; /* a consistent copy; the atomics are read below */
   serve_version_counters roles[2] = {m->role[0], m->role[1]};
+  uint64_t s_rollbacks = m->canary_rollbacks;
   pthread_mutex_unlock(&m->mu);
 
   head(&t, "ember_serve_requests_total", "counter", "HTTP requests answered, by status code.");
@@ -201,7 +238,7 @@ char *serve_metrics_format(serve_metrics *m, size_t *len) {
   head(&t, "ember_serve_infer_duration_seconds", "histogram",
        "Inference request latency from its first byte to its response.");
   double lat_sum = s.lat_sum;
-  histogram(&t, "ember_serve_infer_duration_seconds", lat_le, SERVE_LAT_BUCKETS, s.lat_counts,
+  histogram(&t, "ember_serve_infer_duration_seconds", serve_lat_le, SERVE_LAT_BUCKETS, s.lat_counts,
             lat_sum);
   head(&t, "ember_serve_batch_size", "histogram", "Rows per forward pass.");
   histogram(&t, "ember_serve_batch_size", batch_le, SERVE_BATCH_BUCKETS, s.batch_counts,
@@ -267,9 +304,12 @@ char *serve_metrics_format(serve_metrics *m, size_t *len) {
     char labels[160];
     snprintf(labels, sizeof labels, "role=\"%s\",version=\"%s\",", role_name[r],
              esc(roles[r].version, ver, sizeof ver));
-    histogram_l(&t, "ember_serve_version_infer_duration_seconds", labels, lat_le,
+    histogram_l(&t, "ember_serve_version_infer_duration_seconds", labels, serve_lat_le,
                 SERVE_LAT_BUCKETS, roles[r].lat_counts, roles[r].lat_sum);
   }
+  head(&t, "ember_serve_canary_rollbacks_total", "counter",
+       "Times the canary broke an objective and its traffic went back to the stable version.");
+  put(&t, "ember_serve_canary_rollbacks_total %llu\n", (unsigned long long)s_rollbacks);
   head(&t, "ember_serve_canary_share", "gauge",
        "The share of requests routed to the canary (0 to 1; 0: no canary).");
   put(&t, "ember_serve_canary_share %.3f\n", atomic_load(&m->canary_permille) / 1000.0);

@@ -17,6 +17,8 @@
  *   serve-reload.c    the registry watcher (re-resolves NAME@ALIAS)
  *   serve-route.c     which version answers a request: the stable one, or
  *                     the canary for its share (sticky per request id)
+ *   serve-slo.c       the canary's objectives, judged over a sliding window:
+ *                     broken, its traffic goes back to the stable version
  *   ../cmd-serve.c    the command: options, threads, signals, shutdown
  *
  * Threads: libmicrohttpd event threads (I/O, JSON parse and format: a
@@ -105,10 +107,20 @@ typedef struct {
   double lat_sum;
 } serve_version_counters;
 
+/* The canary's requests in one second of the sliding window. */
+#define SERVE_SLO_RING 3600 /* seconds a window may span */
+typedef struct {
+  int64_t sec; /* monotonic second this slot holds (older: empty) */
+  uint32_t n, faults;
+  uint32_t lat[SERVE_LAT_BUCKETS + 1];
+} serve_second;
+
 typedef struct {
   pthread_mutex_t mu;
   serve_counters c;           /* under mu */
   serve_version_counters role[2]; /* under mu */
+  serve_second canary_ring[SERVE_SLO_RING]; /* under mu */
+  uint64_t canary_rollbacks;  /* under mu */
   atomic_int canary_permille; /* the canary's share, for /metrics */
   atomic_int queue_jobs, queue_rows;
   atomic_int inflight;        /* infer requests between parse and response (the drain waits) */
@@ -123,9 +135,17 @@ void serve_metrics_batch(serve_metrics *m, int64_t rows);
 void serve_metrics_model(serve_metrics *m, const serve_model *model, bool reloaded);
 void serve_metrics_reload_failed(serve_metrics *m);
 /* An infer request answered by version (role 0 stable, 1 canary) with
- * HTTP status code after seconds. */
+ * HTTP status code after seconds; fault: the version's failure (a 5xx, or
+ * an output that overflowed), not the request's. */
 void serve_metrics_version(serve_metrics *m, int role, const char *version, int code,
-                           double seconds);
+                           double seconds, bool fault);
+/* The canary's requests over the last window_s seconds: count, faults and
+ * the latency under which 99% of them were answered (the upper edge of
+ * the histogram bucket; INFINITY past the last). */
+void serve_metrics_canary_window(serve_metrics *m, double window_s, int64_t *n, int64_t *faults,
+                                 double *p99);
+/* The lat_le bucket edges (seconds), SERVE_LAT_BUCKETS of them. */
+extern const double serve_lat_le[SERVE_LAT_BUCKETS];
 typedef enum {
   SERVE_REFUSED_LIMIT,          /* --max-connections: 503 */
   SERVE_REFUSED_PER_IP,         /* --max-connections-per-ip: 503 */
@@ -284,6 +304,32 @@ void serve_mutex_cond_init(pthread_mutex_t *mu, pthread_cond_t *cv);
 serve_model *serve_route(serve_server *srv, const char *id, const char *version, int *role);
 /* Whether the version a path names is served (stable or canary). */
 bool serve_route_serves(serve_server *srv, const char *version);
+
+/* ---- the canary's objectives ---------------------------------------------------- */
+
+typedef struct {
+  double p99_s;       /* 0: not judged */
+  double error_rate;  /* of faults among its requests; < 0: not judged */
+  double window_s;
+  int min_requests;   /* fewer in the window: not judged yet */
+} serve_slo;
+
+typedef struct {
+  serve_server *srv;
+  serve_slo slo;
+  em_store *store;        /* owned (closed by serve_judge_stop); NULL: no record */
+  char model[128], canary_ref[300];
+  int canary_version, stable_version;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool stopping, started, rolled_back;
+} serve_judge;
+
+/* Judges the canary every 100 ms; records "canary-start" now. */
+em_status serve_judge_start(serve_judge *j, em_error *err);
+/* Records "canary-end" unless it rolled the canary back. */
+void serve_judge_stop(serve_judge *j);
 
 /* ---- reload ------------------------------------------------------------------- */
 

@@ -458,9 +458,17 @@ em_status em_store_model_promote(em_store *s, const char *name, int version, con
 em_status em_store_model_rollback(em_store *s, const char *name, const char *alias, int *version,
                                   em_error *err);
 
+/* A serving event in the audit log (the server's canary: "canary-start",
+ * "canary-end", "canary-rollback"), from_version the canary, to_version
+ * where its traffic went, detail the figures it was judged on. */
+em_status em_store_model_audit(em_store *s, const char *name, const char *alias,
+                               const char *action, int from_version, int to_version,
+                               const char *detail, em_error *err);
+
 typedef struct {
   int64_t id;
-  char *alias, *action; /* "promote", "rollback" */
+  char *alias, *action; /* "promote", "rollback", "canary-start", "canary-end", "canary-rollback" */
+  char *detail;         /* "" or a serving event's figures */
   int from_version;     /* 0: the alias was unset */
   int to_version;
   char *user, *host;

@@ -581,6 +581,7 @@ class ServeTest(unittest.TestCase):
                     st, r = srv.infer(x, id="client-%d" % k)
                     self.assertEqual(st, 200, r)
                     v = int(r["model_version"])
+                    self.assertEqual(r["model_name"], "mlp")
                     self.assertClose(r["outputs"][0]["data"], want[v])
                     self.assertEqual(placed.setdefault(k, v), v, "id client-%d moved" % k)
                     answered[v] += 1
@@ -618,6 +619,65 @@ class ServeTest(unittest.TestCase):
                                capture_output=True, text=True, timeout=60)
             self.assertNotEqual(p.returncode, 0)
             self.assertIn(msg, p.stderr)
+
+    def test_canary_rollback(self):
+        """A canary that breaks an objective gets no more traffic, at once, and the
+        rollback is in the registry's history with its figures: faults (outputs that
+        overflow) over an error-rate objective, and a latency objective it cannot meet."""
+        srv = Server(self.env, "mlp@production", "--canary", "2:50%", "--slo-error-rate", "0.2",
+                     "--slo-window-s", "5", "--slo-min-requests", "10", "--workers", "1",
+                     "--threads", "1")
+        try:
+            x = sample_batch(1, 6)
+            on_canary = [k for k in range(60)
+                         if srv.infer(x, id="c%d" % k)[1]["model_version"] == "2"]
+            self.assertGreater(len(on_canary), 5)
+            huge = torch.full_like(x, 3.4e38)  # overflows to Inf and NaN: a fault of the version
+            t0, switched = time.time(), None
+            while time.time() - t0 < 10 and switched is None:
+                for k in on_canary:
+                    st, r = srv.infer(huge, id="c%d" % k)
+                    if st == 200 and r["model_version"] == "1":
+                        switched = time.time() - t0
+                        break
+                    self.assertEqual(st, 400, r)
+                    st, r = srv.infer(x, id="c%d" % k)
+                    self.assertEqual(st, 200, r)  # no request fails for the switch
+                    if r["model_version"] == "1":
+                        switched = time.time() - t0
+                        break
+            self.assertIsNotNone(switched, "the faulty canary kept its traffic")
+            for k in on_canary:  # from now on the stable version answers every one
+                st, r = srv.infer(x, id="c%d" % k)
+                self.assertEqual((st, r["model_version"]), (200, "1"))
+            m, _ = parse_metrics(srv.metrics())
+            self.assertEqual(m[("ember_serve_canary_share", "")], 0)
+            self.assertEqual(m[("ember_serve_canary_rollbacks_total", "")], 1)
+        finally:
+            rc, err = srv.stop()
+            self.assertEqual(rc, 0, err)
+        self.assertIn("broke its objective: error rate", err)
+        hist = json.loads(self.ok("model", "history", "mlp", "--json"))
+        rows = [h for h in hist if h["action"].startswith("canary")]
+        self.assertEqual([h["action"] for h in rows][-2:], ["canary-start", "canary-rollback"])
+        self.assertIn("error rate", rows[-1]["detail"])
+        self.assertEqual((rows[-1]["from_version"], rows[-1]["to_version"]), (2, 1))
+
+        srv = Server(self.env, "mlp@production", "--canary", "2:50%", "--slo-p99-ms", "0.001",
+                     "--slo-min-requests", "5", "--workers", "1", "--threads", "1")
+        try:
+            for k in range(200):
+                self.assertEqual(srv.infer(x, id="d%d" % k)[0], 200)
+            m, _ = parse_metrics(srv.metrics())
+            self.assertEqual(m[("ember_serve_canary_rollbacks_total", "")], 1)
+        finally:
+            rc, err = srv.stop()
+            self.assertEqual(rc, 0, err)
+        self.assertIn("p99 latency", err)
+        p = subprocess.run([EMBER, "serve", "mlp@production", "--slo-p99-ms", "5", "--port", "0"],
+                           env=self.env, capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("give --canary", p.stderr)
 
     # ---- reload --------------------------------------------------------------------------
     def test_reload_on_promote_and_rollback(self):

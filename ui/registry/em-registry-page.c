@@ -154,7 +154,9 @@ static void load_model(EmRegistryPage *self) {
       for (int i = na - 1; i >= 0; i--) {
         char **cells = g_new0(char *, 6);
         cells[0] = format_time(a[i].time);
-        cells[1] = g_strdup_printf("%s %s", a[i].action, a[i].alias);
+        cells[1] = a[i].detail && a[i].detail[0]
+                       ? g_strdup_printf("%s %s: %s", a[i].action, a[i].alias, a[i].detail)
+                       : g_strdup_printf("%s %s", a[i].action, a[i].alias);
         cells[2] = a[i].from_version ? g_strdup_printf("v%d", a[i].from_version) : g_strdup("(unset)");
         cells[3] = g_strdup_printf("v%d", a[i].to_version);
         cells[4] = g_strdup_printf("%s@%s", a[i].user ? a[i].user : "?", a[i].host ? a[i].host : "?");

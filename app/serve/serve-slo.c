@@ -1,0 +1,102 @@
+/* serve-slo.c: the canary's service-level objectives. Every 100 ms the
+ * judge reads the canary's requests of the last --slo-window-s seconds
+ * (serve_metrics_canary_window: a ring of per-second counts and latency
+ * histograms) and, once they are at least --slo-min-requests, checks
+ * their p99 latency against --slo-p99-ms and their fault rate (5xx, or
+ * an output that overflowed) against --slo-error-rate. The first broken
+ * objective sends the canary's share to 0 at once (requests already
+ * routed to it finish there; new ones all go to the stable version), and
+ * the rollback goes into the registry's alias audit log with the figures
+ * ("canary-rollback", `ember model history`), beside the canary's start
+ * and end. */
+#include "serve-private.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static void record(serve_judge *j, const char *action, const char *detail) {
+  if (!j->store) return;
+  em_error err = {0};
+  const char *at = strchr(j->canary_ref, '@');
+  if (em_store_model_audit(j->store, j->model, at ? at + 1 : j->canary_ref, action,
+                           j->canary_version, j->stable_version, detail, &err) != EM_OK)
+    fprintf(stderr, "ember serve: warning: could not record the %s in the registry: %s\n",
+            action, err.msg);
+}
+
+/* The broken objective's figures into why (empty: none broken). */
+static void judge_once(serve_judge *j, char *why, size_t cap) {
+  int64_t n, faults;
+  double p99;
+  why[0] = '\0';
+  serve_metrics_canary_window(&j->srv->metrics, j->slo.window_s, &n, &faults, &p99);
+  if (n < j->slo.min_requests) return;
+  double rate = (double)faults / (double)n;
+  if (j->slo.error_rate >= 0 && rate > j->slo.error_rate)
+    snprintf(why, cap, "error rate %.3f > %.3f (%lld of %lld requests in %g s)", rate,
+             j->slo.error_rate, (long long)faults, (long long)n, j->slo.window_s);
+  else if (j->slo.p99_s > 0 && p99 > j->slo.p99_s)
+    snprintf(why, cap, "p99 latency over %g ms > %g ms (%lld requests in %g s)", p99 * 1e3,
+             j->slo.p99_s * 1e3, (long long)n, j->slo.window_s);
+}
+
+static void *judge_main(void *arg) {
+  serve_judge *j = arg;
+  pthread_mutex_lock(&j->mu);
+  while (!j->stopping && !j->rolled_back) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += 100000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    while (!j->stopping && pthread_cond_timedwait(&j->cv, &j->mu, &ts) != ETIMEDOUT) {}
+    if (j->stopping) break;
+    pthread_mutex_unlock(&j->mu);
+    char why[256];
+    judge_once(j, why, sizeof why);
+    if (why[0]) {
+      atomic_store(&j->srv->canary_permille, 0);
+      atomic_store(&j->srv->metrics.canary_permille, 0);
+      pthread_mutex_lock(&j->srv->metrics.mu);
+      j->srv->metrics.canary_rollbacks++;
+      pthread_mutex_unlock(&j->srv->metrics.mu);
+      fprintf(stderr, "ember serve: the canary %s (version %d) broke its objective: %s; its "
+              "traffic goes back to version %d\n", j->canary_ref, j->canary_version, why,
+              j->stable_version);
+      record(j, "canary-rollback", why);
+    }
+    pthread_mutex_lock(&j->mu);
+    if (why[0]) j->rolled_back = true;
+  }
+  pthread_mutex_unlock(&j->mu);
+  return NULL;
+}
+
+em_status serve_judge_start(serve_judge *j, em_error *err) {
+  char detail[200];
+  snprintf(detail, sizeof detail, "%.1f%% of the traffic", atomic_load(&j->srv->canary_permille) / 10.0);
+  record(j, "canary-start", detail);
+  serve_mutex_cond_init(&j->mu, &j->cv);
+  if (pthread_create(&j->thread, NULL, judge_main, j) != 0)
+    return em_error_set(err, EM_ERR_IO, "could not start the canary's judge");
+  j->started = true;
+  return EM_OK;
+}
+
+void serve_judge_stop(serve_judge *j) {
+  if (j->started) {
+    pthread_mutex_lock(&j->mu);
+    j->stopping = true;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    pthread_join(j->thread, NULL);
+    j->started = false;
+    if (!j->rolled_back) record(j, "canary-end", "the server stopped");
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+  }
+  if (j->store) em_store_close(j->store);
+  j->store = NULL;
+}
