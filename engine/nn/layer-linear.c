@@ -80,10 +80,12 @@ const em_layer_type em_layer_linear = {
 
 /* ---- Embedding ---------------------------------------------------------------- */
 
-enum { EMB_NUM, EMB_DIM };
+enum { EMB_NUM, EMB_DIM, EMB_STD };
 static const em_attr_desc embedding_attrs[] = {
     {"num_embeddings", EM_ATTR_INT, true, 0, 1, EM_NN_MAX_SIZE, "vocabulary size V", NULL},
     {"embedding_dim", EM_ATTR_INT, true, 0, 1, EM_NN_MAX_SIZE, "vector size D", NULL},
+    {"init_std", EM_ATTR_FLOAT, false, 1.0, 0, 100,
+     "the weights' initial N(0, std^2) (PyTorch's 1; GPT-2's 0.02)", NULL},
 };
 
 static em_status embedding_infer(const em_layer_node *node, int n_in, const em_shape *in,
@@ -98,7 +100,8 @@ static em_status embedding_infer(const em_layer_node *node, int n_in, const em_s
   out->dtype = EM_DTYPE_F32;
   out->shape[out->ndim++] = D;
   int64_t ws[2] = {V, D};
-  em_decl_set(&params[0], "weight", false, EM_DTYPE_F32, 2, ws, EM_INIT_NORMAL, 1.0);
+  em_decl_set(&params[0], "weight", false, EM_DTYPE_F32, 2, ws, EM_INIT_NORMAL,
+              em_attr_float(node, EMB_STD));
   *n_params = 1;
   return EM_OK;
 }
@@ -138,7 +141,7 @@ const em_layer_type em_layer_embedding = {
     .min_inputs = 1,
     .max_inputs = 1,
     .index_input = true,
-    .n_attrs = 2,
+    .n_attrs = 3,
     .attrs = embedding_attrs,
     .infer = embedding_infer,
     .forward = embedding_forward,

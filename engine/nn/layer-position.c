@@ -4,11 +4,13 @@
  * state-dict entry is the same "weight" [max_len, D]). */
 #include "nn-private.h"
 
-enum { POS_MAX_LEN, POS_DIM };
+enum { POS_MAX_LEN, POS_DIM, POS_STD };
 static const em_attr_desc pos_attrs[] = {
     {"max_len", EM_ATTR_INT, true, 0, 1, EM_NN_MAX_SIZE, "longest sequence it has a vector for", NULL},
     {"embedding_dim", EM_ATTR_INT, false, 0, 1, EM_NN_MAX_SIZE,
      "vector size D (inferred; checked when given)", NULL},
+    {"init_std", EM_ATTR_FLOAT, false, 1.0, 0, 100,
+     "the weights' initial N(0, std^2) (nn.Embedding's 1; GPT-2's 0.02)", NULL},
 };
 
 static em_status pos_infer(const em_layer_node *node, int n_in, const em_shape *in, em_shape *out,
@@ -30,7 +32,8 @@ static em_status pos_infer(const em_layer_node *node, int n_in, const em_shape *
                         (long long)T);
   *out = *in;
   int64_t ws[2] = {T, D};
-  em_decl_set(&params[0], "weight", false, EM_DTYPE_F32, 2, ws, EM_INIT_NORMAL, 1.0);
+  em_decl_set(&params[0], "weight", false, EM_DTYPE_F32, 2, ws, EM_INIT_NORMAL,
+              em_attr_float(node, POS_STD));
   *n_params = 1;
   return EM_OK;
 }
@@ -69,7 +72,7 @@ const em_layer_type em_layer_positional_embedding = {
     .help = "adds a learned vector per position to a sequence (N, L, D)",
     .min_inputs = 1,
     .max_inputs = 1,
-    .n_attrs = 2,
+    .n_attrs = 3,
     .attrs = pos_attrs,
     .infer = pos_infer,
     .forward = pos_forward,
