@@ -142,6 +142,20 @@ void *em_scratch(size_t nbytes) {
   return p;
 }
 
+void em_scratch_done(void *p) {
+  em_scope *s = current_or_die();
+  /* the scope's newest allocations, scanned back a few: a kernel's
+   * scratch is taken last, or nearly (its output may follow it) */
+  for (int64_t i = s->n_allocs - 1; i >= 0 && i >= s->n_allocs - 4; i--)
+    if (s->allocs[i].ptr == p) {
+      em_device_free(s->allocs[i].device, p, s->allocs[i].nbytes);
+      memmove(&s->allocs[i], &s->allocs[i + 1],
+              sizeof *s->allocs * (size_t)(s->n_allocs - i - 1));
+      s->n_allocs--;
+      return;
+    }
+}
+
 em_node *em_scope_new_node(void) {
   em_scope *s = current_or_die();
   if (s->n_tape == s->cap_tape) {

@@ -149,6 +149,11 @@ em_tensor *em_view_raw(const em_tensor *t, int ndim, const int64_t *shape,
 em_tensor *em_tensor_wrap(em_dtype dt, int ndim, const int64_t *shape, void *data);
 /* Scratch memory released with the current scope (for kernels). */
 void *em_scratch(size_t nbytes);
+/* A kernel done with scratch p gives it back now rather than at the
+ * scope's end (when p is among the scope's newest allocations; else it
+ * stays to the end), so that a step's many products do not each hold
+ * their packing buffers until the step ends. */
+void em_scratch_done(void *p);
 
 /* ---- caching allocator -------------------------------------------------- */
 /* 64-byte aligned blocks rounded to size classes (at most 1/3 padding up

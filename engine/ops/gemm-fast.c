@@ -491,6 +491,7 @@ bool em_gemm_f32_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
   g.scratch = em_scratch(sizeof(float) * (size_t)(g.slot_floats * slots));
   if (slots == 1) run_slots(&g, 0, 1);
   else em_parallel_each(run_slots, &g);
+  em_scratch_done(g.scratch);
   return true;
 }
 
