@@ -49,31 +49,23 @@
 #include "em-device.h"
 #include "em-pool.h"
 #include "em-store.h"
+#include "em-train-job.h"
 #include "em-io.h"
 #include "em-train.h"
 #include "plugin-load.h"
+#include "train-ddp.h"
 #include "train-options.h"
+#include "train-report.h"
 
 #ifndef EMBER_VERSION
 #define EMBER_VERSION "unknown"
 #endif
 
-/* What the run trains: from a spec file, or rebuilt from the registry. */
+/* What the run trains: from a spec file (parent 0, model the file's
+ * stem), or rebuilt from the registry (em_store_resume_prepare). */
 typedef struct {
-  em_spec *spec;
-  char *spec_text;          /* as recorded */
-  int world;                /* --resume: the ranks the run trained on */
-  char model[256];          /* the spec's file stem */
-  em_train_config cfg;
-  int64_t parent;           /* --resume: the run continued; 0 otherwise */
-  em_checkpoint_row ckpt;   /* --resume: the checkpoint it continues from */
-  /* --resume from a "final" checkpoint: what a divergence rolls back to
-   * (rollback_path NULL: none), see rollback_point */
-  bool set_rollback;
-  char *rollback_path;
-  int64_t rollback_step;
-  bool ran_here;            /* --resume on the device it trained on: no pre-flight */
-  double lr_scale;          /* --resume: the checkpoint's lr scale (0: none, 1) */
+  em_resume r;
+  bool ran_here; /* --resume on the device it trained on: no pre-flight */
 } train_job;
 
 /* ---- stop on Ctrl-C / SIGTERM ------------------------------------------ */
@@ -143,133 +135,6 @@ static bool on_event(const em_train_event *ev, void *user) {
   return true;
 }
 
-/* ---- data-parallel ------------------------------------------------------------- */
-
-/* The recorded config with "ddp_world" added (malloc'd). */
-static char *config_with_world(const char *config_json, int world) {
-  json_t *o = json_loads(config_json, 0, NULL);
-  if (!o) return cli_xstrdup(config_json);
-  json_object_set_new(o, "ddp_world", json_integer(world));
-  char *txt = json_dumps(o, JSON_COMPACT);
-  json_decref(o);
-  return txt ? txt : cli_xstrdup(config_json);
-}
-
-/* A recorded config without "ddp_world" (malloc'd); *world gets it (1
- * when absent). */
-static char *config_without_world(const char *config_json, int *world) {
-  *world = 1;
-  json_t *o = json_loads(config_json, 0, NULL);
-  if (!o) return cli_xstrdup(config_json);
-  json_t *w = json_object_get(o, "ddp_world");
-  if (json_is_integer(w)) *world = (int)json_integer_value(w);
-  json_object_del(o, "ddp_world");
-  char *txt = json_dumps(o, JSON_COMPACT);
-  json_decref(o);
-  return txt ? txt : cli_xstrdup(config_json);
-}
-
-/* Without --threads, the ranks on one machine share its cores: each gets
- * threads / (ranks on this machine), at least 1. */
-static void ddp_default_threads(em_train_config *cfg) {
-  const char *e = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  int local = e ? atoi(e) : 0;
-  if (local > 1) cfg->threads = cfg->threads / local > 0 ? cfg->threads / local : 1;
-}
-
-/* Rank 0 sends what the run trains (ok false: it failed before, and every
- * rank returns 1); the other ranks rebuild j from it. */
-static int ddp_share(em_comm *comm, bool ok, train_job *j) {
-  em_error err = {0};
-  char *blob = NULL;
-  int64_t len = 0;
-  if (em_comm_rank(comm) == 0) {
-    if (ok) {
-      em_train_config c = j->cfg;
-      c.checkpoint_dir[0] = '\0';
-      char *cfg = em_train_config_to_json(&c);
-      json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I}", "spec", j->spec_text ? j->spec_text : "",
-                            "config", cfg ? cfg : "", "model", j->model, "resume",
-                            j->parent ? j->ckpt.path : "", "step",
-                            (json_int_t)(j->parent ? j->ckpt.step : 0));
-      free(cfg);
-      blob = o ? json_dumps(o, JSON_COMPACT) : NULL;
-      json_decref(o);
-    }
-    len = blob ? (int64_t)strlen(blob) + 1 : 0;
-  }
-  if (em_comm_broadcast(comm, &len, sizeof len, 0, &err) != EM_OK) return cli_fail1(&err, "--ddp");
-  if (len == 0) return 1; /* rank 0 failed and said why */
-  if (em_comm_rank(comm) != 0) blob = cli_xmalloc((size_t)len);
-  if (em_comm_broadcast(comm, blob, len, 0, &err) != EM_OK) {
-    free(blob);
-    return cli_fail1(&err, "--ddp");
-  }
-  int rc = 0;
-  if (em_comm_rank(comm) != 0) {
-    json_t *o = json_loads(blob, 0, NULL);
-    const char *spec = NULL, *cfg = NULL, *model = NULL, *resume = NULL;
-    json_int_t step = 0;
-    if (!o || json_unpack(o, "{s:s, s:s, s:s, s:s, s:I}", "spec", &spec, "config", &cfg, "model",
-                          &model, "resume", &resume, "step", &step) != 0) {
-      fprintf(stderr, "ember: rank %d: rank 0 sent an unreadable run description\n",
-              em_comm_rank(comm));
-      rc = 1;
-    } else if (!(j->spec = em_spec_parse(spec, "the spec sent by rank 0", &err))) {
-      rc = cli_fail1(&err, "--ddp");
-    } else {
-      em_train_config_defaults(&j->cfg);
-      if (em_train_config_from_json(&j->cfg, cfg, &err) != EM_OK) {
-        rc = cli_fail1(&err, "--ddp: the config sent by rank 0");
-      } else {
-        j->spec_text = cli_xstrdup(spec);
-        snprintf(j->model, sizeof j->model, "%s", model);
-        if (resume[0]) {
-          j->parent = 1; /* a resume: load the same checkpoint as rank 0 */
-          j->ckpt.path = cli_xstrdup(resume);
-          j->ckpt.step = step;
-        }
-      }
-    }
-    json_decref(o);
-  }
-  free(blob);
-  return rc;
-}
-
-/* Rank 0: another rank's error, unless rank 0's own message said it. */
-static void print_peer_failure(void *user, int rank, const char *msg) {
-  (void)user;
-  const char *said = cli_first_error();
-  const char *rest = strstr(msg, ": "); /* "what: message": rank 0 may have said another what */
-  if (!msg[0] || (said[0] && (strstr(said, msg) || (rest && strstr(said, rest + 2))))) return;
-  fprintf(stderr, "ember: rank %d: %s\n", rank, msg);
-}
-
-/* The end of a data-parallel job (rc: this rank's exit code; failed: not
- * an orderly end or stop): a rank's own failure is told to the others
- * first (a peer stuck in a collective stops waiting for it), then the
- * ranks agree on the ending (em_comm_end). A failed job ends here, with
- * MPI_Abort; else the job's exit code is returned. */
-static int ddp_end(em_comm *comm, int rc, bool failed) {
-  int rank = em_comm_rank(comm);
-  bool echo = em_comm_peer_failed(comm) >= 0; /* it failed because a peer did */
-  if (failed && !echo) {
-    em_error e = {.status = rc == CLI_EXIT_USAGE ? EM_ERR_INVALID : EM_ERR_IO};
-    snprintf(e.msg, sizeof e.msg, "%s", cli_first_error());
-    em_comm_say_failed(comm, &e);
-  }
-  em_comm_ending end;
-  em_comm_end(comm, rc, failed, echo ? "" : cli_first_error(), print_peer_failure, NULL, &end);
-  if (rank != 0 && !end.heard) cli_print_held(); /* rank 0 did not answer: say it here */
-  if (end.failed) {
-    fflush(stdout);
-    fflush(stderr);
-    em_comm_abort(comm, end.code ? end.code : 1);
-  }
-  return end.code;
-}
-
 /* ---- setup ------------------------------------------------------------------ */
 
 /* The text of a regular file (NULL for anything else: a spec given
@@ -309,129 +174,43 @@ static void file_stem(const char *path, char *out, size_t cap) {
 
 static int setup_from_spec(const cli_train_opts *o, train_job *j) {
   em_error err = {0};
-  j->spec = em_spec_load(o->spec_path, &err);
-  if (!j->spec) return cli_fail(&err, NULL);
-  em_train_config_defaults(&j->cfg);
-  if (em_train_config_from_spec(&j->cfg, j->spec, &err) != EM_OK)
+  j->r.spec = em_spec_load(o->spec_path, &err);
+  if (!j->r.spec) return cli_fail(&err, NULL);
+  em_train_config_defaults(&j->r.cfg);
+  if (em_train_config_from_spec(&j->r.cfg, j->r.spec, &err) != EM_OK)
     return cli_fail(&err, o->spec_path);
-  cli_train_opts_apply(o, &j->cfg);
-  cli_train_opts_check_amp(o, &j->cfg);
+  cli_train_opts_apply(o, &j->r.cfg);
+  cli_train_opts_check_amp(o, &j->r.cfg);
   /* recorded absolute (--data-dir or the spec's "data_dir"), so that
    * --resume from another folder finds the data */
-  if (j->cfg.data_dir[0] && j->cfg.data_dir[0] != '/') {
-    char *abs = realpath(j->cfg.data_dir, NULL);
-    if (abs && strlen(abs) < sizeof j->cfg.data_dir)
-      snprintf(j->cfg.data_dir, sizeof j->cfg.data_dir, "%s", abs);
+  if (j->r.cfg.data_dir[0] && j->r.cfg.data_dir[0] != '/') {
+    char *abs = realpath(j->r.cfg.data_dir, NULL);
+    if (abs && strlen(abs) < sizeof j->r.cfg.data_dir)
+      snprintf(j->r.cfg.data_dir, sizeof j->r.cfg.data_dir, "%s", abs);
     free(abs);
   }
-  j->spec_text = read_text(o->spec_path);
-  if (!j->spec_text) j->spec_text = em_spec_format(em_spec_json(j->spec), NULL);
-  file_stem(o->spec_path, j->model, sizeof j->model);
+  j->r.spec_text = read_text(o->spec_path);
+  if (!j->r.spec_text) j->r.spec_text = em_spec_format(em_spec_json(j->r.spec), NULL);
+  file_stem(o->spec_path, j->r.model, sizeof j->r.model);
   return 0;
 }
 
-/* The batch size the checkpoint at path was written with (its trainer's
- * config): the recorded one unless --auto-batch halved it; 0 when the
- * file does not say (loading it then reports what is wrong). */
-static int checkpoint_batch_size(const char *path) {
-  enum { CAP = 1 << 16 };
-  char *text = malloc(CAP);
-  int batch = 0;
-  if (text && em_checkpoint_read_meta(path, "config", text, CAP, NULL) == EM_OK) {
-    json_t *o = json_loads(text, 0, NULL);
-    json_t *b = json_object_get(o, "batch_size");
-    if (json_is_integer(b) && json_integer_value(b) > 0 && json_integer_value(b) <= INT_MAX)
-      batch = (int)json_integer_value(b);
-    json_decref(o);
-  }
-  free(text);
-  return batch;
+/* A warning of the registry's (what it could not record, or what a
+ * resume will not keep). */
+static void warn_line(void *user, const char *msg) {
+  (void)user;
+  cli_warn("%s", msg);
 }
 
-/* The checkpoint's lr scale (a pause's lr change or a divergence rollback
- * left it): 1 when the file does not say (loading it reports that). */
-static double checkpoint_lr_scale(const char *path) {
-  char text[64];
-  double v = 1;
-  if (em_checkpoint_read_meta(path, "lr_scale", text, sizeof text, NULL) == EM_OK) {
-    char *end;
-    v = strtod(text, &end);
-    if (end == text || !(v > 0) || !isfinite(v)) v = 1;
-  }
-  return v;
+static em_status restore_plugins(void *user, em_store *s, int64_t run, em_error *err) {
+  (void)user;
+  return app_plugins_restore(s, run, err);
 }
 
-/* The settings the trainer had when it wrote the checkpoint (its
- * "config"): false when the file does not say. */
-static bool checkpoint_config(const char *path, em_train_config *out) {
-  enum { CAP = 1 << 16 };
-  char *text = malloc(CAP);
-  bool ok = false;
-  if (text && em_checkpoint_read_meta(path, "config", text, CAP, NULL) == EM_OK) {
-    em_train_config_defaults(out);
-    ok = em_train_config_from_json(out, text, NULL) == EM_OK;
-  }
-  free(text);
-  return ok;
-}
+static const em_job_hooks k_hooks = {.warn = warn_line, .restore_plugins = restore_plugins};
 
-/* A stopped run's "final" checkpoint is where it resumes, but not what a
- * divergence after the resume rolls back to: the run that never stopped
- * wrote no checkpoint there, and rolled back to the one before (with the
- * stop's own, one step back, the resumed run gave up where it went on).
- * That one is the newest checkpoint other than a "final" at or before
- * the resume's step, of the run or else of the runs it continued. */
-static void rollback_point(em_store *s, train_job *j) {
-  if (!j->ckpt.kind || strcmp(j->ckpt.kind, "final") != 0)
-    return; /* a periodic checkpoint: itself, as the trainer takes it */
-  j->set_rollback = true;
-  em_error err = {0};
-  for (int64_t run = j->parent, hops = 0; run > 0 && hops < 1000; hops++) {
-    em_checkpoint_row *rows = NULL;
-    int n = 0;
-    if (em_store_checkpoints_list(s, run, &rows, &n, &err) != EM_OK) break;
-    const em_checkpoint_row *best = NULL;
-    for (int i = 0; i < n; i++)
-      if (strcmp(rows[i].kind, "final") != 0 && rows[i].step <= j->ckpt.step &&
-          access(rows[i].path, R_OK) == 0 &&
-          (!best || rows[i].step > best->step ||
-           (rows[i].step == best->step && rows[i].id > best->id)))
-        best = &rows[i];
-    if (best) {
-      j->rollback_path = cli_xstrdup(best->path);
-      j->rollback_step = best->step;
-    }
-    em_checkpoint_rows_free(rows, n);
-    em_run r;
-    memset(&r, 0, sizeof r);
-    if (best || em_store_run_get(s, run, &r, NULL) != EM_OK) break;
-    run = r.parent_run;
-    em_run_clear(&r);
-  }
-  em_error_clear(&err);
-}
-
-/* A resumed run reads its dataset's files again: when their SHA-256 is
- * not the one the run it continues recorded, say so (the result will not
- * be the uninterrupted run's). Datasets without files ("unknown") are
- * not compared. */
-static void warn_if_data_changed(em_store *s, int64_t parent, int64_t run) {
-  em_run a, b;
-  memset(&a, 0, sizeof a);
-  memset(&b, 0, sizeof b);
-  if (em_store_run_get(s, parent, &a, NULL) == EM_OK &&
-      em_store_run_get(s, run, &b, NULL) == EM_OK && em_dataset_sha_known(a.dataset_sha256) &&
-      b.dataset_sha256 && strcmp(a.dataset_sha256, b.dataset_sha256))
-    cli_warn("the dataset's files changed since run %lld read them (SHA-256 %.12s... then, "
-             "%.12s... now): the resumed run trains on other data than an uninterrupted run "
-             "would", (long long)parent, a.dataset_sha256, b.dataset_sha256);
-  em_run_clear(&a);
-  em_run_clear(&b);
-}
-
-/* --resume RUN|latest: the spec and config the run recorded, its threads
- * unless --threads is given, its newest valid checkpoint, and the batch
- * size it had reached there (--auto-batch may have halved it). */
+/* --resume RUN|latest: the registry's part (em_store_resume_prepare),
+ * then what the flags change: --threads, --device, and the ranks. */
 static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
   em_error err = {0};
   int64_t id = 0;
@@ -441,154 +220,29 @@ static int setup_from_run(const cli_train_opts *o, em_store *s, train_job *j) {
   } else if (cli_run_id(s, o->resume, &id, &err) != EM_OK) {
     return cli_fail1(&err, "--resume");
   }
-  em_run r;
-  memset(&r, 0, sizeof r);
-  if (em_store_run_get(s, id, &r, &err) != EM_OK) return cli_fail1(&err, "--resume");
-  int rc = 0;
-  if (r.status == EM_RUN_RUNNING) {
-    fprintf(stderr,
-            "ember: run %lld is still running (pid %lld on %s): stop it first (Ctrl-C where it "
-            "runs, or kill -INT %lld), then resume it\n",
-            (long long)id, (long long)r.pid, r.host ? r.host : "?", (long long)r.pid);
-    rc = 1;
-    goto out;
-  }
-  if (r.status == EM_RUN_COMPLETED) {
-    fprintf(stderr,
-            "ember: run %lld completed: there is nothing left to train; register it ('ember "
-            "model register %lld --name NAME') or start a new run\n",
-            (long long)id, (long long)id);
-    rc = 1;
-    goto out;
-  }
-  if (r.status == EM_RUN_FAILED) { /* by divergence: the same settings come back with it */
-    em_run_annotation *ann = NULL;
-    int n_ann = 0;
-    bool diverged = false; /* the run's error is one of its divergence events */
-    if (em_store_run_annotations(s, id, &ann, &n_ann, NULL) == EM_OK)
-      for (int i = 0; i < n_ann && r.message; i++)
-        diverged |= strcmp(ann[i].kind, "divergence") == 0 && strcmp(ann[i].text, r.message) == 0;
-    if (diverged)
-      cli_warn("run %lld stopped on a divergence (%s); a resumed run keeps its settings, so it "
-               "will most likely diverge the same way: a new run with a lower --lr (or "
-               "--clip-grad-norm) is the way on",
-               (long long)id, r.message ? r.message : "");
-    em_run_annotations_free(ann, n_ann);
-  }
-  int64_t child = 0; /* resumed before: this is a second continuation of the same point */
-  if (em_store_run_first_child(s, id, &child, NULL) == EM_OK && child)
-    cli_warn("run %lld was resumed before, as run %lld: this is another continuation of it, "
-             "from its last checkpoint (resume run %lld to go on from where that one got to)",
-             (long long)id, (long long)child, (long long)child);
-  if (app_plugins_restore(s, id, &err) != EM_OK) { /* before the spec: it may name them */
-    rc = cli_fail1(&err, "--resume");
-    goto out;
-  }
-  char src[64];
-  snprintf(src, sizeof src, "the spec recorded with run %lld", (long long)id);
-  j->spec = em_spec_parse(r.spec_json ? r.spec_json : "", src, &err);
-  if (!j->spec) {
-    rc = cli_fail1(&err, "--resume");
-    goto out;
-  }
-  em_train_config_defaults(&j->cfg);
-  int world = 1;
-  char *config = config_without_world(r.config_json ? r.config_json : "", &world);
-  em_status cst = em_train_config_from_json(&j->cfg, config, &err);
-  free(config);
-  if (cst != EM_OK) {
-    rc = cli_fail1(&err, "--resume: the recorded config");
-    goto out;
-  }
-  j->world = world;
-  if (world != o->world)
+  if (em_store_resume_prepare(s, id, &k_hooks, &j->r, &err) != EM_OK)
+    return cli_fail1(&err, "--resume");
+  em_resume *r = &j->r;
+  if (r->world != o->world)
     cli_warn("run %lld trained on %d rank%s, this part on %d: the samples each step sees "
              "change, so the weights will differ from an uninterrupted run",
-             (long long)id, world, world == 1 ? "" : "s", o->world);
-  if (r.threads > 0) j->cfg.threads = r.threads;
-  em_device recorded = j->cfg.device;
+             (long long)id, r->world, r->world == 1 ? "" : "s", o->world);
   if (o->threads_given || o->device_given) {
-    cli_train_opts_apply(o, &j->cfg); /* only --threads, --device, --auto-batch can be there */
-    if (!em_device_eq(recorded, j->cfg.device)) {
+    cli_train_opts_apply(o, &r->cfg); /* only --threads, --device, --auto-batch can be there */
+    if (!em_device_eq(r->device, r->cfg.device)) {
       char a[32], b[32];
       cli_warn("run %lld trained on %s, this part on %s: the weights will agree to rounding, "
                "not bit for bit, with an uninterrupted run", (long long)id,
-               em_device_str(recorded, a, sizeof a), em_device_str(j->cfg.device, b, sizeof b));
+               em_device_str(r->device, a, sizeof a), em_device_str(r->cfg.device, b, sizeof b));
     }
   }
-  if (o->threads_given) {
-    if (j->cfg.threads != r.threads)
-      cli_warn("run %lld trained with %d threads, this part uses %d: the weights will not be "
-               "bit-identical to an uninterrupted run",
-               (long long)id, r.threads, j->cfg.threads);
-  }
-  j->cfg.checkpoint_dir[0] = '\0';
-  j->spec_text = cli_xstrdup(r.spec_json);
-  snprintf(j->model, sizeof j->model, "%s", r.model ? r.model : em_spec_name(j->spec));
-  j->parent = id;
-
-  /* a killed run's newest checkpoint may be a file its writer never
-   * recorded (the registry records it when it finds the run killed; this
-   * covers runs found killed before that) */
-  if (r.status == EM_RUN_KILLED) {
-    int64_t adopted;
-    if (em_store_adopt_checkpoints(s, id, &adopted, &err) != EM_OK) {
-      cli_warn("%s", err.msg);
-      em_error_clear(&err);
-    }
-  }
-  if (em_store_checkpoint_latest_valid(s, id, &j->ckpt, &err) != EM_OK) {
-    fprintf(stderr, "ember: run %lld cannot be resumed: %s\n", (long long)id, err.msg);
-    rc = 1;
-    goto out;
-  }
-  /* Say so when a newer checkpoint was passed over as damaged. */
-  em_checkpoint_row *rows = NULL;
-  int n = 0;
-  if (em_store_checkpoints_list(s, id, &rows, &n, &err) == EM_OK) {
-    int newer = 0;
-    for (int i = 0; i < n; i++)
-      if (rows[i].step > j->ckpt.step || (rows[i].step == j->ckpt.step && rows[i].id > j->ckpt.id))
-        newer++;
-    if (newer)
-      cli_warn("%d newer checkpoint%s of run %lld %s damaged or missing; resuming from step %lld",
-               newer, newer == 1 ? "" : "s", (long long)id, newer == 1 ? "is" : "are",
-               (long long)j->ckpt.step);
-    em_checkpoint_rows_free(rows, n);
-  }
-  em_error_clear(&err);
-  rollback_point(s, j);
-  /* A run that halved its batch goes on at the halved batch: its position
-   * (batches done in the epoch) counts in that size, and an uninterrupted
-   * run would have kept it. */
-  int reached = checkpoint_batch_size(j->ckpt.path);
-  if (reached > 0 && reached != j->cfg.batch_size) {
-    cli_warn("run %lld had halved its batch from %d to %d (--auto-batch): going on at %d",
-             (long long)id, j->cfg.batch_size, reached, reached);
-    j->cfg.batch_size = reached;
-  }
-  /* What a pause changed (the workbench's lr and gradient clipping, kept
-   * in the checkpoint: the trainer's config and its lr scale) goes on, and
-   * the new run records the settings it trains with (optim.lr 0.0005 after
-   * 0.001 was halved while paused, where Compare reads it), not the
-   * parent's recorded ones. The trainer keeps the base lr and the scale,
-   * as an uninterrupted run would. */
-  em_train_config at;
-  if (checkpoint_config(j->ckpt.path, &at)) {
-    if (at.clip_grad_norm != j->cfg.clip_grad_norm)
-      cli_warn("run %lld's gradient clipping was changed while it trained (%g -> %g): going on "
-               "at %g", (long long)id, j->cfg.clip_grad_norm, at.clip_grad_norm,
-               at.clip_grad_norm);
-    j->cfg.optim.lr = at.optim.lr;
-    j->cfg.clip_grad_norm = at.clip_grad_norm;
-  }
-  j->lr_scale = checkpoint_lr_scale(j->ckpt.path);
+  if (o->threads_given && r->cfg.threads != r->threads)
+    cli_warn("run %lld trained with %d threads, this part uses %d: the weights will not be "
+             "bit-identical to an uninterrupted run", (long long)id, r->threads, r->cfg.threads);
   /* It trained at that batch on this device: that beats the pre-flight's
    * estimate, which errs high. */
-  j->ran_here = em_device_eq(recorded, j->cfg.device);
-out:
-  em_run_clear(&r);
-  return rc;
+  j->ran_here = em_device_eq(r->device, r->cfg.device);
+  return 0;
 }
 
 static em_dataset *open_data(const em_spec *spec, const em_train_config *cfg, bool train,
@@ -618,12 +272,6 @@ static em_status make_dirs(const char *path, em_error *err) {
   return EM_OK;
 }
 
-/* A warning the run's record gives (what it could not record). */
-static void warn_line(void *user, const char *msg) {
-  (void)user;
-  cli_warn("%s", msg);
-}
-
 /* Ends a run through a connection of its own (see the writer's comment
  * in cli_cmd_train); a failure is only a warning: the run's results are
  * recorded, the registry will show it as killed. */
@@ -633,85 +281,6 @@ static void finish_run(const char *regdir, int64_t run, em_run_status st, const 
     cli_warn("run %lld's end is not recorded: %s", (long long)run, err.msg);
 }
 
-/* ---- the summary line ------------------------------------------------------ */
-
-static double peak_rss_mb(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
-}
-
-static void print_result_json(const em_train_config *cfg, const em_train_summary *s,
-                              const char *spec_name, int64_t params, int64_t run_id,
-                              const em_store_writer_stats *ws, const em_trainer *tr) {
-  json_t *o = json_object();
-  em_ddp_stats ds;
-  if (tr && em_trainer_ddp_stats(tr, &ds) && ds.steps > 0) {
-    double n = (double)ds.steps;
-    char bdev[32]; /* comm, bucket_device, staged: who reduced the buckets, where they live,
-                    * through host copies or not */
-    json_object_set_new(o, "ddp",
-                        json_pack("{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:s, s:s, s:b}", "world",
-                                  em_trainer_world(tr), "buckets", ds.n_buckets,
-                                  "bytes_per_step", (json_int_t)ds.bytes_per_step,
-                                  "backward_ms_per_step", 1e3 * ds.backward_s / n,
-                                  "allreduce_ms_per_step", 1e3 * ds.comm_s / n,
-                                  "exposed_ms_per_step", 1e3 * ds.exposed_s / n,
-                                  "finish_ms_per_step", 1e3 * ds.finish_s / n, "comm",
-                                  ds.comm ? ds.comm : "?", "bucket_device",
-                                  em_device_str(ds.device, bdev, sizeof bdev), "staged",
-                                  (int)ds.staged));
-  }
-  json_object_set_new(o, "model", json_string(spec_name));
-  json_object_set_new(o, "epochs", json_integer(s->epochs));
-  json_object_set_new(o, "steps", json_integer(s->steps));
-  json_object_set_new(o, "batch_size", json_integer(cfg->batch_size));
-  json_object_set_new(o, "params", json_integer(params));
-  json_object_set_new(o, "train_loss", cli_json_num(s->final_train_loss));
-  if (s->evaluated) {
-    json_object_set_new(o, "test_loss", cli_json_num(s->test_loss));
-    json_object_set_new(o, "test_accuracy", cli_json_num(s->test_accuracy));
-  } else {
-    json_object_set_new(o, "test_loss", json_null());
-    json_object_set_new(o, "test_accuracy", json_null());
-  }
-  json_object_set_new(o, "train_seconds", cli_json_num(s->train_seconds));
-  json_object_set_new(o, "train_samples_per_sec", cli_json_num(s->train_samples_per_sec));
-  json_object_set_new(o, "threads", json_integer(cfg->threads));
-  json_object_set_new(o, "blas_core", json_string(em_blas_core()));
-  json_object_set_new(o, "cpu_kernels", json_string(em_cpu_kernels_active()));
-  json_object_set_new(o, "cpu_isa", json_string(em_cpu_isa_name(em_cpu_isa_active())));
-  char devname[32];
-  bool on_cpu = em_device_is_cpu(cfg->device);
-  json_object_set_new(o, "device", json_string(em_device_str(cfg->device, devname,
-                                                             sizeof devname)));
-  if (!on_cpu) { /* the batch the run ended at (--auto-batch may lower it), the device's peak */
-    em_memory_stats ms;
-    em_device_memory_stats(cfg->device, &ms);
-    json_object_set_new(o, "final_batch_size", json_integer(tr ? em_trainer_batch_size(tr)
-                                                                : cfg->batch_size));
-    json_object_set_new(o, "device_peak_mb",
-                        cli_json_num(round((double)ms.peak_allocated_bytes / 1048576.0 * 10) / 10));
-  }
-  if (cfg->amp != EM_AMP_OFF) { /* the mode, and the GEMM it ran on ("none": f32) */
-    json_object_set_new(o, "amp", json_string(em_amp_mode_name(cfg->amp)));
-    json_object_set_new(o, "amp_kernel", json_string(on_cpu ? em_bf16_kernel_name(
-                                                                  em_bf16_kernel_best())
-                                                            : devname));
-  }
-  json_object_set_new(o, "seed", json_integer((json_int_t)cfg->seed));
-  json_object_set_new(o, "stopped", json_boolean(s->stopped));
-  json_object_set_new(o, "metrics", app_metrics_json()); /* plugin metrics of the last eval */
-  json_object_set_new(o, "peak_rss_mb", cli_json_num(round(peak_rss_mb() * 10) / 10));
-  json_object_set_new(o, "run_id", run_id > 0 ? json_integer((json_int_t)run_id) : json_null());
-  json_object_set_new(o, "record_enqueue_s", cli_json_num(ws->enqueue_seconds));
-  json_object_set_new(o, "record_commit_s", cli_json_num(ws->commit_seconds));
-  char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
-  printf("%s\n", txt);
-  fflush(stdout);
-  free(txt);
-  json_decref(o);
-}
 
 /* ---- the command -------------------------------------------------------------- */
 
@@ -804,21 +373,21 @@ int cli_cmd_train(int argc, char **argv) {
     }
   }
   if (rank != 0) {
-    if ((rc = ddp_share(comm, true, &j)) != 0) goto out;
+    if ((rc = train_ddp_share(comm, true, &j.r)) != 0) goto out;
   } else if (o.resume) {
     store = em_store_open(regdir, false, &err);
     if (!store) rc = cli_fail1(&err, "--resume");
     else rc = setup_from_run(&o, store, &j);
     if (comm) {
-      int src = ddp_share(comm, rc == 0, &j);
+      int src = train_ddp_share(comm, rc == 0, &j.r);
       if (rc == 0) rc = src;
     }
     if (rc != 0) goto out;
   } else {
     rc = setup_from_spec(&o, &j);
-    if (rc == 0 && o.world > 1 && !o.threads_given) ddp_default_threads(&j.cfg);
+    if (rc == 0 && o.world > 1 && !o.threads_given) train_ddp_default_threads(&j.r.cfg);
     if (comm) {
-      int src = ddp_share(comm, rc == 0, &j);
+      int src = train_ddp_share(comm, rc == 0, &j.r);
       if (rc == 0) rc = src;
     }
     if (rc != 0) goto out;
@@ -828,7 +397,7 @@ int cli_cmd_train(int argc, char **argv) {
    * folder or a slow registry: the first to finish waits for the others
    * without the timeout, which starts again when they say they are done */
   if (comm) em_comm_say_busy(comm, true);
-  em_train_config *cfg = &j.cfg;
+  em_train_config *cfg = &j.r.cfg;
   if (comm && cfg->device.kind == EM_DEVICE_CUDA) { /* one process per GPU: its local rank's */
     em_error derr = {0};
     if (o.world > 1 && o.device && strchr(o.device, ':'))
@@ -866,7 +435,7 @@ int cli_cmd_train(int argc, char **argv) {
   if (!o.no_preflight && o.world == 1 && !j.ran_here) {
     int batch;
     char note[512];
-    if (em_train_preflight(j.spec, cfg, &batch, note, sizeof note, &err) != EM_OK) {
+    if (em_train_preflight(j.r.spec, cfg, &batch, note, sizeof note, &err) != EM_OK) {
       rc = cli_fail(&err, NULL);
       goto out;
     }
@@ -885,10 +454,10 @@ int cli_cmd_train(int argc, char **argv) {
   }
   /* --epochs 0 writes the initial weights: no data to read (a spec the
    * dataset cannot feed, an Embedding's indices say, still gets them) */
-  if (cfg->epochs > 0 && (!(train = open_data(j.spec, cfg, true, &rc)) ||
-                          !(test = open_data(j.spec, cfg, false, &rc))))
+  if (cfg->epochs > 0 && (!(train = open_data(j.r.spec, cfg, true, &rc)) ||
+                          !(test = open_data(j.r.spec, cfg, false, &rc))))
     goto out;
-  model = em_model_new(j.spec, cfg->seed, &err);
+  model = em_model_new(j.r.spec, cfg->seed, &err);
   if (!model) {
     rc = cli_fail(&err, o.spec_path);
     goto out;
@@ -912,33 +481,19 @@ int cli_cmd_train(int argc, char **argv) {
 
   /* The run row, its checkpoint folder and the writer. */
   if (record) {
-    /* the effective settings: a resumed run's lr is the base lr times the
-     * scale its checkpoint carries (which the trainer applies) */
-    em_train_config recorded = *cfg;
-    if (j.lr_scale > 0) recorded.optim.lr *= j.lr_scale;
-    char *config_json = em_train_config_to_json(&recorded); /* checkpoint_dir still empty */
-    if (config_json && o.world > 1) {
-      char *w = config_with_world(config_json, o.world);
-      free(config_json);
-      config_json = w;
-    }
     em_run_start rs = {
         .name = o.name,
-        .model = j.model,
-        .spec_json = j.spec_text,
-        .config_json = config_json ? config_json : "{}",
+        .model = j.r.model,
+        .spec_json = j.r.spec_text,
         .engine_version = EMBER_VERSION,
-        .parent_run = j.parent,
         .shorter_registry = "use a shorter --registry or EMBER_HOME",
         .warn = warn_line,
     };
-    em_status st = em_store_run_start(store, &rs, cfg, &run, &err);
-    free(config_json);
-    if (st != EM_OK) {
+    if (em_store_job_record(store, &rs, cfg, j.r.lr_scale, o.world, j.r.parent, &run, &err) !=
+        EM_OK) {
       rc = cli_fail1(&err, "cannot record the run");
       goto out;
     }
-    if (j.parent) warn_if_data_changed(store, j.parent, run);
   }
 
   tr = em_trainer_new(model, cfg, train, test, &err);
@@ -948,32 +503,16 @@ int cli_cmd_train(int argc, char **argv) {
     rc = cli_fail(&err, NULL);
     goto out;
   }
-  if (j.parent) {
-    if (em_trainer_load_checkpoint(tr, j.ckpt.path, &err) != EM_OK) {
-      if (rank == 0 && j.world > 0 && j.world != o.world) /* the likely cause: say it */
-        em_error_prefix(&err, "run %lld trained on %d rank%s and this part runs on %d, so the "
-                        "batches of an epoch are not those its checkpoint counted (resume a "
-                        "checkpoint from the middle of an epoch on %d rank%s: mpirun -np %d "
-                        "... --ddp)", (long long)j.parent, j.world, j.world == 1 ? "" : "s",
-                        o.world, j.world, j.world == 1 ? "" : "s", j.world);
+  if (j.r.parent) {
+    if (em_store_job_resume_trainer(run ? store : NULL, run, &j.r, o.world, tr, &k_hooks, &err) !=
+        EM_OK) {
       if (run) em_store_run_finish(store, run, EM_RUN_FAILED, err.msg, NULL);
       rc = cli_fail1(&err, "--resume");
       goto out;
     }
-    if (j.set_rollback) em_trainer_set_rollback_point(tr, j.rollback_path, j.rollback_step);
-    char detail[160];
-    snprintf(detail, sizeof detail, "resumed from run %lld step %lld", (long long)j.parent,
-             (long long)j.ckpt.step);
-    em_error e2 = {0};
-    if (run && /* --ddp: only rank 0 records */
-        (em_store_run_event(store, run, j.ckpt.step, "resumed", detail, &e2) != EM_OK ||
-         (snprintf(detail, sizeof detail, "resumed from run %lld step %lld as run %lld",
-                   (long long)j.parent, (long long)j.ckpt.step, (long long)run),
-          em_store_run_event(store, j.parent, j.ckpt.step, "resumed", detail, &e2)) != EM_OK))
-      cli_warn("the resume is not recorded as a run event: %s", e2.msg);
     if (!o.quiet)
       fprintf(stderr, "resuming run %lld from step %lld (epoch %lld) as run %lld\n",
-              (long long)j.parent, (long long)j.ckpt.step, (long long)j.ckpt.epoch + 1,
+              (long long)j.r.parent, (long long)j.r.ckpt.step, (long long)j.r.ckpt.epoch + 1,
               (long long)run);
   }
 
@@ -992,13 +531,13 @@ int cli_cmd_train(int argc, char **argv) {
 
   train_sinks sinks;
   memset(&sinks, 0, sizeof sinks);
-  cli_progress_init(&sinks.prog, o.quiet, em_spec_name(j.spec));
+  cli_progress_init(&sinks.prog, o.quiet, em_spec_name(j.r.spec));
   em_run_recorder_init(&sinks.rec, writer, run, o.keep_checkpoints);
   sinks.stop_after = o.stop_after_steps;
   sinks.speaks = rank == 0;
-  sinks.last_step = j.parent ? j.ckpt.step : 0;
+  sinks.last_step = j.r.parent ? j.r.ckpt.step : 0;
   if (run && !o.quiet) fprintf(stderr, "recording as run %lld in %s\n", (long long)run, regdir);
-  if (j.cfg.amp == EM_AMP_BF16 && !o.quiet && em_device_is_cpu(j.cfg.device)) {
+  if (j.r.cfg.amp == EM_AMP_BF16 && !o.quiet && em_device_is_cpu(j.r.cfg.device)) {
     /* which GEMM autocast runs on */
     em_bf16_kernel k = em_bf16_kernel_best();
     fprintf(stderr, "amp bf16: %s\n",
@@ -1088,22 +627,19 @@ save: /* --epochs 0: the initial weights */
   }
 report:
   if (rank == 0)
-    print_result_json(cfg, &sum, em_spec_name(j.spec), em_spec_param_count(j.spec), run, &ws, tr);
+    train_print_result(cfg, &sum, em_spec_name(j.r.spec), em_spec_param_count(j.r.spec), run, &ws, tr);
   if (g_signal) {
     rc = 128 + g_signal;
     signalled = true;
   }
 out:
-  if (comm && em_comm_world(comm) > 1) rc = ddp_end(comm, rc, rc != 0 && !signalled);
+  if (comm && em_comm_world(comm) > 1) rc = train_ddp_end(comm, rc, rc != 0 && !signalled);
   if (writer) em_store_writer_free(writer, NULL);
   em_trainer_free(tr);
   em_model_free(model);
   em_dataset_free(train);
   em_dataset_free(test);
-  em_spec_free(j.spec);
-  free(j.spec_text);
-  free(j.rollback_path);
-  em_checkpoint_row_clear(&j.ckpt);
+  em_resume_clear(&j.r);
   em_store_close(store);
   em_comm_free(comm);
   return rc;

@@ -13,6 +13,7 @@
 
 #include "em-device.h"
 #include "em-store.h"
+#include "em-train-job.h"
 
 struct em_train_session {
   GThread *thread;
@@ -147,7 +148,7 @@ static int64_t create_run(em_train_session *s, em_train_config *cfg, const em_sp
       .shorter_registry = "choose a shorter registry folder in Preferences",
   };
   int64_t run = 0;
-  em_store_run_start(st, &rs, cfg, &run, err);
+  em_store_job_record(st, &rs, cfg, 1, 1, 0, &run, err);
   em_store_close(st);
   return run;
 }
