@@ -106,6 +106,14 @@ static int model_register(int argc, char **argv) {
              em_format_count(d.run_params, a, sizeof a), em_format_count(d.latest_params, b, sizeof b));
   }
   if (st == EM_OK) st = em_store_model_register(s, run, name, how, step, &version, &err);
+  if (st == EM_OK) { /* what `ember serve` and `ember drift` judge live inputs against */
+    em_error rerr = {0};
+    if (em_store_version_build_reference(s, name, version, EM_DRIFT_REFERENCE_SAMPLES, &rerr) !=
+        EM_OK)
+      cli_warn("%s v%d has no drift reference (the server will not judge drift): %s; build it "
+               "later with 'ember drift %s@%d --reference'", name, version, rerr.msg, name,
+               version);
+  }
   em_store_close(s);
   if (st != EM_OK) return cli_fail1(&err, "model register");
   if (json) {

@@ -243,6 +243,36 @@ static const em_migration migrations[] = {
      "CREATE TRIGGER alias_audit_no_delete BEFORE DELETE ON alias_audit\n"
      "BEGIN SELECT RAISE(ABORT, 'alias_audit is append-only: rows cannot be deleted'); END;\n",
      NULL},
+
+    /* 7 */
+    {"drift: a version's reference statistics, and drift events in the audit log",
+     /* reference_json: em-drift.h's reference (NULL: none built); the log
+      * is copied as in 6 to allow "drift" and "drift-end" */
+     "ALTER TABLE model_versions ADD COLUMN reference_json TEXT;\n"
+     "CREATE TABLE alias_audit_7 (\n"
+     "  id INTEGER PRIMARY KEY,\n"
+     "  model INTEGER NOT NULL REFERENCES models (id),\n"
+     "  alias TEXT NOT NULL,\n"
+     "  action TEXT NOT NULL CHECK (action IN ('promote', 'rollback', 'canary-start', "
+     "'canary-end', 'canary-rollback', 'drift', 'drift-end')),\n"
+     "  from_version INTEGER NOT NULL,\n"
+     "  to_version INTEGER NOT NULL,\n"
+     "  user TEXT NOT NULL,\n"
+     "  host TEXT NOT NULL,\n"
+     "  time REAL NOT NULL,\n"
+     "  detail TEXT NOT NULL DEFAULT ''\n"
+     ");\n"
+     "INSERT INTO alias_audit_7 (id, model, alias, action, from_version, to_version, user, host, "
+     "time, detail) SELECT id, model, alias, action, from_version, to_version, user, host, time, "
+     "detail FROM alias_audit ORDER BY id;\n"
+     "DROP TABLE alias_audit;\n"
+     "ALTER TABLE alias_audit_7 RENAME TO alias_audit;\n"
+     "CREATE INDEX alias_audit_model ON alias_audit (model, alias, id);\n"
+     "CREATE TRIGGER alias_audit_no_update BEFORE UPDATE ON alias_audit\n"
+     "BEGIN SELECT RAISE(ABORT, 'alias_audit is append-only: rows cannot be changed'); END;\n"
+     "CREATE TRIGGER alias_audit_no_delete BEFORE DELETE ON alias_audit\n"
+     "BEGIN SELECT RAISE(ABORT, 'alias_audit is append-only: rows cannot be deleted'); END;\n",
+     NULL},
 };
 
 /* Migration 4: the per-point rows of metrics, read in primary key order,

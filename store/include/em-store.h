@@ -459,15 +459,31 @@ em_status em_store_model_rollback(em_store *s, const char *name, const char *ali
                                   em_error *err);
 
 /* A serving event in the audit log (the server's canary: "canary-start",
- * "canary-end", "canary-rollback"), from_version the canary, to_version
+ * "canary-end", "canary-rollback"; its drift gauges: "drift" when the live
+ * inputs crossed a limit, "drift-end" when they came back), from_version the canary, to_version
  * where its traffic went, detail the figures it was judged on. */
 em_status em_store_model_audit(em_store *s, const char *name, const char *alias,
                                const char *action, int from_version, int to_version,
                                const char *detail, em_error *err);
 
+/* A version's drift reference (em-drift.h, as JSON): built from the
+ * version's run's training split (up to max_samples samples, spread over
+ * it) with the version's weights, on the CPU, and kept with the version;
+ * registering builds one (a failure there is a warning: the version
+ * serves without drift gauges). set replaces it; get gives NULL in *json
+ * when the version has none (registered before, or its data was gone). */
+em_status em_store_version_build_reference(em_store *s, const char *name, int version,
+                                           int64_t max_samples, em_error *err);
+em_status em_store_version_set_reference(em_store *s, const char *name, int version,
+                                         const char *json, em_error *err);
+em_status em_store_version_reference(em_store *s, const char *name, int version, char **json,
+                                     em_error *err);
+#define EM_DRIFT_REFERENCE_SAMPLES 2000
+
 typedef struct {
   int64_t id;
-  char *alias, *action; /* "promote", "rollback", "canary-start", "canary-end", "canary-rollback" */
+  char *alias, *action; /* "promote", "rollback", "canary-start", "canary-end", "canary-rollback",
+                          "drift", "drift-end" */
   char *detail;         /* "" or a serving event's figures */
   int from_version;     /* 0: the alias was unset */
   int to_version;

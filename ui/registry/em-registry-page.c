@@ -398,10 +398,15 @@ gboolean em_registry_page_register(EmRegistryPage *self, gint64 run, gboolean be
   gboolean ok = name && *name &&
                 em_store_model_register(s, run, name, best ? EM_PICK_BEST : EM_PICK_LAST, 0,
                                         &version, &err) == EM_OK;
+  em_error rerr = {0}; /* the drift reference the server judges live inputs against */
+  gboolean no_ref = ok && em_store_version_build_reference(s, name, version,
+                                                           EM_DRIFT_REFERENCE_SAMPLES,
+                                                           &rerr) != EM_OK;
   em_store_close(s);
   if (ok) {
-    char *m = g_strdup_printf("Registered run %" G_GINT64_FORMAT "'s %s checkpoint as %s v%d.",
-                              run, best ? "best" : "last", name, version);
+    char *m = g_strdup_printf("Registered run %" G_GINT64_FORMAT "'s %s checkpoint as %s v%d%s%s.",
+                              run, best ? "best" : "last", name, version,
+                              no_ref ? "; no drift reference: " : "", no_ref ? rerr.msg : "");
     g_free(self->model);
     self->model = g_strdup(name);
     em_app_state_registry_changed(self->state);

@@ -443,8 +443,12 @@ static void act_register(GtkWidget *w, const char *n, GVariant *p) {
   int version = 0;
   if (s && em_store_model_register(s, self->run, self->row.model, EM_PICK_BEST, 0, &version, &err) ==
                EM_OK) {
-    char *msg = g_strdup_printf("Registered as %s version %d (its best checkpoint).", self->row.model,
-                                version);
+    em_error rerr = {0}; /* the drift reference the server judges live inputs against */
+    gboolean no_ref = em_store_version_build_reference(s, self->row.model, version,
+                                                       EM_DRIFT_REFERENCE_SAMPLES, &rerr) != EM_OK;
+    char *msg = g_strdup_printf("Registered as %s version %d (its best checkpoint)%s%s.",
+                                self->row.model, version, no_ref ? "; no drift reference: " : "",
+                                no_ref ? rerr.msg : "");
     set_message(self, msg, FALSE);
     g_free(msg);
     em_app_state_registry_changed(self->state);
