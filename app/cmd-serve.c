@@ -58,7 +58,8 @@ int cli_cmd_serve(int argc, char **argv) {
              *max_batch_s = NULL, *max_wait_s = NULL, *workers_s = NULL, *threads_s = NULL,
              *body_s = NULL, *budget_s = NULL,
              *htimeout_s = NULL, *btimeout_s = NULL, *maxconn_s = NULL, *perip_s = NULL, *poll_s = NULL, *http_s = NULL, *quant_s = NULL, *canary_s = NULL, *slo_p99_s = NULL, *slo_err_s = NULL, *slo_win_s = NULL,
-             *slo_min_s = NULL, *pos[1] = {NULL};
+             *slo_min_s = NULL, *drift_win_s = NULL, *drift_min_s = NULL, *drift_psi_s = NULL,
+             *drift_js_s = NULL, *pos[1] = {NULL};
   bool no_batching = false;
   const cli_opt opts[] = {{"weights", &weights, NULL},       {"registry", &registry, NULL},
                           {"port", &port_s, NULL},           {"host", &host, NULL},
@@ -73,7 +74,11 @@ int cli_cmd_serve(int argc, char **argv) {
                           {"canary", &canary_s, NULL},       {"slo-p99-ms", &slo_p99_s, NULL},
                           {"slo-error-rate", &slo_err_s, NULL},
                           {"slo-window-s", &slo_win_s, NULL},
-                          {"slo-min-requests", &slo_min_s, NULL}, {0}};
+                          {"slo-min-requests", &slo_min_s, NULL},
+                          {"drift-window", &drift_win_s, NULL},
+                          {"drift-min", &drift_min_s, NULL},
+                          {"drift-psi", &drift_psi_s, NULL},
+                          {"drift-js", &drift_js_s, NULL}, {0}};
   cli_parse_args(argc, argv, 2, opts, pos, 1, 1, "serve");
   int port = port_s ? (int)cli_parse_int("--port", port_s, 0, 65535) : 8000;
   int max_batch = max_batch_s ? (int)cli_parse_int("--max-batch", max_batch_s, 1, 1 << 16)
@@ -166,6 +171,21 @@ int cli_cmd_serve(int argc, char **argv) {
   bool judged = slo_p99_s || slo_err_s;
   if ((judged || slo_win_s || slo_min_s) && !canary_s)
     cli_die_usage("the --slo-* objectives judge a canary: give --canary REF:PCT");
+  /* drift gauges: each version's last requests against its reference
+   * (serve-drift.c); --drift-window 0 turns them off */
+  serve_drift_config drift = {
+      .window = drift_win_s ? (int)cli_parse_int("--drift-window", drift_win_s, 0, 1 << 20) : 500,
+      .limits = {.psi = drift_psi_s ? cli_parse_num("--drift-psi", drift_psi_s, 0, 100) : 0.25,
+                 .js = drift_js_s ? cli_parse_num("--drift-js", drift_js_s, 0, 1) : 0.1}};
+  drift.min_samples = drift_min_s ? (int)cli_parse_int("--drift-min", drift_min_s, 20, 1 << 20)
+                                  : (drift.window < 100 ? drift.window : 100);
+  if (drift.window && drift.min_samples > drift.window)
+    cli_die_usage("--drift-min %d is more than the window holds (--drift-window %d)",
+                  drift.min_samples, drift.window);
+  if (!registered && (drift_win_s || drift_min_s || drift_psi_s || drift_js_s))
+    cli_die_usage("the --drift-* options judge a registered version's inputs against its "
+                  "reference: serve NAME@ALIAS");
+  serve_drift_configure(&drift);
   em_set_num_threads(threads);
 
   /* The stop signals are caught, whatever thread they land on, and told
@@ -220,6 +240,7 @@ int cli_cmd_serve(int argc, char **argv) {
   serve_watcher canary_watcher = {.srv = &srv, .poll_ms = poll_ms, .quant = quant,
                                   .slot = &srv.canary, .role = "canary"};
   serve_judge judge = {.srv = &srv, .slo = slo, .stable_version = served_version};
+  serve_drift_judge drift_judge = {.srv = &srv};
   if (canary_ref[0]) {
     em_store *store = cli_store_open(registry, true);
     cli_model ccm;
@@ -288,6 +309,21 @@ int cli_cmd_serve(int argc, char **argv) {
       goto out;
     }
   }
+  serve_model *stable_now = serve_slot_acquire(&srv.slot);
+  bool any_drift = stable_now->drift || (srv.canary.cur && srv.canary.cur->drift);
+  serve_model_unref(stable_now);
+  if (registered && drift.window && !any_drift)
+    fprintf(stderr, "ember serve: %s has no drift reference: no drift gauges (build one with "
+            "'ember drift %s --reference')\n", label, pos[0]);
+  if (any_drift || watch) { /* a reload may bring a version with one */
+    snprintf(drift_judge.stable_ref, sizeof drift_judge.stable_ref, "%s", pos[0]);
+    snprintf(drift_judge.canary_ref, sizeof drift_judge.canary_ref, "%s", canary_ref);
+    drift_judge.store = cli_store_open(registry, false); /* its own connection, for the log */
+    if (serve_drift_judge_start(&drift_judge, &err) != EM_OK) {
+      rc = cli_fail1(&err, NULL);
+      goto out;
+    }
+  }
   char canary_line[400] = "";
   if (srv.canary.cur)
     snprintf(canary_line, sizeof canary_line, "; canary %s (version %s) takes %.1f%%", canary_ref,
@@ -322,6 +358,7 @@ int cli_cmd_serve(int argc, char **argv) {
 
 out:
   serve_judge_stop(&judge);
+  serve_drift_judge_stop(&drift_judge);
   serve_watcher_stop(&watcher);
   serve_watcher_stop(&canary_watcher);
   serve_batcher_stop(&srv.batcher); /* runs anything still queued */

@@ -51,6 +51,7 @@ static em_status run_rows(serve_batcher *b, serve_model *m, int64_t rows, void *
 static void finish(serve_job *j, em_status st, const em_error *err) {
   j->status = st;
   if (st != EM_OK) snprintf(j->error, sizeof j->error, "%s", err->msg);
+  else serve_drift_observe(j->model->drift, j->model, j->in, j->out, j->rows);
   j->done(j);
 }
 

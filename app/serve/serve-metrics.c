@@ -25,7 +25,18 @@ void serve_metrics_init(serve_metrics *m) {
   m->started = cli_mono_now();
 }
 
-void serve_metrics_destroy(serve_metrics *m) { pthread_mutex_destroy(&m->mu); }
+void serve_metrics_destroy(serve_metrics *m) {
+  free(m->drift_text);
+  m->drift_text = NULL;
+  pthread_mutex_destroy(&m->mu);
+}
+
+void serve_metrics_set_drift(serve_metrics *m, char *text) {
+  pthread_mutex_lock(&m->mu);
+  free(m->drift_text);
+  m->drift_text = text;
+  pthread_mutex_unlock(&m->mu);
+}
 
 void serve_metrics_response(serve_metrics *m, int code) {
   if (code < 100 || code >= 600) return;
@@ -313,6 +324,9 @@ char *serve_metrics_format(serve_metrics *m, size_t *len) {
   head(&t, "ember_serve_canary_share", "gauge",
        "The share of requests routed to the canary (0 to 1; 0: no canary).");
   put(&t, "ember_serve_canary_share %.3f\n", atomic_load(&m->canary_permille) / 1000.0);
+  pthread_mutex_lock(&m->mu);
+  if (m->drift_text) put(&t, "%s", m->drift_text);
+  pthread_mutex_unlock(&m->mu);
   head(&t, "ember_serve_uptime_seconds", "gauge", "Seconds since the server started.");
   put(&t, "ember_serve_uptime_seconds %.3f\n", cli_mono_now() - m->started);
   if (t.oom) {

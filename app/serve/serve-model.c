@@ -53,6 +53,7 @@ serve_model *serve_model_new(cli_model *cm, const char *name, const char *versio
     free(m);
     return NULL;
   }
+  if (m->cm.registered) m->drift = serve_drift_new(m->cm.ref.reference_json, m->cm.label);
   return m;
 }
 
@@ -70,6 +71,7 @@ bool serve_model_same_io(const serve_model *a, const serve_model *b) {
 
 void serve_model_unref(serve_model *m) {
   if (!m || atomic_fetch_sub(&m->refs, 1) != 1) return;
+  serve_drift_free(m->drift);
   cli_model_close(&m->cm);
   free(m);
 }

@@ -19,6 +19,8 @@
  *                     the canary for its share (sticky per request id)
  *   serve-slo.c       the canary's objectives, judged over a sliding window:
  *                     broken, its traffic goes back to the stable version
+ *   serve-drift.c     drift gauges: each version's last requests against
+ *                     its reference, judged once a second
  *   ../cmd-serve.c    the command: options, threads, signals, shutdown
  *
  * Threads: libmicrohttpd event threads (I/O, JSON parse and format: a
@@ -35,6 +37,7 @@
 
 #include "cli-common.h"
 #include "cli-model.h"
+#include "em-drift.h"
 #include "em-error.h"
 #include "em-nn.h"
 #include "em-quant.h"
@@ -54,6 +57,7 @@ typedef struct serve_model {
   int out_ndim;             /* one sample's output shape */
   int64_t out_shape[EM_MAX_DIMS];
   int64_t out_numel;
+  struct serve_drift *drift; /* its window of live samples; NULL: no reference */
 } serve_model;
 
 /* Wraps an opened model (taken: cm is cleared), quantised when quant is
@@ -124,6 +128,7 @@ typedef struct {
   atomic_int canary_permille; /* the canary's share, for /metrics */
   atomic_int queue_jobs, queue_rows;
   atomic_int inflight;        /* infer requests between parse and response (the drain waits) */
+  char *drift_text;           /* under mu: the drift judge's /metrics block (NULL: none) */
   double started; /* monotonic seconds */
 } serve_metrics;
 
@@ -155,6 +160,8 @@ typedef enum {
 void serve_metrics_refused(serve_metrics *m, serve_refused why);
 /* The retry state: attempts so far (0: nothing pending), next try in next_in_s. */
 void serve_metrics_reload_retry(serve_metrics *m, int attempts, double next_in_s);
+/* Replaces the drift block /metrics ends with (text taken; NULL: none). */
+void serve_metrics_set_drift(serve_metrics *m, char *text);
 /* The Prometheus text exposition (malloc'd, NUL-terminated). */
 char *serve_metrics_format(serve_metrics *m, size_t *len);
 
@@ -351,3 +358,35 @@ typedef struct {
 /* Polls every poll_ms; store is taken (closed by serve_watcher_stop). */
 em_status serve_watcher_start(serve_watcher *w, em_error *err);
 void serve_watcher_stop(serve_watcher *w);
+
+/* ---- drift ------------------------------------------------------------------------ */
+
+typedef struct {
+  int window;      /* samples a version's window holds (0: no drift gauges) */
+  int min_samples; /* fewer in the window: not judged */
+  em_drift_limits limits;
+} serve_drift_config;
+/* Set once, before any model is loaded. */
+void serve_drift_configure(const serve_drift_config *c);
+
+typedef struct serve_drift serve_drift;
+/* A version's window, from its reference (NULL reference_json, a window
+ * of 0 or a reference that does not parse, said on stderr: NULL). */
+serve_drift *serve_drift_new(const char *reference_json, const char *label);
+void serve_drift_free(serve_drift *d);
+/* Adds a request's rows (its inputs and outputs) to m's window. */
+void serve_drift_observe(serve_drift *d, const serve_model *m, const void *in, const float *out,
+                         int64_t rows);
+
+typedef struct {
+  serve_server *srv;
+  em_store *store;            /* owned; NULL: nothing recorded */
+  char stable_ref[300], canary_ref[300]; /* NAME@ALIAS as served: the audit rows' alias */
+  uint64_t events;            /* judge thread only */
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool stopping, started;
+} serve_drift_judge;
+em_status serve_drift_judge_start(serve_drift_judge *j, em_error *err);
+void serve_drift_judge_stop(serve_drift_judge *j); /* closes the store; fine when never started */
