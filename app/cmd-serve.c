@@ -59,8 +59,9 @@ int cli_cmd_serve(int argc, char **argv) {
              *body_s = NULL, *budget_s = NULL,
              *htimeout_s = NULL, *btimeout_s = NULL, *maxconn_s = NULL, *perip_s = NULL, *poll_s = NULL, *http_s = NULL, *quant_s = NULL, *canary_s = NULL, *slo_p99_s = NULL, *slo_err_s = NULL, *slo_win_s = NULL,
              *slo_min_s = NULL, *drift_win_s = NULL, *drift_min_s = NULL, *drift_psi_s = NULL,
-             *drift_js_s = NULL, *pos[1] = {NULL};
-  bool no_batching = false;
+             *drift_js_s = NULL, *log_s = NULL, *log_sample_s = NULL, *log_max_s = NULL,
+             *pos[1] = {NULL};
+  bool no_batching = false, log_inputs = false;
   const cli_opt opts[] = {{"weights", &weights, NULL},       {"registry", &registry, NULL},
                           {"port", &port_s, NULL},           {"host", &host, NULL},
                           {"max-batch", &max_batch_s, NULL}, {"max-wait-ms", &max_wait_s, NULL},
@@ -78,7 +79,11 @@ int cli_cmd_serve(int argc, char **argv) {
                           {"drift-window", &drift_win_s, NULL},
                           {"drift-min", &drift_min_s, NULL},
                           {"drift-psi", &drift_psi_s, NULL},
-                          {"drift-js", &drift_js_s, NULL}, {0}};
+                          {"drift-js", &drift_js_s, NULL},
+                          {"request-log", &log_s, NULL},
+                          {"request-log-sample", &log_sample_s, NULL},
+                          {"request-log-max-mb", &log_max_s, NULL},
+                          {"request-log-inputs", NULL, &log_inputs}, {0}};
   cli_parse_args(argc, argv, 2, opts, pos, 1, 1, "serve");
   int port = port_s ? (int)cli_parse_int("--port", port_s, 0, 65535) : 8000;
   int max_batch = max_batch_s ? (int)cli_parse_int("--max-batch", max_batch_s, 1, 1 << 16)
@@ -186,6 +191,10 @@ int cli_cmd_serve(int argc, char **argv) {
     cli_die_usage("the --drift-* options judge a registered version's inputs against its "
                   "reference: serve NAME@ALIAS");
   serve_drift_configure(&drift);
+  if (!log_s && (log_sample_s || log_max_s || log_inputs))
+    cli_die_usage("the --request-log-* options go with --request-log FILE");
+  double log_sample = log_sample_s ? cli_parse_num("--request-log-sample", log_sample_s, 0, 1) : 1;
+  int64_t log_max = log_max_s ? cli_parse_int("--request-log-max-mb", log_max_s, 0, 1 << 20) : 64;
   em_set_num_threads(threads);
 
   /* The stop signals are caught, whatever thread they land on, and told
@@ -226,6 +235,14 @@ int cli_cmd_serve(int argc, char **argv) {
   if (!model) return cli_fail(&err, pos[0]);
 
   static serve_server srv; /* zeroed; every thread holding its address ends before return */
+  static serve_log request_log;
+  if (log_s) {
+    if (serve_log_open(&request_log, log_s, log_sample, log_inputs, log_max << 20, &err) != EM_OK) {
+      serve_model_unref(model);
+      return cli_fail(&err, NULL);
+    }
+    srv.log = &request_log;
+  }
   serve_metrics_init(&srv.metrics);
   serve_metrics_model(&srv.metrics, model, false);
   serve_slot_init(&srv.slot, model);
@@ -367,6 +384,7 @@ out:
   serve_slot_clear(&srv.slot);
   if (srv.canary.cur) serve_slot_clear(&srv.canary);
   serve_metrics_destroy(&srv.metrics);
+  serve_log_close(&request_log);
   em_pool_shutdown();
   if (!rc) fprintf(stderr, "ember serve: stopped\n");
   return rc;

@@ -98,9 +98,14 @@ static enum MHD_Result respond_h(req_ctx *c, int code, char *body, size_t len,
   if (c->is_infer) {
     double dt = cli_mono_now() - c->started;
     serve_metrics_infer_latency(&c->srv->metrics, dt);
-    if (c->model)
+    if (c->model) {
       serve_metrics_version(&c->srv->metrics, c->role, c->model->version, code, dt,
                             code >= 500 || c->model_fault);
+      serve_log_entry e = {.model = c->model, .role = c->role, .id = c->req.id, .status = code,
+                           .seconds = dt, .rows = c->req.rows, .in = c->req.in,
+                           .out = code == 200 ? c->job.out : NULL};
+      serve_log_request(c->srv->log, &e);
+    }
   }
   return ok;
 }

@@ -21,6 +21,7 @@
  *                     broken, its traffic goes back to the stable version
  *   serve-drift.c     drift gauges: each version's last requests against
  *                     its reference, judged once a second
+ *   serve-log.c       the request log: a JSON line per (sampled) request
  *   ../cmd-serve.c    the command: options, threads, signals, shutdown
  *
  * Threads: libmicrohttpd event threads (I/O, JSON parse and format: a
@@ -30,6 +31,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -268,6 +270,36 @@ typedef struct {
   serve_metrics *metrics;
 } serve_guard;
 
+/* ---- the request log ---------------------------------------------------------- */
+
+typedef struct {
+  FILE *f; /* NULL: not logging */
+  char path[4096];
+  pthread_mutex_t mu; /* f, bytes */
+  double sample;      /* the share of requests logged */
+  bool inputs;        /* their inputs too */
+  int64_t max_bytes;  /* rotate past it (0: never) */
+  int64_t bytes;
+  atomic_uint_fast64_t seq;
+  bool said;
+} serve_log;
+
+typedef struct {
+  const serve_model *model;
+  int role;
+  const char *id;   /* NULL: none */
+  int status;
+  double seconds;
+  int64_t rows;
+  const void *in;   /* (rows, in_numel) or NULL */
+  const float *out; /* (rows, out_numel) or NULL (not answered) */
+} serve_log_entry;
+
+em_status serve_log_open(serve_log *l, const char *path, double sample, bool inputs,
+                         int64_t max_bytes, em_error *err);
+void serve_log_request(serve_log *l, const serve_log_entry *e); /* l NULL: nothing */
+void serve_log_close(serve_log *l);
+
 typedef struct serve_server {
   serve_slot slot;
   serve_slot canary;      /* the version on trial (cur NULL: none) */
@@ -281,6 +313,7 @@ typedef struct serve_server {
   struct MHD_Daemon *daemon;
   int bound_port;
   serve_guard guard;
+  serve_log *log;         /* NULL: no request log */
 } serve_server;
 
 /* Binds the listening socket (sets bound_port). */

@@ -197,6 +197,60 @@ class DriftTest(unittest.TestCase):
         self.assertEqual((rows[0]["from_version"], rows[0]["to_version"]), (1, 1))
         self.assertEqual(rows[0]["alias"], "production")
 
+    def test_request_log(self):
+        """Half of the requests logged, exactly; their ids, versions, statuses and
+        classes as answered; inputs only when asked; FILE.1 past the size cap."""
+        log = os.path.join(self.tmp, "requests.jsonl")
+        srv = test_serve.Server(self.env, "fm@production", "--workers", "1", "--threads", "1",
+                                "--request-log", log, "--request-log-sample", "0.5")
+        px = self.sets["test"]
+        answers = {}
+        try:
+            for k in range(40):
+                row = [px[k * 784 + j] / 255.0 for j in range(784)]
+                body = json.dumps({"id": "r%d" % k, "inputs": [{
+                    "name": "input", "shape": [1, 1, 28, 28], "datatype": "FP32",
+                    "data": row}]}).encode()
+                st, r = srv.request("POST", "/v2/models/fm/infer", body,
+                                    {"Content-Type": "application/json"})
+                self.assertEqual(st, 200, r)
+                out = r["outputs"][0]["data"]
+                answers["r%d" % k] = out.index(max(out))
+        finally:
+            rc, err = srv.stop()
+            self.assertEqual(rc, 0, err)
+        lines = [json.loads(x) for x in open(log)]
+        self.assertEqual(len(lines), 20)
+        for e in lines:
+            self.assertEqual((e["status"], e["version"], e["role"], e["rows"]),
+                             (200, "1", "stable", 1))
+            self.assertEqual(e["predicted"], [answers[e["id"]]])
+            self.assertNotIn("input", e)
+            self.assertGreater(e["latency_ms"], 0)
+        os.remove(log)
+        srv = test_serve.Server(self.env, "fm@production", "--workers", "1", "--threads", "1",
+                                "--request-log", log, "--request-log-inputs",
+                                "--request-log-max-mb", "1")
+        try:
+            self.send(srv, "test", 600, batch=5)  # 120 lines of 5 x 784 values: past 1 MiB
+        finally:
+            rc, err = srv.stop()
+            self.assertEqual(rc, 0, err)
+        self.assertTrue(os.path.exists(log + ".1"))
+        self.assertGreaterEqual(os.path.getsize(log + ".1"), 1 << 20)
+        first = json.loads(open(log + ".1").readline())
+        self.assertEqual(len(first["input"]), 5 * 784)
+        self.assertAlmostEqual(first["input"][200], px[200] / 255.0, places=6)
+        # every line whole in both files; the newer under the cap plus a line (each
+        # line ~40 KB: 120 of them rotated several times, the oldest dropped)
+        for f in (log, log + ".1"):
+            for line in open(f):
+                json.loads(line)
+        self.assertLess(os.path.getsize(log), (1 << 20) + 64 * 1024)
+        p = self.run_ember("serve", "fm@production", "--request-log-inputs")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--request-log FILE", p.stderr)
+
 
 if __name__ == "__main__":
     EMBER, SOURCE = sys.argv[1], sys.argv[2]
