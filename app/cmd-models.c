@@ -4,6 +4,7 @@
  *   ember model register RUN --name N [--checkpoint best|last|STEP]
  *   ember model versions N
  *   ember model promote N VERSION --alias A        move alias A to VERSION
+ *       [--if-held DURATION]   only a canary that ran that long without a rollback
  *   ember model rollback N --alias A               move it back
  *   ember model history N                          every alias move
  *
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 #include "cli-commands.h"
 #include "cli-common.h"
@@ -214,14 +216,68 @@ static int model_history(const char *name, const char *registry, bool json) {
   return 0;
 }
 
+/* "90", "90s", "10m", "2h" or "1d" in seconds; < 0 when it is none of them. */
+static double parse_duration(const char *text) {
+  char *end;
+  double v = strtod(text, &end);
+  if (end == text || !(v >= 0) || !isfinite(v)) return -1;
+  double unit = !*end || !strcmp(end, "s") ? 1 : !strcmp(end, "m") ? 60 : !strcmp(end, "h") ? 3600
+              : !strcmp(end, "d")                                   ? 86400
+                                                                    : -1;
+  return unit < 0 ? -1 : v * unit;
+}
+
+/* --if-held: version ran as a canary of name (a "canary-start" row in the
+ * audit log, `ember serve --canary`) at least `held` seconds ago, and no
+ * rollback of it came after that start. */
+static em_status check_held(em_store *s, const char *name, int version, double held,
+                            const char *held_text, em_error *err) {
+  em_audit_row *rows = NULL;
+  int n = 0;
+  em_status st = em_store_model_history(s, name, &rows, &n, err);
+  if (st != EM_OK) return st;
+  const em_audit_row *start = NULL, *broke = NULL;
+  for (int i = 0; i < n; i++) {
+    if (rows[i].from_version != version) continue;
+    if (!strcmp(rows[i].action, "canary-start")) start = &rows[i], broke = NULL;
+    else if (start && !strcmp(rows[i].action, "canary-rollback")) broke = &rows[i];
+  }
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  double now = (double)tv.tv_sec + tv.tv_usec / 1e6, ran = start ? now - start->time : 0;
+  char ago[64];
+  if (!start)
+    st = em_error_set(err, EM_ERR_INVALID, "--if-held: v%d of %s never ran as a canary (ember "
+                      "serve %s@ALIAS --canary %d:PCT records its start)", version, name, name,
+                      version);
+  else if (broke)
+    st = em_error_set(err, EM_ERR_INVALID, "--if-held: v%d's canary was rolled back (%s): it did "
+                      "not hold its objectives; see 'ember model history %s'", version,
+                      broke->detail, name);
+  else if (ran < held) {
+    cli_format_duration(ran, ago, sizeof ago);
+    st = em_error_set(err, EM_ERR_INVALID, "--if-held %s: v%d has run as a canary for %s only",
+                      held_text, version, ago);
+  }
+  em_audit_rows_free(rows, n);
+  return st;
+}
+
 static int model_move(int argc, char **argv, bool promote) {
-  const char *registry = NULL, *alias = NULL, *pos[2];
+  const char *registry = NULL, *alias = NULL, *held_s = NULL, *pos[2];
   bool json = false;
-  const cli_opt opts[] = {
-      {"registry", &registry, NULL}, {"alias", &alias, NULL}, {"json", NULL, &json}, {0}};
+  const cli_opt opts[] = {{"registry", &registry, NULL},
+                          {"alias", &alias, NULL},
+                          {"if-held", &held_s, NULL},
+                          {"json", NULL, &json},
+                          {0}};
   const char *what = promote ? "model promote" : "model rollback";
   cli_parse_args(argc, argv, 3, opts, pos, promote ? 2 : 1, promote ? 2 : 1, what);
   if (!alias) cli_die_usage("%s needs --alias ALIAS (e.g. --alias production)", what);
+  double held = held_s ? parse_duration(held_s) : 0;
+  if (held_s && (!promote || held < 0))
+    cli_die_usage(promote ? "--if-held takes a duration (600, 90s, 10m, 2h, 1d), not '%s'"
+                          : "--if-held is an option of 'model promote' ('%s')", held_s);
   check_name_or_die(pos[0], alias);
   int version = 0;
   if (promote) { /* 3 or v3: the workbench shows v3 */
@@ -243,8 +299,10 @@ static int model_move(int argc, char **argv, bool promote) {
       em_version_ref_clear(&ref);
     }
   }
-  em_status st = promote ? em_store_model_promote(s, pos[0], version, alias, &err)
-                         : em_store_model_rollback(s, pos[0], alias, &version, &err);
+  em_status st = held_s ? check_held(s, pos[0], version, held, held_s, &err) : EM_OK;
+  if (st == EM_OK)
+    st = promote ? em_store_model_promote(s, pos[0], version, alias, &err)
+                 : em_store_model_rollback(s, pos[0], alias, &version, &err);
   em_store_close(s);
   if (st != EM_OK) return cli_fail1(&err, what);
   if (json) {

@@ -59,7 +59,7 @@ int cli_cmd_serve(int argc, char **argv) {
              *body_s = NULL, *budget_s = NULL,
              *htimeout_s = NULL, *btimeout_s = NULL, *maxconn_s = NULL, *perip_s = NULL, *poll_s = NULL, *http_s = NULL, *quant_s = NULL, *canary_s = NULL, *slo_p99_s = NULL, *slo_err_s = NULL, *slo_win_s = NULL,
              *slo_min_s = NULL, *drift_win_s = NULL, *drift_min_s = NULL, *drift_psi_s = NULL,
-             *drift_js_s = NULL, *log_s = NULL, *log_sample_s = NULL, *log_max_s = NULL,
+             *drift_js_s = NULL, *slo_acc_s = NULL, *log_s = NULL, *log_sample_s = NULL, *log_max_s = NULL,
              *pos[1] = {NULL};
   bool no_batching = false, log_inputs = false;
   const cli_opt opts[] = {{"weights", &weights, NULL},       {"registry", &registry, NULL},
@@ -76,6 +76,7 @@ int cli_cmd_serve(int argc, char **argv) {
                           {"slo-error-rate", &slo_err_s, NULL},
                           {"slo-window-s", &slo_win_s, NULL},
                           {"slo-min-requests", &slo_min_s, NULL},
+                          {"slo-min-accuracy", &slo_acc_s, NULL},
                           {"drift-window", &drift_win_s, NULL},
                           {"drift-min", &drift_min_s, NULL},
                           {"drift-psi", &drift_psi_s, NULL},
@@ -170,10 +171,11 @@ int cli_cmd_serve(int argc, char **argv) {
   serve_slo slo = {
       .p99_s = slo_p99_s ? cli_parse_num("--slo-p99-ms", slo_p99_s, 0.001, 3.6e6) / 1e3 : 0,
       .error_rate = slo_err_s ? cli_parse_num("--slo-error-rate", slo_err_s, 0, 1) : -1,
+      .min_accuracy = slo_acc_s ? cli_parse_num("--slo-min-accuracy", slo_acc_s, 0, 1) : -1,
       .window_s = slo_win_s ? cli_parse_num("--slo-window-s", slo_win_s, 1, SERVE_SLO_RING) : 30,
       .min_requests = slo_min_s ? (int)cli_parse_int("--slo-min-requests", slo_min_s, 1, 1 << 30)
                                 : 20};
-  bool judged = slo_p99_s || slo_err_s;
+  bool judged = slo_p99_s || slo_err_s || slo_acc_s;
   if ((judged || slo_win_s || slo_min_s) && !canary_s)
     cli_die_usage("the --slo-* objectives judge a canary: give --canary REF:PCT");
   /* drift gauges: each version's last requests against its reference
@@ -242,6 +244,11 @@ int cli_cmd_serve(int argc, char **argv) {
       return cli_fail(&err, NULL);
     }
     srv.log = &request_log;
+  }
+  if (!(srv.feedback = serve_feedback_new())) {
+    serve_model_unref(model);
+    fprintf(stderr, "ember serve: out of memory\n");
+    return 1;
   }
   serve_metrics_init(&srv.metrics);
   serve_metrics_model(&srv.metrics, model, false);
@@ -316,7 +323,7 @@ int cli_cmd_serve(int argc, char **argv) {
     rc = cli_fail1(&err, NULL);
     goto out;
   }
-  if (srv.canary.cur && judged) {
+  if (srv.canary.cur) { /* its start and end are recorded; judged when objectives are set */
     snprintf(judge.model, sizeof judge.model, "%s", model->name);
     snprintf(judge.canary_ref, sizeof judge.canary_ref, "%s", canary_ref);
     judge.canary_version = atoi(srv.canary.cur->version);
@@ -385,6 +392,8 @@ out:
   if (srv.canary.cur) serve_slot_clear(&srv.canary);
   serve_metrics_destroy(&srv.metrics);
   serve_log_close(&request_log);
+  serve_feedback_free(srv.feedback);
+  srv.feedback = NULL;
   em_pool_shutdown();
   if (!rc) fprintf(stderr, "ember serve: stopped\n");
   return rc;

@@ -10,6 +10,7 @@
  *   GET  /v2/models/NAME[/versions/V]            model metadata
  *   GET  /v2/models/NAME[/versions/V]/ready      model readiness
  *   POST /v2/models/NAME[/versions/V]/infer      inference
+ *   POST /v2/models/NAME/feedback                the true classes of an answered request
  *   GET  /metrics                                Prometheus text
  * Errors are {"error": "..."}: 400 bad input, 404 unknown model, version
  * or path, 405 a wrong method (with Allow), 413 a body over the cap
@@ -105,6 +106,9 @@ static enum MHD_Result respond_h(req_ctx *c, int code, char *body, size_t len,
                            .seconds = dt, .rows = c->req.rows, .in = c->req.in,
                            .out = code == 200 ? c->job.out : NULL};
       serve_log_request(c->srv->log, &e);
+      if (code == 200)
+        serve_feedback_answered(c->srv->feedback, c->model, c->role, c->req.id, c->job.out,
+                                c->req.rows);
     }
   }
   return ok;
@@ -169,6 +173,7 @@ typedef enum {
   R_MODEL_META,
   R_MODEL_READY,
   R_INFER,
+  R_FEEDBACK,
   R_METRICS,
 } route_kind;
 
@@ -203,6 +208,7 @@ static route parse_route(const char *url) {
     if (!*p) r.kind = R_MODEL_META;
     else if (!strcmp(p, "/ready")) r.kind = R_MODEL_READY;
     else if (!strcmp(p, "/infer")) r.kind = R_INFER;
+    else if (!strcmp(p, "/feedback") && !r.version[0]) r.kind = R_FEEDBACK;
   }
   return r;
 }
@@ -332,6 +338,20 @@ static enum MHD_Result finish_infer(req_ctx *c) {
   }
   release_infer(c);
   return ok;
+}
+
+static enum MHD_Result answer_feedback(req_ctx *c, const route *r) {
+  serve_model *m = serve_slot_acquire(&c->srv->slot);
+  bool ours = model_matches(c, r, m);
+  serve_model_unref(m);
+  if (!ours) return MHD_YES;
+  char msg[600];
+  int code = serve_feedback_take(c->srv->feedback, &c->srv->metrics, c->body ? c->body : "",
+                                 c->len, msg, sizeof msg);
+  drop_body(c);
+  if (code) return respond_error(c, code, NULL, "%s", msg);
+  char *body = strdup(msg);
+  return respond_json(c, 200, body, body ? strlen(body) : 0);
 }
 
 /* ---- the handler --------------------------------------------------------------- */
@@ -568,6 +588,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (r.kind == R_INFER) {
     if (!post) return respond_error(c, 405, "POST", "%s needs POST", "infer");
     return start_infer(c, &r);
+  }
+  if (r.kind == R_FEEDBACK) {
+    if (!post) return respond_error(c, 405, "POST", "%s needs POST", "feedback");
+    return answer_feedback(c, &r);
   }
   if (!get) return respond_error(c, 405, "GET, HEAD", "this path takes GET");
   return answer_get(c, &r);

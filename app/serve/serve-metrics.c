@@ -101,6 +101,40 @@ void serve_metrics_version(serve_metrics *m, int role, const char *version, int 
   pthread_mutex_unlock(&m->mu);
 }
 
+void serve_metrics_feedback(serve_metrics *m, int role, const char *version, int labelled,
+                            int correct) {
+  if (role < 0 || role > 1) return;
+  pthread_mutex_lock(&m->mu);
+  serve_version_counters *v = &m->role[role];
+  if (!strcmp(v->version, version)) { /* not for a version reloaded away since */
+    v->labelled += (uint64_t)labelled;
+    v->correct += (uint64_t)correct;
+    if (role == 1) {
+      int64_t sec = (int64_t)cli_mono_now();
+      serve_second *s = &m->canary_ring[sec % SERVE_SLO_RING];
+      if (s->sec != sec) *s = (serve_second){.sec = sec};
+      s->labelled += (uint32_t)labelled;
+      s->correct += (uint32_t)correct;
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+}
+
+void serve_metrics_canary_accuracy(serve_metrics *m, double window_s, int64_t *labelled,
+                                   int64_t *correct) {
+  int64_t now = (int64_t)cli_mono_now(), lab = 0, ok = 0;
+  pthread_mutex_lock(&m->mu);
+  for (int64_t sec = now - (int64_t)window_s + 1; sec <= now; sec++) {
+    const serve_second *s = &m->canary_ring[((sec % SERVE_SLO_RING) + SERVE_SLO_RING) % SERVE_SLO_RING];
+    if (s->sec != sec) continue;
+    lab += s->labelled;
+    ok += s->correct;
+  }
+  pthread_mutex_unlock(&m->mu);
+  *labelled = lab;
+  *correct = ok;
+}
+
 void serve_metrics_canary_window(serve_metrics *m, double window_s, int64_t *n, int64_t *faults,
                                  double *p99) {
   int64_t now = (int64_t)cli_mono_now(), span = (int64_t)(window_s + 0.999);
@@ -308,6 +342,27 @@ char *serve_metrics_format(serve_metrics *m, size_t *len) {
       put(&t, "ember_serve_version_errors_total{role=\"%s\",version=\"%s\"} %llu\n",
           role_name[r], esc(roles[r].version, ver, sizeof ver),
           (unsigned long long)roles[r].errors);
+  head(&t, "ember_serve_version_feedback_total", "counter",
+       "Answered rows that feedback gave a true class, by the version that answered.");
+  for (int r = 0; r < 2; r++)
+    if (roles[r].version[0])
+      put(&t, "ember_serve_version_feedback_total{role=\"%s\",version=\"%s\"} %llu\n",
+          role_name[r], esc(roles[r].version, ver, sizeof ver),
+          (unsigned long long)roles[r].labelled);
+  head(&t, "ember_serve_version_correct_total", "counter",
+       "Of those, the rows the version's answer got right.");
+  for (int r = 0; r < 2; r++)
+    if (roles[r].version[0])
+      put(&t, "ember_serve_version_correct_total{role=\"%s\",version=\"%s\"} %llu\n",
+          role_name[r], esc(roles[r].version, ver, sizeof ver),
+          (unsigned long long)roles[r].correct);
+  head(&t, "ember_serve_version_accuracy", "gauge",
+       "Accuracy on the rows given feedback, by version (absent before any feedback).");
+  for (int r = 0; r < 2; r++)
+    if (roles[r].version[0] && roles[r].labelled)
+      put(&t, "ember_serve_version_accuracy{role=\"%s\",version=\"%s\"} %.6f\n", role_name[r],
+          esc(roles[r].version, ver, sizeof ver),
+          (double)roles[r].correct / (double)roles[r].labelled);
   head(&t, "ember_serve_version_infer_duration_seconds", "histogram",
        "Inference request latency, by the version that answered.");
   for (int r = 0; r < 2; r++) {

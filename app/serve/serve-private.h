@@ -22,6 +22,7 @@
  *   serve-drift.c     drift gauges: each version's last requests against
  *                     its reference, judged once a second
  *   serve-log.c       the request log: a JSON line per (sampled) request
+ *   serve-feedback.c  labels for answered requests: each version's accuracy
  *   ../cmd-serve.c    the command: options, threads, signals, shutdown
  *
  * Threads: libmicrohttpd event threads (I/O, JSON parse and format: a
@@ -111,6 +112,7 @@ typedef struct {
   uint64_t requests, errors;
   uint64_t lat_counts[SERVE_LAT_BUCKETS + 1];
   double lat_sum;
+  uint64_t labelled, correct; /* rows given feedback, and those it answered right */
 } serve_version_counters;
 
 /* The canary's requests in one second of the sliding window. */
@@ -119,6 +121,7 @@ typedef struct {
   int64_t sec; /* monotonic second this slot holds (older: empty) */
   uint32_t n, faults;
   uint32_t lat[SERVE_LAT_BUCKETS + 1];
+  uint32_t labelled, correct; /* feedback that arrived in this second */
 } serve_second;
 
 typedef struct {
@@ -151,6 +154,12 @@ void serve_metrics_version(serve_metrics *m, int role, const char *version, int 
  * the histogram bucket; INFINITY past the last). */
 void serve_metrics_canary_window(serve_metrics *m, double window_s, int64_t *n, int64_t *faults,
                                  double *p99);
+/* Feedback on rows version answered as role: labelled rows, correct. */
+void serve_metrics_feedback(serve_metrics *m, int role, const char *version, int labelled,
+                            int correct);
+/* The canary's feedback that arrived in the last window_s seconds. */
+void serve_metrics_canary_accuracy(serve_metrics *m, double window_s, int64_t *labelled,
+                                   int64_t *correct);
 /* The lat_le bucket edges (seconds), SERVE_LAT_BUCKETS of them. */
 extern const double serve_lat_le[SERVE_LAT_BUCKETS];
 typedef enum {
@@ -300,6 +309,33 @@ em_status serve_log_open(serve_log *l, const char *path, double sample, bool inp
 void serve_log_request(serve_log *l, const serve_log_entry *e); /* l NULL: nothing */
 void serve_log_close(serve_log *l);
 
+/* ---- feedback ------------------------------------------------------------------- */
+
+#define SERVE_FEEDBACK_SLOTS 16384
+#define SERVE_FEEDBACK_ROWS 32
+typedef struct {
+  char id[64];
+  char version[32];
+  int role, rows;
+  bool labelled;
+  int pred[SERVE_FEEDBACK_ROWS];
+  uint64_t seq; /* 0: free */
+} serve_feedback_slot;
+typedef struct {
+  pthread_mutex_t mu;
+  uint64_t seq;
+  serve_feedback_slot slot[SERVE_FEEDBACK_SLOTS];
+} serve_feedback;
+serve_feedback *serve_feedback_new(void);
+void serve_feedback_free(serve_feedback *f);
+/* Remembers an answered request (out: its rows' outputs). */
+void serve_feedback_answered(serve_feedback *f, const serve_model *m, int role, const char *id,
+                             const float *out, int64_t rows);
+/* A feedback body: 0 with msg the JSON answer, or the HTTP status with
+ * msg the reason. */
+int serve_feedback_take(serve_feedback *f, serve_metrics *metrics, const char *body, size_t len,
+                        char *msg, size_t cap);
+
 typedef struct serve_server {
   serve_slot slot;
   serve_slot canary;      /* the version on trial (cur NULL: none) */
@@ -314,6 +350,7 @@ typedef struct serve_server {
   int bound_port;
   serve_guard guard;
   serve_log *log;         /* NULL: no request log */
+  serve_feedback *feedback; /* the answered requests feedback can name */
 } serve_server;
 
 /* Binds the listening socket (sets bound_port). */
@@ -350,6 +387,7 @@ bool serve_route_serves(serve_server *srv, const char *version);
 typedef struct {
   double p99_s;       /* 0: not judged */
   double error_rate;  /* of faults among its requests; < 0: not judged */
+  double min_accuracy; /* on its labelled rows (feedback); < 0: not judged */
   double window_s;
   int min_requests;   /* fewer in the window: not judged yet */
 } serve_slo;

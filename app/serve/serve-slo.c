@@ -33,14 +33,21 @@ static void judge_once(serve_judge *j, char *why, size_t cap) {
   double p99;
   why[0] = '\0';
   serve_metrics_canary_window(&j->srv->metrics, j->slo.window_s, &n, &faults, &p99);
-  if (n < j->slo.min_requests) return;
-  double rate = (double)faults / (double)n;
-  if (j->slo.error_rate >= 0 && rate > j->slo.error_rate)
+  if (n < j->slo.min_requests) n = 0; /* too few to judge latency and faults */
+  double rate = n ? (double)faults / (double)n : 0;
+  if (n && j->slo.error_rate >= 0 && rate > j->slo.error_rate)
     snprintf(why, cap, "error rate %.3f > %.3f (%lld of %lld requests in %g s)", rate,
              j->slo.error_rate, (long long)faults, (long long)n, j->slo.window_s);
-  else if (j->slo.p99_s > 0 && p99 > j->slo.p99_s)
+  else if (n && j->slo.p99_s > 0 && p99 > j->slo.p99_s)
     snprintf(why, cap, "p99 latency over %g ms > %g ms (%lld requests in %g s)", p99 * 1e3,
              j->slo.p99_s * 1e3, (long long)n, j->slo.window_s);
+  if (why[0] || j->slo.min_accuracy < 0) return;
+  int64_t labelled, correct;
+  serve_metrics_canary_accuracy(&j->srv->metrics, j->slo.window_s, &labelled, &correct);
+  double acc = labelled ? (double)correct / (double)labelled : 1;
+  if (labelled >= j->slo.min_requests && acc < j->slo.min_accuracy)
+    snprintf(why, cap, "accuracy %.3f < %.3f (%lld of %lld labelled rows in %g s)", acc,
+             j->slo.min_accuracy, (long long)correct, (long long)labelled, j->slo.window_s);
 }
 
 static void *judge_main(void *arg) {

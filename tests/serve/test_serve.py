@@ -679,6 +679,77 @@ class ServeTest(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("give --canary", p.stderr)
 
+    def feedback(self, srv, body):
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return srv.request("POST", "/v2/models/mlp/feedback", raw,
+                           {"Content-Type": "application/json"})
+
+    def test_feedback_accuracy(self):
+        """Labels for answered requests: each version's accuracy on /metrics, the
+        refusals, and a canary whose accuracy falls under --slo-min-accuracy rolled back."""
+        srv = Server(self.env, "mlp@1", "--workers", "1", "--threads", "1")
+        try:
+            x = sample_batch(2, 8)
+            st, r = srv.infer(x, id="f1")
+            self.assertEqual(st, 200, r)
+            out = torch.tensor(r["outputs"][0]["data"]).reshape(2, 10)
+            pred = out.argmax(1).tolist()
+            st, a = self.feedback(srv, {"id": "f1", "labels": [pred[0], (pred[1] + 1) % 10]})
+            self.assertEqual(st, 200, a)
+            self.assertEqual((a["labelled"], a["correct"], a["model_version"]), (2, 1, "1"))
+            st, a = self.feedback(srv, {"id": "f1", "labels": pred})
+            self.assertEqual(st, 409, a)
+            st, a = self.feedback(srv, {"id": "nope", "labels": [1]})
+            self.assertEqual(st, 404, a)
+            self.assertIn("no answered request with id 'nope'", a["error"])
+            srv.infer(x, id="f2")
+            st, a = self.feedback(srv, {"id": "f2", "labels": [1]})
+            self.assertEqual(st, 400, a)
+            self.assertIn("had 2 rows: give 2 labels, not 1", a["error"])
+            for bad in (b"{", {"id": "f2"}, {"id": "f2", "labels": [-1, 2]}):
+                st, a = self.feedback(srv, bad)
+                self.assertEqual(st, 400, a)
+            st, _ = srv.request("GET", "/v2/models/mlp/feedback")
+            self.assertEqual(st, 405)
+            m, _ = parse_metrics(srv.metrics())
+            lab = 'role="stable",version="1"'
+            self.assertEqual(m[("ember_serve_version_feedback_total", lab)], 2)
+            self.assertEqual(m[("ember_serve_version_correct_total", lab)], 1)
+            self.assertEqual(m[("ember_serve_version_accuracy", lab)], 0.5)
+        finally:
+            rc, err = srv.stop()
+            self.assertEqual(rc, 0, err)
+
+        srv = Server(self.env, "mlp@production", "--canary", "2:50%", "--slo-min-accuracy", "0.8",
+                     "--slo-min-requests", "10", "--slo-window-s", "10", "--workers", "1",
+                     "--threads", "1")
+        try:
+            x = sample_batch(1, 9)
+            rolled = False
+            for k in range(200):
+                st, r = srv.infer(x, id="g%d" % k)
+                self.assertEqual(st, 200, r)
+                p = torch.tensor(r["outputs"][0]["data"]).argmax().item()
+                wrong = r["model_version"] == "2"  # the canary is always wrong, the stable right
+                st, a = self.feedback(srv, {"id": "g%d" % k, "labels": [(p + 1) % 10 if wrong else p]})
+                self.assertEqual(st, 200, a)
+                m, _ = parse_metrics(srv.metrics())
+                if m[("ember_serve_canary_share", "")] == 0:
+                    rolled = True
+                    break
+            self.assertTrue(rolled, "the inaccurate canary kept its traffic")
+            self.assertEqual(m[("ember_serve_version_accuracy", 'role="stable",version="1"')], 1)
+        finally:
+            rc, err = srv.stop()
+            self.assertEqual(rc, 0, err)
+        self.assertIn("accuracy 0.000 < 0.800", err)
+        hist = json.loads(self.ok("model", "history", "mlp", "--json"))
+        self.assertIn("accuracy", [h for h in hist if h["action"] == "canary-rollback"][-1]["detail"])
+        p = subprocess.run([EMBER, "model", "promote", "mlp", "2", "--alias", "production",
+                            "--if-held", "1s"], env=self.env, capture_output=True, text=True)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("was rolled back", p.stderr)
+
     # ---- reload --------------------------------------------------------------------------
     def test_reload_on_promote_and_rollback(self):
         s = self.srv

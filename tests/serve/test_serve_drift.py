@@ -251,6 +251,25 @@ class DriftTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--request-log FILE", p.stderr)
 
+    def test_promote_if_held(self):
+        """`model promote --if-held`: a version that ran as a canary long enough without
+        a rollback is promoted in one command; too short, never a canary: refused."""
+        p = self.run_ember("model", "promote", "fm", "1", "--alias", "staging", "--if-held", "1s")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("never ran as a canary", p.stderr)
+        srv = test_serve.Server(self.env, "fm@production", "--canary", "1:10%", "--workers", "1",
+                                "--threads", "1")
+        rc, err = srv.stop()
+        self.assertEqual(rc, 0, err)
+        p = self.run_ember("model", "promote", "fm", "1", "--alias", "staging", "--if-held", "2h")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("has run as a canary for", p.stderr)
+        p = self.run_ember("model", "promote", "fm", "1", "--alias", "staging", "--if-held", "0s")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("staging -> v1", p.stdout)
+        p = self.run_ember("model", "promote", "fm", "1", "--alias", "staging", "--if-held", "5x")
+        self.assertEqual(p.returncode, 2)
+
 
 if __name__ == "__main__":
     EMBER, SOURCE = sys.argv[1], sys.argv[2]
