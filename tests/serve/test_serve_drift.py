@@ -183,6 +183,10 @@ class DriftTest(unittest.TestCase):
             self.send(srv, "inverted", 500)  # the window now holds inverted images only
             m = self.wait_for(srv, 1)
             self.assertGreater(m[("ember_serve_drift_psi", lab + ',feature="c0_mean"')], 1)
+            if shutil.which("promtool"):  # Prometheus's own reader accepts the exposition
+                p = subprocess.run(["promtool", "check", "metrics"], input=srv.metrics(),
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             self.assertEqual(m[("ember_serve_drift_events_total", "")], 1)
             self.send(srv, "test", 500)  # and back
             self.wait_for(srv, 0)
