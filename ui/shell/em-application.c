@@ -19,6 +19,7 @@ extern GResource *em_ui_chart_get_resource(void);
 extern GResource *em_ui_registry_get_resource(void);
 extern GResource *em_ui_builder_get_resource(void);
 extern GResource *em_ui_profile_get_resource(void);
+extern GResource *em_ui_deploy_get_resource(void);
 
 struct _EmApplication {
   GtkApplication parent_instance;
@@ -39,6 +40,7 @@ void em_ui_register_resources(void) {
   g_resources_register(em_ui_registry_get_resource());
   g_resources_register(em_ui_builder_get_resource());
   g_resources_register(em_ui_profile_get_resource());
+  g_resources_register(em_ui_deploy_get_resource());
   g_once_init_leave(&done, 1);
 }
 

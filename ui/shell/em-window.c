@@ -14,6 +14,7 @@
 #include "em-runs-page.h"
 #include "em-compare-page.h"
 #include "em-registry-page.h"
+#include "em-deploy-page.h"
 
 struct _EmWindow {
   GtkApplicationWindow parent_instance;
@@ -23,10 +24,10 @@ struct _EmWindow {
 
 G_DEFINE_FINAL_TYPE(EmWindow, em_window, GTK_TYPE_APPLICATION_WINDOW)
 
-static const char *const page_names[] = {"builder", "data",    "train",   "memory",
-                                         "profiler", "runs", "compare", "registry", NULL};
-static const char *const page_titles[] = {"Builder", "Data",    "Train",   "Memory",
-                                          "Profiler", "Runs", "Compare", "Registry"};
+static const char *const page_names[] = {"builder",  "data", "train",   "memory",   "profiler",
+                                         "runs",     "compare", "registry", "deploy", NULL};
+static const char *const page_titles[] = {"Builder", "Data",    "Train",    "Memory", "Profiler",
+                                          "Runs",    "Compare", "Registry", "Deploy"};
 
 const char *const *em_window_page_names(void) { return page_names; }
 
@@ -49,6 +50,7 @@ static GtkWidget *make_page(int i, EmAppState *st) {
   if (strcmp(n, "runs") == 0) return em_runs_page_new_async(st); /* start-up never waits on it */
   if (strcmp(n, "compare") == 0) return em_compare_page_new(st);
   if (strcmp(n, "registry") == 0) return em_registry_page_new_async(st);
+  if (strcmp(n, "deploy") == 0) return em_deploy_page_new(st);
   return placeholder(page_titles[i]);
 }
 
