@@ -60,6 +60,30 @@ def serve(ember, env, extra):
     return p, "http://%s:%s" % (m.group(1), m.group(2))
 
 
+def version_latency(url):
+    """{role: (p50, p95, p99) in ms} from the server's per-version histogram
+    (linear inside a bucket, as Prometheus's histogram_quantile)."""
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    buckets = {}
+    for role, le, n in re.findall(r'^ember_serve_version_infer_duration_seconds_bucket\{role="(\w+)",'
+                                  r'version="\d+",le="([^"]+)"\} (\S+)$', text, re.M):
+        buckets.setdefault(role, []).append((float("inf") if le == "+Inf" else float(le), float(n)))
+    out = {}
+    for role, b in buckets.items():
+        total, qs = b[-1][1], []
+        for q in (0.5, 0.95, 0.99):
+            rank, prev_le, prev = q * total, 0.0, 0.0
+            for le, c in b:
+                if c >= rank:
+                    v = prev_le if le == float("inf") else prev_le + (le - prev_le) * (
+                        (rank - prev) / (c - prev) if c > prev else 1)
+                    qs.append(v * 1e3)
+                    break
+                prev_le, prev = le, c
+        out[role] = tuple(qs) if total else (float("nan"),) * 3
+    return out
+
+
 def version_counts(url):
     text = urllib.request.urlopen(url + "/metrics").read().decode()
     got = {}
@@ -108,6 +132,7 @@ def main():
                     raise SystemExit("wrk gave no result: %s %s" % (w.stdout, w.stderr))
                 req, sock, status, p50, p95, p99, dur = map(int, m.groups())
                 share = version_counts(url)
+                per_version = version_latency(url)
             finally:
                 p.terminate()
                 p.wait(timeout=30)
@@ -118,6 +143,9 @@ def main():
             print("  run %d %-14s %8.0f req/s  p50 %.2f ms  p95 %.2f ms  p99 %.2f ms  canary "
                   "share %.3f  errors %d" % (r + 1, name, rate, p50 / 1e3, p95 / 1e3, p99 / 1e3,
                                              canary, sock + status))
+            for role, (a50, a95, a99) in sorted(per_version.items()):
+                print("        %-7s %8.0f req/s  p50 %.2f ms  p95 %.2f ms  p99 %.2f ms (server's "
+                      "histogram)" % (role, share.get(role, 0) / (dur / 1e6), a50, a95, a99))
     print("medians:")
     med = {}
     for name, _ in configs:
