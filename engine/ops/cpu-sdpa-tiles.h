@@ -9,55 +9,76 @@
  *   SD_EXP    em_expf (vectorisable, about 2 ulp) or exp.
  * No include guard: it is a template, not a module header. */
 
-/* C (m, n; ldc) (+)= A (m, k; lda) B (k, n; ldb), m a multiple of 4 and
- * n of 16: 4 x 16 blocks of C kept in registers over the reduction,
- * every element summed in k order. */
-static inline __attribute__((always_inline)) void SD_FN(mm)(int64_t m, int64_t n, int64_t k,
-                                                            const SD_T *a, int64_t lda,
-                                                            const SD_T *b, int64_t ldb, SD_T *c,
-                                                            int64_t ldc, bool acc) {
-  for (int64_t i = 0; i < m; i += 4)
+/* C (m, n; ldc) (+)= op(A) (m, k) B (k, n; ldb), op(A) = A (m, k; lda),
+ * or A^T for A (k, m; lda) when ta; m a multiple of 8 and n of 16: 8 x 16
+ * blocks of C kept in registers over the reduction (eight independent
+ * fma chains, enough to cover the fma latency at one zmm per row), every
+ * element summed in k order. */
+#define SD_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+static inline __attribute__((always_inline)) void SD_FN(mm)(bool ta, int64_t m, int64_t n,
+                                                            int64_t k, const SD_T *a,
+                                                            int64_t lda, const SD_T *b,
+                                                            int64_t ldb, SD_T *c, int64_t ldc,
+                                                            bool acc) {
+  const int64_t ar = ta ? 1 : lda, ak = ta ? lda : 1; /* A's strides along m and k */
+  for (int64_t i = 0; i < m; i += 8)
     for (int64_t j = 0; j < n; j += 16) {
-      SD_T s0[16], s1[16], s2[16], s3[16];
-      SD_T *c0 = c + i * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+#define SD_DECL(r) SD_T s##r[16];
+      SD_ROWS(SD_DECL)
+#undef SD_DECL
       for (int q = 0; q < 16; q++) {
-        s0[q] = acc ? c0[q] : 0;
-        s1[q] = acc ? c1[q] : 0;
-        s2[q] = acc ? c2[q] : 0;
-        s3[q] = acc ? c3[q] : 0;
+#define SD_INIT(r) s##r[q] = acc ? c[(i + r) * ldc + j + q] : 0;
+        SD_ROWS(SD_INIT)
+#undef SD_INIT
       }
-      const SD_T *a0 = a + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+      const SD_T *ai = a + i * ar;
       for (int64_t p = 0; p < k; p++) {
-        const SD_T *br = b + p * ldb + j;
-        const SD_T x0 = a0[p], x1 = a1[p], x2 = a2[p], x3 = a3[p];
+        const SD_T *br = b + p * ldb + j, *ap = ai + p * ak;
+#define SD_LOAD(r) const SD_T x##r = ap[r * ar];
+        SD_ROWS(SD_LOAD)
+#undef SD_LOAD
         for (int q = 0; q < 16; q++) {
-          s0[q] = SD_FMA(x0, br[q], s0[q]);
-          s1[q] = SD_FMA(x1, br[q], s1[q]);
-          s2[q] = SD_FMA(x2, br[q], s2[q]);
-          s3[q] = SD_FMA(x3, br[q], s3[q]);
+#define SD_STEP(r) s##r[q] = SD_FMA(x##r, br[q], s##r[q]);
+          SD_ROWS(SD_STEP)
+#undef SD_STEP
         }
       }
       for (int q = 0; q < 16; q++) {
-        c0[q] = s0[q];
-        c1[q] = s1[q];
-        c2[q] = s2[q];
-        c3[q] = s3[q];
+#define SD_STORE(r) c[(i + r) * ldc + j + q] = s##r[q];
+        SD_ROWS(SD_STORE)
+#undef SD_STORE
       }
     }
 }
+#undef SD_ROWS
 
-/* dst (rows, cols padded to ldd; rows up to rows_p zero) = src rows
- * [0, rows) of (rows, cols) with strides (rs, cs); transposed (dst
- * (cols, ldd) with dst[c][r]) when tr. */
+/* dst (rows_p, cols_p; ldd) = src (rows, cols) with strides (rs, cs),
+ * zero beyond it; transposed (dst (cols_p, rows_p; ldd), dst[c][r]) when
+ * tr. */
 static inline void SD_FN(pack)(SD_T *dst, int64_t ldd, int64_t rows_p, int64_t cols_p,
                                const SD_T *src, int64_t rows, int64_t cols, int64_t rs,
                                int64_t cs, bool tr) {
-  for (int64_t r = 0; r < rows_p; r++)
+  if (tr) {
     for (int64_t c = 0; c < cols_p; c++) {
-      SD_T x = r < rows && c < cols ? src[r * rs + c * cs] : 0;
-      if (tr) dst[c * ldd + r] = x;
-      else dst[r * ldd + c] = x;
+      SD_T *d = dst + c * ldd;
+      for (int64_t r = c < cols ? rows : 0; r < rows_p; r++) d[r] = 0;
     }
+    for (int64_t r = 0; r < rows; r++) {
+      const SD_T *sr = src + r * rs;
+      for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = sr[c * cs];
+    }
+    return;
+  }
+  for (int64_t r = 0; r < rows_p; r++) {
+    SD_T *d = dst + r * ldd;
+    const SD_T *sr = src + r * rs;
+    const int64_t n = r < rows ? cols : 0;
+    if (cs == 1)
+      for (int64_t c = 0; c < n; c++) d[c] = sr[c];
+    else
+      for (int64_t c = 0; c < n; c++) d[c] = sr[c * cs];
+    for (int64_t c = n; c < cols_p; c++) d[c] = 0;
+  }
 }
 
 /* Row r of a score tile: s = scale * raw for the keys query i sees, -inf
@@ -66,14 +87,27 @@ static inline SD_T SD_FN(mask_row)(const sd_head *hd, SD_T *row, int64_t i, int6
                                    int64_t bkp) {
   const int64_t last = hd->causal ? i + hd->S - hd->L : hd->S - 1; /* the last key i sees */
   const SD_T scale = (SD_T)hd->scale, ninf = (SD_T)-INFINITY;
-  SD_T mx = ninf;
-  for (int64_t c = 0; c < bkp; c++) {
-    const int64_t j = j0 + c;
-    const SD_T s = j > last || hd->hidden[j] ? ninf : row[c] * scale;
-    row[c] = s;
-    mx = s > mx ? s : mx;
-  }
-  return mx;
+  SD_T mx[16]; /* 16 lanes (bkp is a multiple of 16), so that it vectorises */
+  for (int q = 0; q < 16; q++) mx[q] = ninf;
+  for (int64_t c = 0; c < bkp; c += 16)
+    for (int q = 0; q < 16; q++) {
+      const int64_t j = j0 + c + q;
+      const SD_T s = ((j > last) | hd->hidden[j]) ? ninf : row[c + q] * scale; /* branch-free */
+      row[c + q] = s;
+      mx[q] = s > mx[q] ? s : mx[q];
+    }
+  SD_T m = ninf;
+  for (int q = 0; q < 16; q++) m = mx[q] > m ? mx[q] : m;
+  return m;
+}
+
+/* The sum of row[0, bkp) in double, in 8 lanes (bkp is a multiple of 16)
+ * added in a fixed order: the same number at every vector width. */
+static inline double SD_FN(row_sum)(const SD_T *row, int64_t bkp) {
+  double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t c = 0; c < bkp; c += 8)
+    for (int q = 0; q < 8; q++) l[q] += (double)row[c + q];
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
 /* z (bkp) = the dropout factors of keys [j0, j0 + bkp) for query i. */
@@ -103,7 +137,7 @@ EM_CPU_CLONES static void SD_FN(fwd_head)(const sd_head *hd, const sd_work *w, S
   SD_FN(pack)(kt, Sp, Sp, E, K, S, E, hd->ks[0], hd->ks[1], true);      /* (E, Sp) */
   SD_FN(pack)(vv, Evp, Sp, Evp, V, S, Ev, hd->vs[0], hd->vs[1], false); /* (Sp, Evp) */
   for (int64_t i0 = 0; i0 < L; i0 += BQ) {
-    const int64_t bq = L - i0 < BQ ? L - i0 : BQ, bqp = RUP(bq, 4);
+    const int64_t bq = L - i0 < BQ ? L - i0 : BQ, bqp = RUP(bq, 8);
     const int64_t jend = key_end(hd, i0 + bq - 1);
     for (int64_t r = 0; r < bqp; r++) {
       m[r] = (SD_T)-INFINITY;
@@ -114,7 +148,7 @@ EM_CPU_CLONES static void SD_FN(fwd_head)(const sd_head *hd, const sd_work *w, S
       SD_FN(pack)(qt, E, bqp, E, Q + i0 * hd->qs[0], bq, E, hd->qs[0], hd->qs[1], false);
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
       const int64_t bkp = RUP(jend - j0 < BK ? jend - j0 : BK, 16);
-      SD_FN(mm)(bqp, bkp, E, qt, E, kt + j0, Sp, st, BK, false);
+      SD_FN(mm)(false, bqp, bkp, E, qt, E, kt + j0, Sp, st, BK, false);
       for (int64_t r = 0; r < bqp; r++) {
         SD_T *row = st + r * BK;
         const SD_T mt = r < bq ? SD_FN(mask_row)(hd, row, i0 + r, j0, bkp) : (SD_T)-INFINITY;
@@ -124,10 +158,8 @@ EM_CPU_CLONES static void SD_FN(fwd_head)(const sd_head *hd, const sd_work *w, S
           continue;
         }
         const SD_T alpha = SD_EXP(m[r] - mn);
-        double sum = 0;
         for (int64_t c = 0; c < bkp; c++) row[c] = SD_EXP(row[c] - mn);
-        for (int64_t c = 0; c < bkp; c++) sum += (double)row[c];
-        l[r] = l[r] * (double)alpha + sum;
+        l[r] = l[r] * (double)alpha + SD_FN(row_sum)(row, bkp);
         m[r] = mn;
         if (hd->dropout) {
           SD_FN(keep_row)(hd, z, i0 + r, j0, bkp);
@@ -136,7 +168,7 @@ EM_CPU_CLONES static void SD_FN(fwd_head)(const sd_head *hd, const sd_work *w, S
         if (alpha != 1)
           for (int64_t d = 0; d < Evp; d++) ot[r * Evp + d] *= alpha;
       }
-      SD_FN(mm)(bqp, Evp, bkp, st, BK, vv + j0 * Evp, Evp, ot, Evp, true);
+      SD_FN(mm)(false, bqp, Evp, bkp, st, BK, vv + j0 * Evp, Evp, ot, Evp, true);
     }
     for (int64_t r = 0; r < bq; r++) {
       SD_T *orow = o + (i0 + r) * Ev;
@@ -159,7 +191,7 @@ EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, c
   const int64_t L = hd->L, S = hd->S, E = hd->E, Ev = hd->Ev;
   const int64_t Sp = w->Sp, Ep = w->Ep, Evp = w->Evp;
   SD_T *kt = w->kt, *kk = w->kk, *vt = w->vt, *qt = w->qt, *dot = w->dot, *st = w->st;
-  SD_T *dpt = w->dpt, *pdt = w->pdt, *dst = w->dst, *dq = w->dq, *dk = w->dk, *dv = w->dv;
+  SD_T *dpt = w->dpt, *dq = w->dq, *dk = w->dk, *dv = w->dv;
   SD_T *z = w->z, *dd = w->m;
   const SD_T *Q = hd->q, *K = hd->k, *V = hd->v, *G = hd->g;
   const SD_T scale = (SD_T)hd->scale;
@@ -169,7 +201,7 @@ EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, c
   if (gk) memset(dk, 0, sizeof(SD_T) * (size_t)(Sp * Ep));
   if (gv) memset(dv, 0, sizeof(SD_T) * (size_t)(Sp * Evp));
   for (int64_t i0 = 0; i0 < L; i0 += BQ) {
-    const int64_t bq = L - i0 < BQ ? L - i0 : BQ, bqp = RUP(bq, 4);
+    const int64_t bq = L - i0 < BQ ? L - i0 : BQ, bqp = RUP(bq, 8);
     const int64_t jend = key_end(hd, i0 + bq - 1);
     memset(dq, 0, sizeof(SD_T) * (size_t)(bqp * Ep));
     if (jend > 0) {
@@ -184,8 +216,8 @@ EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, c
     }
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
       const int64_t bkp = RUP(jend - j0 < BK ? jend - j0 : BK, 16);
-      SD_FN(mm)(bqp, bkp, E, qt, Ep, kt + j0, Sp, st, BK, false);
-      SD_FN(mm)(bqp, bkp, Ev, dot, Evp, vt + j0, Sp, dpt, BK, false);
+      SD_FN(mm)(false, bqp, bkp, E, qt, Ep, kt + j0, Sp, st, BK, false);
+      SD_FN(mm)(false, bqp, bkp, Ev, dot, Evp, vt + j0, Sp, dpt, BK, false);
       for (int64_t r = 0; r < bqp; r++) {
         SD_T *srow = st + r * BK, *dprow = dpt + r * BK;
         const SD_T li = r < bq ? lse[i0 + r] : (SD_T)-INFINITY;
@@ -205,14 +237,11 @@ EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, c
             dprow[c] = hd->dropout ? p * z[c] : p;
           }
         }
-        for (int64_t c = 0; c < bkp; c++) {
-          pdt[c * BQ + r] = dprow[c];
-          dst[c * BQ + r] = srow[c];
-        }
       }
-      if (gv) SD_FN(mm)(bkp, Evp, bqp, pdt, BQ, dot, Evp, dv + j0 * Evp, Evp, true);
-      if (gk) SD_FN(mm)(bkp, Ep, bqp, dst, BQ, qt, Ep, dk + j0 * Ep, Ep, true);
-      if (gq) SD_FN(mm)(bqp, Ep, bkp, st, BK, kk + j0 * Ep, Ep, dq, Ep, true);
+      /* dV += (P z)^T dO, dK += dS^T Q, dQ += dS K (dS with the scale) */
+      if (gv) SD_FN(mm)(true, bkp, Evp, bqp, dpt, BK, dot, Evp, dv + j0 * Evp, Evp, true);
+      if (gk) SD_FN(mm)(true, bkp, Ep, bqp, st, BK, qt, Ep, dk + j0 * Ep, Ep, true);
+      if (gq) SD_FN(mm)(false, bqp, Ep, bkp, st, BK, kk + j0 * Ep, Ep, dq, Ep, true);
     }
     for (int64_t r = 0; gq && r < bq; r++)
       for (int64_t e = 0; e < E; e++) gq[(i0 + r) * E + e] = dq[r * Ep + e];

@@ -21,11 +21,15 @@
  *  - causal tiles beyond a query tile's last visible key are skipped.
  * The head's K, K^T, V (and V^T) are packed once, padded with zeros to
  * multiples of 16, into per-thread buffers from the caching allocator;
- * the products are cpu-sdpa-tiles.h's register-blocked loop (4 x 16
- * blocks, fma in reduction order), compiled for x86-64-v4, v3 and the
- * baseline (EM_CPU_CLONES): fma rounds once, so every clone gives the
- * same bits, and a head is computed by one thread in one order, so the
- * numbers do not depend on the thread count either.
+ * the products are cpu-sdpa-tiles.h's register-blocked loop (8 x 16
+ * blocks of the output, fma in reduction order; backward's transposed
+ * operands read in place), the row work (mask, exp, sums in fixed lanes)
+ * written to vectorise, all compiled for x86-64-v4, v3 and the baseline
+ * (EM_CPU_CLONES): fma rounds once and no sum depends on the vector
+ * width, so every clone gives the same bits (checked: v4, v3 and the
+ * baseline's libm fma agree on f32 and f64, forward and backward), and a
+ * head is computed by one thread in one order, so the numbers do not
+ * depend on the thread count either.
  *
  * Numerics (f32): scores, products and the output accumulate in float
  * (E, Ev or a BK-long tile per step of the reduction); the softmax sums
@@ -37,7 +41,7 @@
 
 #include "../device/kernels/kern-random.h"
 
-#define BQ 64 /* queries per tile (a multiple of 4) */
+#define BQ 64 /* queries per tile (a multiple of 8) */
 #define BK 64 /* keys per tile (a multiple of 16) */
 #define RUP(x, a) (((x) + (a) - 1) / (a) * (a))
 
@@ -55,7 +59,7 @@ typedef struct {
 /* A thread's buffers (elements of the call's dtype; sizes at sd_work_new). */
 typedef struct {
   int64_t Sp, Ep, Evp;
-  void *kt, *kk, *vv, *vt, *qt, *dot, *st, *dpt, *pdt, *dst, *dq, *dk, *dv, *ot, *z, *m;
+  void *kt, *kk, *vv, *vt, *qt, *dot, *st, *dpt, *dq, *dk, *dv, *ot, *z, *m;
   double *l;
   uint8_t *hidden;
   void *base;
@@ -101,7 +105,7 @@ static sd_work sd_work_new(const sd_call *c) {
   sd_work w = {.Sp = RUP(c->S, 16), .Ep = RUP(c->E, 16), .Evp = RUP(c->Ev, 16)};
   const size_t es = c->f64 ? sizeof(double) : sizeof(float);
   /* element counts, in the order of the pointers */
-  const int64_t n[16] = {
+  const int64_t n[14] = {
       c->E * w.Sp,                       /* kt (E, Sp) */
       c->backward ? w.Sp * w.Ep : 0,     /* kk (Sp, Ep) */
       c->backward ? 0 : w.Sp * w.Evp,    /* vv (Sp, Evp) */
@@ -110,8 +114,6 @@ static sd_work sd_work_new(const sd_call *c) {
       c->backward ? BQ * w.Evp : 0,      /* dot (BQ, Evp) */
       BQ * BK,                           /* st */
       c->backward ? BQ * BK : 0,         /* dpt */
-      c->backward ? BK * BQ : 0,         /* pdt (BK, BQ) */
-      c->backward ? BK * BQ : 0,         /* dst (BK, BQ) */
       c->backward ? BQ * w.Ep : 0,       /* dq */
       c->backward ? w.Sp * w.Ep : 0,     /* dk */
       c->backward ? w.Sp * w.Evp : 0,    /* dv */
@@ -119,8 +121,8 @@ static sd_work sd_work_new(const sd_call *c) {
       BK,                                /* z */
       BQ,                                /* m (forward) or D (backward) */
   };
-  size_t off[16], total = 0;
-  for (int i = 0; i < 16; i++) {
+  size_t off[14], total = 0;
+  for (int i = 0; i < 14; i++) {
     off[i] = total;
     total += RUP((size_t)n[i] * es, 64);
   }
@@ -130,9 +132,9 @@ static sd_work sd_work_new(const sd_call *c) {
   w.base = em_alloc(total);
   EM_ASSERT(w.base && "sdpa: out of memory for the attention tiles");
   char *b = w.base;
-  void **ptrs[16] = {&w.kt, &w.kk, &w.vv, &w.vt, &w.qt, &w.dot, &w.st, &w.dpt,
-                     &w.pdt, &w.dst, &w.dq, &w.dk, &w.dv, &w.ot, &w.z, &w.m};
-  for (int i = 0; i < 16; i++) *ptrs[i] = b + off[i];
+  void **ptrs[14] = {&w.kt, &w.kk, &w.vv, &w.vt, &w.qt, &w.dot, &w.st,
+                     &w.dpt, &w.dq, &w.dk, &w.dv, &w.ot, &w.z, &w.m};
+  for (int i = 0; i < 14; i++) *ptrs[i] = b + off[i];
   w.l = (double *)(b + tail);
   w.hidden = (uint8_t *)(b + tail + RUP(sizeof(double) * BQ, 64));
   return w;
