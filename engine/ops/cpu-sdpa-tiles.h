@@ -127,6 +127,80 @@ static inline void SD_FN(keep_row)(const sd_head *hd, SD_T *z, int64_t i, int64_
   }
 }
 
+/* a . b over n values: 16 lanes (a GCC vector, which every clone splits
+ * into the registers it has: the compiler does not vectorise a lane
+ * array whose end is a sum) of products and adds, then a fixed tree, so
+ * the same number at every vector width. */
+typedef SD_T SD_FN(v16) __attribute__((vector_size(16 * sizeof(SD_T))));
+static inline SD_T SD_FN(dot)(const SD_T *a, const SD_T *b, int64_t bs, int64_t n) {
+  SD_FN(v16) l = {0}, x, y;
+  SD_T t = 0;
+  int64_t e = 0;
+  if (bs == 1)
+    for (; e + 16 <= n; e += 16) {
+      memcpy(&x, a + e, sizeof x);
+      memcpy(&y, b + e, sizeof y);
+      l += x * y;
+    }
+  for (; e < n; e++) t += a[e] * b[e * bs]; /* the rest, in order */
+  SD_T h[8];
+  for (int q = 0; q < 8; q++) h[q] = l[q] + l[q + 8];
+  for (int q = 0; q < 4; q++) h[q] += h[q + 4];
+  return ((h[0] + h[2]) + (h[1] + h[3])) + t;
+}
+
+/* Forward of one (batch, head) with fewer than 8 queries (a KV-cache
+ * step): K and V read where they lie, nothing packed; each score is a
+ * dot of 16 lanes, each output row accumulates P V key by key, with the
+ * tiles' online softmax over blocks of BK keys. */
+EM_CPU_CLONES static void SD_FN(fwd_rows)(const sd_head *hd, const sd_work *w, SD_T *o,
+                                          SD_T *lse) {
+  const int64_t E = hd->E, Ev = hd->Ev;
+  const SD_T *Q = hd->q, *K = hd->k, *V = hd->v;
+  SD_T *qv = w->qt, *row = w->st, *acc = w->ot, *z = w->z;
+  for (int64_t i = 0; i < hd->L; i++) {
+    SD_FN(pack)(qv, w->Ep, 1, w->Ep, Q + i * hd->qs[0], 1, E, 0, hd->qs[1], false);
+    const int64_t jend = key_end(hd, i);
+    SD_T m = (SD_T)-INFINITY;
+    double l = 0;
+    for (int64_t d = 0; d < Ev; d++) acc[d] = 0;
+    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+      const int64_t bk = jend - j0 < BK ? jend - j0 : BK, bkp = RUP(bk, 16);
+      for (int64_t c = 0; c < bkp; c++)
+        row[c] = c < bk ? SD_FN(dot)(qv, K + (j0 + c) * hd->ks[0], hd->ks[1], E) : 0;
+      const SD_T mt = SD_FN(mask_row)(hd, row, i, j0, bkp), mn = mt > m ? mt : m;
+      if (mn == (SD_T)-INFINITY) continue;
+      const SD_T alpha = SD_EXP(m - mn);
+      for (int64_t c = 0; c < bkp; c++) row[c] = SD_EXP(row[c] - mn);
+      l = l * (double)alpha + SD_FN(row_sum)(row, bkp);
+      m = mn;
+      if (hd->dropout) {
+        SD_FN(keep_row)(hd, z, i, j0, bkp);
+        for (int64_t c = 0; c < bkp; c++) row[c] *= z[c];
+      }
+      if (alpha != 1)
+        for (int64_t d = 0; d < Ev; d++) acc[d] *= alpha;
+      for (int64_t c = 0; c < bk; c++) {
+        const SD_T p = row[c], *vr = V + (j0 + c) * hd->vs[0];
+        if (p == 0) continue;
+        if (hd->vs[1] == 1)
+          for (int64_t d = 0; d < Ev; d++) acc[d] = SD_FMA(p, vr[d], acc[d]);
+        else
+          for (int64_t d = 0; d < Ev; d++) acc[d] = SD_FMA(p, vr[d * hd->vs[1]], acc[d]);
+      }
+    }
+    SD_T *orow = o + i * Ev;
+    if (l == 0) { /* every key hidden: zeros */
+      for (int64_t d = 0; d < Ev; d++) orow[d] = 0;
+      lse[i] = (SD_T)-INFINITY;
+      continue;
+    }
+    const SD_T inv = (SD_T)(1.0 / l);
+    for (int64_t d = 0; d < Ev; d++) orow[d] = acc[d] * inv;
+    lse[i] = m + (SD_T)log(l);
+  }
+}
+
 /* Forward of one (batch, head): o rows (L, Ev) and lse (L). */
 EM_CPU_CLONES static void SD_FN(fwd_head)(const sd_head *hd, const sd_work *w, SD_T *o,
                                           SD_T *lse) {

@@ -18,7 +18,13 @@
  *    generator (kern-random.h, element ((n H + h) L + i) S + j of the
  *    stream), so backward regenerates the forward's mask bit for bit, and
  *    it is em_dropout's mask and the other devices' for the same draws;
- *  - causal tiles beyond a query tile's last visible key are skipped.
+ *  - causal tiles beyond a query tile's last visible key are skipped;
+ *  - a forward of fewer than FEW queries (a KV-cache step: one query
+ *    over the whole cache) packs nothing: each score is a dot product of
+ *    q with a row of K where it lies, each output row accumulates P V
+ *    from the rows of V, with the same online softmax over blocks of BK
+ *    keys. Its sums run in another order than the tiles' (a step's output
+ *    equals the full forward's to rounding, not bit for bit).
  * The head's K, K^T, V (and V^T) are packed once, padded with zeros to
  * multiples of 16, into per-thread buffers from the caching allocator;
  * the products are cpu-sdpa-tiles.h's register-blocked loop (8 x 16
@@ -43,6 +49,7 @@
 
 #define BQ 64 /* queries per tile (a multiple of 8) */
 #define BK 64 /* keys per tile (a multiple of 16) */
+#define FEW 8 /* fewer queries than this: the forward's rows (fwd_rows), no packing */
 #define RUP(x, a) (((x) + (a) - 1) / (a) * (a))
 
 /* One (batch, head): its operands (rows, features) and the scalars. */
@@ -104,11 +111,12 @@ typedef struct {
 static sd_work sd_work_new(const sd_call *c) {
   sd_work w = {.Sp = RUP(c->S, 16), .Ep = RUP(c->E, 16), .Evp = RUP(c->Ev, 16)};
   const size_t es = c->f64 ? sizeof(double) : sizeof(float);
+  const bool few = !c->backward && c->L < FEW;
   /* element counts, in the order of the pointers */
   const int64_t n[14] = {
-      c->E * w.Sp,                       /* kt (E, Sp) */
+      few ? 0 : c->E * w.Sp,             /* kt (E, Sp) */
       c->backward ? w.Sp * w.Ep : 0,     /* kk (Sp, Ep) */
-      c->backward ? 0 : w.Sp * w.Evp,    /* vv (Sp, Evp) */
+      c->backward || few ? 0 : w.Sp * w.Evp, /* vv (Sp, Evp) */
       c->backward ? c->Ev * w.Sp : 0,    /* vt (Ev, Sp) */
       BQ * w.Ep,                         /* qt (BQ, Ep) */
       c->backward ? BQ * w.Evp : 0,      /* dot (BQ, Evp) */
@@ -178,9 +186,11 @@ static void sd_heads(void *ctx, int64_t t0, int64_t t1) {
     const sd_head hd = sd_head_of(c, &w, t);
     const int64_t qrow = t * c->L, krow = t * c->S;
     if (!c->backward && !c->f64)
-      fwd_head_f32(&hd, &w, em_f32(c->out) + qrow * c->Ev, em_f32(c->out_lse) + qrow);
+      (c->L < FEW ? fwd_rows_f32 : fwd_head_f32)(&hd, &w, em_f32(c->out) + qrow * c->Ev,
+                                                 em_f32(c->out_lse) + qrow);
     else if (!c->backward)
-      fwd_head_f64(&hd, &w, em_f64(c->out) + qrow * c->Ev, em_f64(c->out_lse) + qrow);
+      (c->L < FEW ? fwd_rows_f64 : fwd_head_f64)(&hd, &w, em_f64(c->out) + qrow * c->Ev,
+                                                 em_f64(c->out_lse) + qrow);
     else if (!c->f64)
       bwd_head_f32(&hd, &w, em_f32(c->o) + qrow * c->Ev, em_f32(c->lse) + qrow,
                    c->gq ? em_f32(c->gq) + qrow * c->E : NULL,
