@@ -452,6 +452,8 @@ static em_kernels make_kernels(void) {
   k.embedding_backward = em_cuda_embedding_backward;
   k.dropout_mask = em_cuda_dropout_mask;
   k.masked_fill = em_cuda_masked_fill;
+  k.sdpa_forward = em_cuda_sdpa_forward;
+  k.sdpa_backward = em_cuda_sdpa_backward;
   k.sgd_step = em_cuda_sgd_step;
   k.adam_step = em_cuda_adam_step;
   k.sumsq = em_cuda_sumsq;

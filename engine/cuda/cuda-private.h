@@ -199,6 +199,9 @@ em_k_embedding_backward em_cuda_embedding_backward;
 /* cuda-random.cu */
 em_k_dropout_mask em_cuda_dropout_mask;
 em_k_masked_fill em_cuda_masked_fill;
+/* cuda-sdpa.cu */
+em_k_sdpa_forward em_cuda_sdpa_forward;
+em_k_sdpa_backward em_cuda_sdpa_backward;
 /* cuda-optim.cu */
 em_k_sgd_step em_cuda_sgd_step;
 em_k_adam_step em_cuda_adam_step;

@@ -43,6 +43,9 @@ em_k_softmax_forward em_ref_softmax_forward;
 em_k_softmax_backward em_ref_softmax_backward;
 em_k_cross_entropy_forward em_ref_cross_entropy_forward;
 em_k_cross_entropy_backward em_ref_cross_entropy_backward;
+/* ref-attention.c */
+em_k_sdpa_forward em_ref_sdpa_forward;
+em_k_sdpa_backward em_ref_sdpa_backward;
 /* ref-misc.c: embedding, dropout, optimisers, sumsq, unscale */
 em_k_embedding_forward em_ref_embedding_forward;
 em_k_embedding_backward em_ref_embedding_backward;

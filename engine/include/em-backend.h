@@ -168,6 +168,32 @@ typedef em_status em_k_dropout_mask(em_tensor *mask, double p, uint64_t seed, ui
  * its backward (x = g, v = 0) are this one kernel. */
 typedef em_status em_k_masked_fill(bool acc, em_tensor *y, const em_tensor *x, const em_tensor *mask,
                                    double v);
+/* Fused scaled dot-product attention (em_sdpa of em-ops.h; the formulas
+ * are engine/device/kernels/kern-attention.h's): q (N, H, L, E), k (N, H,
+ * S, E), v (N, H, S, Ev), any strides; kpm (N, S) U8 (nonzero: the key is
+ * hidden), any strides, or NULL. Forward writes o (N, H, L, Ev) and lse
+ * (N, H, L), contiguous, of q's dtype: one log-sum-exp per query row, -inf
+ * for a row whose every key is hidden (its o is 0), and nothing of size
+ * L x S is kept. Backward writes (does not accumulate) each non-NULL of
+ * gq, gk, gv (contiguous, the shapes of q, k, v) from g (o's shape, any
+ * strides), o and lse of the forward: the weights are recomputed from q,
+ * k and lse, the dropout mask from its stream. */
+typedef struct em_sdpa_args {
+  bool causal;      /* key j hidden from query i when j > i + S - L */
+  double scale;     /* > 0 */
+  double dropout_p; /* on the weights; 0: none */
+  /* The dropout stream (kern-random.h): weight (n, h, i, j) is element
+   * ((n H + h) L + i) S + j, so the mask is em_dropout's over the (N, H,
+   * L, S) weights for the same (seed, counter), on every device. */
+  uint64_t seed, counter;
+} em_sdpa_args;
+typedef em_status em_k_sdpa_forward(em_tensor *o, em_tensor *lse, const em_tensor *q,
+                                    const em_tensor *k, const em_tensor *v, const em_tensor *kpm,
+                                    const em_sdpa_args *a);
+typedef em_status em_k_sdpa_backward(em_tensor *gq, em_tensor *gk, em_tensor *gv,
+                                     const em_tensor *g, const em_tensor *q, const em_tensor *k,
+                                     const em_tensor *v, const em_tensor *o, const em_tensor *lse,
+                                     const em_tensor *kpm, const em_sdpa_args *a);
 /* Optimiser steps over contiguous p, g, state of one parameter (the
  * formulas of engine/optim/sgd.c and adam.c). buf may be NULL (no
  * momentum). first: the momentum buffer starts as a copy of d. */
@@ -215,6 +241,8 @@ typedef struct em_kernels {
   em_k_embedding_backward *embedding_backward;
   em_k_dropout_mask *dropout_mask;
   em_k_masked_fill *masked_fill;
+  em_k_sdpa_forward *sdpa_forward;
+  em_k_sdpa_backward *sdpa_backward;
   em_k_sgd_step *sgd_step;
   em_k_adam_step *adam_step;
   em_k_sumsq *sumsq;

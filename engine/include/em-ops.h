@@ -111,7 +111,11 @@ em_tensor *em_masked_fill(em_tensor *x, em_tensor *mask, double value);
  * S, Ev) -> (N, H, L, Ev), softmax(q k^T * scale + mask) v. causal: query
  * i sees keys j <= i + S - L (PyTorch's tril when L == S; a KV-cache step
  * with L = 1 sees every key). key_padding_mask (N, S) u8, nonzero = key
- * ignored, may be NULL. A row with every key masked gives zeros. */
+ * ignored, may be NULL. A row with every key masked gives zeros (and
+ * passes no gradient). Fused (engine/ops/sdpa.c): backward keeps the
+ * output and one log-sum-exp per query row, not the (N, H, L, S)
+ * weights; dropout draws two numbers from rng, and its mask is the one
+ * em_dropout would draw over those weights from the same state. */
 typedef struct {
   bool causal;
   const em_tensor *key_padding_mask;

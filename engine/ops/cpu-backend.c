@@ -2,8 +2,8 @@
  * through the engine's caching allocator (em_alloc), plain copies, and
  * the CPU's kernels. Each kernel is in the file of its family
  * (cpu-copy.c, cpu-binary.c, cpu-unary.c, cpu-reduce.c, cpu-random.c, cpu-embedding.c, cpu-softmax.c,
- * cpu-conv.c, cpu-pool.c, cpu-norm.c, cpu-linalg.c, cpu-loss.c), tuned per instruction set where it matters
- * (cpu-kernels.h). Entries still NULL belong to the op families that
+ * cpu-conv.c, cpu-pool.c, cpu-norm.c, cpu-linalg.c, cpu-loss.c, cpu-sdpa.c), tuned per
+ * instruction set where it matters (cpu-kernels.h). Entries still NULL belong to the op families that
  * have not moved to the front-end yet (op-frontend.h): their CPU ops
  * compute directly and never reach this table. */
 #include "ops-private.h"
@@ -79,6 +79,8 @@ static const em_kernels cpu_kernels = {
   .embedding_backward = em_cpu_embedding_backward,
   .dropout_mask = em_cpu_dropout_mask,
   .masked_fill = em_cpu_masked_fill,
+  .sdpa_forward = em_cpu_sdpa_forward,
+  .sdpa_backward = em_cpu_sdpa_backward,
   .sumsq = em_cpu_sumsq,
 };
 

@@ -52,6 +52,12 @@
  *   - embedding: embedding.c over cpu-embedding.c;
  *   - masked_fill: masked-fill.c over cpu-masked-fill.c (the op added
  *     through CONTRIBUTING.md's recipe, with a kernel entry of its own);
+ *   - sdpa: sdpa.c over the sdpa_forward / sdpa_backward entries (the
+ *     CPU's tiled FlashAttention-2 kernel, cpu-sdpa.c; the reference
+ *     device's and CUDA's rows over kernels/kern-attention.h): the fused
+ *     attention, which keeps one log-sum-exp per query row for backward
+ *     instead of the (N, H, L, S) weights and regenerates its dropout
+ *     mask from the counter-based generator;
  *   - the reductions (sum, mean, sum_all, mean_all, max, argmax):
  *     reduce.c over cpu-reduce.c's reduce (and max's backward over the
  *     embedding_backward scatter);

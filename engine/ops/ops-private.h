@@ -213,6 +213,8 @@ em_k_reduce em_cpu_reduce;                 /* cpu-reduce.c */
 em_k_sum_to em_cpu_sum_to;                 /* cpu-reduce.c */
 em_k_dropout_mask em_cpu_dropout_mask;     /* cpu-random.c */
 em_k_masked_fill em_cpu_masked_fill;       /* cpu-masked-fill.c */
+em_k_sdpa_forward em_cpu_sdpa_forward;     /* cpu-sdpa.c */
+em_k_sdpa_backward em_cpu_sdpa_backward;   /* cpu-sdpa.c */
 em_k_softmax_forward em_cpu_softmax_forward;   /* cpu-softmax.c */
 em_k_softmax_backward em_cpu_softmax_backward; /* cpu-softmax.c */
 em_k_embedding_forward em_cpu_embedding_forward;   /* cpu-embedding.c */
