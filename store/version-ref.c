@@ -91,6 +91,7 @@ em_status em_store_resolve_version(em_store *s, const char *ref, em_version_ref 
       out->weights_path = strdup(pick->weights_path);
       out->sha256 = strdup(pick->sha256 ? pick->sha256 : "");
       out->spec_json = strdup(run.spec_json);
+      em_store_version_reference(s, out->name, pick->version, &out->reference_json, NULL);
       if (!out->weights_path || !out->sha256 || !out->spec_json) {
         em_version_ref_clear(out);
         st = em_error_set(err, EM_ERR_NOMEM, "out of memory resolving '%s'", ref);
@@ -107,5 +108,6 @@ void em_version_ref_clear(em_version_ref *r) {
   free(r->weights_path);
   free(r->sha256);
   free(r->spec_json);
-  r->weights_path = r->sha256 = r->spec_json = NULL;
+  free(r->reference_json);
+  r->weights_path = r->sha256 = r->spec_json = r->reference_json = NULL;
 }

@@ -429,6 +429,7 @@ typedef struct {
   char *weights_path; /* absolute: a checkpoint (em_model_load reads it) */
   char *sha256;       /* of the weights file */
   char *spec_json;    /* the spec the version's run recorded */
+  char *reference_json; /* its drift reference (em-drift.h); NULL: none */
 } em_version_ref;
 
 /* True when text has the form NAME@SOMETHING (not a path). */
