@@ -17,5 +17,6 @@ int cli_cmd_export(int argc, char **argv);  /* cmd-export.c */
 int cli_cmd_plugins(int argc, char **argv); /* cmd-plugins.c */
 int cli_cmd_predict(int argc, char **argv); /* cmd-predict.c */
 int cli_cmd_drift(int argc, char **argv);   /* cmd-drift.c */
+int cli_cmd_sweep(int argc, char **argv);   /* cmd-sweep.c */
 int cli_cmd_serve(int argc, char **argv);   /* cmd-serve.c (+ serve/) */
 int cli_cmd_devices(int argc, char **argv); /* cmd-devices.c */

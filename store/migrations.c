@@ -273,6 +273,38 @@ static const em_migration migrations[] = {
      "CREATE TRIGGER alias_audit_no_delete BEFORE DELETE ON alias_audit\n"
      "BEGIN SELECT RAISE(ABORT, 'alias_audit is append-only: rows cannot be deleted'); END;\n",
      NULL},
+
+    /* 8 */
+    {"sweeps and their trials",
+     "CREATE TABLE sweeps (\n"
+     "  id INTEGER PRIMARY KEY,\n"
+     "  name TEXT NOT NULL,\n"
+     "  description_json TEXT NOT NULL,\n"
+     "  status TEXT NOT NULL CHECK (status IN ('running', 'paused', 'completed', 'cancelled')),\n"
+     "  runner_pid INTEGER NOT NULL DEFAULT 0,\n"
+     "  runner_host TEXT NOT NULL DEFAULT '',\n"
+     "  created REAL NOT NULL,\n"
+     "  ended REAL\n"
+     ");\n"
+     "CREATE TABLE sweep_trials (\n"
+     "  id INTEGER PRIMARY KEY,\n"
+     "  sweep INTEGER NOT NULL REFERENCES sweeps (id),\n"
+     "  number INTEGER NOT NULL,\n"
+     "  params_json TEXT NOT NULL,\n"
+     "  run_name TEXT NOT NULL,\n"
+     "  run INTEGER,\n" /* no foreign key: a run deleted later leaves its trial */
+     "  pid INTEGER NOT NULL DEFAULT 0,\n" /* its process, once started */
+     "  status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'completed', 'failed', "
+     "'pruned', 'cancelled')),\n"
+     "  metric REAL,\n"
+     "  epochs INTEGER NOT NULL DEFAULT 0,\n"
+     "  steps INTEGER NOT NULL DEFAULT 0,\n"
+     "  decision TEXT NOT NULL DEFAULT '',\n"
+     "  created REAL NOT NULL,\n"
+     "  ended REAL,\n"
+     "  UNIQUE (sweep, number)\n"
+     ");\n",
+     NULL},
 };
 
 /* Migration 4: the per-point rows of metrics, read in primary key order,

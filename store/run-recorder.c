@@ -44,6 +44,10 @@ void em_run_recorder_event(em_run_recorder *r, const em_train_event *ev) {
     }
     r->last_eval_loss = ev->test_loss;
     r->last_eval_step = ev->step;
+    /* an evaluation is committed at once, not at the writer's next tick:
+     * a sweep's pruner decides on it while the run trains on (a few ms
+     * against the evaluation's own cost) */
+    em_store_writer_flush(w, NULL);
     break;
   case EM_EVENT_CHECKPOINT: {
     const char *kind = ev->checkpoint_kind ? ev->checkpoint_kind : "step";
