@@ -18,3 +18,4 @@ int cli_cmd_plugins(int argc, char **argv); /* cmd-plugins.c */
 int cli_cmd_predict(int argc, char **argv); /* cmd-predict.c */
 int cli_cmd_serve(int argc, char **argv);   /* cmd-serve.c (+ serve/) */
 int cli_cmd_devices(int argc, char **argv); /* cmd-devices.c */
+int cli_cmd_generate(int argc, char **argv); /* cmd-generate.c */

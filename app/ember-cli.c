@@ -63,6 +63,7 @@ static const struct {
     {"profile", cmd_profile, false},     {"export", cli_cmd_export, false},
     {"plugins", cli_cmd_plugins, true},  {"predict", cli_cmd_predict, false},
     {"serve", cli_cmd_serve, false},     {"devices", cli_cmd_devices, false},
+    {"generate", cli_cmd_generate, false},
 };
 
 int main(int argc, char **argv) {
@@ -94,6 +95,7 @@ int main(int argc, char **argv) {
       return commands[i].run(argc, argv);
     }
   cli_die_usage("unknown command '%s'; commands: train, eval, info, runs, run, compare, "
-                "metrics, models, model, plugins, gc, profile, export, predict, serve, devices",
+                "metrics, models, model, plugins, gc, profile, export, predict, serve, devices, "
+                "generate",
                 cmd);
 }

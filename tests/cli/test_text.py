@@ -1,7 +1,9 @@
 """A language model from the command line: `ember train` on a text file
 (the text kind, the spec's tokenizer, per-token loss, accuracy and
-perplexity in the JSON line), the zoo's char-gpt spec, and the text
-kind's bad input, each with a clear message and a non-zero exit.
+perplexity in the JSON line), the zoo's char-gpt spec, `ember generate`
+(greedy decoding continues a learnt text past the context; seeded
+sampling repeats), and bad input, each with a clear message and a
+non-zero exit.
 
 usage: test_text.py EMBER SOURCE_ROOT
 """
@@ -122,6 +124,61 @@ class Train(Base):
             self.assertEqual(t.returncode, 0, t.stderr)
             r = json.loads(t.stdout.strip().splitlines()[-1])
             self.assertLess(r["test_loss"], math.log(113), r)
+
+
+class Generate(Base):
+    def trained(self, tokenizer, vocab_size, text=None, epochs=2):
+        """A tiny model trained on text (self.text by default): spec, weights."""
+        txt = self.write("data/g.txt", text) if text is not None else self.txt
+        spec = self.spec("g.json", tiny_spec(tokenizer, vocab_size))
+        w = os.path.join(self.tmp, "g.safetensors")
+        p = run("train", spec, "--data-dir", txt, "--epochs", epochs, "--no-record", "--save", w,
+                "--threads", 1)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return spec, w
+
+    def test_greedy_continues_the_text(self):
+        # a text that is its own next-character rule: greedy decoding must
+        # continue it, past the context of 32 (the decoder starts again
+        # from the last 16 tokens). Its period, 7, is prime to the
+        # windows' 32, so that the windows start at every phase and the
+        # model learns the characters, not their positions.
+        spec, w = self.trained({"type": "byte"}, 256, "abcdef\n" * 2300, epochs=4)
+        p = run("generate", spec, "--weights", w, "--prompt", "abc", "--tokens", 61,
+                "--temperature", 0)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, ("abcdef\n" * 10)[:64] + "\n")
+        self.assertIn("61 tokens in", p.stderr)
+
+    def test_sampling_is_seeded(self):
+        spec, w = self.trained({"type": "char", "vocab": self.vocab}, len(self.vocab))
+        args = ["generate", spec, "--weights", w, "--prompt", "the cat", "--tokens", 80,
+                "--temperature", 0.8, "--top-k", 10, "--top-p", 0.95]
+        a, b = run(*args, "--seed", 7), run(*args, "--seed", 7)
+        self.assertEqual(a.returncode, 0, a.stderr)
+        self.assertEqual(a.stdout, b.stdout)
+        out = a.stdout[:-1]
+        self.assertTrue(out.startswith("the cat"), out)
+        self.assertEqual(len(out), len("the cat") + 80)  # one character a token
+        self.assertTrue(set(out) <= set(self.vocab), out)
+        g = run("generate", spec, "--weights", w, "--prompt", "a", "--tokens", 0)
+        self.assertEqual((g.returncode, g.stdout), (0, "a\n"), g.stderr)
+
+    def test_bad_input(self):
+        spec, w = self.trained({"type": "char", "vocab": self.vocab}, len(self.vocab), epochs=1)
+        self.fails(["generate", spec, "--weights", w, "--prompt", "the Zoo"],
+                   "--prompt:1:5: U+005A 'Z' is not in the char tokenizer's vocabulary", code=2)
+        self.fails(["generate", spec, "--weights", w, "--prompt", ""], "--prompt is empty",
+                   code=2)
+        self.fails(["generate", spec, "--weights", w], "give --prompt", code=2)
+        self.fails(["generate", spec, "--prompt", "a"], "needs --weights", code=2)
+        self.fails(["generate", spec, "--weights", w, "--prompt", "a", "--top-p", "2"],
+                   "--top-p", code=2)
+        mlp = os.path.join(SOURCE, "data", "models", "fmnist-mlp.json")
+        mw = os.path.join(self.tmp, "mlp.safetensors")
+        self.assertEqual(run("train", mlp, "--epochs", 0, "--save", mw).returncode, 0)
+        self.fails(["generate", mlp, "--weights", mw, "--prompt", "a"], "has no tokenizer",
+                   code=2)
 
 
 class BadInput(Base):
