@@ -1,6 +1,7 @@
 /* evaluate.c: loss and accuracy of a model over a dataset (per token for
- * a dataset of a label per position), in inference mode (no tape, batch norm on running stats, dropout off), and the
- * plugins' metrics over its outputs. A model on a device evaluates there:
+ * a dataset of a label per position), in inference mode (no tape, batch
+ * norm on running stats, dropout off), and the plugins' metrics over its
+ * outputs. A model on a device evaluates there:
  * each batch is copied to it, the loss and the predictions come back (and
  * the outputs, when plugins' metrics want them); out of device memory is
  * EM_ERR_NOMEM with the allocator's message. */
