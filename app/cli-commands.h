@@ -20,3 +20,4 @@ int cli_cmd_drift(int argc, char **argv);   /* cmd-drift.c */
 int cli_cmd_sweep(int argc, char **argv);   /* cmd-sweep.c */
 int cli_cmd_serve(int argc, char **argv);   /* cmd-serve.c (+ serve/) */
 int cli_cmd_devices(int argc, char **argv); /* cmd-devices.c */
+int cli_cmd_generate(int argc, char **argv); /* cmd-generate.c */

@@ -55,6 +55,12 @@ void train_print_result(const em_train_config *cfg, const em_train_summary *s,
   }
   json_object_set_new(o, "train_seconds", cli_json_num(s->train_seconds));
   json_object_set_new(o, "train_samples_per_sec", cli_json_num(s->train_samples_per_sec));
+  if (s->target_len) { /* a language model: its losses are per token */
+    json_object_set_new(o, "test_perplexity",
+                        s->evaluated ? cli_json_num(exp(s->test_loss)) : json_null());
+    json_object_set_new(o, "train_tokens_per_sec",
+                        cli_json_num(s->train_samples_per_sec * (double)s->target_len));
+  }
   json_object_set_new(o, "threads", json_integer(cfg->threads));
   json_object_set_new(o, "blas_core", json_string(em_blas_core()));
   json_object_set_new(o, "cpu_kernels", json_string(em_cpu_kernels_active()));

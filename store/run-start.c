@@ -14,6 +14,8 @@
 
 #include <glib.h>
 
+#define RUN_MAX_FILES 512 /* a dataset's files recorded with a run, both splits */
+
 static int cmp_path(const void *a, const void *b) { return strcmp(a, b); }
 
 static void warn(const em_run_start *o, const char *fmt, const char *msg) {
@@ -25,15 +27,16 @@ static void warn(const em_run_start *o, const char *fmt, const char *msg) {
 
 /* The dataset's identity: its name, folder and files (training and test,
  * sorted); NULL, with a warning, when its files cannot be listed. paths
- * holds 64 entries. */
+ * holds RUN_MAX_FILES entries (a text folder's files, fortunes' 43, count). */
 static const em_dataset_identity *identity(const em_run_start *o, const em_train_config *cfg,
                                            em_dataset_identity *id, char (*paths)[1024],
                                            const char **files, char *folder, size_t cap) {
   em_error err = {0};
   int n1 = 0, n2 = 0;
-  if (em_dataset_files_named(cfg->dataset, cfg->data_dir, true, paths, 32, &n1, &err) != EM_OK ||
-      em_dataset_files_named(cfg->dataset, cfg->data_dir, false, paths + n1, 32, &n2, &err) !=
-          EM_OK) {
+  if (em_dataset_files_named(cfg->dataset, cfg->data_dir, true, paths, RUN_MAX_FILES / 2, &n1,
+                             &err) != EM_OK ||
+      em_dataset_files_named(cfg->dataset, cfg->data_dir, false, paths + n1, RUN_MAX_FILES / 2,
+                             &n2, &err) != EM_OK) {
     warn(o, "the dataset's files are not recorded: %s", err.msg);
     return NULL;
   }
@@ -55,9 +58,13 @@ static const em_dataset_identity *identity(const em_run_start *o, const em_train
 em_status em_store_run_start(em_store *s, const em_run_start *o, em_train_config *cfg,
                              int64_t *run, em_error *err) {
   *run = 0;
-  char(*paths)[1024] = malloc(64 * sizeof *paths);
-  if (!paths) return em_error_set(err, EM_ERR_NOMEM, "out of memory recording the run");
-  const char *files[64];
+  char(*paths)[1024] = malloc(RUN_MAX_FILES * sizeof *paths);
+  const char **files = malloc(RUN_MAX_FILES * sizeof *files);
+  if (!paths || !files) {
+    free(paths);
+    free(files);
+    return em_error_set(err, EM_ERR_NOMEM, "out of memory recording the run");
+  }
   char folder[1024];
   em_dataset_identity ident;
   /* the config as recorded: checkpoint_dir still empty (the folder is
@@ -82,6 +89,7 @@ em_status em_store_run_start(em_store *s, const em_run_start *o, em_train_config
   em_status st = em_store_run_create(s, &rn, run, err);
   free(own_json);
   free(paths);
+  free(files);
   if (st != EM_OK) return st;
   em_error terr = {0}; /* the plugins are lineage: not having them recorded stops nothing */
   if (em_store_run_tag_plugins(s, *run, &terr) != EM_OK)

@@ -19,13 +19,36 @@ typedef struct {
    * no files, or its open says what it needs. */
   bool needs_dir;
   const char *dir_hint;
-  /* The files its split reads from dir (NULL when not given): up to 5
-   * paths into found, *n their count. NULL: it reads none (synthetic). */
-  em_status (*files)(const char *dir, bool train, char (*found)[4096], int *n, em_error *err);
+  /* The files its split reads from dir (NULL when not given): up to room
+   * (at least 5) paths into found, *n their count; more is an error. A
+   * file both splits read is named once, for the training split. NULL:
+   * it reads none (synthetic). */
+  em_status (*files)(const char *dir, bool train, char (*found)[4096], int room, int *n,
+                     em_error *err);
 } em_dataset_builtin;
 
 extern const em_dataset_builtin em_dataset_kind_fashion_mnist, em_dataset_kind_cifar10,
-    em_dataset_kind_csv, em_dataset_kind_synthetic;
+    em_dataset_kind_csv, em_dataset_kind_synthetic, em_dataset_kind_text;
+
+/* ---- text (text-tokenizer.c, for text.c) ---- */
+/* The code point at s (n bytes left) into *cp; returns its length in
+ * bytes, 0 when s does not start a valid UTF-8 sequence (cut short, a
+ * stray continuation byte, overlong, a surrogate, past U+10FFFF). */
+int em_utf8_next(const uint8_t *s, size_t n, uint32_t *cp);
+/* The 1-based line and column (in characters) of byte `at` of text. */
+void em_text_locate(const char *text, size_t at, int64_t *line, int64_t *col);
+/* The set of characters texts hold: zero it, add texts (an error names
+ * source, line and column of a byte that is not UTF-8 text), read it as
+ * a UTF-8 string of each character once in code point order (malloc'd,
+ * NUL-terminated; *bytes its length), clear it. */
+typedef struct {
+  uint64_t *bits; /* (0x110000 / 64) */
+  int64_t count;
+} em_charset;
+em_status em_charset_add(em_charset *cs, const char *text, size_t n, const char *source,
+                         em_error *err);
+char *em_charset_string(const em_charset *cs, size_t *bytes);
+void em_charset_clear(em_charset *cs);
 
 /* x[k] = p[k] / 255 for k < n (the two must not overlap). */
 void em_pixels_to_unit(const uint8_t *restrict p, float *restrict x, int64_t n);

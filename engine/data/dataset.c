@@ -3,6 +3,7 @@
 #include "data-private.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@ struct em_dataset {
   int64_t shape[EM_MAX_DIMS]; /* of one sample */
   int64_t numel;              /* of one sample */
   int num_classes;
+  int64_t target_len;         /* 0: one label per sample */
   int n_norm;                 /* 0: off; 1 or shape[0] */
   float *mean, *std;          /* (n_norm) */
 };
@@ -60,6 +62,12 @@ em_dataset *em_dataset_new(const em_dataset_vtable *vt, void *impl, em_error *er
     }
     ds->numel *= ds->shape[i];
   }
+  ds->target_len = vt->target_len ? vt->target_len(impl) : 0;
+  if (vt->target_len && (ds->target_len < 1 || ds->target_len > ((int64_t)1 << 24))) {
+    em_error_set(err, EM_ERR_INVALID, "%s dataset: %lld labels per sample; 1 to 2^24 are "
+                 "supported", kind, (long long)ds->target_len);
+    goto fail;
+  }
   if (ds->num_classes < 1) {
     em_error_set(err, EM_ERR_INVALID, "%s dataset: %d classes; at least 1 is needed", kind,
                  ds->num_classes);
@@ -92,6 +100,12 @@ const char *em_dataset_kind(const em_dataset *ds) {
   return ds->vt->kind ? ds->vt->kind : "dataset";
 }
 
+int64_t em_dataset_target_len(const em_dataset *ds) { return ds->target_len; }
+int64_t em_dataset_labels_per_sample(const em_dataset *ds) {
+  return ds->target_len ? ds->target_len : 1;
+}
+bool em_dataset_token_samples(const em_dataset *ds) { return ds->vt->token_samples; }
+
 void em_dataset_prefetch(const em_dataset *ds, int64_t i) {
   if (ds->vt->prefetch && i >= 0 && i < ds->len) ds->vt->prefetch(ds->impl, i);
 }
@@ -103,10 +117,21 @@ em_status em_dataset_get(const em_dataset *ds, int64_t i, float *x /* (...sample
                         em_dataset_kind(ds), (long long)i, (long long)ds->len);
   em_status st = ds->vt->get(ds->impl, i, x, y, err);
   if (st != EM_OK) return st;
-  if (*y < 0 || *y >= ds->num_classes)
-    return em_error_set(err, EM_ERR_FORMAT, "%s dataset: sample %lld has label %lld, outside "
-                        "[0, %d)", em_dataset_kind(ds), (long long)i, (long long)*y,
-                        ds->num_classes);
+  int64_t T = em_dataset_labels_per_sample(ds);
+  for (int64_t j = 0; j < T; j++)
+    if (y[j] < 0 || y[j] >= ds->num_classes) {
+      char at[48] = "";
+      if (ds->target_len) snprintf(at, sizeof at, " at position %lld", (long long)j);
+      return em_error_set(err, EM_ERR_FORMAT, "%s dataset: sample %lld has label %lld%s, "
+                          "outside [0, %d)", em_dataset_kind(ds), (long long)i, (long long)y[j],
+                          at, ds->num_classes);
+    }
+  if (ds->vt->token_samples)
+    for (int64_t k = 0; k < ds->numel; k++)
+      if (!(x[k] >= 0 && x[k] < (float)EM_DATASET_MAX_TOKEN) || x[k] != (float)(int64_t)x[k])
+        return em_error_set(err, EM_ERR_FORMAT, "%s dataset: sample %lld holds %g at %lld, "
+                            "which is no token id", em_dataset_kind(ds), (long long)i,
+                            (double)x[k], (long long)k);
   if (ds->n_norm) {
     /* Plain per-channel loop: c runs over the first sample dimension. */
     int64_t inner = ds->numel / ds->shape[0];
@@ -128,6 +153,9 @@ em_status em_dataset_set_normalize(em_dataset *ds, int n, const float *mean, con
     ds->n_norm = 0;
     return EM_OK;
   }
+  if (ds->vt->token_samples)
+    return em_error_set(err, EM_ERR_INVALID, "the %s dataset's samples are token ids, which "
+                        "are not normalised", em_dataset_kind(ds));
   if (n != 1 && n != ds->shape[0])
     return em_error_set(err, EM_ERR_INVALID, "normalisation has %d values; this dataset has %lld "
                         "channels (give 1 or %lld)", n, (long long)ds->shape[0],

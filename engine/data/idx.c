@@ -293,8 +293,9 @@ static em_dataset *fmnist_open(const char *dir, bool train, const void *want, em
   return em_dataset_fashion_mnist(dir, train, err);
 }
 
-static em_status fmnist_files(const char *dir, bool train, char (*found)[4096], int *n,
-                              em_error *err) {
+static em_status fmnist_files(const char *dir, bool train, char (*found)[4096], int room,
+                              int *n, em_error *err) {
+  (void)room; /* at least 5 */
   *n = em_dataset_fashion_mnist_files(dir, train, found);
   if (*n < 0) return em_error_set(err, EM_ERR_INVALID, "folder name too long: '%.200s...'", dir);
   return EM_OK;

@@ -1,4 +1,5 @@
-/* loader.c: the data loader. Batches of (x (N, ...sample) f32, y (N) i64)
+/* loader.c: the data loader. Batches of (x (N, ...sample) f32, y (N) i64,
+ * or (N, T) for a dataset of T labels per sample)
  * from a dataset, filled by worker threads into a ring of preallocated
  * slots.
  *
@@ -26,7 +27,7 @@
 
 typedef struct {
   float *x;      /* (B, ...sample) */
-  int64_t *y;    /* (B) */
+  int64_t *y;    /* (B, T): T labels per sample, 1 for a class label */
   int64_t n;     /* samples in the batch it holds */
   int64_t batch; /* the batch it holds; -1: none */
   em_status status;
@@ -37,6 +38,7 @@ struct em_loader {
   const em_dataset *ds;
   em_loader_config c;
   int64_t numel;     /* of one sample */
+  int64_t n_labels;  /* T: of one sample */
   int64_t n_used;    /* samples after the limit */
   int64_t per_rank;  /* this rank's share of an epoch, padded */
   int64_t n_samples; /* delivered per epoch (after drop_last) */
@@ -86,8 +88,8 @@ static em_status loader_fill(em_loader *l, int64_t b, loader_slot *s, uint64_t g
   for (int64_t j = 0; j < n; j++) {
     if (atomic_load_explicit(&l->gen, memory_order_relaxed) != gen) return EM_ERR_CANCELLED;
     if (j + 2 < n) em_dataset_prefetch(l->ds, l->order[first + j + 2]);
-    em_status st = em_dataset_get(l->ds, l->order[first + j], s->x + j * l->numel, &s->y[j],
-                                  &s->err);
+    em_status st = em_dataset_get(l->ds, l->order[first + j], s->x + j * l->numel,
+                                  s->y + j * l->n_labels, &s->err);
     if (st != EM_OK) {
       em_error_prefix(&s->err, "loading sample %lld (batch %lld)",
                       (long long)l->order[first + j], (long long)b);
@@ -268,7 +270,8 @@ static em_status loader_check(const em_dataset *ds, const em_loader_config *c, e
   if (em_dataset_len(ds) == 0)
     return em_error_set(err, EM_ERR_INVALID, "loader: the %s dataset is empty",
                         em_dataset_kind(ds));
-  if ((int64_t)c->batch_size > ((int64_t)1 << 34) / em_dataset_sample_numel(ds))
+  if ((int64_t)c->batch_size > ((int64_t)1 << 34) / em_dataset_sample_numel(ds) ||
+      (int64_t)c->batch_size > ((int64_t)1 << 34) / em_dataset_labels_per_sample(ds))
     return em_error_set(err, EM_ERR_INVALID, "loader: batches of %d samples of %lld values are "
                         "too large", c->batch_size, (long long)em_dataset_sample_numel(ds));
   return EM_OK;
@@ -293,6 +296,7 @@ em_loader *em_loader_new(const em_dataset *ds, const em_loader_config *c, em_err
   pthread_cond_init(&l->ready_cv, NULL);
   atomic_init(&l->gen, 0);
   l->numel = em_dataset_sample_numel(ds);
+  l->n_labels = em_dataset_labels_per_sample(ds);
   l->n_used = em_dataset_len(ds);
   if (c->limit > 0 && c->limit < l->n_used) l->n_used = c->limit;
   l->per_rank = (l->n_used + c->world - 1) / c->world;
@@ -311,10 +315,10 @@ em_loader *em_loader_new(const em_dataset *ds, const em_loader_config *c, em_err
     s->batch = -1;
     if (c->pinned) {
       s->x = em_host_pinned_alloc(xbytes);
-      s->y = em_host_pinned_alloc(sizeof(int64_t) * (size_t)c->batch_size);
+      s->y = em_host_pinned_alloc(sizeof(int64_t) * (size_t)(c->batch_size * l->n_labels));
     } else {
       if (posix_memalign((void **)&s->x, 64, xbytes) != 0) s->x = NULL;
-      s->y = malloc(sizeof(int64_t) * (size_t)c->batch_size);
+      s->y = malloc(sizeof(int64_t) * (size_t)(c->batch_size * l->n_labels));
     }
     ok = s->x && s->y;
   }

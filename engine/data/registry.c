@@ -55,7 +55,7 @@ static em_status add_kind(kind_entry e, em_error *err) {
 static void register_builtins(void) {
   static const em_dataset_builtin *const builtins[] = {
       &em_dataset_kind_fashion_mnist, &em_dataset_kind_cifar10, &em_dataset_kind_csv,
-      &em_dataset_kind_synthetic,
+      &em_dataset_kind_synthetic, &em_dataset_kind_text,
   };
   for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++)
     EM_ASSERT(add_kind((kind_entry){&builtins[i]->type, builtins[i]}, NULL) == EM_OK);
@@ -138,6 +138,12 @@ static em_status check_dir(kind_entry e, const char *d, em_error *err) {
 em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
                                   const int64_t *sample_shape, int sample_ndim, int classes,
                                   em_error *err) {
+  const em_dataset_want want = {sample_shape, sample_ndim, classes, NULL};
+  return em_dataset_open_want(name, dir, train, &want, err);
+}
+
+em_dataset *em_dataset_open_want(const char *name, const char *dir, bool train,
+                                 const em_dataset_want *want, em_error *err) {
   const char *d = dir && dir[0] ? dir : NULL;
   kind_entry e = lookup(name);
   if (!e.type) {
@@ -145,8 +151,7 @@ em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
     return NULL;
   }
   if (check_dir(e, d, err) != EM_OK) return NULL;
-  const em_dataset_want want = {sample_shape, sample_ndim, classes};
-  em_dataset *ds = e.type->open(d, train, &want, err);
+  em_dataset *ds = e.type->open(d, train, want, err);
   /* A kind that fails without a word (a plugin's, say) must not leave
    * "ok" (or nothing) as the reason: say which kind failed, and its
    * status if it set one. */
@@ -170,24 +175,35 @@ em_status em_dataset_files_named(const char *name, const char *dir, bool train,
   if (!e.builtin || !e.builtin->files) return EM_OK;
   em_status st = check_dir(e, d, err);
   if (st != EM_OK) return st;
-  char found[5][4096];
-  int k = 0;
-  if ((st = e.builtin->files(d, train, found, &k, err)) != EM_OK) return st;
-  if (k > cap)
-    return em_error_set(err, EM_ERR_INVALID, "the %s dataset reads %d files; room was given for %d",
-                        name, k, cap);
-  for (int i = 0; i < k; i++) {
+  int room = cap < 5 ? 5 : cap + 1, k = 0; /* a kind with more than room says so */
+  char(*found)[4096] = malloc((size_t)room * sizeof *found);
+  if (!found) return em_error_set(err, EM_ERR_NOMEM, "out of memory listing the %s dataset's "
+                                  "files", name);
+  if ((st = e.builtin->files(d, train, found, room, &k, err)) != EM_OK) {
+    free(found);
+    return st;
+  }
+  if (k > cap) {
+    free(found);
+    return em_error_set(err, EM_ERR_INVALID, "the %s dataset reads %d files; room was given "
+                        "for %d", name, k, cap);
+  }
+  for (int i = 0; i < k && st == EM_OK; i++) {
     char *abs = realpath(found[i], NULL);
-    if (!abs)
-      return em_error_set(err, EM_ERR_IO, "cannot find '%s', a file of the %s dataset: %s",
-                          found[i], name, strerror(errno));
+    if (!abs) {
+      st = em_error_set(err, EM_ERR_IO, "cannot find '%s', a file of the %s dataset: %s",
+                        found[i], name, strerror(errno));
+      break;
+    }
     size_t len = strlen(abs);
     if (len < sizeof paths[i]) memcpy(paths[i], abs, len + 1);
     free(abs);
     if (len >= sizeof paths[i])
-      return em_error_set(err, EM_ERR_INVALID, "the path of '%s' is longer than %zu bytes",
-                          found[i], sizeof paths[i] - 1);
+      st = em_error_set(err, EM_ERR_INVALID, "the path of '%s' is longer than %zu bytes",
+                        found[i], sizeof paths[i] - 1);
   }
+  free(found);
+  if (st != EM_OK) return st;
   qsort(paths, (size_t)k, sizeof paths[0], cmp_path);
   *n = k;
   return EM_OK;

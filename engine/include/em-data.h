@@ -8,10 +8,13 @@
  * A sample comes out as floats in a caller's buffer of
  * em_dataset_sample_numel() values, laid out row-major in the sample
  * shape (for images (C, H, W)), plus an int64 class label in
- * [0, num_classes).
+ * [0, num_classes); a kind of sequences (text) gives T labels per sample
+ * instead, one per position (em_dataset_target_len), and may say that
+ * its samples are token ids for an Embedding (em_dataset_token_samples).
  *
  * The loader turns a dataset into batches (x (N, ...sample shape) f32,
- * y (N) i64) with worker threads, a bounded prefetch queue, a seeded
+ * y (N) i64, or (N, T) per position) with worker threads, a bounded
+ * prefetch queue, a seeded
  * per-epoch shuffle and a distributed sampler. Batches come out in the
  * same order whatever the number of workers.
  *
@@ -28,6 +31,7 @@
 
 /* ---- datasets ----------------------------------------------------------- */
 typedef struct em_dataset em_dataset;
+typedef struct em_tokenizer em_tokenizer; /* below: tokenizers */
 
 /* What a dataset kind provides. `impl` is the kind's own state. Once the
  * dataset is made, len, sample_shape and num_classes must not change, and
@@ -47,7 +51,18 @@ typedef struct em_dataset_vtable {
    * gives it two samples ahead, so that a sample's memory is on its way
    * while the ones before are converted (0 <= i < len). */
   void (*prefetch)(const void *impl, int64_t i);
+  /* May be NULL: one label per sample (y (N) in a batch). Otherwise the
+   * number T >= 1 of labels each sample has, one per position of a
+   * sequence (a language model's next tokens): get fills y[0..T), each
+   * in [0, num_classes), and a batch's y is (N, T). */
+  int64_t (*target_len)(const void *impl);
+  /* true: every sample value is a token id, a whole number in
+   * [0, EM_DATASET_MAX_TOKEN) (exact in f32), for a model whose input is
+   * i64 (an Embedding): the trainer hands the model i64 indices. */
+  bool token_samples;
 } em_dataset_vtable;
+
+#define EM_DATASET_MAX_TOKEN ((int64_t)1 << 24)
 
 /* Wraps a kind's state into a dataset. Takes ownership of impl in every
  * case (on failure it is freed through vt->free). Fails when the sample
@@ -61,8 +76,15 @@ int em_dataset_sample_shape(const em_dataset *ds, int64_t *shape);
 int64_t em_dataset_sample_numel(const em_dataset *ds);
 int em_dataset_num_classes(const em_dataset *ds);
 const char *em_dataset_kind(const em_dataset *ds);
-/* Sample i into x (em_dataset_sample_numel floats) and its label into y,
- * normalised if em_dataset_set_normalize was called. Thread-safe. */
+/* Labels per sample: 0 for one class label (y (N)), T >= 1 for a label
+ * per position (y (N, T)): the vtable's target_len. */
+int64_t em_dataset_target_len(const em_dataset *ds);
+/* The labels one sample fills: max(1, em_dataset_target_len). */
+int64_t em_dataset_labels_per_sample(const em_dataset *ds);
+bool em_dataset_token_samples(const em_dataset *ds);
+/* Sample i into x (em_dataset_sample_numel floats) and its label into y
+ * (em_dataset_labels_per_sample values), normalised if
+ * em_dataset_set_normalize was called. Thread-safe. */
 /* Passes the hint on to the kind's prefetch, if any (i out of range:
  * nothing). */
 void em_dataset_prefetch(const em_dataset *ds, int64_t i);
@@ -88,13 +110,16 @@ typedef struct {
   const int64_t *sample_shape; /* (ndim) */
   int sample_ndim;
   int classes;
+  /* The model's tokenizer (its spec's "tokenizer"), or NULL: what the
+   * text kind encodes with. */
+  const em_tokenizer *tokenizer;
 } em_dataset_want;
 
 /* A dataset kind: `--dataset name --data-dir DIR`. open returns a dataset
  * made with em_dataset_new (NULL with err filled: a message naming the
  * file at fault). options is the em_dataset_want of the model that will
  * read it (NULL when none is known, as on the workbench's Data page).
- * Built-in kinds (fashion-mnist, cifar10, csv, synthetic) and plugins'
+ * Built-in kinds (fashion-mnist, cifar10, csv, synthetic, text) and plugins'
  * (em_plugin_add_dataset) register alike; a plugin's open is always given
  * a folder. */
 typedef struct {
@@ -123,6 +148,9 @@ void em_dataset_type_remove(const em_dataset_type *kind);
 em_dataset *em_dataset_open_named(const char *name, const char *dir, bool train,
                                   const int64_t *sample_shape, int sample_ndim, int classes,
                                   em_error *err);
+/* The same with the whole of what the model asks (want NULL: nothing). */
+em_dataset *em_dataset_open_want(const char *name, const char *dir, bool train,
+                                 const em_dataset_want *want, em_error *err);
 /* The files a named dataset reads (absolute paths, sorted), for lineage:
  * up to cap paths of up to 1024 bytes each into paths; *n gets the count.
  * "synthetic" has none; a plugin's kind reports none (its files are its
@@ -239,6 +267,65 @@ em_dataset *em_dataset_synthetic_split(int64_t n, int ndim, const int64_t *shape
                                        int num_classes, double noise, uint64_t seed, bool train,
                                        em_error *err);
 
+/* ---- tokenizers ------------------------------------------------------------ */
+/* How text becomes token ids and back, for a language model.
+ *   byte: 256 ids, one per byte value; takes any bytes, keeps no vocabulary.
+ *   char: one id per Unicode character (code point, UTF-8 aware) of its
+ *         vocabulary, a UTF-8 string that holds each character once; a
+ *         character's id is its place in that string. Its text must be
+ *         valid UTF-8 without NUL bytes, every character in the vocabulary.
+ * A tokenizer is part of its model: a spec keeps it in its "tokenizer"
+ * section (em-nn.h, em_spec_tokenizer), so that generation decodes ids
+ * back to text from the spec alone, without the data it trained on. */
+typedef enum { EM_TOKENIZER_BYTE, EM_TOKENIZER_CHAR } em_tokenizer_kind;
+
+/* kind byte: vocab must be NULL. kind char: vocab (vocab_bytes bytes of
+ * UTF-8) holds each character once; NULL makes a char tokenizer with no
+ * vocabulary yet (vocab size 0: it encodes nothing, and the text dataset
+ * says which characters its text has). A vocabulary that is not UTF-8,
+ * holds a NUL, is empty or repeats a character is EM_ERR_INVALID saying
+ * which character. */
+em_tokenizer *em_tokenizer_new(em_tokenizer_kind kind, const char *vocab, size_t vocab_bytes,
+                               em_error *err);
+void em_tokenizer_free(em_tokenizer *t); /* NULL is fine */
+em_tokenizer_kind em_tokenizer_kind_of(const em_tokenizer *t);
+const char *em_tokenizer_kind_name(em_tokenizer_kind k); /* "byte", "char" */
+/* 256 for byte; char: the vocabulary's characters (0: none given). */
+int64_t em_tokenizer_vocab_size(const em_tokenizer *t);
+/* n bytes of text into ids (room for n values: every token is at least one
+ * byte); *n_ids gets their count. A text the tokenizer cannot take (char:
+ * not UTF-8, a NUL byte, a character outside the vocabulary) is
+ * EM_ERR_FORMAT naming source, the line and the column (1-based, the
+ * column in characters) and the byte or character at fault. */
+em_status em_tokenizer_encode(const em_tokenizer *t, const char *text, size_t n,
+                              const char *source, int32_t *ids, size_t *n_ids, em_error *err);
+/* The bytes of token id into out (room for 4); returns their count (1 to
+ * 4), or 0 for an id outside the vocabulary. */
+int em_tokenizer_decode(const em_tokenizer *t, int64_t id, char *out);
+
+/* ---- text --------------------------------------------------------------------- */
+/* A language model's text: a file, or a folder of text files read in name
+ * order (bytewise), as one sequence of tokens. A folder's entries are
+ * taken when they are regular files (symbolic links followed) and not
+ * hidden ('.'); a file reached under two names (fortunes' art.u8 -> art)
+ * is read once, under its first name; a file holding a NUL byte is binary
+ * (the fortune package's .dat indexes) and is left out; subfolders are not
+ * read. A file named directly is read whatever it holds (the byte
+ * tokenizer takes any bytes; the char tokenizer says where its text
+ * stops being UTF-8); an empty one is an error.
+ *
+ * The last EM_TEXT_VALIDATION_PERCENT percent of the tokens are the
+ * validation (test) split, the rest the training split: the same
+ * split for every run and every context. A split of n tokens gives
+ * (n - 1) / L samples of context L, window i starting at token i * L:
+ * x = tokens[i L .. i L + L) (the ids as floats: the trainer gives the
+ * model i64, em_dataset_token_samples), targets tokens[i L + 1 .. i L + L]
+ * (em_dataset_target_len L), so an epoch predicts every token of the
+ * split once. */
+#define EM_TEXT_VALIDATION_PERCENT 10
+em_dataset *em_dataset_text(const char *path, const em_tokenizer *tok, int64_t context,
+                            bool train, em_error *err);
+
 /* ---- images ----------------------------------------------------------------- */
 /* A decoded image: floats (channels, height, width) in [0, 1] (pixel/255). */
 typedef struct {
@@ -274,7 +361,7 @@ typedef struct {
 
 typedef struct {
   const float *x;   /* (N, ...sample shape) */
-  const int64_t *y; /* (N) */
+  const int64_t *y; /* (N), or (N, T) for a dataset of T labels per sample */
   int64_t n;        /* N: batch_size, or fewer for a last batch */
 } em_batch;
 

@@ -12,6 +12,8 @@
  *     ],
  *     "output": "fc2",                      optional: default the last node
  *     "loss": {...}, "training": {...},     optional, opaque here
+ *     "tokenizer": {"type": "char", "vocab": "..."}   optional: a language
+ *                                           model's (em-data.h), i64 input
  *     "description": "..." }                optional
  *
  * Each node takes the previous node's output unless it names its "inputs"
@@ -33,6 +35,8 @@
 #include <jansson.h>
 
 #include "em-ops.h"
+
+typedef struct em_tokenizer em_tokenizer; /* em-data.h */
 
 /* ---- layer types ---------------------------------------------------------- */
 
@@ -260,6 +264,10 @@ json_t *em_spec_loss_json(const em_spec *spec);
 json_t *em_spec_training_json(const em_spec *spec);
 /* The whole document (borrowed), e.g. to record the spec with a run. */
 json_t *em_spec_json(const em_spec *spec);
+/* The model's tokenizer, from its "tokenizer" section (borrowed; NULL
+ * when it has none): how text becomes its input ids and its output ids
+ * become text again. */
+const em_tokenizer *em_spec_tokenizer(const em_spec *spec);
 /* The text of a spec file for doc (any JSON value; malloc'd, free):
  * original itself, byte for byte, when doc is what original holds (the
  * same values, keys in the same order), so a spec opened and saved

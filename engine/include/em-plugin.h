@@ -48,7 +48,9 @@
 
 /* Bumped whenever this header, em_layer_type (EM_LAYER_API_VERSION),
  * em_dataset_vtable or em_metric_type change incompatibly. */
-#define EM_PLUGIN_API_VERSION 2
+/* 3: em_dataset_vtable grew target_len and token_samples (per-position
+ * labels, token samples), read past the end of a version 2 table. */
+#define EM_PLUGIN_API_VERSION 3
 #define EM_PLUGIN_ENTRY_SYMBOL "ember_plugin_entry"
 #define EM_PLUGIN_EXPORT __attribute__((visibility("default")))
 

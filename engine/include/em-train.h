@@ -247,6 +247,10 @@ typedef struct {
   double test_loss, test_accuracy;
   bool evaluated;
   bool stopped; /* ended by a stop request */
+  /* labels per training sample: 0 for a class label; T for a label per
+   * position (a language model's: the losses and accuracy are per token,
+   * and a sample is T tokens) */
+  int64_t target_len;
 } em_train_summary;
 
 /* The trainer borrows model, datasets and config for its lifetime. test
@@ -384,7 +388,9 @@ em_status em_evaluate(em_model *m, const em_dataset *ds, int batch_size, em_loss
                       double label_smoothing, double *mean_loss, double *accuracy,
                       em_error *err);
 
-/* The loss of a batch: out (N, K) against integer labels y (N). */
+/* The loss of a batch: out (N, K) against integer labels y (N); or, with
+ * a label per position, out (N, T, K) against y (N, T): cross-entropy's
+ * mean over all N T positions. */
 em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double label_smoothing);
 
 /* Weights (parameters and buffers) as safetensors, PyTorch names. Load

@@ -49,6 +49,12 @@ void em_nn_attention_decls(em_param_decl *params, int64_t D, bool prefixed);
 em_status em_spec_expand_repeats(json_t *nodes, const char *out_name, char **out_name_to,
                                  json_t **flat, em_error *err);
 
+/* spec-tokenizer.c: the spec's "tokenizer" object (NULL: none; *out
+ * stays NULL) into a tokenizer (em-data.h) for a model whose input has
+ * input_dtype. */
+em_status em_spec_parse_tokenizer(const json_t *j, em_dtype input_dtype, em_tokenizer **out,
+                                  em_error *err);
+
 /* ---- a small growing string (for messages and the summary) ---------------- */
 typedef struct {
   char *s;

@@ -51,6 +51,7 @@ struct em_spec {
   em_spec_node *nodes;
   int output;
   int64_t n_params, n_buffer;
+  em_tokenizer *tokenizer; /* "tokenizer", or NULL */
 };
 
 /* Removes a registered type (the plugin host's rollback of a plugin that

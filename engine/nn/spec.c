@@ -7,6 +7,7 @@
  * so the graph is a DAG by construction. Every message starts with the
  * source and the node: "models/x.json: node 'fc2' (Linear): ...". */
 #include "nn-private.h"
+#include "em-data.h"
 #include "em-io.h"
 #include "em-plugin.h"
 
@@ -20,8 +21,8 @@
 #define MAX_SPEC_BYTES (16 << 20)
 #define MAX_NAME_LEN 64
 
-static const char *const top_keys[] = {"name",   "description", "input",   "nodes",
-                                       "output", "loss",        "training"};
+static const char *const top_keys[] = {"name", "description", "input",    "nodes",
+                                       "output", "loss",       "training", "tokenizer"};
 static const char *const input_keys[] = {"shape", "dtype"};
 
 /* "a string", "an array"... for messages. */
@@ -611,7 +612,7 @@ static em_status build(em_spec *s, em_error *err) {
   if (!json_is_object(root))
     return em_error_set(err, EM_ERR_INVALID, "a spec must be a JSON object, got %s",
                         json_kind(root));
-  em_status st = check_keys(root, top_keys, 7, "at the top level", err);
+  em_status st = check_keys(root, top_keys, 8, "at the top level", err);
   if (st != EM_OK) return st;
 
   json_t *nm = json_object_get(root, "name");
@@ -635,6 +636,9 @@ static em_status build(em_spec *s, em_error *err) {
                         json_kind(s->training));
 
   st = parse_input(s, json_object_get(root, "input"), err);
+  if (st != EM_OK) return st;
+  st = em_spec_parse_tokenizer(json_object_get(root, "tokenizer"), s->input.dtype, &s->tokenizer,
+                               err);
   if (st != EM_OK) return st;
 
   json_t *nodes = json_object_get(root, "nodes");
@@ -797,6 +801,7 @@ void em_spec_free(em_spec *spec) {
   free(spec->flat_output);
   free(spec->nodes);
   free(spec->source);
+  em_tokenizer_free(spec->tokenizer);
   free(spec);
 }
 
@@ -807,6 +812,7 @@ const char *em_spec_description(const em_spec *s) { return s->description; }
 json_t *em_spec_loss_json(const em_spec *s) { return s->loss; }
 json_t *em_spec_training_json(const em_spec *s) { return s->training; }
 json_t *em_spec_json(const em_spec *s) { return s->root; }
+const em_tokenizer *em_spec_tokenizer(const em_spec *s) { return s->tokenizer; }
 
 char *em_spec_format(const json_t *doc, const char *original) {
   char *text = em_json_write(doc, EM_JSON_SPEC_WIDTH);

@@ -2,6 +2,7 @@
  * output shape, params) with totals. The inputs column appears only when
  * some node does not simply take the previous one. */
 #include "nn-private.h"
+#include "em-data.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,14 @@ static void format(const em_spec *s, em_strbuf *b) {
                    (double)s->n_params * 4.0 / (1024.0 * 1024.0));
   if (s->n_buffer)
     em_strbuf_printf(b, "buffer values: %s\n", em_format_count(s->n_buffer, num, sizeof num));
+  if (s->tokenizer) {
+    int64_t v = em_tokenizer_vocab_size(s->tokenizer);
+    bool bytes = em_tokenizer_kind_of(s->tokenizer) == EM_TOKENIZER_BYTE;
+    em_strbuf_printf(b, "tokenizer: %s, %lld %s\n",
+                     em_tokenizer_kind_name(em_tokenizer_kind_of(s->tokenizer)), (long long)v,
+                     bytes ? "ids (the byte values)"
+                     : v ? "characters" : "characters (no vocabulary yet)");
+  }
 }
 
 size_t em_spec_format_summary(const em_spec *spec, char *buf, size_t n) {

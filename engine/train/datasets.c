@@ -19,9 +19,11 @@ em_dataset *em_train_open_dataset(const em_spec *spec, const em_train_config *c,
                                   em_error *err) {
   int64_t shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
   int nd = em_spec_input_shape(spec, shape);
-  em_spec_output_shape(spec, out);
-  em_dataset *ds = em_dataset_open_named(c->dataset, c->data_dir, train, shape, nd, (int)out[0],
-                                         err);
+  /* the classes: the output's last dimension (a language model's
+   * (L, V) outputs: V); a text kind encodes with the spec's tokenizer */
+  int on = em_spec_output_shape(spec, out);
+  const em_dataset_want want = {shape, nd, (int)out[on - 1], em_spec_tokenizer(spec)};
+  em_dataset *ds = em_dataset_open_want(c->dataset, c->data_dir, train, &want, err);
   /* A reader's message names its file, not always the kind: say which
    * dataset could not be opened (a misfit's message names it already). */
   if (!ds) {
@@ -39,12 +41,18 @@ em_dataset *em_train_open_dataset(const em_spec *spec, const em_train_config *c,
 em_status em_train_check_fit(const em_spec *spec, const em_dataset *ds, const char *dsname,
                              em_loss_kind loss, em_error *err) {
   int64_t ss[EM_MAX_DIMS], ds_shape[EM_MAX_DIMS], out[EM_MAX_DIMS];
-  if (em_spec_input_dtype(spec) != EM_DTYPE_F32) /* the loader's batches are f32 */
+  bool tokens = em_dataset_token_samples(ds);
+  if (em_spec_input_dtype(spec) != EM_DTYPE_F32 && !tokens)
     return em_error_set(err, EM_ERR_INVALID,
                         "the spec's input is %s indices (for an Embedding) but the %s dataset "
-                        "gives f32 samples; the built-in datasets (IDX, CIFAR-10, CSV, synthetic) "
-                        "hold images and feature rows, not indices",
+                        "gives f32 samples; of the built-in datasets only text gives token ids "
+                        "(IDX, CIFAR-10, CSV and synthetic hold images and feature rows)",
                         em_dtype_name(em_spec_input_dtype(spec)), dsname);
+  if (em_spec_input_dtype(spec) == EM_DTYPE_F32 && tokens)
+    return em_error_set(err, EM_ERR_INVALID,
+                        "the %s dataset gives token ids, for a model whose input is i64 indices "
+                        "(an Embedding): declare \"input\": {\"shape\": [...], \"dtype\": "
+                        "\"i64\"}", dsname);
   int sn = em_spec_input_shape(spec, ss), dn = em_dataset_sample_shape(ds, ds_shape);
   int64_t sp = 1, dp = 1;
   for (int i = 0; i < sn; i++) sp *= ss[i];
@@ -61,6 +69,25 @@ em_status em_train_check_fit(const em_spec *spec, const em_dataset *ds, const ch
   }
   int on = em_spec_output_shape(spec, out);
   int classes = em_dataset_num_classes(ds);
+  int64_t T = em_dataset_target_len(ds);
+  if (T) { /* a label per position: outputs (T, K), cross-entropy over K */
+    char a[96];
+    if (on != 2 || out[0] != T)
+      return em_error_set(err, EM_ERR_SHAPE,
+                          "the model outputs %s per sample but the %s dataset has a label for "
+                          "each of %lld positions: the output must be [%lld, classes]",
+                          em_shape_str(on, out, a, sizeof a), dsname, (long long)T,
+                          (long long)T);
+    if (loss != EM_LOSS_CROSS_ENTROPY)
+      return em_error_set(err, EM_ERR_INVALID, "the %s dataset's labels per position take the "
+                          "cross_entropy loss", dsname);
+    if (out[1] < classes)
+      return em_error_set(err, EM_ERR_SHAPE,
+                          "the model outputs %lld classes per position but the %s dataset has "
+                          "%d (its tokenizer's vocabulary): the last layer needs %d outputs",
+                          (long long)out[1], dsname, classes, classes);
+    return EM_OK;
+  }
   if (on != 1 || (loss == EM_LOSS_CROSS_ENTROPY && out[0] < classes) ||
       (loss == EM_LOSS_MSE && out[0] != classes)) {
     char a[96];

@@ -1,6 +1,7 @@
-/* evaluate.c: loss and accuracy of a model over a dataset, in inference
- * mode (no tape, batch norm on running stats, dropout off), and the
- * plugins' metrics over its outputs. A model on a device evaluates there:
+/* evaluate.c: loss and accuracy of a model over a dataset (per token for
+ * a dataset of a label per position), in inference mode (no tape, batch
+ * norm on running stats, dropout off), and the plugins' metrics over its
+ * outputs. A model on a device evaluates there:
  * each batch is copied to it, the loss and the predictions come back (and
  * the outputs, when plugins' metrics want them); out of device memory is
  * EM_ERR_NOMEM with the allocator's message. */
@@ -54,13 +55,17 @@ static em_status evaluate(em_model *m, const em_dataset *ds, int batch_size, em_
   em_status mst;
   em_eval_metrics *metrics = em_eval_metrics_begin(em_model_spec(m), &mst, err); /* plugins' */
   if (mst != EM_OK) return mst;
+  int64_t per = em_dataset_labels_per_sample(ds); /* T: the loss and accuracy are per token */
+  if (metrics && em_dataset_target_len(ds)) {
+    em_eval_metrics_free(metrics);
+    return em_error_set(err, EM_ERR_UNSUPPORTED, "the spec's metrics take one label per sample; "
+                        "the %s dataset has a label per position", em_dataset_kind(ds));
+  }
   em_loader *ld = em_loader_new(ds, &lc, err);
   if (!ld) {
     em_eval_metrics_free(metrics);
     return err ? err->status : EM_ERR_INVALID;
   }
-  int64_t shape[EM_MAX_DIMS + 1];
-  int nd = em_dataset_sample_shape(ds, shape + 1);
   em_device dev = em_model_device(m);
   double total_loss = 0;
   int64_t correct = 0, seen = 0;
@@ -76,13 +81,13 @@ static em_status evaluate(em_model *m, const em_dataset *ds, int batch_size, em_
   while (em_loader_next(ld, &b, &lerr)) {
     if ((cut = go_on && ++done < batches && !go_on(go_user))) break;
     em_scope *s = em_scope_begin();
-    shape[0] = b.n;
-    em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, nd + 1, shape, (void *)b.x);
-    em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b.n, (void *)b.y); /* on the host */
+    em_tensor *x = em_train_batch_x(ds, &b); /* f32 samples, or i64 tokens */
+    em_tensor *y = em_train_batch_y(ds, &b); /* (N) or (N, T), on the host */
     x = em_to_device(x, dev); /* x itself on the CPU */
     em_tensor *out = em_model_forward(m, x, false, NULL, err);
     em_tensor *l = out ? em_train_loss(loss, out, y, label_smoothing) : NULL;
-    em_tensor *pred = out ? em_argmax(out, 1, false) : NULL;
+    /* the predictions are the argmax over classes, the last dimension */
+    em_tensor *pred = out ? em_argmax(out, out->ndim - 1, false) : NULL;
     if (pred) pred = em_to_device(pred, em_device_cpu());
     if (em_device_error_pending()) {
       em_scope_end(s);
@@ -94,8 +99,8 @@ static em_status evaluate(em_model *m, const em_dataset *ds, int batch_size, em_
       st = err ? err->status : EM_ERR_INVALID;
       break;
     }
-    total_loss += em_tensor_item(l) * (double)b.n;
-    for (int64_t i = 0; i < b.n; i++) correct += em_i64(pred)[i] == b.y[i];
+    total_loss += em_tensor_item(l) * (double)b.n; /* every sample has T labels */
+    for (int64_t i = 0; i < b.n * per; i++) correct += em_i64(pred)[i] == b.y[i];
     if (metrics) out = em_to_device(out, em_device_cpu());
     if (metrics && (st = em_eval_metrics_add(metrics, out, b.y, err)) != EM_OK) {
       em_scope_end(s);
@@ -124,6 +129,6 @@ static em_status evaluate(em_model *m, const em_dataset *ds, int batch_size, em_
   else em_eval_metrics_free(metrics);
   if (st != EM_OK) return st;
   *mean_loss = seen ? total_loss / (double)seen : 0;
-  *accuracy = seen ? (double)correct / (double)seen : 0;
+  *accuracy = seen ? (double)correct / (double)(seen * per) : 0;
   return EM_OK;
 }

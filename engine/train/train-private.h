@@ -223,6 +223,14 @@ em_status em_setting_from_json(const em_setting *s, const char *sec, const char 
  * is not finite, an enum out of range). */
 json_t *em_setting_to_json(const em_setting *s, const em_train_config *c);
 
+/* ---- a batch as tensors (batch.c) ------------------------------------------ */
+/* The samples of b in the current scope: (N, ...sample) f32 over the
+ * loader's memory, or a copy as i64 ids for a dataset of token samples. */
+em_tensor *em_train_batch_x(const em_dataset *ds, const em_batch *b);
+/* Its labels over the loader's memory, on the host: (N), or (N, T) for a
+ * dataset of T labels per sample. */
+em_tensor *em_train_batch_y(const em_dataset *ds, const em_batch *b);
+
 #define EM_TRY(x)                  \
   do {                             \
     em_status st_ = (x);           \

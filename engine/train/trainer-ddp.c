@@ -232,6 +232,7 @@ em_status em_trainer_ddp_mean_loss(em_trainer *t, double *loss, em_error *err) {
 typedef struct {
   const em_dataset *base;
   int64_t rank, world;
+  em_dataset_vtable vt; /* shard_vtable, with the base's labels and samples */
 } shard;
 
 static int64_t shard_len(const void *impl) {
@@ -252,6 +253,9 @@ static em_status shard_get(const void *impl, int64_t i, float *x, int64_t *y, em
 static void shard_prefetch(const void *impl, int64_t i) {
   const shard *s = impl;
   em_dataset_prefetch(s->base, s->rank + i * s->world);
+}
+static int64_t shard_target_len(const void *impl) {
+  return em_dataset_target_len(((const shard *)impl)->base);
 }
 static const em_dataset_vtable shard_vtable = {
     .kind = "shard", .len = shard_len, .sample_shape = shard_shape,
@@ -331,11 +335,13 @@ em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, boo
     }
   shard *s = malloc(sizeof *s);
   if (!s) return em_error_set(err, EM_ERR_NOMEM, "out of memory for the evaluation shard");
-  *s = (shard){t->test, em_comm_rank(cm), em_comm_world(cm)};
-  int64_t len = shard_len(s);
+  *s = (shard){t->test, em_comm_rank(cm), em_comm_world(cm), shard_vtable};
+  if (em_dataset_target_len(t->test)) s->vt.target_len = shard_target_len;
+  s->vt.token_samples = em_dataset_token_samples(t->test);
+  int64_t len = shard_len(s), per = em_dataset_labels_per_sample(t->test);
   double sums[3] = {0, 0, (double)len}; /* loss sum, correct, samples: exact in doubles */
   if (len > 0) {
-    em_dataset *ds = em_dataset_new(&shard_vtable, s, err);
+    em_dataset *ds = em_dataset_new(&s->vt, s, err);
     if (!ds) return err ? err->status : EM_ERR_INVALID;
     double l = 0, a = 0;
     gather_ctx g = {cm, em_dataset_len(t->test)};
@@ -344,7 +350,7 @@ em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, boo
     em_dataset_free(ds);
     EM_TRY(st);
     sums[0] = l * (double)len;
-    sums[1] = round(a * (double)len); /* correct predictions */
+    sums[1] = round(a * (double)(len * per)); /* correct predictions (tokens) */
   } else { /* fewer test samples than ranks: this one has none, but the
               * metrics' gather is a collective it must join */
     free(s);
@@ -363,6 +369,6 @@ em_status em_trainer_evaluate(em_trainer *t, double *loss, double *accuracy, boo
   }
   EM_TRY(em_comm_allreduce_sum_f64(cm, sums, 3, err));
   *loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
-  *accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0;
+  *accuracy = sums[2] > 0 ? sums[1] / (sums[2] * (double)per) : 0;
   return EM_OK;
 }

@@ -152,6 +152,13 @@ void em_trainer_summary(const em_trainer *t, em_train_summary *out) { *out = t->
 int em_trainer_batch_size(const em_trainer *t) { return t->cfg.batch_size; }
 
 em_tensor *em_train_loss(em_loss_kind kind, em_tensor *out, em_tensor *y, double label_smoothing) {
+  if (out->ndim == 3 && y->ndim == 2) {
+    /* a label per position: the mean over every position of every
+     * sample, PyTorch's F.cross_entropy(out.view(-1, V), y.view(-1)) */
+    EM_ASSERT(kind == EM_LOSS_CROSS_ENTROPY); /* em_train_check_fit refuses MSE */
+    int64_t rows[2] = {out->shape[0] * out->shape[1], out->shape[2]}, n = rows[0];
+    return em_cross_entropy(em_reshape(out, 2, rows), em_reshape(y, 1, &n), label_smoothing);
+  }
   if (kind == EM_LOSS_CROSS_ENTROPY)
     return em_cross_entropy(out, y, label_smoothing); /* host labels: checked there */
   /* MSE against one-hot targets of the (host) labels, made on the host
@@ -257,11 +264,8 @@ static em_status micro_batch(run_ctx *r, const em_batch *b, double *loss, em_err
                              em_error *err) {
   em_trainer *t = r->t;
   em_scope *s = em_scope_begin();
-  int64_t xshape[EM_MAX_DIMS + 1];
-  xshape[0] = b->n;
-  memcpy(xshape + 1, t->sample_shape, sizeof(int64_t) * (size_t)t->sample_ndim);
-  em_tensor *x = em_tensor_wrap(EM_DTYPE_F32, t->sample_ndim + 1, xshape, (void *)b->x);
-  em_tensor *y = em_tensor_wrap(EM_DTYPE_I64, 1, &b->n, (void *)b->y); /* stays on the host */
+  em_tensor *x = em_train_batch_x(t->train, b); /* f32 samples, or i64 tokens */
+  em_tensor *y = em_train_batch_y(t->train, b); /* (N) or (N, T): stays on the host */
   x = em_to_device(x, t->cfg.device); /* x itself on the CPU */
   /* autocast covers forward and loss; backward accumulates f32 grads */
   em_amp_mode amp_prev = em_autocast_begin(t->cfg.amp);
@@ -659,6 +663,7 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
     if (err) *err = derr;
   }
   t->summary.steps = t->pos.step;
+  t->summary.target_len = em_dataset_target_len(t->train);
   t->summary.train_seconds = r.train_time;
   t->summary.train_samples_per_sec = r.train_time > 0 ? (double)r.samples / r.train_time : 0;
   /* a stop asked for after the last step stopped nothing: the run is complete */

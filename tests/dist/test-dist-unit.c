@@ -35,7 +35,9 @@ static em_status id_get(const void *impl, int64_t i, float *x, int64_t *y, em_er
   *y = i % 2;
   return EM_OK;
 }
-static const em_dataset_vtable id_vtable = {"index", id_len, id_shape, id_classes, id_get, g_free, NULL};
+static const em_dataset_vtable id_vtable = {
+    .kind = "index", .len = id_len, .sample_shape = id_shape, .num_classes = id_classes,
+    .get = id_get, .free = g_free};
 
 static em_dataset *index_dataset(int64_t n) {
   int64_t *impl = g_new(int64_t, 1);

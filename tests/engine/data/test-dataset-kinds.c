@@ -8,7 +8,7 @@
 
 #include "em-data.h"
 
-static const char *const builtins[] = {"fashion-mnist", "cifar10", "csv", "synthetic"};
+static const char *const builtins[] = {"fashion-mnist", "cifar10", "csv", "synthetic", "text"};
 
 static void test_builtins_registered(void) {
   g_assert_cmpint(em_dataset_type_count(), >=, (int)G_N_ELEMENTS(builtins));

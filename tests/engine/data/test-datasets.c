@@ -257,8 +257,9 @@ static em_status tiny_get(const void *impl, int64_t i, float *x, int64_t *y, em_
 }
 static int tiny_freed;
 static void tiny_free(void *impl) { tiny_freed++; }
-static const em_dataset_vtable tiny_vt = {"tiny", tiny_len, tiny_shape, tiny_classes, tiny_get,
-                                          tiny_free, NULL};
+static const em_dataset_vtable tiny_vt = {
+    .kind = "tiny", .len = tiny_len, .sample_shape = tiny_shape, .num_classes = tiny_classes,
+    .get = tiny_get, .free = tiny_free};
 
 static void test_vtable(void) {
   em_error err = {0};

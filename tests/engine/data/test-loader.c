@@ -35,7 +35,9 @@ static em_status id_get(const void *impl, int64_t i, float *x /* (3) */, int64_t
   return EM_OK;
 }
 static void id_free(void *impl) { g_free(impl); }
-static const em_dataset_vtable id_vt = {"id", id_len, id_shape, id_classes, id_get, id_free, NULL};
+static const em_dataset_vtable id_vt = {
+    .kind = "id", .len = id_len, .sample_shape = id_shape, .num_classes = id_classes,
+    .get = id_get, .free = id_free};
 
 static em_dataset *id_dataset(int64_t n, int64_t fail_at, int sleep_us) {
   id_set *s = g_new0(id_set, 1);

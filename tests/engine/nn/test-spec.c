@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "em-data.h"
 #include "em-io.h"
 #include "em-nn.h"
 
@@ -136,7 +137,8 @@ static void test_zoo_files(void) {
   const struct {
     const char *file;
     int64_t params;
-  } zoo[] = {{"fmnist-mlp.json", 235146}, {"fmnist-cnn.json", 421642}};
+  } zoo[] = {{"fmnist-mlp.json", 235146}, {"fmnist-cnn.json", 421642},
+             {"char-gpt.json", 824192}};
   for (size_t i = 0; i < G_N_ELEMENTS(zoo); i++) {
     char *path = g_build_filename(root, "data", "models", zoo[i].file, NULL);
     if (g_file_test(path, G_FILE_TEST_EXISTS)) {
@@ -457,6 +459,51 @@ static void test_errors_unknown_keys(void) {
                "input \"dtype\" 'f16' is not supported");
 }
 
+/* A language model's "tokenizer": byte or char with its vocabulary (ids
+ * are places in it), kept by the spec; what it refuses. */
+#define LM(tok) "{'name': 'lm', 'input': {'shape': [4], 'dtype': 'i64'}, " tok ", 'nodes': [" \
+    "{'name': 'e', 'type': 'Embedding', 'num_embeddings': 5, 'embedding_dim': 2}]}"
+static void test_tokenizer(void) {
+  em_spec *s = parse_ok(LM("'tokenizer': {'type': 'byte'}"));
+  g_assert_nonnull(em_spec_tokenizer(s));
+  g_assert_cmpint(em_tokenizer_kind_of(em_spec_tokenizer(s)), ==, EM_TOKENIZER_BYTE);
+  g_assert_cmpint(em_tokenizer_vocab_size(em_spec_tokenizer(s)), ==, 256);
+  em_spec_free(s);
+  s = parse_ok(LM("'tokenizer': {'type': 'char', 'vocab': 'ba\\n\\u00e9'}"));
+  const em_tokenizer *t = em_spec_tokenizer(s);
+  g_assert_cmpint(em_tokenizer_vocab_size(t), ==, 4);
+  char b[4];
+  g_assert_cmpint(em_tokenizer_decode(t, 0, b), ==, 1);
+  g_assert_cmpint(b[0], ==, 'b');
+  g_assert_cmpint(em_tokenizer_decode(t, 2, b), ==, 1);
+  g_assert_cmpint(b[0], ==, '\n');
+  g_assert_cmpint(em_tokenizer_decode(t, 3, b), ==, 2); /* U+00E9 */
+  char *text = json_dumps(em_spec_json(s), 0); /* the document keeps it */
+  em_spec *c = em_spec_parse(text, "again", NULL);
+  free(text);
+  g_assert_cmpint(em_tokenizer_vocab_size(em_spec_tokenizer(c)), ==, 4);
+  em_spec_free(c);
+  em_spec_free(s);
+  s = parse_ok(LM("'tokenizer': {'type': 'char'}")); /* its vocabulary still to come */
+  g_assert_cmpint(em_tokenizer_vocab_size(em_spec_tokenizer(s)), ==, 0);
+  em_spec_free(s);
+  s = parse_ok(mlp_spec);
+  g_assert_null(em_spec_tokenizer(s));
+  em_spec_free(s);
+  EXPECT_ERROR(LM("'tokenizer': 'char'"), "\"tokenizer\" must be an object");
+  EXPECT_ERROR(LM("'tokenizer': {'type': 'word'}"), "needs a \"type\": \"byte\"", "\"char\"");
+  EXPECT_ERROR(LM("'tokenizer': {'type': 'char', 'vocb': 'ab'}"),
+               "unknown key 'vocb' in \"tokenizer\"; known: type, vocab");
+  EXPECT_ERROR(LM("'tokenizer': {'type': 'byte', 'vocab': 'ab'}"), "byte tokenizer has no "
+               "vocabulary");
+  EXPECT_ERROR(LM("'tokenizer': {'type': 'char', 'vocab': ['a', 'b']}"), "\"vocab\" must be a "
+               "string");
+  EXPECT_ERROR(LM("'tokenizer': {'type': 'char', 'vocab': 'abca'}"), "\"tokenizer\": ",
+               "U+0061 'a' twice");
+  EXPECT_ERROR("{'name': 'm', 'input': {'shape': [4]}, 'tokenizer': {'type': 'byte'}, 'nodes': ["
+               "{'name': 'f', 'type': 'ReLU'}]}", "a tokenizer is for a model of token ids");
+}
+
 static void test_errors_graph(void) {
   EXPECT_ERROR(HEAD FLAT ", {'name': 'flatten', 'type': 'ReLU'}]}",
                "node 'flatten': duplicate name (nodes[0] and nodes[1])");
@@ -669,6 +716,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/nn/spec/all-types", test_all_types);
   g_test_add_func("/engine/nn/spec/repeat", test_repeat);
   g_test_add_func("/engine/nn/spec/tie-weight", test_tie_weight);
+  g_test_add_func("/engine/nn/spec/tokenizer", test_tokenizer);
   g_test_add_func("/engine/nn/spec/summary", test_summary);
   g_test_add_func("/engine/nn/registry", test_registry);
   g_test_add_func("/engine/nn/spec/errors/syntax", test_errors_syntax);

@@ -77,8 +77,9 @@ static void p_free(void *impl) {
   em_dataset_free(p->inner);
   free(p);
 }
-static const em_dataset_vtable poisoned_vt = {"poisoned", p_len, p_shape, p_classes, p_get,
-                                              p_free, NULL};
+static const em_dataset_vtable poisoned_vt = {
+    .kind = "poisoned", .len = p_len, .sample_shape = p_shape, .num_classes = p_classes,
+    .get = p_get, .free = p_free};
 
 static const char *mlp_json =
     "{\"name\": \"mlp\", \"input\": {\"shape\": [16]}, \"nodes\": ["
