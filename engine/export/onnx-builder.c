@@ -165,6 +165,13 @@ static void put_i64(uint8_t *p, int64_t v) {
 
 void em_onnx_init_tensor(em_onnx_builder *b, const char *name, const em_tensor *t) {
   EM_ASSERT(t->dtype == EM_DTYPE_F32 || t->dtype == EM_DTYPE_F64);
+  /* A tied parameter ("tie_weight": one tensor under one name, read by
+   * two layers) is one initializer: the second layer reads the first's. */
+  const Onnx__GraphProto *g = b->graph;
+  for (size_t k = 0; k < g->n_initializer; k++)
+    if (!strcmp(g->initializer[k]->name, name) && g->initializer[k]->n_dims == (size_t)t->ndim &&
+        !memcmp(g->initializer[k]->dims, t->shape, (size_t)t->ndim * sizeof(int64_t)))
+      return;
   int64_t numel = em_tensor_numel(t);
   Onnx__TensorProto *p = init_add(b, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, t->ndim, t->shape,
                                   (size_t)numel * 4);

@@ -232,7 +232,11 @@ def check_registry(tmp):
 
 def main():
     with tempfile.TemporaryDirectory(prefix="ember-export-") as tmp:
-        zoo = sorted(glob.glob(os.path.join(SOURCE, "data", "models", "*.json")))
+        # the image classifiers of the zoo; its language models (char-gpt:
+        # token input, a tied head, per-position logits) take text data and are
+        # checked through tests/export/sequence.json, which has each of those
+        zoo = sorted(z for z in glob.glob(os.path.join(SOURCE, "data", "models", "*.json"))
+                     if json.load(open(z)).get("training", {}).get("dataset") != "text")
         assert len(zoo) >= 2, zoo
         for spec in zoo + [os.path.join(SOURCE, "tests", "export", "mixed.json")]:
             check_model(spec, tmp)
