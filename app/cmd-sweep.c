@@ -20,23 +20,8 @@
 #include "cli-commands.h"
 #include "cli-common.h"
 #include "cli-table.h"
+#include "em-io.h"
 #include "sweep-runner.h"
-
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = n >= 0 ? cli_xmalloc((size_t)n + 1) : NULL;
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-    free(s);
-    s = NULL;
-  }
-  if (s) s[n] = '\0';
-  fclose(f);
-  return s;
-}
 
 static int64_t sweep_id(const char *text) {
   return cli_parse_int("sweep ID", text, 1, INT64_MAX);
@@ -141,7 +126,7 @@ int cli_cmd_sweep(int argc, char **argv) {
   if (!s) return 1;
   int rc = 0;
   if (!strcmp(sub, "start")) {
-    char *text = read_file(pos[0]);
+    char *text = em_read_text(pos[0]);
     em_tune_desc d;
     if (!text) {
       fprintf(stderr, "ember: sweep start: cannot read '%s'\n", pos[0]);

@@ -196,3 +196,7 @@ em_status em_store_ended_runs(em_store *s, GArray **out, em_error *err);
  * run (its newest whole unrecorded one), found without writing; NULL when
  * none. g_free it. */
 char *em_store_adoptable_checkpoint(em_store *s, int64_t run);
+
+/* A training job's warning through its hooks (train-resume.c). */
+#include "em-train-job.h"
+void em_job_say(const em_job_hooks *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

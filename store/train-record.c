@@ -9,15 +9,7 @@
 
 #include <jansson.h>
 
-static void say(const em_job_hooks *h, const char *fmt, ...) {
-  if (!h || !h->warn) return;
-  char line[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  h->warn(h->user, line);
-}
+#include "store-private.h"
 
 char *em_job_config_json(const em_train_config *cfg, double lr_scale, int world) {
   em_train_config recorded = *cfg;
@@ -91,6 +83,6 @@ em_status em_store_job_resume_trainer(em_store *s, int64_t run, const em_resume 
       (snprintf(detail, sizeof detail, "resumed from run %lld step %lld as run %lld",
                 (long long)r->parent, (long long)r->ckpt.step, (long long)run),
        em_store_run_event(s, r->parent, r->ckpt.step, "resumed", detail, &e)) != EM_OK)
-    say(h, "the resume is not recorded as a run event: %s", e.msg);
+    em_job_say(h, "the resume is not recorded as a run event: %s", e.msg);
   return EM_OK;
 }

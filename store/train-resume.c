@@ -17,8 +17,9 @@
 #include <jansson.h>
 
 #include "em-device.h"
+#include "store-private.h"
 
-static void say(const em_job_hooks *h, const char *fmt, ...) {
+void em_job_say(const em_job_hooks *h, const char *fmt, ...) {
   if (!h || !h->warn) return;
   char line[1024];
   va_list ap;
@@ -139,14 +140,14 @@ static em_status check_status(em_store *s, const em_run *run, const em_job_hooks
       for (int i = 0; i < n; i++)
         diverged |= strcmp(ann[i].kind, "divergence") == 0 && strcmp(ann[i].text, run->message) == 0;
     if (diverged)
-      say(h, "run %lld stopped on a divergence (%s); a resumed run keeps its settings, so it "
+      em_job_say(h, "run %lld stopped on a divergence (%s); a resumed run keeps its settings, so it "
              "will most likely diverge the same way: a new run with a lower --lr (or "
              "--clip-grad-norm) is the way on", id, run->message);
     em_run_annotations_free(ann, n);
   }
   int64_t child = 0; /* resumed before: this is a second continuation of the same point */
   if (em_store_run_first_child(s, run->id, &child, NULL) == EM_OK && child)
-    say(h, "run %lld was resumed before, as run %lld: this is another continuation of it, "
+    em_job_say(h, "run %lld was resumed before, as run %lld: this is another continuation of it, "
            "from its last checkpoint (resume run %lld to go on from where that one got to)",
         id, (long long)child, (long long)child);
   return EM_OK;
@@ -189,7 +190,7 @@ static em_status pick_checkpoint(em_store *s, const em_run *run, const em_job_ho
   if (run->status == EM_RUN_KILLED) {
     int64_t adopted;
     em_error e = {0};
-    if (em_store_adopt_checkpoints(s, run->id, &adopted, &e) != EM_OK) say(h, "%s", e.msg);
+    if (em_store_adopt_checkpoints(s, run->id, &adopted, &e) != EM_OK) em_job_say(h, "%s", e.msg);
   }
   if (em_store_checkpoint_latest_valid(s, run->id, &r->ckpt, err) != EM_OK)
     return em_error_prefix(err, "run %lld cannot be resumed", id);
@@ -201,7 +202,7 @@ static em_status pick_checkpoint(em_store *s, const em_run *run, const em_job_ho
       if (rows[i].step > r->ckpt.step || (rows[i].step == r->ckpt.step && rows[i].id > r->ckpt.id))
         newer++;
     if (newer)
-      say(h, "%d newer checkpoint%s of run %lld %s damaged or missing; resuming from step %lld",
+      em_job_say(h, "%d newer checkpoint%s of run %lld %s damaged or missing; resuming from step %lld",
           newer, newer == 1 ? "" : "s", id, newer == 1 ? "is" : "are", (long long)r->ckpt.step);
     em_checkpoint_rows_free(rows, n);
   }
@@ -216,7 +217,7 @@ static void apply_checkpoint(const em_job_hooks *h, em_resume *r) {
    * run would have kept it. */
   int reached = checkpoint_batch_size(r->ckpt.path);
   if (reached > 0 && reached != r->cfg.batch_size) {
-    say(h, "run %lld had halved its batch from %d to %d (--auto-batch): going on at %d", id,
+    em_job_say(h, "run %lld had halved its batch from %d to %d (--auto-batch): going on at %d", id,
         r->cfg.batch_size, reached, reached);
     r->cfg.batch_size = reached;
   }
@@ -228,7 +229,7 @@ static void apply_checkpoint(const em_job_hooks *h, em_resume *r) {
   em_train_config at;
   if (checkpoint_config(r->ckpt.path, &at)) {
     if (at.clip_grad_norm != r->cfg.clip_grad_norm)
-      say(h, "run %lld's gradient clipping was changed while it trained (%g -> %g): going on "
+      em_job_say(h, "run %lld's gradient clipping was changed while it trained (%g -> %g): going on "
              "at %g", id, r->cfg.clip_grad_norm, at.clip_grad_norm, at.clip_grad_norm);
     r->cfg.optim.lr = at.optim.lr;
     r->cfg.clip_grad_norm = at.clip_grad_norm;

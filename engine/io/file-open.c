@@ -11,6 +11,7 @@
 #include "em-io.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -45,6 +46,35 @@ FILE *em_fopen_read(const char *path, bool regular_only) {
     errno = e;
   }
   return f;
+}
+
+char *em_read_text(const char *path) {
+  FILE *f = em_fopen_read(path, false);
+  if (!f) return NULL;
+  size_t cap = 1 << 14, n = 0, got;
+  char *buf = malloc(cap);
+  while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (n + 1 == cap) {
+      char *b = realloc(buf, cap * 2);
+      if (!b) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = b;
+      cap *= 2;
+    }
+  }
+  int e = ferror(f) ? EIO : 0;
+  fclose(f);
+  if (buf && e) {
+    free(buf);
+    buf = NULL;
+    errno = e;
+  }
+  if (buf) buf[n] = '\0';
+  return buf;
 }
 
 const char *em_open_error(int errnum) {

@@ -56,22 +56,6 @@ static char *dir_join(const char *dir, const char *path) {
   return s;
 }
 
-static char *read_all(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-    free(s);
-    s = NULL;
-  }
-  if (s) s[n] = '\0';
-  fclose(f);
-  return s;
-}
-
 em_status em_tune_desc_parse(em_tune_desc *d, const char *json, const char *base_dir,
                              em_error *err) {
   memset(d, 0, sizeof *d); /* every parameter zeroed too */
@@ -109,7 +93,7 @@ em_status em_tune_desc_parse(em_tune_desc *d, const char *json, const char *base
     goto have_spec;
   }
   char *full = dir_join(base_dir, spec);
-  d->spec_text = full ? read_all(full) : NULL;
+  d->spec_text = full ? em_read_text(full) : NULL;
   if (!d->spec_text) {
     st = em_error_set(err, EM_ERR_IO, "spec: cannot read '%s'", full ? full : spec);
     free(full);
