@@ -85,6 +85,7 @@ void train_print_result(const em_train_config *cfg, const em_train_summary *s,
   }
   json_object_set_new(o, "seed", json_integer((json_int_t)cfg->seed));
   json_object_set_new(o, "stopped", json_boolean(s->stopped));
+  if (s->early_stopped) json_object_set_new(o, "early_stopped", json_true());
   json_object_set_new(o, "metrics", app_metrics_json()); /* plugin metrics of the last eval */
   json_object_set_new(o, "peak_rss_mb", cli_json_num(round(peak_rss_mb() * 10) / 10));
   json_object_set_new(o, "run_id", run_id > 0 ? json_integer((json_int_t)run_id) : json_null());

@@ -46,6 +46,9 @@ typedef struct {
   uint64_t seed;
   int threads;
   int eval_every; /* epochs between evaluations; 0 = only at the end */
+  /* "test_loss:3" or "test_accuracy:5": stop (a completed run) when that
+   * evaluation metric has not improved for N evaluations; "" = off */
+  char early_stop[48];
   /* checkpoints (see em_trainer_save_checkpoint) */
   int64_t checkpoint_every;  /* optimiser steps between checkpoints; 0 = none on a timer */
   char checkpoint_dir[512];  /* where the trainer writes them; empty = no checkpoints */
@@ -73,6 +76,10 @@ typedef struct {
 } em_train_config;
 
 void em_train_config_defaults(em_train_config *c);
+/* Reads c->early_stop: false when off; the metric's name, whether larger
+ * is better and the patience (validate refuses what does not parse). */
+bool em_train_early_stop(const em_train_config *c, char *metric, size_t cap, bool *maximize,
+                         int *patience);
 /* Reads the spec's "training" and "loss" sections over c; unknown keys
  * and wrong types are errors that name the key. */
 em_status em_train_config_from_spec(em_train_config *c, const em_spec *spec, em_error *err);
@@ -247,6 +254,7 @@ typedef struct {
   double test_loss, test_accuracy;
   bool evaluated;
   bool stopped; /* ended by a stop request */
+  bool early_stopped; /* ended by early_stop (a completed run, before its last epoch) */
   /* labels per training sample: 0 for a class label; T for a label per
    * position (a language model's: the losses and accuracy are per token,
    * and a sample is T tokens) */

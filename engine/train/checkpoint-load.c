@@ -136,6 +136,9 @@ typedef struct {
   double lr_scale;
   int64_t rollbacks;
   em_watchdog watch;
+  bool has_es; /* early_stop's state is there */
+  double es_best;
+  int64_t es_since;
   bool has_scaler; /* the loss scaler's state (amp_*) is there */
   double amp_scale;
   int64_t amp_tracker, amp_skipped;
@@ -189,6 +192,14 @@ static em_status parse_state(em_safetensors *f, const char *path, ckpt_state *s,
                         s->watch.n, (long long)s->pos.step, EM_WATCHDOG_WINDOW);
   s->watch.seen = seen;
   s->watch.spike_factor = spike_factor;
+  s->has_es = em_safetensors_meta(f, "early_stop_best") != NULL;
+  if (s->has_es) {
+    EM_TRY(meta_double(f, path, "early_stop_best", &s->es_best, err));
+    EM_TRY(meta_i64(f, path, "early_stop_since", &s->es_since, err));
+    if (s->es_since < 0)
+      return em_error_set(err, EM_ERR_FORMAT, "checkpoint '%s': \"early_stop_since\" is "
+                          "negative", path);
+  }
   s->has_scaler = em_safetensors_meta(f, "amp_scale") != NULL;
   if (s->has_scaler) {
     EM_TRY(meta_double(f, path, "amp_scale", &s->amp_scale, err));
@@ -392,6 +403,9 @@ static em_status restore(em_trainer *t, const char *path, bool keep_scale, em_er
     if (!keep_scale) {
       t->lr_scale = s.lr_scale;
       t->rollbacks = (int)s.rollbacks;
+      t->es_seen = s.has_es; /* none: no evaluation before it (or early_stop was off) */
+      t->es_best = s.has_es ? s.es_best : 0;
+      t->es_since = s.has_es ? s.es_since : 0;
     }
     t->jumped = true;
     char *abs = realpath(path, NULL);

@@ -19,12 +19,14 @@ enum {
   M_FORMAT, M_VERSION, M_EPOCH, M_BATCH, M_STEP, M_RNG, M_LR_SCALE, M_ROLLBACKS, M_LOSS_SUM,
   M_NORMS, M_NORMS_SEEN, M_SPEC, M_CONFIG, M_CHECKSUM,
   M_AMP_SCALE, M_AMP_TRACKER, M_AMP_SKIPPED, /* only with the loss scaler */
+  M_ES_BEST, M_ES_SINCE,                     /* only with early_stop, once it evaluated */
   M_COUNT
 };
 static const char *const meta_keys[M_COUNT] = {
   "format", "version", "epoch", "batch", "step", "rng", "lr_scale", "rollbacks", "loss_sum",
   "grad_norms", "grad_norms_seen", "spec", "config", "checksum",
   "amp_scale", "amp_growth_tracker", "amp_skipped",
+  "early_stop_best", "early_stop_since",
 };
 
 /* The watchdog's remembered norms, oldest first, comma-separated. */
@@ -117,7 +119,7 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
   vals[M_SPEC] = em_checkpoint_spec_text(spec);
   vals[M_CONFIG] = em_train_config_to_json(&t->cfg);
   /* the loss scaler's state, written only when it is on */
-  int n_meta = t->scaler.enabled ? M_COUNT : M_CHECKSUM + 1;
+  bool with_es = t->cfg.early_stop[0] && t->es_seen;
   if (t->scaler.enabled) {
     snprintf(buf, sizeof buf, "%.9g", (double)t->scaler.scale);
     vals[M_AMP_SCALE] = strdup(buf);
@@ -125,12 +127,32 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
     vals[M_AMP_TRACKER] = strdup(buf);
     snprintf(buf, sizeof buf, "%" PRId64, t->scaler.skipped);
     vals[M_AMP_SKIPPED] = strdup(buf);
-    for (int k = M_AMP_SCALE; k < M_COUNT; k++)
+    for (int k = M_AMP_SCALE; k <= M_AMP_SKIPPED; k++)
       if (!vals[k]) {
         st = em_error_set(&e, EM_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
         goto out;
       }
   }
+  if (with_es) {
+    snprintf(buf, sizeof buf, "%.17g", t->es_best);
+    vals[M_ES_BEST] = strdup(buf);
+    snprintf(buf, sizeof buf, "%" PRId64, t->es_since);
+    vals[M_ES_SINCE] = strdup(buf);
+    if (!vals[M_ES_BEST] || !vals[M_ES_SINCE]) {
+      st = em_error_set(&e, EM_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
+      goto out;
+    }
+  }
+  /* the entries written: every one up to the checksum, then the optional
+   * groups that are on (keys[] and out[] point into meta_keys and vals) */
+  const char *keys[M_COUNT];
+  int idx[M_COUNT], n_meta = 0;
+  for (int k = 0; k < M_COUNT; k++)
+    if (k <= M_CHECKSUM || (k <= M_AMP_SKIPPED && t->scaler.enabled) ||
+        (k > M_AMP_SKIPPED && with_es)) {
+      keys[n_meta] = meta_keys[k];
+      idx[n_meta++] = k;
+    }
   for (int k = 0; k < M_CHECKSUM; k++)
     if (!vals[k]) {
       st = em_error_set(&e, k == M_CONFIG ? EM_ERR_INVALID : EM_ERR_NOMEM,
@@ -142,8 +164,8 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
 
   em_ckpt_meta meta[M_COUNT - 1];
   int n_sum = 0; /* every entry but the checksum */
-  for (int k = 0; k < n_meta; k++)
-    if (k != M_CHECKSUM) meta[n_sum++] = (em_ckpt_meta){meta_keys[k], vals[k]};
+  for (int j = 0; j < n_meta; j++)
+    if (idx[j] != M_CHECKSUM) meta[n_sum++] = (em_ckpt_meta){keys[j], vals[idx[j]]};
   for (int i = 0; i < n; i++) ck[i] = (em_ckpt_tensor){ts[i].name, ts[i].t};
   snprintf(buf, sizeof buf, "crc32:%08" PRIx32, em_checkpoint_checksum(ck, n, meta, n_sum));
   if (!(vals[M_CHECKSUM] = strdup(buf))) {
@@ -154,8 +176,11 @@ em_status em_trainer_save_checkpoint(em_trainer *t, const char *path, em_error *
   if (text && t->last_ckpt_meta && t->last_ckpt[0] && strcmp(text, t->last_ckpt_meta) == 0 &&
       strcmp(t->last_ckpt, path) != 0 && em_link_over(t->last_ckpt, path, NULL) == EM_OK)
     st = EM_OK; /* the same state as the last one written: one file, two names */
-  else
-    st = em_safetensors_save(path, n, ts, n_meta, meta_keys, (const char *const *)vals, &e);
+  else {
+    const char *out_vals[M_COUNT];
+    for (int j = 0; j < n_meta; j++) out_vals[j] = vals[idx[j]];
+    st = em_safetensors_save(path, n, ts, n_meta, keys, out_vals, &e);
+  }
   free(t->last_ckpt_meta);
   t->last_ckpt_meta = st == EM_OK ? text : NULL;
   if (st != EM_OK) free(text);

@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -108,8 +109,32 @@ em_status em_train_config_from_spec(em_train_config *c, const em_spec *spec, em_
   return EM_OK;
 }
 
+bool em_train_early_stop(const em_train_config *c, char *metric, size_t cap, bool *maximize,
+                         int *patience) {
+  const char *colon = strchr(c->early_stop, ':');
+  if (!c->early_stop[0] || !colon) return false;
+  size_t n = (size_t)(colon - c->early_stop);
+  char name[32];
+  if (n >= sizeof name) return false;
+  memcpy(name, c->early_stop, n);
+  name[n] = '\0';
+  char *end;
+  long k = strtol(colon + 1, &end, 10);
+  bool loss = !strcmp(name, "test_loss"), acc = !strcmp(name, "test_accuracy");
+  if ((!loss && !acc) || end == colon + 1 || *end || k < 1 || k > 1000000) return false;
+  if (metric) snprintf(metric, cap, "%s", name);
+  if (maximize) *maximize = acc;
+  if (patience) *patience = (int)k;
+  return true;
+}
+
 em_status em_train_config_validate(const em_train_config *c, em_error *err) {
   TRY(em_settings_check_ranges(c, err)); /* each setting alone; then the rules between them */
+  if (c->early_stop[0] && !em_train_early_stop(c, NULL, 0, NULL, NULL))
+    return em_error_set(err, EM_ERR_INVALID,
+                        "early_stop is '%s': it takes METRIC:N, METRIC test_loss or "
+                        "test_accuracy and N the evaluations without improvement to wait (e.g. "
+                        "test_loss:3)", c->early_stop);
   if (c->amp == EM_AMP_F16 && em_device_is_cpu(c->device))
     return em_error_set(err, EM_ERR_INVALID,
                         "amp f16 is a GPU mode (f16 compute with the gradient scaler) and this "

@@ -158,6 +158,10 @@ static const em_setting table[] = {
      .help = "CPU threads (OpenBLAS and Ember's pool; default: the cores)"},
     {.key = "eval_every", SPEC("training", "eval_every"), .type = EM_SETTING_INT, AT(eval_every),
      .flags = ON, .min = 0, .max = 1000000, .def = 1},
+    {.key = "early_stop", SPEC("training", "early_stop"), .type = EM_SETTING_STR, AT(early_stop),
+     .flags = ON | EM_SETTING_SPARSE, .def_str = "", .flag = "early-stop", .metavar = "METRIC:N",
+     .help = "stop when test_loss or test_accuracy has not improved\nfor N evaluations (the "
+     "run completes there)"},
     {.key = "checkpoint_every", SPEC("training", "checkpoint_every"), .type = EM_SETTING_INT,
      AT(checkpoint_every), .flags = ON, .min = 0, .max = STEPS, .flag = "checkpoint-every",
      .metavar = "N", .help = "also checkpoint every N optimiser steps (default 0: at each\n"

@@ -80,6 +80,11 @@ struct em_trainer {
   int micro;        /* micro-batches accumulated since the last step */
   double lr_scale;  /* product of the rollbacks' lr factors */
   int rollbacks;    /* divergence rollbacks so far */
+  /* early_stop: the metric's best so far and the evaluations since it
+   * (checkpointed, so a resumed run stops where the whole one would) */
+  double es_best;
+  int64_t es_since;
+  bool es_seen, early_stopped;
   em_watchdog watch;
   em_grad_scaler scaler; /* cfg.amp_scaler: dynamic loss scaling (em-amp.h) */
   bool jumped;      /* a checkpoint was loaded: the loop restarts at pos */

@@ -535,6 +535,31 @@ static em_status run_batches(run_ctx *r, em_error *err) {
 /* The end of the epoch's batches: EPOCH_END, an evaluation when due or
  * last, and, when the epoch is complete, the move to the next one (and
  * an "eval" checkpoint). */
+/* early_stop after an evaluation: a better value resets the count, else
+ * it grows; at the patience the run ends here, completed. */
+static void early_stop_check(run_ctx *r, double test_loss, double test_accuracy) {
+  em_trainer *t = r->t;
+  char metric[32];
+  bool maximize;
+  int patience;
+  if (!em_train_early_stop(&t->cfg, metric, sizeof metric, &maximize, &patience)) return;
+  double v = maximize ? test_accuracy : test_loss;
+  if (!t->es_seen || (maximize ? v > t->es_best : v < t->es_best)) {
+    t->es_best = v;
+    t->es_since = 0;
+    t->es_seen = true;
+    return;
+  }
+  if (++t->es_since < patience || t->early_stopped) return;
+  t->early_stopped = true;
+  char msg[200];
+  snprintf(msg, sizeof msg, "early stop: %s has not improved for %lld evaluation%s (best %.6g)",
+           metric, (long long)t->es_since, t->es_since == 1 ? "" : "s", t->es_best);
+  r->ev.message = msg;
+  emit(r, EM_EVENT_WARNING);
+  r->ev.message = NULL;
+}
+
 static em_status end_epoch(run_ctx *r, bool complete, em_error *err) {
   em_trainer *t = r->t;
   const em_train_config *c = &t->cfg;
@@ -588,6 +613,7 @@ static em_status end_epoch(run_ctx *r, bool complete, em_error *err) {
     r->ev.test_samples = em_dataset_len(t->test);
     emit(r, EM_EVENT_EVAL);
     if (t->jumped) return EM_OK;
+    early_stop_check(r, tl, ta);
   }
   if (!complete) return EM_OK;
   t->pos.epoch++;
@@ -640,7 +666,7 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   em_diag_begin(t, &r.diag);
   em_model_zero_grad(t->model);
   st = em_trainer_ddp_begin_run(t, err);
-  while (st == EM_OK && t->pos.epoch < c->epochs &&
+  while (st == EM_OK && t->pos.epoch < c->epochs && !t->early_stopped &&
          (st = em_trainer_ddp_agree_stop(t, err)) == EM_OK && !t->stop_agreed) {
     t->jumped = false;
     t->micro = 0;
@@ -668,6 +694,7 @@ em_status em_trainer_run(em_trainer *t, em_train_callback cb, void *user, em_err
   t->summary.train_samples_per_sec = r.train_time > 0 ? (double)r.samples / r.train_time : 0;
   /* a stop asked for after the last step stopped nothing: the run is complete */
   t->summary.stopped = t->stop_agreed && t->pos.epoch < c->epochs;
+  t->summary.early_stopped = t->early_stopped;
   /* a stopped run's test figures are those of its weights, or none */
   if (t->summary.stopped && !r.fresh_eval) t->summary.evaluated = false;
   if (st != EM_OK) return st;

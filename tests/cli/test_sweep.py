@@ -187,8 +187,7 @@ class SweepTest(unittest.TestCase):
         args = ["sweep", "start", path, "--parallel", "2", "--quiet"]
         kills = 0
         for _ in range(4):
-            runner = self.e.popen(*args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True)
+            runner = self.e.popen(*args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(rnd.uniform(0.3, 1.2))
             if runner.poll() is not None:
                 break
@@ -212,6 +211,37 @@ class SweepTest(unittest.TestCase):
             self.assertEqual(t["run"], runs[-1][0])
         self.assertEqual(self.e.integrity(), "ok")
         self.e.check_checkpoints_whole()
+
+    def test_early_stop(self):
+        """--early-stop METRIC:N: with lr 0 the test loss never improves, so the run
+        completes after 1 + N evaluations; stopped before that and resumed, it ends
+        at the same step (the count is in its checkpoint); a sweep's trials take it
+        from the "training" overrides."""
+        base = ["train", self.e.spec(), "--dataset", "synthetic", "--epochs", "10", "--lr", "0",
+                "--threads", "1", "--early-stop", "test_loss:2"]
+        whole = json.loads(self.e.ok(*base, "--quiet").stdout.strip().splitlines()[-1])
+        self.assertTrue(whole["early_stopped"])
+        self.assertEqual(whole["epochs"], 3)
+        self.assertEqual(self.e.status(whole["run_id"]), "completed")
+        events = self.e.sql("SELECT count(*) FROM run_events WHERE run = ? AND detail LIKE "
+                            "'early stop: test_loss has not improved for 2 evaluations%'",
+                            whole["run_id"])
+        self.assertEqual(events[0][0], 1)  # the run's record says why it ended there
+        part = json.loads(self.e.ok(*base, "--quiet", "--stop-after-steps", "40").stdout
+                          .strip().splitlines()[-1])
+        self.assertTrue(part["stopped"])
+        rest = json.loads(self.e.ok("train", "--resume", str(part["run_id"]), "--quiet").stdout
+                          .strip().splitlines()[-1])
+        self.assertTrue(rest["early_stopped"])
+        self.assertEqual(rest["steps"], whole["steps"])
+        p = self.e.run("train", self.e.spec(), "--early-stop", "loss:2", "--no-record")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("early_stop is 'loss:2'", p.stderr)
+        path = self.write({"sampler": "grid", "parameters": {"training.lr": [0.0]},
+                           "training": {"dataset": "synthetic", "epochs": 10,
+                                        "early_stop": "test_loss:1"}})
+        s = json.loads(self.e.ok("sweep", "start", path, "--json", "--quiet").stdout)
+        self.assertEqual((s["trials"][0]["status"], s["trials"][0]["epochs"]), ("completed", 2))
 
     @unittest.skipUnless(HAVE_DATA, "needs Debian's dataset-fashion-mnist")
     def test_asha_saves_steps(self):
