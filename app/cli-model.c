@@ -73,3 +73,22 @@ void cli_model_close(cli_model *m) {
   em_version_ref_clear(&m->ref);
   memset(m, 0, sizeof *m);
 }
+
+static const char *const fashion_mnist_names[10] = {
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+static const char *const cifar10_names[10] = {"airplane", "automobile", "bird",  "cat",  "deer",
+                                              "dog",      "frog",       "horse", "ship", "truck"};
+
+/* The class names of the dataset the spec's "training" section trains on
+ * (the trainer's default, fashion-mnist, when it names none), when the
+ * model's outputs are exactly those classes; else NULL (generic names). */
+const char *const *cli_class_names(const em_spec *spec, int classes) {
+  em_train_config cfg;
+  em_train_config_defaults(&cfg);
+  em_error err = {0};
+  if (classes != 10 || em_train_config_from_spec(&cfg, spec, &err) != EM_OK) return NULL;
+  if (!strcmp(cfg.dataset, "fashion-mnist")) return fashion_mnist_names;
+  if (!strcmp(cfg.dataset, "cifar10")) return cifar10_names;
+  return NULL;
+}

@@ -29,3 +29,7 @@ int cli_model_open(const char *what, const char *weights, const char *registry_d
  * open store and without printing; returns EM_OK or the error. */
 em_status cli_model_open_ref(em_store *s, const char *ref, cli_model *out, em_error *err);
 void cli_model_close(cli_model *m);
+/* The class names of the dataset the spec's "training" section trains on
+ * (fashion-mnist by default, cifar10), when the model's outputs are
+ * exactly those classes; else NULL (callers print indices). */
+const char *const *cli_class_names(const em_spec *spec, int classes);

@@ -19,6 +19,7 @@
 #include "em-pool.h"
 #include "em-quant.h"
 #include "em-train.h"
+#include "eval-report-print.h"
 #include "plugin-load.h"
 #include "train-options.h"
 
@@ -143,17 +144,34 @@ int cli_cmd_eval(int argc, char **argv) {
     if (!isfinite(loss))
       fprintf(stderr, "ember: warning: the test loss is %s: the model's outputs overflow on "
               "this data\n", isnan(loss) ? "NaN" : "infinite");
-    json_t *o = json_object(); /* non-finite numbers as null (cli_json_num) */
-    json_object_set_new(o, "model", json_string(em_spec_name(spec)));
-    json_object_set_new(o, "test_loss", cli_json_num(loss));
-    json_object_set_new(o, "test_accuracy", cli_json_num(acc));
-    json_object_set_new(o, "quantization", json_string(qmode != EM_QUANT_NONE ? "int8" : "none"));
-    json_object_set_new(o, "peak_rss_mb", cli_json_num(round(ru.ru_maxrss / 1024.0 * 10) / 10));
-    json_object_set_new(o, "metrics", app_metrics_json()); /* plugin metrics, when asked for */
-    char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
-    if (txt) printf("%s\n", txt);
+    json_t *res = json_object(); /* non-finite numbers as null (cli_json_num) */
+    json_object_set_new(res, "model", json_string(em_spec_name(spec)));
+    json_object_set_new(res, "test_loss", cli_json_num(loss));
+    json_object_set_new(res, "test_accuracy", cli_json_num(acc));
+    json_object_set_new(res, "quantization", json_string(qmode != EM_QUANT_NONE ? "int8" : "none"));
+    json_object_set_new(res, "peak_rss_mb", cli_json_num(round(ru.ru_maxrss / 1024.0 * 10) / 10));
+    json_object_set_new(res, "metrics", app_metrics_json()); /* plugin metrics, when asked for */
+    if (o.report) {
+      em_eval_report rep;
+      if (em_eval_report_run(model, test, cfg.batch_size, 5, &rep, &err) != EM_OK) {
+        rc = cli_fail(&err, "--report");
+      } else {
+        const char *const *names = cli_class_names(spec, rep.classes);
+        eval_report_print(&rep, names, stderr);
+        json_t *rj = eval_report_json(&rep, names);
+        json_object_set_new(res, "report", rj);
+        em_store *st = by_ref ? cli_store_open(o.registry, false) : NULL;
+        char path[4200];
+        if (st && eval_report_keep(st, cm.ref.run, rj, path, sizeof path) == 0)
+          fprintf(stderr, "report kept with run %lld (%s)\n", (long long)cm.ref.run, path);
+        if (st) em_store_close(st);
+        em_eval_report_clear(&rep);
+      }
+    }
+    char *txt = json_dumps(res, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    if (txt && rc == 0) printf("%s\n", txt);
     free(txt);
-    json_decref(o);
+    json_decref(res);
   }
   em_dataset_free(test);
   if (by_ref) {

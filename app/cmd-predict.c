@@ -31,25 +31,6 @@
 #include "em-train.h"
 #include "predict-input.h"
 
-static const char *const fashion_mnist_names[10] = {
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
-static const char *const cifar10_names[10] = {"airplane", "automobile", "bird",  "cat",  "deer",
-                                              "dog",      "frog",       "horse", "ship", "truck"};
-
-/* The class names of the dataset the spec's "training" section trains on
- * (the trainer's default, fashion-mnist, when it names none), when the
- * model's outputs are exactly those classes; else NULL (generic names). */
-static const char *const *class_names(const em_spec *spec, int classes) {
-  em_train_config cfg;
-  em_train_config_defaults(&cfg);
-  em_error err = {0};
-  if (classes != 10 || em_train_config_from_spec(&cfg, spec, &err) != EM_OK) return NULL;
-  if (!strcmp(cfg.dataset, "fashion-mnist")) return fashion_mnist_names;
-  if (!strcmp(cfg.dataset, "cifar10")) return cifar10_names;
-  return NULL;
-}
-
 typedef struct {
   double p;
   int k;
@@ -153,7 +134,7 @@ static int predict_all(cli_model *m, predict_inputs *in, const predict_opts *o) 
   int nd = em_spec_input_shape(spec, shape + 1);
   for (int i = 0; i < nd; i++) numel *= shape[i + 1];
   int classes = o->in.classes, top_k = o->top_k < classes ? o->top_k : classes;
-  const char *const *names = class_names(spec, classes);
+  const char *const *names = cli_class_names(spec, classes);
   int64_t count = predict_inputs_count(in);
   if (o->limit > 0 && o->limit < count) count = o->limit;
 

@@ -291,6 +291,9 @@ static void check_usage(const cli_train_opts *o) {
   if (o->quantize)
     cli_die_usage("train: --quantize is an 'ember eval' option (export, predict and serve take "
                   "it too)");
+  if (o->report)
+    cli_die_usage("train: --report is an 'ember eval' option (the evaluation report of saved "
+                  "weights or a registered version)");
   if (o->resume) {
     if (o->spec_path)
       cli_die_usage("--resume rebuilds the run from the registry: leave out SPEC ('%s')",

@@ -18,7 +18,7 @@ enum {
   OPT_SETTING = 256,
   OPT_INIT = 1024, OPT_SAVE, OPT_QUIET, OPT_WEIGHTS, OPT_HELP, OPT_REGISTRY, OPT_NO_RECORD,
   OPT_NAME, OPT_CKPT_DIR, OPT_KEEP_CKPT, OPT_RESUME, OPT_STOP_AFTER, OPT_PROFILE,
-  OPT_PROFILE_STEPS, OPT_DETECT_ANOMALY, OPT_DDP, OPT_NO_PREFLIGHT, OPT_QUANTIZE,
+  OPT_PROFILE_STEPS, OPT_DETECT_ANOMALY, OPT_DDP, OPT_NO_PREFLIGHT, OPT_QUANTIZE, OPT_REPORT,
 };
 
 static const struct option own_opts[] = {
@@ -39,6 +39,7 @@ static const struct option own_opts[] = {
     {"ddp", no_argument, 0, OPT_DDP},
     {"no-preflight", no_argument, 0, OPT_NO_PREFLIGHT},
     {"quantize", required_argument, 0, OPT_QUANTIZE},
+    {"report", no_argument, 0, OPT_REPORT},
     {"stop-after-steps", required_argument, 0, OPT_STOP_AFTER}, /* tests: not in --help */
 };
 
@@ -147,6 +148,7 @@ void cli_train_opts_parse(int argc, char **argv, const char *cmd, cli_train_opts
     case OPT_DDP: o->ddp = true; break;
     case OPT_NO_PREFLIGHT: o->no_preflight = true; break;
     case OPT_QUANTIZE: o->quantize = optarg; break;
+    case OPT_REPORT: o->report = true; break;
     case OPT_STOP_AFTER:
       o->stop_after_steps = cli_parse_int("--stop-after-steps", optarg, 1, 1LL << 40);
       break;

@@ -28,6 +28,7 @@ typedef struct {
   const char *device;       /* --device's text, for messages; NULL when absent */
   bool no_preflight;        /* --no-preflight: skip the device memory estimate */
   const char *quantize;     /* --quantize MODE (eval only); NULL when absent */
+  bool report;              /* --report (eval only): the evaluation report */
   int keep_checkpoints;     /* --keep-checkpoints; default 3 */
   bool keep_given;          /* --keep-checkpoints was given */
   int64_t stop_after_steps; /* --stop-after-steps (for tests); 0: off */

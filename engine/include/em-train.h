@@ -440,6 +440,36 @@ void em_train_estimate_memory(const em_spec *spec, const em_train_config *c, int
 em_status em_train_preflight(const em_spec *spec, const em_train_config *c, int *batch,
                              char *note, size_t cap, em_error *err);
 
+/* A classifier's evaluation report over a dataset (eval-report.c): the
+ * confusion matrix (row: the true class, column: the predicted one),
+ * accuracy and top-k accuracy, calibration in EM_EVAL_BINS bins of
+ * confidence (the largest softmax probability) with the expected
+ * calibration error, and the EM_EVAL_WORST most confident mistakes. */
+#define EM_EVAL_BINS 15
+#define EM_EVAL_WORST 32
+typedef struct {
+  int64_t index; /* the sample's index in the dataset */
+  int truth, pred;
+  double confidence;
+} em_eval_mistake;
+typedef struct {
+  int classes, top_k;
+  int64_t n;
+  int64_t *confusion; /* (classes, classes) */
+  int64_t top_k_correct;
+  double accuracy, top_k_accuracy, ece;
+  int64_t bin_n[EM_EVAL_BINS], bin_correct[EM_EVAL_BINS];
+  double bin_conf[EM_EVAL_BINS]; /* sums of confidence */
+  int n_worst;
+  em_eval_mistake worst[EM_EVAL_WORST];
+} em_eval_report;
+em_status em_eval_report_run(em_model *m, const em_dataset *ds, int batch_size, int top_k,
+                             em_eval_report *r, em_error *err);
+/* Class c's precision, recall, F1 (0 where undefined) and support. */
+void em_eval_report_class(const em_eval_report *r, int c, double *precision, double *recall,
+                          double *f1, int64_t *support);
+void em_eval_report_clear(em_eval_report *r);
+
 /* The spec's input must be the dataset's sample shape and its output
  * must cover the dataset's classes (exactly, for MSE on one-hot targets).
  * The dataset itself checks each label against its classes. */
