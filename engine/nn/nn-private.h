@@ -62,3 +62,18 @@ typedef struct {
 } em_strbuf;
 void em_strbuf_printf(em_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void em_strbuf_free(em_strbuf *b);
+
+/* ---- what the spec parser's files share (spec-check.c, spec-attrs.c) ---- */
+/* "a string", "an array"... for messages. */
+const char *em_spec_json_kind(const json_t *v);
+/* got is within a small edit distance of known: worth a "did you mean". */
+bool em_spec_looks_like(const char *got, const char *known);
+/* Every key of obj is one of known (else a message naming the key and where). */
+em_status em_spec_check_keys(json_t *obj, const char *const *known, int n_known,
+                             const char *where, em_error *err);
+/* A node's name (what: "node name", ...): 1 to 64 of [A-Za-z0-9_-]. */
+em_status em_spec_check_name(const char *name, const char *what, em_error *err);
+/* A parameter's name: dotted identifiers. */
+bool em_spec_param_name_ok(const char *name);
+/* The node's attributes from obj against its type's descriptors. */
+em_status em_spec_parse_attrs(em_spec_node *nd, json_t *obj, em_error *err);

@@ -19,279 +19,22 @@
 #include <sys/stat.h>
 
 #define MAX_SPEC_BYTES (16 << 20)
-#define MAX_NAME_LEN 64
 
 static const char *const top_keys[] = {"name", "description", "input",    "nodes",
                                        "output", "loss",       "training", "tokenizer"};
 static const char *const input_keys[] = {"shape", "dtype"};
 
-/* "a string", "an array"... for messages. */
-static const char *json_kind(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT: return "an object";
-  case JSON_ARRAY: return "an array";
-  case JSON_STRING: return "a string";
-  case JSON_INTEGER: return "an integer";
-  case JSON_REAL: return "a fractional number";
-  case JSON_TRUE:
-  case JSON_FALSE: return "a boolean";
-  case JSON_NULL: return "null";
-  }
-  return "a value";
-}
-
-/* Edit distance (case-insensitive) of two short strings, capped at 9. */
-static int distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 63 || lb > 63) return 9;
-  int row[64];
-  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= la; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= lb; j++) {
-      int up = row[j];
-      int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
-      int best = diag + cost;
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      row[j] = best;
-      diag = up;
-    }
-  }
-  return row[lb] > 9 ? 9 : row[lb];
-}
-
-/* True when `got` looks like a misspelling of `known`. */
-static bool looks_like(const char *got, const char *known) {
-  size_t lg = strlen(got), lk = strlen(known);
-  if (lg >= 3 && lk >= lg && !strncasecmp(got, known, lg)) return true;
-  if (lk >= 3 && lg >= lk && !strncasecmp(got, known, lk)) return true;
-  return distance(got, known) <= (lk > 5 ? 2 : 1);
-}
-
-/* ---- small checks ------------------------------------------------------------ */
-
-static em_status check_keys(json_t *obj, const char *const *known, int n_known, const char *where,
-                            em_error *err) {
-  const char *key;
-  json_t *v;
-  json_object_foreach(obj, key, v) {
-    bool ok = false;
-    for (int i = 0; i < n_known && !ok; i++) ok = !strcmp(key, known[i]);
-    if (ok) continue;
-    em_strbuf b = {0};
-    for (int i = 0; i < n_known; i++) em_strbuf_printf(&b, "%s%s", i ? ", " : "", known[i]);
-    em_status st = em_error_set(err, EM_ERR_INVALID, "unknown key '%s' %s; known: %s", key, where,
-                                b.s ? b.s : "");
-    em_strbuf_free(&b);
-    return st;
-  }
-  return EM_OK;
-}
-
-static em_status check_name(const char *name, const char *what, em_error *err) {
-  size_t n = strlen(name);
-  if (n == 0) return em_error_set(err, EM_ERR_INVALID, "%s is empty", what);
-  if (n > MAX_NAME_LEN)
-    return em_error_set(err, EM_ERR_INVALID, "%s '%.40s...' is longer than %d characters", what,
-                        name, MAX_NAME_LEN);
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)name[i];
-    if (!isalnum(c) && c != '_' && c != '-')
-      return em_error_set(err, EM_ERR_INVALID,
-                          "%s '%s' may only hold letters, digits, '_' and '-' (it becomes part of "
-                          "parameter names such as '%s.weight')",
-                          what, name, name);
-  }
-  return EM_OK;
-}
-
-/* A parameter's name: a node name's characters, and dots between them
- * for a sub-module's ("self_attn.out_proj.weight", as PyTorch names it). */
-static bool param_name_ok(const char *name) {
-  size_t n = strlen(name);
-  if (n == 0 || n > MAX_NAME_LEN || name[0] == '.' || name[n - 1] == '.') return false;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)name[i];
-    if (c == '.' && name[i + 1] == '.') return false;
-    if (!isalnum(c) && c != '_' && c != '-' && c != '.') return false;
-  }
-  return true;
-}
-
-/* ---- attributes --------------------------------------------------------------- */
-
-static em_status check_range(const em_attr_desc *d, double v, em_error *err) {
-  bool integral = d->kind != EM_ATTR_FLOAT, small = d->max <= 1e6 && d->min >= -1e6;
-  if (!isfinite(v))
-    return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be a finite number", d->name);
-  if (v < d->min) {
-    if (d->min == 1 && integral)
-      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be positive, got %.0f",
-                          d->name, v);
-    if (d->min == 0 && !(small && !integral))
-      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must not be negative, got %g",
-                          d->name, v);
-  } else if (v <= d->max) {
-    return EM_OK;
-  } else if (!small || (integral && d->min >= 0)) {
-    return em_error_set(err, EM_ERR_NOMEM,
-                        "attribute '%s' is absurdly large (%.17g; the limit is %.17g)", d->name, v,
-                        d->max);
-  }
-  if (small)
-    return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be between %g and %g, got %g",
-                        d->name, d->min, d->max, v);
-  return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be at least %g, got %g", d->name,
-                      d->min, v);
-}
-
-static em_status parse_int(const em_attr_desc *d, json_t *v, double *out, const char *expect,
-                           em_error *err) {
-  if (!json_is_integer(v))
-    return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be %s, got %s", d->name, expect,
-                        json_kind(v));
-  json_int_t i = json_integer_value(v);
-  /* clamp before converting so that huge values still read as too large */
-  double x = i > (json_int_t)1 << 52 ? 0x1p52 : i < -((json_int_t)1 << 52) ? -0x1p52 : (double)i;
-  *out = x;
-  return check_range(d, x, err);
-}
-
-static em_status parse_attr(const em_attr_desc *d, json_t *v, em_attr_value *out, em_error *err) {
-  out->given = true;
-  switch (d->kind) {
-  case EM_ATTR_INT:
-    out->n = 1;
-    return parse_int(d, v, &out->v[0], "an integer", err);
-  case EM_ATTR_FLOAT:
-    if (!json_is_number(v))
-      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be a number, got %s", d->name,
-                          json_kind(v));
-    out->n = 1;
-    out->v[0] = json_number_value(v);
-    return check_range(d, out->v[0], err);
-  case EM_ATTR_BOOL:
-    if (!json_is_boolean(v))
-      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be true or false, got %s",
-                          d->name, json_kind(v));
-    out->n = 1;
-    out->v[0] = json_is_true(v);
-    return EM_OK;
-  case EM_ATTR_CHOICE: {
-    int k = json_is_string(v) ? em_attr_choice_find(d->choices, json_string_value(v)) : -1;
-    if (k < 0) {
-      em_strbuf b = {0};
-      for (const char *p = d->choices; p && *p;) {
-        size_t n = strcspn(p, "|");
-        em_strbuf_printf(&b, "%s\"%.*s\"", b.len ? ", " : "", (int)n, p);
-        p = p[n] ? p + n + 1 : p + n;
-      }
-      em_status st =
-          json_is_string(v)
-              ? em_error_set(err, EM_ERR_INVALID, "attribute '%s' is \"%s\"; it may be %s",
-                             d->name, json_string_value(v), b.s ? b.s : "")
-              : em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be a string (%s), got %s",
-                             d->name, b.s ? b.s : "", json_kind(v));
-      em_strbuf_free(&b);
-      return st;
-    }
-    out->n = 1;
-    out->v[0] = k;
-    return EM_OK;
-  }
-  case EM_ATTR_INT2:
-  case EM_ATTR_INTS: {
-    const char *expect = d->kind == EM_ATTR_INT2 ? "an integer or a list [h, w] of integers"
-                                                 : "an integer or a list of integers";
-    if (json_is_integer(v)) {
-      out->n = d->kind == EM_ATTR_INT2 ? 2 : 1;
-      em_status st = parse_int(d, v, &out->v[0], expect, err);
-      out->v[1] = out->v[0];
-      return st;
-    }
-    if (!json_is_array(v))
-      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be %s, got %s", d->name,
-                          expect, json_kind(v));
-    size_t n = json_array_size(v);
-    if (d->kind == EM_ATTR_INT2 && n != 2)
-      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must be %s, got a list of %zu",
-                          d->name, expect, n);
-    if (n < 1 || n > EM_MAX_DIMS - 1)
-      return em_error_set(err, EM_ERR_INVALID, "attribute '%s' must list 1 to %d integers, got %zu",
-                          d->name, EM_MAX_DIMS - 1, n);
-    out->n = (int)n;
-    for (size_t k = 0; k < n; k++) {
-      em_status st = parse_int(d, json_array_get(v, k), &out->v[k], expect, err);
-      if (st != EM_OK) return st;
-    }
-    return EM_OK;
-  }
-  }
-  return em_error_set(err, EM_ERR_INVALID, "attribute '%s' has an unknown kind", d->name);
-}
-
-static em_status unknown_attr(const em_layer_type *t, const char *key, em_error *err) {
-  em_strbuf known = {0};
-  const char *guess = NULL;
-  for (int i = 0; i < t->n_attrs; i++) {
-    em_strbuf_printf(&known, "%s%s", i ? ", " : "", t->attrs[i].name);
-    if (!guess && looks_like(key, t->attrs[i].name)) guess = t->attrs[i].name;
-  }
-  em_status st;
-  if (t->n_attrs == 0)
-    st = em_error_set(err, EM_ERR_INVALID, "unknown attribute '%s'; %s takes no attributes", key,
-                      t->name);
-  else if (guess)
-    st = em_error_set(err, EM_ERR_INVALID, "unknown attribute '%s' (did you mean '%s'?); known: %s",
-                      key, guess, known.s);
-  else
-    st = em_error_set(err, EM_ERR_INVALID, "unknown attribute '%s'; known: %s", key, known.s);
-  em_strbuf_free(&known);
-  return st;
-}
-
-static em_status parse_attrs(em_spec_node *nd, json_t *obj, em_error *err) {
-  const em_layer_type *t = nd->type;
-  const char *key;
-  json_t *v;
-  json_object_foreach(obj, key, v) {
-    if (!strcmp(key, "name") || !strcmp(key, "type") || !strcmp(key, "inputs") ||
-        !strcmp(key, "tie_weight"))
-      continue;
-    int i = 0;
-    while (i < t->n_attrs && strcmp(t->attrs[i].name, key)) i++;
-    if (i == t->n_attrs) return unknown_attr(t, key, err);
-    em_status st = parse_attr(&t->attrs[i], v, &nd->attr[i], err);
-    if (st != EM_OK) return st;
-  }
-  for (int i = 0; i < t->n_attrs; i++) {
-    const em_attr_desc *d = &t->attrs[i];
-    em_attr_value *a = &nd->attr[i];
-    if (a->given) continue;
-    if (d->required)
-      return em_error_set(err, EM_ERR_INVALID, "missing required attribute '%s' (%s)", d->name,
-                          d->help ? d->help : d->kind == EM_ATTR_INT ? "an integer" : "a value");
-    a->n = d->kind == EM_ATTR_INT2 ? 2 : 1;
-    a->v[0] = a->v[1] = d->def;
-  }
-  return EM_OK;
-}
-
-/* ---- input ----------------------------------------------------------------------- */
-
 static em_status parse_input(em_spec *s, json_t *in, em_error *err) {
   if (!in) return em_error_set(err, EM_ERR_INVALID, "missing \"input\" (e.g. {\"shape\": [1, 28, 28]})");
   if (!json_is_object(in))
-    return em_error_set(err, EM_ERR_INVALID, "\"input\" must be an object, got %s", json_kind(in));
-  em_status st = check_keys(in, input_keys, 2, "in \"input\"", err);
+    return em_error_set(err, EM_ERR_INVALID, "\"input\" must be an object, got %s", em_spec_json_kind(in));
+  em_status st = em_spec_check_keys(in, input_keys, 2, "in \"input\"", err);
   if (st != EM_OK) return st;
   json_t *shape = json_object_get(in, "shape"), *dt = json_object_get(in, "dtype");
   if (!shape) return em_error_set(err, EM_ERR_INVALID, "\"input\" lacks \"shape\" (one sample's shape)");
   if (!json_is_array(shape))
     return em_error_set(err, EM_ERR_INVALID, "input \"shape\" must be a list of integers, got %s",
-                        json_kind(shape));
+                        em_spec_json_kind(shape));
   size_t n = json_array_size(shape);
   if (n < 1 || n > EM_MAX_DIMS - 1)
     return em_error_set(err, EM_ERR_INVALID,
@@ -305,7 +48,7 @@ static em_status parse_input(em_spec *s, json_t *in, em_error *err) {
     json_t *v = json_array_get(shape, k);
     if (!json_is_integer(v))
       return em_error_set(err, EM_ERR_INVALID, "input \"shape\"[%zu] must be an integer, got %s", k,
-                          json_kind(v));
+                          em_spec_json_kind(v));
     json_int_t x = json_integer_value(v);
     if (x < 1)
       return em_error_set(err, EM_ERR_INVALID, "input \"shape\"[%zu] must be positive, got %lld",
@@ -319,7 +62,7 @@ static em_status parse_input(em_spec *s, json_t *in, em_error *err) {
     const char *d = json_string_value(dt);
     if (!d)
       return em_error_set(err, EM_ERR_INVALID, "input \"dtype\" must be a string, got %s",
-                          json_kind(dt));
+                          em_spec_json_kind(dt));
     if (!strcmp(d, "f32")) s->input.dtype = EM_DTYPE_F32;
     else if (!strcmp(d, "i64")) s->input.dtype = EM_DTYPE_I64;
     else
@@ -343,18 +86,18 @@ static int find_node(const em_spec *s, const char *name) {
 static em_status parse_node_name(em_spec *s, int i, json_t *obj, em_error *err) {
   if (!json_is_object(obj))
     return em_error_set(err, EM_ERR_INVALID, "nodes[%d] must be an object, got %s", i,
-                        json_kind(obj));
+                        em_spec_json_kind(obj));
   json_t *nm = json_object_get(obj, "name");
   if (!nm) return em_error_set(err, EM_ERR_INVALID, "nodes[%d] has no \"name\"", i);
   if (!json_is_string(nm))
     return em_error_set(err, EM_ERR_INVALID, "nodes[%d]: \"name\" must be a string, got %s", i,
-                        json_kind(nm));
+                        em_spec_json_kind(nm));
   const char *name = json_string_value(nm);
   char what[64];
   snprintf(what, sizeof what, "nodes[%d]: the name", i);
   /* a repeated block's copies are named "block.0.node" (spec-repeat.c
    * checked the parts) */
-  em_status st = s->flat && strchr(name, '.') ? EM_OK : check_name(name, what, err);
+  em_status st = s->flat && strchr(name, '.') ? EM_OK : em_spec_check_name(name, what, err);
   if (st != EM_OK) return st;
   if (!strcmp(name, "input"))
     return em_error_set(err, EM_ERR_INVALID,
@@ -374,7 +117,7 @@ static em_status unknown_type(const char *type, em_error *err) {
   for (int i = 0; i < n; i++) {
     const char *k = em_layer_type_at(i)->name;
     em_strbuf_printf(&known, "%s%s", i ? ", " : "", k);
-    if (!guess && looks_like(type, k)) guess = k;
+    if (!guess && em_spec_looks_like(type, k)) guess = k;
   }
   em_status st;
   char search[640]; /* where plugins were looked for, and which were refused */
@@ -409,7 +152,7 @@ static em_status parse_inputs(em_spec *s, int i, json_t *obj, em_error *err) {
   }
   if (!json_is_array(ins))
     return em_error_set(err, EM_ERR_INVALID, "\"inputs\" must be a list of node names, got %s",
-                        json_kind(ins));
+                        em_spec_json_kind(ins));
   size_t n = json_array_size(ins);
   if ((int)n < t->min_inputs || n > (size_t)t->max_inputs) {
     if (t->min_inputs == t->max_inputs)
@@ -424,7 +167,7 @@ static em_status parse_inputs(em_spec *s, int i, json_t *obj, em_error *err) {
     const char *name = json_string_value(v);
     if (!name)
       return em_error_set(err, EM_ERR_INVALID, "\"inputs\"[%zu] must be a node name, got %s", k,
-                          json_kind(v));
+                          em_spec_json_kind(v));
     int j = strcmp(name, "input") ? find_node(s, name) : -1;
     if (j == i)
       return em_error_set(err, EM_ERR_INVALID, "lists itself as an input (cycles are not allowed)");
@@ -436,7 +179,7 @@ static em_status parse_inputs(em_spec *s, int i, json_t *obj, em_error *err) {
     if (j < 0 && strcmp(name, "input")) {
       const char *guess = NULL;
       for (int m = 0; m < i && !guess; m++)
-        if (looks_like(name, s->nodes[m].name)) guess = s->nodes[m].name;
+        if (em_spec_looks_like(name, s->nodes[m].name)) guess = s->nodes[m].name;
       if (guess)
         return em_error_set(err, EM_ERR_INVALID, "unknown input '%s' (did you mean '%s'?)", name,
                             guess);
@@ -478,7 +221,7 @@ static em_status check_inferred(em_spec *s, em_spec_node *nd, em_error *err) {
                         EM_LAYER_MAX_PARAMS);
   for (int k = 0; k < nd->n_decl; k++) {
     em_param_decl *d = &nd->decl[k];
-    if (!d->name || !param_name_ok(d->name))
+    if (!d->name || !em_spec_param_name_ok(d->name))
       return em_error_set(err, EM_ERR_INVALID, "parameter %d has no valid name", k);
     for (int j = 0; j < k; j++)
       if (!strcmp(nd->decl[j].name, d->name))
@@ -532,7 +275,7 @@ static em_status parse_tie(em_spec *s, int i, json_t *v, em_error *err) {
   if (nd->n_decl < 0 || nd->n_decl > EM_LAYER_MAX_PARAMS) return EM_OK; /* check_inferred says */
   if (!json_is_string(v))
     return em_error_set(err, EM_ERR_INVALID, "\"tie_weight\" must name an earlier node, got %s",
-                        json_kind(v));
+                        em_spec_json_kind(v));
   const char *src = json_string_value(v);
   int j = find_node(s, src);
   if (j < 0 || j >= i)
@@ -571,7 +314,7 @@ static em_status build_node(em_spec *s, int i, json_t *obj, em_error *err) {
   json_t *ty = json_object_get(obj, "type");
   if (!ty) return em_error_set(err, EM_ERR_INVALID, "has no \"type\"");
   if (!json_is_string(ty))
-    return em_error_set(err, EM_ERR_INVALID, "\"type\" must be a string, got %s", json_kind(ty));
+    return em_error_set(err, EM_ERR_INVALID, "\"type\" must be a string, got %s", em_spec_json_kind(ty));
   nd->type = em_layer_type_find(json_string_value(ty));
   if (!nd->type) return unknown_type(json_string_value(ty), err);
   nd->view.name = nd->name;
@@ -579,7 +322,7 @@ static em_status build_node(em_spec *s, int i, json_t *obj, em_error *err) {
   nd->view.attr = nd->attr;
   nd->view.input_names = nd->in_names;
   nd->view.json = obj;
-  em_status st = parse_attrs(nd, obj, err);
+  em_status st = em_spec_parse_attrs(nd, obj, err);
   if (st == EM_OK) st = parse_inputs(s, i, obj, err);
   if (st != EM_OK) return st;
 
@@ -611,29 +354,29 @@ static em_status build(em_spec *s, em_error *err) {
   json_t *root = s->root;
   if (!json_is_object(root))
     return em_error_set(err, EM_ERR_INVALID, "a spec must be a JSON object, got %s",
-                        json_kind(root));
-  em_status st = check_keys(root, top_keys, 8, "at the top level", err);
+                        em_spec_json_kind(root));
+  em_status st = em_spec_check_keys(root, top_keys, 8, "at the top level", err);
   if (st != EM_OK) return st;
 
   json_t *nm = json_object_get(root, "name");
   if (!nm) return em_error_set(err, EM_ERR_INVALID, "missing \"name\" (the model's name)");
   if (!json_is_string(nm) || !json_string_value(nm)[0])
     return em_error_set(err, EM_ERR_INVALID, "\"name\" must be a non-empty string, got %s",
-                        json_is_string(nm) ? "an empty one" : json_kind(nm));
+                        json_is_string(nm) ? "an empty one" : em_spec_json_kind(nm));
   s->name = json_string_value(nm);
   json_t *desc = json_object_get(root, "description");
   if (desc && !json_is_string(desc))
     return em_error_set(err, EM_ERR_INVALID, "\"description\" must be a string, got %s",
-                        json_kind(desc));
+                        em_spec_json_kind(desc));
   s->description = desc ? json_string_value(desc) : "";
   s->loss = json_object_get(root, "loss");
   s->training = json_object_get(root, "training");
   if (s->loss && !json_is_object(s->loss))
     return em_error_set(err, EM_ERR_INVALID, "\"loss\" must be an object, got %s",
-                        json_kind(s->loss));
+                        em_spec_json_kind(s->loss));
   if (s->training && !json_is_object(s->training))
     return em_error_set(err, EM_ERR_INVALID, "\"training\" must be an object, got %s",
-                        json_kind(s->training));
+                        em_spec_json_kind(s->training));
 
   st = parse_input(s, json_object_get(root, "input"), err);
   if (st != EM_OK) return st;
@@ -644,7 +387,7 @@ static em_status build(em_spec *s, em_error *err) {
   json_t *nodes = json_object_get(root, "nodes");
   if (!nodes) return em_error_set(err, EM_ERR_INVALID, "missing \"nodes\" (the list of layers)");
   if (!json_is_array(nodes))
-    return em_error_set(err, EM_ERR_INVALID, "\"nodes\" must be a list, got %s", json_kind(nodes));
+    return em_error_set(err, EM_ERR_INVALID, "\"nodes\" must be a list, got %s", em_spec_json_kind(nodes));
   st = em_spec_expand_repeats(nodes, json_string_value(json_object_get(root, "output")),
                               &s->flat_output, &s->flat, err);
   if (st != EM_OK) return st;
@@ -677,7 +420,7 @@ static em_status build(em_spec *s, em_error *err) {
   if (out) {
     if (!json_is_string(out))
       return em_error_set(err, EM_ERR_INVALID, "\"output\" must be a node name, got %s",
-                          json_kind(out));
+                          em_spec_json_kind(out));
     s->output = find_node(s, s->flat_output ? s->flat_output : json_string_value(out));
     if (s->output < 0)
       return em_error_set(err, EM_ERR_INVALID, "\"output\" names '%s', which is not a node",
