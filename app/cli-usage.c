@@ -48,6 +48,8 @@ static const char *const usage_head =
     "         --drift-window N (500; 0: off) --drift-min N (100) --drift-psi X (0.25)\n"
     "         --drift-js X (0.1): each version's last N requests against its drift reference,\n"
     "         on /metrics (ember_serve_drift_*); crossing a limit is a 'drift' in the history\n"
+    "         a language model (its spec has a tokenizer) also answers POST .../generate\n"
+    "         {\"text_input\": T, \"parameters\": {\"max_tokens\": N, \"temperature\": X, ...}}\n"
     "         --request-log FILE: a JSON line per request (id, version, status, latency, the\n"
     "         classes given) --request-log-sample F (1) --request-log-inputs (off)\n"
     "         --request-log-max-mb N (64; then FILE.1)\n"

@@ -118,8 +118,8 @@ static void *worker_main(void *arg) {
      * first is always taken, however many rows it has). */
     serve_job *first = b->head, *last = first;
     int64_t rows = first->rows;
-    while (last->next && last->next->model == first->model &&
-           rows + last->next->rows <= b->max_batch) {
+    while (!first->custom && last->next && !last->next->custom &&
+           last->next->model == first->model && rows + last->next->rows <= b->max_batch) {
       last = last->next;
       rows += last->rows;
     }
@@ -133,7 +133,8 @@ static void *worker_main(void *arg) {
     atomic_fetch_sub(&b->metrics->queue_rows, (int)rows);
     if (b->head) pthread_cond_signal(&b->cv); /* more for another worker */
     pthread_mutex_unlock(&b->mu);
-    run_batch(b, first, rows);
+    if (first->custom) first->custom(first); /* a generation: alone */
+    else run_batch(b, first, rows);
     pthread_mutex_lock(&b->mu);
   }
   pthread_mutex_unlock(&b->mu);

@@ -11,6 +11,7 @@
  *   GET  /v2/models/NAME[/versions/V]/ready      model readiness
  *   POST /v2/models/NAME[/versions/V]/infer      inference
  *   POST /v2/models/NAME/feedback                the true classes of an answered request
+ *   POST /v2/models/NAME[/versions/V]/generate   text from a language model
  *   GET  /metrics                                Prometheus text
  * Errors are {"error": "..."}: 400 bad input, 404 unknown model, version
  * or path, 405 a wrong method (with Allow), 413 a body over the cap
@@ -58,6 +59,7 @@ typedef struct {
   bool model_fault; /* the answer failed for the version's sake (an overflowed output) */
   serve_infer_req req;
   serve_job job;
+  serve_gen *gen; /* a generate request's (NULL: an infer) */
   atomic_bool done;
 } req_ctx;
 
@@ -174,6 +176,7 @@ typedef enum {
   R_MODEL_READY,
   R_INFER,
   R_FEEDBACK,
+  R_GENERATE,
   R_METRICS,
 } route_kind;
 
@@ -209,6 +212,7 @@ static route parse_route(const char *url) {
     else if (!strcmp(p, "/ready")) r.kind = R_MODEL_READY;
     else if (!strcmp(p, "/infer")) r.kind = R_INFER;
     else if (!strcmp(p, "/feedback") && !r.version[0]) r.kind = R_FEEDBACK;
+    else if (!strcmp(p, "/generate")) r.kind = R_GENERATE;
   }
   return r;
 }
@@ -305,6 +309,11 @@ static enum MHD_Result start_infer(req_ctx *c, const route *r) {
 
 static void release_infer(req_ctx *c) {
   if (!c->model) return;
+  if (c->gen) {
+    serve_gen_clear(c->gen);
+    free(c->gen);
+    c->gen = NULL;
+  }
   free(c->job.out);
   c->job.out = NULL;
   serve_infer_req_clear(&c->req);
@@ -354,6 +363,69 @@ static enum MHD_Result answer_feedback(req_ctx *c, const route *r) {
   return respond_json(c, 200, body, body ? strlen(body) : 0);
 }
 
+/* ---- generation ------------------------------------------------------------------ */
+
+static enum MHD_Result submit_generate(req_ctx *c, const route *r, bool *submitted) {
+  serve_server *srv = c->srv;
+  *submitted = false;
+  if (!atomic_load(&srv->ready))
+    return respond_error(c, 503, NULL, "the server is not ready (shutting down)");
+  serve_model *m = serve_slot_acquire(&srv->slot);
+  if (!model_matches(c, r, m)) {
+    serve_model_unref(m);
+    return MHD_YES;
+  }
+  serve_gen *g = malloc(sizeof *g);
+  char msg[512];
+  int code = g ? serve_generate_parse(c->body ? c->body : "", c->len, m, g, msg, sizeof msg)
+               : (snprintf(msg, sizeof msg, "out of memory"), 500);
+  drop_body(c);
+  if (code) {
+    free(g);
+    serve_model_unref(m);
+    return respond_error(c, code, NULL, "%s", msg);
+  }
+  int role = 0;
+  serve_model *pick = serve_route(srv, g->id, r->version, &role);
+  if (pick) {
+    serve_model_unref(m);
+    m = pick;
+  }
+  c->role = role;
+  c->model = m;
+  c->gen = g;
+  serve_generate_job(&c->job, m, g, job_done, c);
+  atomic_store(&c->done, false);
+  c->state = ST_WAITING;
+  *submitted = true;
+  MHD_suspend_connection(c->conn);
+  serve_batcher_submit(&srv->batcher, &c->job);
+  return MHD_YES;
+}
+
+static enum MHD_Result start_generate(req_ctx *c, const route *r) {
+  c->is_infer = true; /* counted with the version's requests and latency */
+  atomic_fetch_add(&c->srv->metrics.inflight, 1);
+  bool submitted;
+  enum MHD_Result res = submit_generate(c, r, &submitted);
+  if (!submitted) atomic_fetch_sub(&c->srv->metrics.inflight, 1);
+  return res;
+}
+
+static enum MHD_Result finish_generate(req_ctx *c) {
+  enum MHD_Result ok;
+  if (c->job.status != EM_OK) {
+    int code = c->job.status == EM_ERR_INVALID || c->job.status == EM_ERR_FORMAT ? 400 : 500;
+    ok = respond_error(c, code, NULL, "%s", c->job.error);
+  } else {
+    size_t len = 0;
+    char *body = serve_generate_format(c->model, c->gen, &len);
+    ok = respond_json(c, 200, body, len);
+  }
+  release_infer(c);
+  return ok;
+}
+
 /* ---- the handler --------------------------------------------------------------- */
 
 /* How much of a body over the cap is read (and dropped) to answer 413
@@ -375,7 +447,7 @@ static enum MHD_Result answer_get(req_ctx *c, const route *r) {
   case R_SERVER_META:
     return respond_text(c, 200, "{\"name\":\"ember\",\"version\":\"" EMBER_VERSION
                                 "\",\"extensions\":[\"classification\","
-                                "\"binary_tensor_data\"]}");
+                                "\"binary_tensor_data\",\"generate\"]}");
   case R_METRICS: {
     char *text = serve_metrics_format(&srv->metrics, &len);
     if (!text) return respond_json(c, 500, NULL, 0);
@@ -573,7 +645,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   }
   if (c->state == ST_WAITING) {
     if (!atomic_load(&c->done)) return MHD_YES; /* not ours yet */
-    return finish_infer(c);
+    return c->gen ? finish_generate(c) : finish_infer(c);
   }
 
   /* the whole request is in */
@@ -588,6 +660,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (r.kind == R_INFER) {
     if (!post) return respond_error(c, 405, "POST", "%s needs POST", "infer");
     return start_infer(c, &r);
+  }
+  if (r.kind == R_GENERATE) {
+    if (!post) return respond_error(c, 405, "POST", "%s needs POST", "generate");
+    return start_generate(c, &r);
   }
   if (r.kind == R_FEEDBACK) {
     if (!post) return respond_error(c, 405, "POST", "%s needs POST", "feedback");

@@ -23,6 +23,7 @@
  *                     its reference, judged once a second
  *   serve-log.c       the request log: a JSON line per (sampled) request
  *   serve-feedback.c  labels for answered requests: each version's accuracy
+ *   serve-generate.c  text from a language model (the generate extension)
  *   ../cmd-serve.c    the command: options, threads, signals, shutdown
  *
  * Threads: libmicrohttpd event threads (I/O, JSON parse and format: a
@@ -192,6 +193,10 @@ struct serve_job {
   char error[1024];
   serve_job_done_fn done; /* called on the worker once out or error is set */
   void *user;
+  /* a job that is no forward of rows (a generation): the worker runs it
+   * alone through custom, which sets status and calls done */
+  void (*custom)(serve_job *job);
+  struct serve_gen *user_gen;
 };
 
 typedef struct {
@@ -278,6 +283,29 @@ typedef struct {
   pthread_mutex_t mu;         /* ips */
   serve_metrics *metrics;
 } serve_guard;
+
+/* ---- generation ----------------------------------------------------------------- */
+
+#define SERVE_GENERATE_MAX_TOKENS 4096
+typedef struct serve_gen {
+  char *prompt, *id;
+  size_t prompt_len;
+  int64_t max_tokens;
+  em_sample_params sp;
+  uint64_t seed;
+  char *out; /* the new text */
+  size_t len, cap;
+  em_generate_stats stats;
+} serve_gen;
+/* A generate body against model m: 0, or the HTTP status with msg. */
+int serve_generate_parse(const char *body, size_t len, const serve_model *m, serve_gen *g,
+                         char *msg, size_t cap);
+void serve_gen_clear(serve_gen *g);
+/* The job that runs g on a worker. */
+void serve_generate_job(serve_job *j, serve_model *m, serve_gen *g, serve_job_done_fn done,
+                        void *user);
+/* The answer (malloc'd JSON). */
+char *serve_generate_format(const serve_model *m, const serve_gen *g, size_t *len);
 
 /* ---- the request log ---------------------------------------------------------- */
 

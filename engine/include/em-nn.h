@@ -220,6 +220,22 @@ typedef struct {
 } em_sample_params;
 int64_t em_sample_token(const float *logits, int64_t V, const em_sample_params *p, em_rng *rng);
 
+/* Text from a language model (generate.c): prompt (prompt_len bytes;
+ * source names it in messages: "--prompt") encoded by the spec's tokenizer, then n_new tokens drawn with sp and
+ * rng, each token's text (1 to 4 bytes) given to sink as it is made (a
+ * false return stops there). Refused (EM_ERR_INVALID, said why) for a
+ * model without a tokenizer, an empty prompt or one the tokenizer cannot
+ * encode. */
+typedef bool (*em_generate_sink)(void *user, const char *text, int n);
+typedef struct {
+  int64_t prompt_tokens, tokens;
+  double prompt_s, generate_s; /* the prompt's forward; the new tokens */
+} em_generate_stats;
+em_status em_generate(em_model *m, const char *prompt, size_t prompt_len, const char *source,
+                      int64_t n_new,
+                      const em_sample_params *sp, em_rng *rng, em_generate_sink sink, void *user,
+                      em_generate_stats *stats, em_error *err);
+
 /* ---- init ------------------------------------------------------------------ */
 /* Fill a contiguous float tensor in place from rng. fan_in/fan_out
  * come from the shape like PyTorch's: (K, D) -> in D, out K; (K, C, kh,
