@@ -18,6 +18,7 @@ int cli_cmd_plugins(int argc, char **argv); /* cmd-plugins.c */
 int cli_cmd_predict(int argc, char **argv); /* cmd-predict.c */
 int cli_cmd_drift(int argc, char **argv);   /* cmd-drift.c */
 int cli_cmd_sweep(int argc, char **argv);   /* cmd-sweep.c */
+int cli_cmd_queue(int argc, char **argv);   /* cmd-sweep.c */
 int cli_cmd_serve(int argc, char **argv);   /* cmd-serve.c (+ serve/) */
 int cli_cmd_devices(int argc, char **argv); /* cmd-devices.c */
 int cli_cmd_generate(int argc, char **argv); /* cmd-generate.c */

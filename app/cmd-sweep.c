@@ -6,6 +6,8 @@
  *   ember sweep status ID [--json]                     its trials
  *   ember sweep list [--json]
  *   ember sweep pause ID | cancel ID                   told to its runner through the registry
+ *   ember queue SPEC... [--training JSON] [--parallel P] [--name N]   single runs, queued
+ *       (a sweep of one trial per SPEC: status, resume and cancel as above)
  * each with --registry DIR. P trials run at once, each with cores / P
  * threads (at least 1). */
 #include <jansson.h>
@@ -106,6 +108,75 @@ static int print_trials(em_store *s, int64_t id, bool json) {
   return 0;
 }
 
+/* Records the description text (its base_dir resolves relative spec
+ * paths) as a new sweep and runs it here. */
+static int start(em_store *s, const char *text, const char *base_dir, const char *name,
+                 const char *regdir, const char *parallel, bool json, bool quiet,
+                 const char *what) {
+  em_error err = {0};
+  em_tune_desc d;
+  if (em_tune_desc_parse(&d, text, base_dir, &err) != EM_OK) return cli_fail(&err, what);
+  char *recorded = em_tune_desc_recorded(text, &d);
+  int64_t id = 0;
+  int rc = 0;
+  json_t *o = json_loads(text, 0, NULL);
+  const char *nm = name ? name : json_string_value(json_object_get(o, "name"));
+  if (!recorded || em_store_sweep_create(s, nm, recorded, &id, &err) != EM_OK) {
+    rc = cli_fail1(&err, what);
+  } else {
+    static const char *const samplers[] = {"grid", "random", "tpe", "queue"};
+    fprintf(stderr, "sweep %lld: %d trial%s (%s%s%s), metric %s (%s)\n", (long long)id, d.trials,
+            d.trials == 1 ? "" : "s", samplers[d.sampler],
+            d.sampler == EM_TUNE_QUEUE ? " of single runs" : " sampler",
+            d.pruner == EM_PRUNE_ASHA     ? ", ASHA pruning"
+            : d.pruner == EM_PRUNE_MEDIAN ? ", median pruning"
+                                          : "",
+            d.metric, d.maximize ? "maximize" : "minimize");
+    rc = run_it(s, id, regdir, parallel, quiet);
+    if (rc == 0) rc = print_trials(s, id, json);
+  }
+  json_decref(o);
+  free(recorded);
+  em_tune_desc_clear(&d);
+  return rc;
+}
+
+int cli_cmd_queue(int argc, char **argv) {
+  const char *registry = NULL, *parallel = NULL, *name = NULL, *training = NULL;
+  bool json = false, quiet = false;
+  const cli_opt opts[] = {{"registry", &registry, NULL}, {"parallel", &parallel, NULL},
+                          {"name", &name, NULL},         {"training", &training, NULL},
+                          {"json", NULL, &json},         {"quiet", NULL, &quiet},
+                          {0}};
+  const char **pos = cli_xmalloc(sizeof(char *) * (size_t)argc);
+  int np = cli_parse_args(argc, argv, 2, opts, pos, 1, EM_TUNE_MAX_QUEUE, "queue");
+  json_t *tr = training ? json_loads(training, 0, NULL) : json_object();
+  if (!json_is_object(tr))
+    cli_die_usage("--training takes a JSON object of training settings for every run, e.g. "
+                  "'{\"epochs\": 2, \"limit\": 5000}'");
+  json_t *q = json_array();
+  for (int i = 0; i < np; i++) {
+    char *abs = realpath(pos[i], NULL);
+    json_array_append_new(q, json_pack("{s:s}", "spec", abs ? abs : pos[i]));
+    free(abs);
+  }
+  json_t *desc = json_pack("{s:o, s:o}", "queue", q, "training", tr);
+  char *text = json_dumps(desc, JSON_COMPACT);
+  json_decref(desc);
+  free(pos);
+  char regdir[4096];
+  em_error err = {0};
+  if (cli_registry_dir(registry, regdir, sizeof regdir, &err) != EM_OK) {
+    free(text);
+    return cli_fail1(&err, "registry");
+  }
+  em_store *s = cli_store_open(registry, false);
+  int rc = s ? start(s, text, NULL, name, regdir, parallel, json, quiet, "queue") : 1;
+  em_store_close(s);
+  free(text);
+  return rc;
+}
+
 int cli_cmd_sweep(int argc, char **argv) {
   if (argc < 3) cli_die_usage("sweep expects start, resume, status, list, pause or cancel");
   const char *sub = argv[2], *registry = NULL, *parallel = NULL, *name = NULL, *pos[1] = {NULL};
@@ -127,39 +198,13 @@ int cli_cmd_sweep(int argc, char **argv) {
   int rc = 0;
   if (!strcmp(sub, "start")) {
     char *text = em_read_text(pos[0]);
-    em_tune_desc d;
     if (!text) {
       fprintf(stderr, "ember: sweep start: cannot read '%s'\n", pos[0]);
       rc = 1;
     } else {
       char *copy = strdup(pos[0]);
-      em_status st = em_tune_desc_parse(&d, text, dirname(copy), &err);
+      rc = start(s, text, dirname(copy), name, regdir, parallel, json, quiet, pos[0]);
       free(copy);
-      if (st != EM_OK) {
-        rc = cli_fail(&err, pos[0]);
-      } else {
-        char *recorded = em_tune_desc_recorded(text, &d);
-        int64_t id = 0;
-        json_t *o = json_loads(text, 0, NULL);
-        const char *nm = name ? name : json_string_value(json_object_get(o, "name"));
-        if (!recorded || em_store_sweep_create(s, nm, recorded, &id, &err) != EM_OK) {
-          rc = cli_fail1(&err, "sweep start");
-        } else {
-          fprintf(stderr, "sweep %lld: %d trial%s (%s sampler%s), metric %s (%s)\n",
-                  (long long)id, d.trials, d.trials == 1 ? "" : "s",
-                  d.sampler == EM_TUNE_GRID ? "grid" : d.sampler == EM_TUNE_RANDOM ? "random"
-                                                                                   : "tpe",
-                  d.pruner == EM_PRUNE_ASHA ? ", ASHA pruning" : d.pruner == EM_PRUNE_MEDIAN
-                                                                     ? ", median pruning"
-                                                                     : "",
-                  d.metric, d.maximize ? "maximize" : "minimize");
-          rc = run_it(s, id, regdir, parallel, quiet);
-          if (rc == 0) print_trials(s, id, json);
-        }
-        json_decref(o);
-        free(recorded);
-        em_tune_desc_clear(&d);
-      }
     }
     free(text);
   } else if (!strcmp(sub, "resume")) {

@@ -64,7 +64,7 @@ static const struct {
     {"plugins", cli_cmd_plugins, true},  {"predict", cli_cmd_predict, false},
     {"serve", cli_cmd_serve, false},     {"devices", cli_cmd_devices, false},
     {"drift", cli_cmd_drift, false},     {"sweep", cli_cmd_sweep, false},
-    {"generate", cli_cmd_generate, false},
+    {"generate", cli_cmd_generate, false}, {"queue", cli_cmd_queue, false},
 };
 
 int main(int argc, char **argv) {
@@ -97,6 +97,6 @@ int main(int argc, char **argv) {
     }
   cli_die_usage("unknown command '%s'; commands: train, eval, info, runs, run, compare, "
                 "metrics, models, model, plugins, gc, profile, export, predict, serve, drift, "
-                "sweep, devices, generate",
+                "sweep, queue, devices, generate",
                 cmd);
 }

@@ -83,14 +83,13 @@ static void say(runner *r, const char *fmt, ...) {
 
 /* <dir>/trial-N/<the base spec's file name>: the run's model is the base
  * spec's (ember train names it after the file). */
-static void trial_spec_path(runner *r, int number, char *out, size_t cap) {
-  const char *base = strrchr(r->d.spec_path, '/');
-  snprintf(out, cap, "%s/trial-%d/%s", r->dir, number, base ? base + 1 : r->d.spec_path);
+static void trial_spec_path(runner *r, int number, const char *params, char *out, size_t cap) {
+  snprintf(out, cap, "%s/trial-%d/%s", r->dir, number, em_tune_trial_spec_name(&r->d, params));
 }
 
-static pid_t spawn_train(runner *r, int number, int64_t resume_run) {
+static pid_t spawn_train(runner *r, int number, const char *params, int64_t resume_run) {
   char spec[4400], log[4200], name[64], threads[16], run[32];
-  trial_spec_path(r, number, spec, sizeof spec);
+  trial_spec_path(r, number, params, spec, sizeof spec);
   snprintf(log, sizeof log, "%s/trial-%d/train.log", r->dir, number);
   snprintf(name, sizeof name, "sweep-%lld-trial-%d", (long long)r->o->sweep, number);
   snprintf(threads, sizeof threads, "%d", r->o->threads);
@@ -160,7 +159,7 @@ static int write_trial_spec(runner *r, int number, const char *params) {
   char path[4400];
   snprintf(path, sizeof path, "%s/trial-%d", r->dir, number);
   mkdir(path, 0755);
-  trial_spec_path(r, number, path, sizeof path);
+  trial_spec_path(r, number, params, path, sizeof path);
   FILE *f = fopen(path, "w");
   if (!f || fputs(spec, f) < 0 || fclose(f) != 0) {
     fprintf(stderr, "ember: sweep: cannot write %s: %s\n", path, strerror(errno));
@@ -171,9 +170,10 @@ static int write_trial_spec(runner *r, int number, const char *params) {
   return 0;
 }
 
-/* Starts (or resumes, from run) trial number and watches it. */
-static void launch(runner *r, int number, int64_t resume_run) {
-  pid_t pid = spawn_train(r, number, resume_run);
+/* Starts (or resumes, from run) trial number (its settings params) and
+ * watches it. */
+static void launch(runner *r, int number, const char *params, int64_t resume_run) {
+  pid_t pid = spawn_train(r, number, params, resume_run);
   em_error err = {0};
   if (!pid) {
     em_store_trial_update(r->s, r->o->sweep, number, EM_TRIAL_FAILED, resume_run, NAN, 0, 0,
@@ -217,7 +217,8 @@ static void reconcile(runner *r) {
       /* started by the runner before, its run not recorded yet: not twice */
       r->act[r->n_act++] = (active){.number = t[i].number, .pid = (pid_t)t[i].pid};
     } else if (!run.id) {
-      if (!write_trial_spec(r, t[i].number, t[i].params_json)) launch(r, t[i].number, 0);
+      if (!write_trial_spec(r, t[i].number, t[i].params_json))
+        launch(r, t[i].number, t[i].params_json, 0);
     } else if (run.status == EM_RUN_RUNNING && alive((pid_t)run.pid)) {
       r->act[r->n_act++] = (active){.number = t[i].number, .pid = (pid_t)run.pid, .run = run.id};
       say(r, "trial %d is still training (process %lld): watching it", t[i].number,
@@ -226,10 +227,10 @@ static void reconcile(runner *r) {
       /* it ended while no runner watched: the next look records it */
       r->act[r->n_act++] = (active){.number = t[i].number, .run = run.id};
     } else if (has_checkpoint(r, run.id)) {
-      launch(r, t[i].number, run.id);
+      launch(r, t[i].number, t[i].params_json, run.id);
     } else {
       say(r, "trial %d died before its first checkpoint: starting it again", t[i].number);
-      launch(r, t[i].number, 0);
+      launch(r, t[i].number, t[i].params_json, 0);
     }
     em_run_clear(&run);
   }
@@ -276,7 +277,7 @@ static void watch(runner *r) {
           em_store_trial_update(r->s, r->o->sweep, t[i].number, EM_TRIAL_FAILED, 0, NAN, 0, 0,
                                 "its process ended before it recorded a run (see its log)", NULL);
         else if (!g_stop)
-          launch(r, t[i].number, 0);
+          launch(r, t[i].number, t[i].params_json, 0);
       }
       continue;
     }
@@ -309,10 +310,8 @@ static void watch(runner *r) {
         em_store_trial_update(r->s, r->o->sweep, t[i].number, EM_TRIAL_RUNNING, run.id, metric,
                               nv, steps, NULL, NULL);
         drop_active(r, t[i].number);
-        if (!g_stop) {
-          if (has_checkpoint(r, run.id)) launch(r, t[i].number, run.id);
-          else launch(r, t[i].number, 0);
-        }
+        if (!g_stop)
+          launch(r, t[i].number, t[i].params_json, has_checkpoint(r, run.id) ? run.id : 0);
         free(v);
         em_run_clear(&run);
         continue;
@@ -371,8 +370,8 @@ static int fill(runner *r, bool *exhausted) {
       break;
     }
     say(r, "trial %d: %s", n, params);
+    launch(r, n, params, 0);
     free(params);
-    launch(r, n, 0);
     em_trial_rows_free(t, n);
     t = NULL;
     if (em_store_trials_list(r->s, r->o->sweep, &t, &n, NULL) != EM_OK) break;

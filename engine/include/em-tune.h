@@ -34,9 +34,10 @@
 
 #define EM_TUNE_MAX_PARAMS 16
 #define EM_TUNE_MAX_VALUES 64
+#define EM_TUNE_MAX_QUEUE 256
 
 typedef enum { EM_TUNE_LIST, EM_TUNE_RANGE, EM_TUNE_CHOICE } em_tune_kind;
-typedef enum { EM_TUNE_GRID, EM_TUNE_RANDOM, EM_TUNE_TPE } em_tune_sampler;
+typedef enum { EM_TUNE_GRID, EM_TUNE_RANDOM, EM_TUNE_TPE, EM_TUNE_QUEUE } em_tune_sampler;
 typedef enum { EM_PRUNE_NONE, EM_PRUNE_ASHA, EM_PRUNE_MEDIAN } em_prune_kind;
 
 typedef struct {
@@ -62,6 +63,10 @@ typedef struct {
   em_prune_kind pruner;
   int min_epochs, reduction, startup;  /* ASHA's first rung and eta; the median rule's startup */
   char *training_json;                 /* the "training" overrides, "{}" when none */
+  /* a queue ({"queue": [{"spec": PATH}, ...], "training": {...}}): single
+   * runs, one trial each, in order, run and resumed as a sweep's trials */
+  int n_queue;
+  char *queue_path[EM_TUNE_MAX_QUEUE], *queue_text[EM_TUNE_MAX_QUEUE];
 } em_tune_desc;
 
 /* Parses a description; base_dir resolves a relative "spec" path (NULL:
@@ -89,9 +94,13 @@ typedef struct {
 char *em_tune_sample(const em_tune_desc *d, int number, const em_tune_history *hist, int n_hist,
                      em_error *err);
 
-/* The spec of a trial (malloc'd JSON): the base spec with the "training"
- * overrides and the trial's parameters set at their paths. */
+/* The spec of a trial (malloc'd JSON): the base spec (a queue: its
+ * entry's) with the "training" overrides and the trial's parameters set
+ * at their paths. */
 char *em_tune_trial_spec(const em_tune_desc *d, const char *params_json, em_error *err);
+/* The file name a trial's spec is written under (its run's model is the
+ * stem): the base spec's, or the queue entry's. */
+const char *em_tune_trial_spec_name(const em_tune_desc *d, const char *params_json);
 
 /* Pruning, at a trial's evaluation number e (1-based: its e-th test
  * metric) with value v. others: every other trial's metric at its e-th

@@ -1,5 +1,5 @@
 /* tune-desc.c: a sweep's description (em-tune.h). */
-#include "em-tune.h"
+#include "tune-private.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -69,7 +69,7 @@ em_status em_tune_desc_parse(em_tune_desc *d, const char *json, const char *base
   em_status st = EM_OK;
   static const char *const known[] = {"spec", "parameters", "sampler", "metric", "direction",
                                       "trials", "time_budget_s", "seed", "pruner", "training",
-                                      "name", "spec_json", NULL};
+                                      "name", "spec_json", "queue", NULL};
   const char *key;
   json_t *v;
   json_object_foreach(o, key, v) {
@@ -77,9 +77,14 @@ em_status em_tune_desc_parse(em_tune_desc *d, const char *json, const char *base
     for (int i = 0; known[i] && !ok; i++) ok = !strcmp(known[i], key);
     if (!ok) {
       st = bad(err, "unknown key '%s' (known: spec, parameters, sampler, metric, direction, "
-               "trials, time_budget_s, seed, pruner, training, name)", key);
+               "trials, time_budget_s, seed, pruner, training, name, queue)", key);
       goto out;
     }
+  }
+  json_t *queue = json_object_get(o, "queue");
+  if (queue) { /* single runs: no spec, parameters or sampler of its own */
+    if ((st = em_tune_queue_parse(d, queue, base_dir, err)) != EM_OK) goto out;
+    goto have_trials;
   }
   const char *spec = json_string_value(json_object_get(o, "spec"));
   if (!spec) {
@@ -125,6 +130,8 @@ have_spec:;
                "(or use \"sampler\": \"random\" or \"tpe\")", d->p[i].path);
       goto out;
     }
+  d->trials = 0;
+have_trials:;
   const char *metric = json_string_value(json_object_get(o, "metric"));
   snprintf(d->metric, sizeof d->metric, "%s", metric ? metric : "test_accuracy");
   const char *dir = json_string_value(json_object_get(o, "direction"));
@@ -135,9 +142,10 @@ have_spec:;
   }
   json_t *trials = json_object_get(o, "trials");
   int64_t grid = em_tune_grid_size(d);
-  d->trials = json_is_integer(trials) ? (int)json_integer_value(trials)
-              : d->sampler == EM_TUNE_GRID ? (int)grid
-                                           : 10;
+  if (d->sampler != EM_TUNE_QUEUE)
+    d->trials = json_is_integer(trials) ? (int)json_integer_value(trials)
+                : d->sampler == EM_TUNE_GRID ? (int)grid
+                                             : 10;
   if (d->trials < 1 || d->trials > 100000) {
     st = bad(err, "%s: 1 to 100000", "trials");
     goto out;
@@ -184,6 +192,10 @@ out:
 void em_tune_desc_clear(em_tune_desc *d) {
   for (int i = 0; i < d->n_params; i++)
     for (int k = 0; k < d->p[i].n_values; k++) free(d->p[i].values[k]);
+  for (int i = 0; i < d->n_queue; i++) {
+    free(d->queue_path[i]);
+    free(d->queue_text[i]);
+  }
   free(d->spec_path);
   free(d->spec_text);
   free(d->training_json);
@@ -198,6 +210,12 @@ int64_t em_tune_grid_size(const em_tune_desc *d) {
 }
 
 char *em_tune_desc_recorded(const char *json, const em_tune_desc *d) {
+  if (d->sampler == EM_TUNE_QUEUE) {
+    json_t *q = json_loads(json, 0, NULL);
+    char *txt = q ? em_tune_queue_recorded(q, d) : NULL;
+    json_decref(q);
+    return txt;
+  }
   json_t *o = json_loads(json, 0, NULL), *spec = json_loads(d->spec_text, JSON_DECODE_ANY, NULL);
   if (!o || !spec) {
     json_decref(o);

@@ -9,7 +9,7 @@
  * hundredth of the range, plus a uniform prior of one observation's
  * weight; a categorical's counts plus one) gives l(x) and g(x), and of 24
  * candidates drawn from l the one with the largest l(x) / g(x) is taken. */
-#include "em-tune.h"
+#include "tune-private.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -150,7 +150,13 @@ char *em_tune_sample(const em_tune_desc *d, int number, const em_tune_history *h
                      em_error *err) {
   json_t *out = json_object();
   rng r = {d->seed * 0x100000001B3ULL + (uint64_t)number * 0x9E3779B97F4A7C15ULL + 1};
-  if (d->sampler == EM_TUNE_GRID) {
+  if (d->sampler == EM_TUNE_QUEUE) {
+    if (number >= d->n_queue) {
+      json_decref(out);
+      return NULL;
+    }
+    json_object_set_new(out, "queue", json_integer(number));
+  } else if (d->sampler == EM_TUNE_GRID) {
     if (number >= em_tune_grid_size(d)) {
       json_decref(out);
       return NULL;
@@ -243,8 +249,9 @@ static em_status set_path(json_t *spec, const char *path, json_t *v, em_error *e
 }
 
 char *em_tune_trial_spec(const em_tune_desc *d, const char *params_json, em_error *err) {
-  json_t *spec = json_loads(d->spec_text, 0, NULL), *tr = json_loads(d->training_json, 0, NULL),
-         *params = json_loads(params_json, 0, NULL);
+  int q = d->sampler == EM_TUNE_QUEUE ? em_tune_queue_index(d, params_json) : -1;
+  json_t *spec = json_loads(q >= 0 ? d->queue_text[q] : d->spec_text, 0, NULL),
+         *tr = json_loads(d->training_json, 0, NULL), *params = json_loads(params_json, 0, NULL);
   char *out = NULL;
   if (!json_is_object(spec) || !json_is_object(params)) {
     em_error_set(err, EM_ERR_FORMAT, "the base spec '%s' is not a JSON object", d->spec_path);
@@ -253,7 +260,10 @@ char *em_tune_trial_spec(const em_tune_desc *d, const char *params_json, em_erro
   const char *k;
   json_t *v;
   json_object_foreach(tr, k, v) json_object_set(section(spec, "training"), k, v);
-  json_object_foreach(params, k, v) if (set_path(spec, k, v, err) != EM_OK) goto done;
+  json_object_foreach(params, k, v) {
+    if (q >= 0) break; /* a queue's {"queue": i} names the spec, sets nothing */
+    if (set_path(spec, k, v, err) != EM_OK) goto done;
+  }
   out = json_dumps(spec, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
 done:
   json_decref(spec);

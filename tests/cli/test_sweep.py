@@ -212,6 +212,21 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(self.e.integrity(), "ok")
         self.e.check_checkpoints_whole()
 
+    def test_queue(self):
+        """`ember queue SPEC...`: single runs as a sweep's trials (one per spec, each
+        recorded under its spec's model), with common --training settings."""
+        s = json.loads(self.e.ok("queue", self.e.spec(), self.e.spec("fmnist-cnn.json"),
+                                 "--training", '{"dataset": "synthetic", "epochs": 1, '
+                                 '"limit": 300}', "--parallel", "2", "--json",
+                                 "--quiet").stdout)
+        self.assertEqual([t["status"] for t in s["trials"]], ["completed"] * 2)
+        models = [self.e.sql("SELECT model FROM runs WHERE id = ?", t["run"])[0][0]
+                  for t in s["trials"]]
+        self.assertEqual(models, ["fmnist-mlp", "fmnist-cnn"])
+        p = self.e.run("queue", self.e.spec(), "--training", "[1]")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--training takes a JSON object", p.stderr)
+
     def test_early_stop(self):
         """--early-stop METRIC:N: with lr 0 the test loss never improves, so the run
         completes after 1 + N evaluations; stopped before that and resumed, it ends
