@@ -209,42 +209,17 @@ static void judge_once(serve_drift_judge *j) {
   for (int r = 0; r < 2; r++) serve_model_unref(models[r]);
 }
 
-static void *judge_main(void *arg) {
-  serve_drift_judge *j = arg;
-  pthread_mutex_lock(&j->mu);
-  while (!j->stopping) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += 1;
-    while (!j->stopping && pthread_cond_timedwait(&j->cv, &j->mu, &ts) != ETIMEDOUT) {}
-    if (j->stopping) break;
-    pthread_mutex_unlock(&j->mu);
-    judge_once(j);
-    pthread_mutex_lock(&j->mu);
-  }
-  pthread_mutex_unlock(&j->mu);
-  return NULL;
+static bool judge_tick(void *arg) {
+  judge_once(arg);
+  return true;
 }
 
 em_status serve_drift_judge_start(serve_drift_judge *j, em_error *err) {
-  serve_mutex_cond_init(&j->mu, &j->cv);
-  if (pthread_create(&j->thread, NULL, judge_main, j) != 0)
-    return em_error_set(err, EM_ERR_NOMEM, "cannot start the drift judge's thread");
-  j->started = true;
-  return EM_OK;
+  return serve_ticker_start(&j->ticker, 1.0, judge_tick, j, "the drift judge", err);
 }
 
 void serve_drift_judge_stop(serve_drift_judge *j) {
-  if (j->started) {
-    pthread_mutex_lock(&j->mu);
-    j->stopping = true;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    pthread_join(j->thread, NULL);
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
-    j->started = false;
-  }
+  serve_ticker_stop(&j->ticker);
   if (j->store) em_store_close(j->store);
   j->store = NULL;
 }

@@ -410,6 +410,23 @@ serve_model *serve_route(serve_server *srv, const char *id, const char *version,
 /* Whether the version a path names is served (stable or canary). */
 bool serve_route_serves(serve_server *srv, const char *version);
 
+/* ---- a periodic thread ------------------------------------------------------------ */
+
+typedef struct {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool stopping, started;
+  double period_s;
+  bool (*tick)(void *user); /* false: the ticker ends */
+  void *user;
+} serve_ticker;
+/* Calls tick(user) every period_s seconds on a thread of its own (what:
+ * its name in the error). */
+em_status serve_ticker_start(serve_ticker *t, double period_s, bool (*tick)(void *user),
+                             void *user, const char *what, em_error *err);
+void serve_ticker_stop(serve_ticker *t); /* fine when never started */
+
 /* ---- the canary's objectives ---------------------------------------------------- */
 
 typedef struct {
@@ -426,10 +443,8 @@ typedef struct {
   em_store *store;        /* owned (closed by serve_judge_stop); NULL: no record */
   char model[128], canary_ref[300];
   int canary_version, stable_version;
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool stopping, started, rolled_back;
+  serve_ticker ticker;
+  atomic_bool rolled_back;
 } serve_judge;
 
 /* Judges the canary every 100 ms; records "canary-start" now. */
@@ -482,10 +497,7 @@ typedef struct {
   em_store *store;            /* owned; NULL: nothing recorded */
   char stable_ref[300], canary_ref[300]; /* NAME@ALIAS as served: the audit rows' alias */
   uint64_t events;            /* judge thread only */
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool stopping, started;
+  serve_ticker ticker;
 } serve_drift_judge;
 em_status serve_drift_judge_start(serve_drift_judge *j, em_error *err);
 void serve_drift_judge_stop(serve_drift_judge *j); /* closes the store; fine when never started */

@@ -50,59 +50,36 @@ static void judge_once(serve_judge *j, char *why, size_t cap) {
              j->slo.min_accuracy, (long long)correct, (long long)labelled, j->slo.window_s);
 }
 
-static void *judge_main(void *arg) {
+/* Every 100 ms; after a rollback the canary is judged no more. */
+static bool judge_tick(void *arg) {
   serve_judge *j = arg;
-  pthread_mutex_lock(&j->mu);
-  while (!j->stopping && !j->rolled_back) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += 100000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    while (!j->stopping && pthread_cond_timedwait(&j->cv, &j->mu, &ts) != ETIMEDOUT) {}
-    if (j->stopping) break;
-    pthread_mutex_unlock(&j->mu);
-    char why[256];
-    judge_once(j, why, sizeof why);
-    if (why[0]) {
-      atomic_store(&j->srv->canary_permille, 0);
-      atomic_store(&j->srv->metrics.canary_permille, 0);
-      pthread_mutex_lock(&j->srv->metrics.mu);
-      j->srv->metrics.canary_rollbacks++;
-      pthread_mutex_unlock(&j->srv->metrics.mu);
-      fprintf(stderr, "ember serve: the canary %s (version %d) broke its objective: %s; its "
-              "traffic goes back to version %d\n", j->canary_ref, j->canary_version, why,
-              j->stable_version);
-      record(j, "canary-rollback", why);
-    }
-    pthread_mutex_lock(&j->mu);
-    if (why[0]) j->rolled_back = true;
-  }
-  pthread_mutex_unlock(&j->mu);
-  return NULL;
+  char why[256];
+  judge_once(j, why, sizeof why);
+  if (!why[0]) return true;
+  atomic_store(&j->srv->canary_permille, 0);
+  atomic_store(&j->srv->metrics.canary_permille, 0);
+  pthread_mutex_lock(&j->srv->metrics.mu);
+  j->srv->metrics.canary_rollbacks++;
+  pthread_mutex_unlock(&j->srv->metrics.mu);
+  fprintf(stderr, "ember serve: the canary %s (version %d) broke its objective: %s; its "
+          "traffic goes back to version %d\n", j->canary_ref, j->canary_version, why,
+          j->stable_version);
+  record(j, "canary-rollback", why);
+  atomic_store(&j->rolled_back, true);
+  return false;
 }
 
 em_status serve_judge_start(serve_judge *j, em_error *err) {
   char detail[200];
   snprintf(detail, sizeof detail, "%.1f%% of the traffic", atomic_load(&j->srv->canary_permille) / 10.0);
   record(j, "canary-start", detail);
-  serve_mutex_cond_init(&j->mu, &j->cv);
-  if (pthread_create(&j->thread, NULL, judge_main, j) != 0)
-    return em_error_set(err, EM_ERR_IO, "could not start the canary's judge");
-  j->started = true;
-  return EM_OK;
+  return serve_ticker_start(&j->ticker, 0.1, judge_tick, j, "the canary's judge", err);
 }
 
 void serve_judge_stop(serve_judge *j) {
-  if (j->started) {
-    pthread_mutex_lock(&j->mu);
-    j->stopping = true;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    pthread_join(j->thread, NULL);
-    j->started = false;
-    if (!j->rolled_back) record(j, "canary-end", "the server stopped");
-    pthread_cond_destroy(&j->cv);
-    pthread_mutex_destroy(&j->mu);
+  if (j->ticker.started) {
+    serve_ticker_stop(&j->ticker);
+    if (!atomic_load(&j->rolled_back)) record(j, "canary-end", "the server stopped");
   }
   if (j->store) em_store_close(j->store);
   j->store = NULL;
