@@ -20,6 +20,7 @@ extern GResource *em_ui_registry_get_resource(void);
 extern GResource *em_ui_builder_get_resource(void);
 extern GResource *em_ui_profile_get_resource(void);
 extern GResource *em_ui_deploy_get_resource(void);
+extern GResource *em_ui_sweeps_get_resource(void);
 
 struct _EmApplication {
   GtkApplication parent_instance;
@@ -41,6 +42,7 @@ void em_ui_register_resources(void) {
   g_resources_register(em_ui_builder_get_resource());
   g_resources_register(em_ui_profile_get_resource());
   g_resources_register(em_ui_deploy_get_resource());
+  g_resources_register(em_ui_sweeps_get_resource());
   g_once_init_leave(&done, 1);
 }
 
@@ -196,12 +198,12 @@ static void em_application_startup(GApplication *app) {
   self->sigterm_id = g_unix_signal_add(SIGTERM, on_quit_signal, app);
   self->sigint_id = g_unix_signal_add(SIGINT, on_quit_signal, app);
   GtkApplication *ga = GTK_APPLICATION(app);
-  static const char *const pages[] = {"builder", "data", "train", "memory",
-                                      "profiler", "runs", "compare", "registry"};
-  for (int i = 0; i < 8; i++) {
+  static const char *const pages[] = {"builder",  "data",     "train",  "memory", "profiler",
+                                      "runs",     "compare",  "registry", "deploy", "sweeps"};
+  for (int i = 0; i < 10; i++) { /* Ctrl+1 ... Ctrl+9, then Ctrl+0 */
     char action[64], accel[32];
     g_snprintf(action, sizeof action, "win.page('%s')", pages[i]);
-    g_snprintf(accel, sizeof accel, "<Control>%d", i + 1);
+    g_snprintf(accel, sizeof accel, "<Control>%d", (i + 1) % 10);
     const char *accels[] = {accel, NULL};
     gtk_application_set_accels_for_action(ga, action, accels);
   }

@@ -15,6 +15,7 @@
 #include "em-compare-page.h"
 #include "em-registry-page.h"
 #include "em-deploy-page.h"
+#include "em-sweeps-page.h"
 
 struct _EmWindow {
   GtkApplicationWindow parent_instance;
@@ -24,10 +25,10 @@ struct _EmWindow {
 
 G_DEFINE_FINAL_TYPE(EmWindow, em_window, GTK_TYPE_APPLICATION_WINDOW)
 
-static const char *const page_names[] = {"builder",  "data", "train",   "memory",   "profiler",
-                                         "runs",     "compare", "registry", "deploy", NULL};
-static const char *const page_titles[] = {"Builder", "Data",    "Train",    "Memory", "Profiler",
-                                          "Runs",    "Compare", "Registry", "Deploy"};
+static const char *const page_names[] = {"builder", "data",     "train",  "memory", "profiler", "runs",
+                                         "compare", "registry", "deploy", "sweeps", NULL};
+static const char *const page_titles[] = {"Builder", "Data",     "Train",  "Memory", "Profiler",
+                                          "Runs",    "Compare",  "Registry", "Deploy", "Sweeps"};
 
 const char *const *em_window_page_names(void) { return page_names; }
 
@@ -51,6 +52,7 @@ static GtkWidget *make_page(int i, EmAppState *st) {
   if (strcmp(n, "compare") == 0) return em_compare_page_new(st);
   if (strcmp(n, "registry") == 0) return em_registry_page_new_async(st);
   if (strcmp(n, "deploy") == 0) return em_deploy_page_new(st);
+  if (strcmp(n, "sweeps") == 0) return em_sweeps_page_new(st);
   return placeholder(page_titles[i]);
 }
 
