@@ -153,9 +153,8 @@ static inline SD_T SD_FN(dot)(const SD_T *a, const SD_T *b, int64_t bs, int64_t 
  * step): K and V read where they lie, nothing packed; each score is a
  * dot of 16 lanes, each output row accumulates P V key by key, with the
  * tiles' online softmax over blocks of BK keys. */
-EM_CPU_CLONES static void SD_FN(fwd_rows)(const sd_head *hd, const sd_work *w, SD_T *o,
-                                          SD_T *lse) {
-  const int64_t E = hd->E, Ev = hd->Ev;
+EM_CPU_CLONES static void SD_FN(fwd_rows)(const sd_head *hd, const sd_work *w, SD_T *lse) {
+  const int64_t E = hd->E, Ev = hd->Ev, oc = hd->os[1];
   const SD_T *Q = hd->q, *K = hd->k, *V = hd->v;
   SD_T *qv = w->qt, *row = w->st, *acc = w->ot, *z = w->z;
   for (int64_t i = 0; i < hd->L; i++) {
@@ -189,22 +188,22 @@ EM_CPU_CLONES static void SD_FN(fwd_rows)(const sd_head *hd, const sd_work *w, S
           for (int64_t d = 0; d < Ev; d++) acc[d] = SD_FMA(p, vr[d * hd->vs[1]], acc[d]);
       }
     }
-    SD_T *orow = o + i * Ev;
+    SD_T *orow = (SD_T *)hd->o + i * hd->os[0];
     if (l == 0) { /* every key hidden: zeros */
-      for (int64_t d = 0; d < Ev; d++) orow[d] = 0;
+      for (int64_t d = 0; d < Ev; d++) orow[d * oc] = 0;
       lse[i] = (SD_T)-INFINITY;
       continue;
     }
     const SD_T inv = (SD_T)(1.0 / l);
-    for (int64_t d = 0; d < Ev; d++) orow[d] = acc[d] * inv;
+    for (int64_t d = 0; d < Ev; d++) orow[d * oc] = acc[d] * inv;
     lse[i] = m + (SD_T)log(l);
   }
 }
 
-/* Forward of one (batch, head): o rows (L, Ev) and lse (L). */
-EM_CPU_CLONES static void SD_FN(fwd_head)(const sd_head *hd, const sd_work *w, SD_T *o,
-                                          SD_T *lse) {
+/* Forward of one (batch, head): its o rows (L, Ev) and lse (L). */
+EM_CPU_CLONES static void SD_FN(fwd_head)(const sd_head *hd, const sd_work *w, SD_T *lse) {
   const int64_t L = hd->L, S = hd->S, E = hd->E, Ev = hd->Ev, Sp = w->Sp, Evp = w->Evp;
+  const int64_t oc = hd->os[1];
   const SD_T *Q = hd->q, *K = hd->k, *V = hd->v;
   SD_T *kt = w->kt, *vv = w->vv, *qt = w->qt, *st = w->st, *ot = w->ot, *z = w->z, *m = w->m;
   double *l = w->l;
@@ -245,23 +244,24 @@ EM_CPU_CLONES static void SD_FN(fwd_head)(const sd_head *hd, const sd_work *w, S
       SD_FN(mm)(false, bqp, Evp, bkp, st, BK, vv + j0 * Evp, Evp, ot, Evp, true);
     }
     for (int64_t r = 0; r < bq; r++) {
-      SD_T *orow = o + (i0 + r) * Ev;
+      SD_T *orow = (SD_T *)hd->o + (i0 + r) * hd->os[0];
       if (l[r] == 0) { /* every key hidden: zeros */
-        for (int64_t d = 0; d < Ev; d++) orow[d] = 0;
+        for (int64_t d = 0; d < Ev; d++) orow[d * oc] = 0;
         lse[i0 + r] = (SD_T)-INFINITY;
         continue;
       }
       const SD_T inv = (SD_T)(1.0 / l[r]);
-      for (int64_t d = 0; d < Ev; d++) orow[d] = ot[r * Evp + d] * inv;
+      for (int64_t d = 0; d < Ev; d++) orow[d * oc] = ot[r * Evp + d] * inv;
       lse[i0 + r] = m[r] + (SD_T)log(l[r]);
     }
   }
 }
 
 /* Backward of one (batch, head): the rows of gq (L, E), gk (S, E) and gv
- * (S, Ev) that are not NULL. */
-EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, const SD_T *o,
-                                          const SD_T *lse, SD_T *gq, SD_T *gk, SD_T *gv) {
+ * (S, Ev) that are not NULL, from the forward's o rows and lse (L). */
+EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, const SD_T *lse) {
+  const SD_T *o = hd->o;
+  SD_T *gq = hd->gq, *gk = hd->gk, *gv = hd->gv;
   const int64_t L = hd->L, S = hd->S, E = hd->E, Ev = hd->Ev;
   const int64_t Sp = w->Sp, Ep = w->Ep, Evp = w->Evp;
   SD_T *kt = w->kt, *kk = w->kk, *vt = w->vt, *qt = w->qt, *dot = w->dot, *st = w->st;
@@ -284,7 +284,7 @@ EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, c
       for (int64_t r = 0; r < bq; r++) { /* D_i = g_i . o_i */
         double s = 0;
         for (int64_t d = 0; d < Ev; d++)
-          s += (double)dot[r * Evp + d] * (double)o[(i0 + r) * Ev + d];
+          s += (double)dot[r * Evp + d] * (double)o[(i0 + r) * hd->os[0] + d * hd->os[1]];
         dd[r] = (SD_T)s;
       }
     }
@@ -318,10 +318,10 @@ EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, c
       if (gq) SD_FN(mm)(false, bqp, Ep, bkp, st, BK, kk + j0 * Ep, Ep, dq, Ep, true);
     }
     for (int64_t r = 0; gq && r < bq; r++)
-      for (int64_t e = 0; e < E; e++) gq[(i0 + r) * E + e] = dq[r * Ep + e];
+      for (int64_t e = 0; e < E; e++) gq[(i0 + r) * hd->gqs[0] + e * hd->gqs[1]] = dq[r * Ep + e];
   }
   for (int64_t j = 0; gk && j < S; j++)
-    for (int64_t e = 0; e < E; e++) gk[j * E + e] = dk[j * Ep + e];
+    for (int64_t e = 0; e < E; e++) gk[j * hd->gks[0] + e * hd->gks[1]] = dk[j * Ep + e];
   for (int64_t j = 0; gv && j < S; j++)
-    for (int64_t d = 0; d < Ev; d++) gv[j * Ev + d] = dv[j * Evp + d];
+    for (int64_t d = 0; d < Ev; d++) gv[j * hd->gvs[0] + d * hd->gvs[1]] = dv[j * Evp + d];
 }
