@@ -52,6 +52,20 @@ static inline __attribute__((always_inline)) void SD_FN(mm)(bool ta, int64_t m, 
 }
 #undef SD_ROWS
 
+/* The rows a pack asks the cache for ahead of the one it copies: a
+ * head's rows are short runs (E features) far apart (the width of a
+ * packed projection), which the hardware prefetcher does not follow. */
+#define SD_PREFETCH 8
+
+/* The start and end of row r + SD_PREFETCH of a pack's source. */
+static inline void SD_FN(prefetch_row)(const SD_T *src, int64_t r, int64_t rows, int64_t cols,
+                                       int64_t rs, int64_t cs) {
+  if (r + SD_PREFETCH >= rows) return;
+  const SD_T *p = src + (r + SD_PREFETCH) * rs;
+  __builtin_prefetch(p);
+  __builtin_prefetch(p + (cols - 1) * cs);
+}
+
 /* dst (rows_p, cols_p; ldd) = src (rows, cols) with strides (rs, cs),
  * zero beyond it; transposed (dst (cols_p, rows_p; ldd), dst[c][r]) when
  * tr. */
@@ -65,6 +79,7 @@ static inline void SD_FN(pack)(SD_T *dst, int64_t ldd, int64_t rows_p, int64_t c
     }
     for (int64_t r = 0; r < rows; r++) {
       const SD_T *sr = src + r * rs;
+      SD_FN(prefetch_row)(src, r, rows, cols, rs, cs);
       for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = sr[c * cs];
     }
     return;
@@ -72,6 +87,7 @@ static inline void SD_FN(pack)(SD_T *dst, int64_t ldd, int64_t rows_p, int64_t c
   for (int64_t r = 0; r < rows_p; r++) {
     SD_T *d = dst + r * ldd;
     const SD_T *sr = src + r * rs;
+    SD_FN(prefetch_row)(src, r, rows, cols, rs, cs);
     const int64_t n = r < rows ? cols : 0;
     if (cs == 1)
       for (int64_t c = 0; c < n; c++) d[c] = sr[c];
@@ -147,6 +163,23 @@ static inline SD_T SD_FN(dot)(const SD_T *a, const SD_T *b, int64_t bs, int64_t 
   for (int q = 0; q < 8; q++) h[q] = l[q] + l[q + 8];
   for (int q = 0; q < 4; q++) h[q] += h[q + 4];
   return ((h[0] + h[2]) + (h[1] + h[3])) + t;
+}
+
+/* a . b over n values in double: 8 lanes (blocks of 8 values; the rest
+ * into the first lanes, in order), then a fixed tree, so the same number
+ * at every vector width; 8 chains instead of one keep the adds' latency
+ * out of backward's per-row D. */
+static inline double SD_FN(dot_d)(const SD_T *a, const SD_T *b, int64_t bs, int64_t n) {
+  double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t e = 0;
+  if (bs == 1)
+    for (; e + 8 <= n; e += 8)
+      for (int q = 0; q < 8; q++) l[q] += (double)a[e + q] * (double)b[e + q];
+  else
+    for (; e + 8 <= n; e += 8)
+      for (int q = 0; q < 8; q++) l[q] += (double)a[e + q] * (double)b[(e + q) * bs];
+  for (int q = 0; e < n; e++, q++) l[q] += (double)a[e] * (double)b[e * bs];
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
 /* Forward of one (batch, head) with fewer than 8 queries (a KV-cache
@@ -281,12 +314,8 @@ EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, c
     if (jend > 0) {
       SD_FN(pack)(qt, Ep, bqp, Ep, Q + i0 * hd->qs[0], bq, E, hd->qs[0], hd->qs[1], false);
       SD_FN(pack)(dot, Evp, bqp, Evp, G + i0 * hd->gs[0], bq, Ev, hd->gs[0], hd->gs[1], false);
-      for (int64_t r = 0; r < bq; r++) { /* D_i = g_i . o_i */
-        double s = 0;
-        for (int64_t d = 0; d < Ev; d++)
-          s += (double)dot[r * Evp + d] * (double)o[(i0 + r) * hd->os[0] + d * hd->os[1]];
-        dd[r] = (SD_T)s;
-      }
+      for (int64_t r = 0; r < bq; r++) /* D_i = g_i . o_i */
+        dd[r] = (SD_T)SD_FN(dot_d)(dot + r * Evp, o + (i0 + r) * hd->os[0], hd->os[1], Ev);
     }
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
       const int64_t bkp = RUP(jend - j0 < BK ? jend - j0 : BK, 16);
