@@ -6,7 +6,7 @@ each ran (cpu_isa, cpu_kernels, blas_core from the JSON line). For a
 "no slowdown" claim between two commits: build each (meson setup DIR &&
 ninja -C DIR app/ember) and give both binaries.
 
-usage: bench-train-ab.py EMBER_A EMBER_B SPEC [--pairs 5] [--limit N] [--threads 2]
+usage: bench-train-ab.py EMBER_A EMBER_B SPEC [--pairs 5] [--limit N] [--epochs 1] [--threads 2]
 """
 import argparse
 import json
@@ -14,8 +14,8 @@ import statistics
 import subprocess
 
 
-def run(ember, spec, limit, threads):
-    p = subprocess.run([ember, "train", spec, "--epochs", "1", "--no-record", "--quiet",
+def run(ember, spec, limit, threads, epochs=1):
+    p = subprocess.run([ember, "train", spec, "--epochs", str(epochs), "--no-record", "--quiet",
                         "--threads", str(threads), "--limit", str(limit)],
                        capture_output=True, text=True, timeout=1800)
     if p.returncode:
@@ -30,6 +30,7 @@ def main():
     ap.add_argument("spec")
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--limit", type=int, default=60000)
+    ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     o = ap.parse_args()
     rates = {"a": [], "b": []}
@@ -37,7 +38,7 @@ def main():
     run(o.a, o.spec, min(o.limit, 2000), o.threads)  # warm the page cache and the data
     for i in range(o.pairs):
         for k, exe in (("a", o.a), ("b", o.b)):
-            r = run(exe, o.spec, o.limit, o.threads)
+            r = run(exe, o.spec, o.limit, o.threads, o.epochs)
             rates[k].append(r["train_samples_per_sec"])
             info[k] = "%s kernels, processor %s, BLAS %s" % (r.get("cpu_kernels"),
                                                             r.get("cpu_isa"), r.get("blas_core"))
