@@ -3,7 +3,22 @@
  * With the profiler or anomaly mode on (one branch on a global flag when
  * off), each recorded node is tagged with the layer its forward ran in,
  * and each backward function runs inside a backward span that names it
- * and that layer; anomaly mode then checks the gradients it wrote. */
+ * and that layer; anomaly mode then checks the gradients it wrote.
+ *
+ * Memory during the walk: a step keeps every activation to its end, but
+ * the gradient of an intermediate tensor is dead once its node's
+ * backward has run (every consumer's backward ran before it), and so are
+ * that backward's temporaries (contiguous copies, accumulation buffers,
+ * sums). After each node the walk frees both: the scope allocations the
+ * backward made other than the gradients em_grad_acquire gave out, and
+ * the output's gradient unless an input took it over (em_grad_adopt:
+ * a reshape or an add hands its gradient on without a copy); the output's
+ * grad is then NULL, as PyTorch leaves a non-leaf's. So the gradients
+ * alive at once are those of the tensors between the nodes walked and
+ * those still to come, not a whole step's, and the caching allocator
+ * hands the freed blocks to the next nodes. Parameters' gradients
+ * (persistent) and those of leaves made in the scope (a test's inputs,
+ * a pipeline stage's received activations) stay: they have no node. */
 #include "core-private.h"
 #include "em-backend.h"
 #include "profile-private.h"
@@ -46,6 +61,39 @@ em_node *em_record(const char *op, em_backward_fn bw, em_tensor *out, int n,
   return node;
 }
 
+/* The walk's node in progress: the gradient allocations to keep when its
+ * temporaries go (those em_grad_acquire made, those em_grad_adopt
+ * handed on). On overflow nothing of that node is released. */
+#define KEEP_MAX 64
+static _Thread_local struct {
+  bool on, overflow;
+  int n;
+  void *p[KEEP_MAX];
+} walk_keep;
+
+static void keep_note(void *p) {
+  if (!walk_keep.on) return;
+  if (walk_keep.n < KEEP_MAX) walk_keep.p[walk_keep.n++] = p;
+  else walk_keep.overflow = true;
+}
+
+static bool keep_has(const void *p) {
+  for (int k = 0; k < walk_keep.n; k++)
+    if (walk_keep.p[k] == p) return true;
+  return false;
+}
+
+bool em_grad_adopt(em_tensor *x, em_tensor *g) {
+  if (!walk_keep.on || !em_tensor_requires_grad(x) || x->grad ||
+      (x->flags & EM_TENSOR_PERSISTENT) || !em_tensor_is_contiguous(g) ||
+      !em_tensor_same_shape(x, g) || g->dtype != x->dtype || !em_device_eq(g->device, x->device))
+    return false;
+  x->grad = em_view_raw(g, g->ndim, g->shape, g->stride, g->offset);
+  x->flags &= ~(uint32_t)EM_TENSOR_GRAD_STALE;
+  keep_note(g->data);
+  return true;
+}
+
 em_tensor *em_grad_acquire(em_tensor *t, bool *fresh) {
   if (!t || !em_tensor_requires_grad(t)) return NULL;
   if (!t->grad) {
@@ -63,6 +111,7 @@ em_tensor *em_grad_acquire(em_tensor *t, bool *fresh) {
       EM_ASSERT(t->grad && "out of memory for a gradient");
     } else {
       t->grad = em_empty_on(t->device, t->dtype, t->ndim, t->shape);
+      keep_note(t->grad->data);
     }
     t->flags &= ~(uint32_t)EM_TENSOR_GRAD_STALE;
     *fresh = true;
@@ -160,6 +209,16 @@ static void fire_ready(const leaf_set *ls, const em_node *node, int64_t k, int64
   }
 }
 
+/* After node's backward: its temporaries and its output's gradient (see
+ * the top), unless the output is persistent or the record overflowed. */
+static void release_node(em_node *node, int64_t mark) {
+  em_tensor *out = node->out;
+  if (walk_keep.overflow || (out->flags & EM_TENSOR_PERSISTENT)) return;
+  em_scope_release_since(mark, walk_keep.p, walk_keep.n);
+  if (!keep_has(out->grad->data)) em_scope_release(out->grad->data);
+  out->grad = NULL;
+}
+
 static void walk_tape(void) {
   int64_t n;
   em_node **tape = em_scope_tape(&n);
@@ -177,6 +236,10 @@ static void walk_tape(void) {
   for (int64_t k = n - 1; k >= 0; k--) {
     em_node *node = tape[k];
     if (node->out->grad && node->backward) {
+      const int64_t mark = em_scope_alloc_mark();
+      walk_keep.on = true;
+      walk_keep.overflow = false;
+      walk_keep.n = 0;
       if (em_profile_hooks_on()) {
         int tok = em_prof_backward_begin(node);
         node->backward(node);
@@ -184,6 +247,8 @@ static void walk_tape(void) {
       } else {
         node->backward(node);
       }
+      walk_keep.on = false;
+      release_node(node, mark);
     }
     if (h) {
       fire_ready(&ls, node, k, last);

@@ -8,6 +8,8 @@
  * a source of dst's own shape is one sum_to pass with nothing summed. */
 #include "grad-accumulate.h"
 
+#include "core-private.h"
+
 #include "em-backend.h"
 #include "em-device.h"
 
@@ -56,6 +58,10 @@ void em_grad_add(em_tensor *x, const em_tensor *g) {
   EM_ASSERT(em_tensor_same_shape(gx, g));
   if (fresh) em_copy_into(gx, g);
   else em_add_into(gx, g);
+}
+
+void em_grad_pass(em_tensor *x, em_tensor *g) {
+  if (!em_grad_adopt(x, g)) em_grad_add(x, g);
 }
 
 em_tensor *em_contiguous_nograd(em_tensor *t) {

@@ -21,6 +21,11 @@ void em_add_into(em_tensor *dst, const em_tensor *src);
 /* Adds g (x's shape, any strides) into x's gradient, or copies it there
  * when the gradient is fresh. Does nothing when x needs no grad. */
 void em_grad_add(em_tensor *x, const em_tensor *g);
+/* em_grad_add for a gradient g that is dead after the caller (the
+ * node's output gradient, or a view of it, seen in x's shape): when x has
+ * no gradient yet, x takes g itself instead of a copy (a reshape, a
+ * contiguous, an add's first input: autograd.c's walk). */
+void em_grad_pass(em_tensor *x, em_tensor *g);
 /* out += g summed over the dims where out (which g broadcasts from, e.g.
  * keepdim sizes 1) is broadcast. */
 void em_sum_into_broadcast(em_tensor *out, const em_tensor *g);

@@ -156,6 +156,38 @@ void em_scratch_done(void *p) {
     }
 }
 
+int64_t em_scope_alloc_mark(void) { return current_or_die()->n_allocs; }
+
+/* Frees allocation i of s and drops it from the list. */
+static void release_at(em_scope *s, int64_t i) {
+  em_device_free(s->allocs[i].device, s->allocs[i].ptr, s->allocs[i].nbytes);
+  memmove(&s->allocs[i], &s->allocs[i + 1], sizeof *s->allocs * (size_t)(s->n_allocs - i - 1));
+  s->n_allocs--;
+}
+
+static bool kept(void *p, void *const *keep, int n_keep) {
+  for (int k = 0; k < n_keep; k++)
+    if (keep[k] == p) return true;
+  return false;
+}
+
+void em_scope_release_since(int64_t mark, void *const *keep, int n_keep) {
+  em_scope *s = current_or_die();
+  EM_ASSERT(mark >= 0);
+  for (int64_t i = s->n_allocs - 1; i >= mark; i--)
+    if (!kept(s->allocs[i].ptr, keep, n_keep)) release_at(s, i);
+}
+
+bool em_scope_release(void *p) {
+  em_scope *s = current_or_die();
+  for (int64_t i = s->n_allocs - 1; i >= 0; i--)
+    if (s->allocs[i].ptr == p) {
+      release_at(s, i);
+      return true;
+    }
+  return false;
+}
+
 em_node *em_scope_new_node(void) {
   em_scope *s = current_or_die();
   if (s->n_tape == s->cap_tape) {

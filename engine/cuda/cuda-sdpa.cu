@@ -50,10 +50,9 @@ static const unsigned char *mask_ptr(const em_tensor *kpm) {
 em_status em_cuda_sdpa_forward(em_tensor *o, em_tensor *lse, const em_tensor *q,
                                const em_tensor *k, const em_tensor *v, const em_tensor *kpm,
                                const em_sdpa_args *args) {
-  EM_ASSERT(q->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(o) &&
-            em_tensor_is_contiguous(lse));
+  EM_ASSERT(q->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(lse));
   em_cuda_ctx *c = em_cuda_enter_t(o);
-  em_ksdpa a = em_ksdpa_of(q, k, v, NULL, kpm, args);
+  em_ksdpa a = em_ksdpa_of(q, k, v, o, NULL, NULL, NULL, NULL, kpm, args);
   int64_t rows = a.N * a.H * a.L;
   if (!rows) return em_cuda_kernel_end();
   sdpa_forward_kernel<<<em_cuda_blocks(rows), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(
@@ -66,10 +65,9 @@ em_status em_cuda_sdpa_backward(em_tensor *gq, em_tensor *gk, em_tensor *gv, con
                                 const em_tensor *q, const em_tensor *k, const em_tensor *v,
                                 const em_tensor *o, const em_tensor *lse, const em_tensor *kpm,
                                 const em_sdpa_args *args) {
-  EM_ASSERT(q->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(o) &&
-            em_tensor_is_contiguous(lse));
+  EM_ASSERT(q->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(lse));
   em_cuda_ctx *c = em_cuda_enter_t(o);
-  em_ksdpa a = em_ksdpa_of(q, k, v, g, kpm, args);
+  em_ksdpa a = em_ksdpa_of(q, k, v, o, g, gq, gk, gv, kpm, args);
   int64_t qrows = a.N * a.H * a.L, krows = a.N * a.H * a.S;
   if (gq && qrows) {
     sdpa_backward_q_kernel<<<em_cuda_blocks(qrows), EM_CUDA_THREADS, 0, em_cuda_stream(c)>>>(

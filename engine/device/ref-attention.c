@@ -14,9 +14,8 @@ static const unsigned char *mask_ptr(const em_tensor *kpm) {
 
 em_status em_ref_sdpa_forward(em_tensor *o, em_tensor *lse, const em_tensor *q, const em_tensor *k,
                               const em_tensor *v, const em_tensor *kpm, const em_sdpa_args *args) {
-  EM_ASSERT(q->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(o) &&
-            em_tensor_is_contiguous(lse));
-  em_ksdpa a = em_ksdpa_of(q, k, v, NULL, kpm, args);
+  EM_ASSERT(q->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(lse));
+  em_ksdpa a = em_ksdpa_of(q, k, v, o, NULL, NULL, NULL, NULL, kpm, args);
   for (int64_t n = 0; n < a.N; n++)
     for (int64_t h = 0; h < a.H; h++)
       for (int64_t i = 0; i < a.L; i++)
@@ -29,9 +28,8 @@ em_status em_ref_sdpa_backward(em_tensor *gq, em_tensor *gk, em_tensor *gv, cons
                                const em_tensor *q, const em_tensor *k, const em_tensor *v,
                                const em_tensor *o, const em_tensor *lse, const em_tensor *kpm,
                                const em_sdpa_args *args) {
-  EM_ASSERT(q->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(o) &&
-            em_tensor_is_contiguous(lse));
-  em_ksdpa a = em_ksdpa_of(q, k, v, g, kpm, args);
+  EM_ASSERT(q->dtype == EM_DTYPE_F32 && em_tensor_is_contiguous(lse));
+  em_ksdpa a = em_ksdpa_of(q, k, v, o, g, gq, gk, gv, kpm, args);
   const float *qs = em_f32(q), *ks = em_f32(k), *vs = em_f32(v), *gs = em_f32(g);
   for (int64_t n = 0; n < a.N; n++)
     for (int64_t h = 0; h < a.H; h++) {

@@ -168,16 +168,19 @@ typedef em_status em_k_dropout_mask(em_tensor *mask, double p, uint64_t seed, ui
  * its backward (x = g, v = 0) are this one kernel. */
 typedef em_status em_k_masked_fill(bool acc, em_tensor *y, const em_tensor *x, const em_tensor *mask,
                                    double v);
-/* Fused scaled dot-product attention (em_sdpa of em-ops.h; the formulas
- * are engine/device/kernels/kern-attention.h's): q (N, H, L, E), k (N, H,
- * S, E), v (N, H, S, Ev), any strides; kpm (N, S) U8 (nonzero: the key is
- * hidden), any strides, or NULL. Forward writes o (N, H, L, Ev) and lse
- * (N, H, L), contiguous, of q's dtype: one log-sum-exp per query row, -inf
- * for a row whose every key is hidden (its o is 0), and nothing of size
- * L x S is kept. Backward writes (does not accumulate) each non-NULL of
- * gq, gk, gv (contiguous, the shapes of q, k, v) from g (o's shape, any
- * strides), o and lse of the forward: the weights are recomputed from q,
- * k and lse, the dropout mask from its stream. */
+/* Fused scaled dot-product attention (em_sdpa and em_sdpa_packed of
+ * em-ops.h; the formulas are engine/device/kernels/kern-attention.h's):
+ * q (N, H, L, E), k (N, H, S, E), v (N, H, S, Ev), any strides; kpm (N,
+ * S) U8 (nonzero: the key is hidden), any strides, or NULL. Forward
+ * writes o (N, H, L, Ev; any strides, not overlapping: em_sdpa_packed's
+ * is a view of its (N, L, H Ev) output) and lse (N, H, L, contiguous), of
+ * q's dtype: one log-sum-exp per query row, -inf for a row whose every
+ * key is hidden (its o is 0), and nothing of size L x S is kept. Backward
+ * writes (does not accumulate) each non-NULL of gq, gk, gv (the shapes of
+ * q, k, v; any strides, not overlapping: em_sdpa_packed's are views of
+ * one packed gradient) from g (o's shape, any strides), o and lse of the
+ * forward: the weights are recomputed from q, k and lse, the dropout mask
+ * from its stream. */
 typedef struct em_sdpa_args {
   bool causal;      /* key j hidden from query i when j > i + S - L */
   double scale;     /* > 0 */

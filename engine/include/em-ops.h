@@ -125,6 +125,13 @@ typedef struct {
   double scale; /* 0: 1 / sqrt(E) */
 } em_sdpa_params;
 em_tensor *em_sdpa(em_tensor *q, em_tensor *k, em_tensor *v, const em_sdpa_params *p);
+/* Self-attention over a packed in-projection: qkv (N, L, 3 D), q, k, v
+ * its column blocks [0, D), [D, 2D), [2D, 3D), each split into `heads`
+ * heads of E = D / heads adjacent features (PyTorch's in_proj layout) ->
+ * (N, L, D), the heads' outputs side by side: em_sdpa over those views,
+ * merged back (the same numbers), without copying the heads apart or
+ * together, forward or backward. p's mask is over (N, L) keys. */
+em_tensor *em_sdpa_packed(em_tensor *qkv, int heads, const em_sdpa_params *p);
 em_tensor *em_softmax(em_tensor *x, int dim);
 em_tensor *em_log_softmax(em_tensor *x, int dim);
 /* logits (N, K), target i64 (N) class indices -> mean loss, shape []. With

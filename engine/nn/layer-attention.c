@@ -8,9 +8,12 @@
  *   o = sdpa(q, k, v)                               (N, H, L, D/H)
  *   y = merge_heads(o) out_proj.weight^T + out_proj.bias
  *
- * The heads are views: the slices of qkv reshaped to (N, L, H, D/H) and
- * transposed, no copy; attention reads them strided. Parameter names and
- * their order are PyTorch's state-dict's, so weights move both ways. */
+ * The heads are views: em_sdpa_packed reads q, k and v strided out of
+ * qkv, writes o with the heads already merged, (N, L, D), and its
+ * backward writes qkv's gradient in place, so no head is copied either
+ * way. A generation step (the KV cache) splits qkv with em_slice and
+ * em_transpose views and runs em_sdpa over the cache. Parameter names
+ * and their order are PyTorch's state-dict's, so weights move both ways. */
 #include "nn-private.h"
 #include "em-device.h"
 
@@ -21,19 +24,15 @@
 em_tensor *em_nn_self_attention(em_tensor *x, em_tensor *in_w, em_tensor *in_b, em_tensor *out_w,
                                 em_tensor *out_b, int heads, bool causal, double dropout,
                                 const em_forward_ctx *ctx) {
-  int64_t N = x->shape[0], L = x->shape[1], D = x->shape[2], E = D / heads;
-  int64_t flat[2] = {N * L, D}, split[4] = {N, L, heads, E}, merged[3] = {N, L, D};
+  int64_t N = x->shape[0], L = x->shape[1], D = x->shape[2];
+  int64_t flat[2] = {N * L, D}, packed[3] = {N, L, 3 * D}, merged[3] = {N, L, D};
   em_tensor *x2 = em_reshape(x, 2, flat);
-  em_tensor *qkv = em_linear(x2, in_w, in_b); /* (N L, 3D) */
-  em_tensor *part[3];
-  for (int p = 0; p < 3; p++)
-    part[p] = em_transpose(em_reshape(em_slice(qkv, 1, p * D, (p + 1) * D, 1), 4, split), 1, 2);
+  em_tensor *qkv = em_reshape(em_linear(x2, in_w, in_b), 3, packed); /* (N, L, 3D) */
   em_sdpa_params sp = {.causal = causal,
                        .dropout_p = ctx->training ? dropout : 0.0,
                        .training = ctx->training,
                        .rng = ctx->rng};
-  em_tensor *o = em_sdpa(part[0], part[1], part[2], &sp); /* (N, H, L, E) */
-  em_tensor *m = em_reshape(em_contiguous(em_transpose(o, 1, 2)), 2, flat);
+  em_tensor *m = em_reshape(em_sdpa_packed(qkv, heads, &sp), 2, flat); /* (N L, D) */
   return em_reshape(em_linear(m, out_w, out_b), 3, merged);
 }
 

@@ -16,9 +16,12 @@
  * backward makes one pass writing
  *   gx[i, k] = g / N * (exp(x[i, k] - lse_i) - eps / K - (1 - eps) [k == t_i]).
  *
- * f32 runs the fast kernels; f64 runs the plain loop reference that the
- * tests hold them to. */
+ * f32 runs the fast kernels, compiled for x86-64-v4, v3 and the baseline
+ * (EM_CPU_CLONES: em_expf's float arithmetic and the sums' fixed lanes
+ * give every clone the same bits); f64 runs the plain loop reference
+ * that the tests hold them to. */
 #include "ops-private.h"
+#include "em-cpu.h"
 #include "em-pool.h"
 
 #include <math.h>
@@ -85,7 +88,7 @@ typedef struct {
 } ce_job;
 
 /* Loss of row i from its shift c, ls and sx = sum_k (x[i, k] - c). */
-static void ce_row_done(const ce_job *j, int64_t i, float c, float s, float sx) {
+static inline void ce_row_done(const ce_job *j, int64_t i, float c, float s, float sx) {
   const float *x = j->x + i * j->K; /* (K) */
   float ls = logf(s);
   int64_t t = target_at(j->target, i);
@@ -96,7 +99,7 @@ static void ce_row_done(const ce_job *j, int64_t i, float c, float s, float sx) 
 
 /* Rows [i0, i1), each shifted by its own maximum; the exponentials go
  * through a buffer so that their loop vectorises. */
-static void ce_rows_f32(const ce_job *j, int64_t i0, int64_t i1) {
+static inline void ce_rows_f32(const ce_job *j, int64_t i0, int64_t i1) {
   int64_t K = j->K;
   for (int64_t i = i0; i < i1; i++) {
     const float *x = j->x + i * K; /* (K) */
@@ -121,7 +124,7 @@ static void ce_rows_f32(const ce_job *j, int64_t i0, int64_t i1) {
  * comes out below MIN_SHARED_SUM lies so far below c that its own terms
  * may underflow: it is redone with its own maximum. Above that bound
  * every term a row loses to underflow is below e^-27 of its sum. */
-static void ce_block_f32(const ce_job *j, int64_t i0, int64_t i1) {
+static inline void ce_block_f32(const ce_job *j, int64_t i0, int64_t i1) {
   int64_t K = j->K, n = (i1 - i0) * K;
   const float *x = j->x + i0 * K; /* (i1 - i0, K) */
   float c = em_lane_max_f32(x, n);
@@ -143,7 +146,7 @@ static void ce_block_f32(const ce_job *j, int64_t i0, int64_t i1) {
  * so the result does not depend on the thread count. */
 static int64_t ce_rows_per_item(int64_t K) { return K > CE_BLOCK / 4 ? 1 : CE_BLOCK / K; }
 
-static void ce_forward_f32(void *ctx, int64_t begin, int64_t end) {
+EM_CPU_CLONES static void ce_forward_f32(void *ctx, int64_t begin, int64_t end) {
   const ce_job *j = ctx;
   int64_t rows = ce_rows_per_item(j->K), N = j->N;
   for (int64_t w = begin; w < end; w++) {
@@ -153,7 +156,7 @@ static void ce_forward_f32(void *ctx, int64_t begin, int64_t end) {
   }
 }
 
-static void ce_backward_f32(void *ctx, int64_t begin, int64_t end) {
+EM_CPU_CLONES static void ce_backward_f32(void *ctx, int64_t begin, int64_t end) {
   const ce_job *j = ctx;
   int64_t K = j->K;
   float g = j->g, off = j->g * j->eps / (float)K, hit = j->g * (1 - j->eps);

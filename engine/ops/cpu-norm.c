@@ -23,9 +23,15 @@
  * rows) does statistics and normalisation, or both backward passes,
  * while the data is in cache; sums run in 16 float lanes (flushed into
  * doubles) so that they vectorise, and shift by a sample value so that
- * the one-pass variance does not cancel. f64 runs the plain loop
+ * the one-pass variance does not cancel. Layer norm's row kernels are
+ * compiled for x86-64-v4, v3 and the baseline (EM_CPU_CLONES; the
+ * baseline's SSE2 took 6 cycles an element of backward): the sums' fixed
+ * lanes and no FMA contraction give every clone the same bits. Its
+ * backward is one pass: each fixed block of rows writes its gx rows and
+ * its own sums for gw and gb, added in block order after. f64 runs the plain loop
  * reference that the tests hold the fast kernels to. */
 #include "ops-private.h"
+#include "em-cpu.h"
 #include "em-pool.h"
 
 #include <math.h>
@@ -59,7 +65,7 @@ static double *doubles_of(const em_tensor *t, int64_t C) {
 /* ---- vectorised sums (f32) ------------------------------------------------------ */
 
 /* s1 += sum (x - c), s2 += sum (x - c)^2 over x[0..n). */
-static void sums_shifted_f32(const float *x, int64_t n, float c, double *s1, double *s2) {
+static inline void sums_shifted_f32(const float *x, int64_t n, float c, double *s1, double *s2) {
   for (int64_t b = 0; b < n; b += LANE_FLUSH) {
     int64_t e = b + LANE_FLUSH < n ? b + LANE_FLUSH : n, k = b;
     float l1[16] = {0}, l2[16] = {0};
@@ -85,7 +91,7 @@ static void sums_shifted_f32(const float *x, int64_t n, float c, double *s1, dou
 }
 
 /* sg += sum g * w, sgx += sum g * w * (x - c) over [0..n); w may be NULL (1). */
-static void sums_grad_f32(const float *g, const float *w, const float *x, int64_t n, float c,
+static inline void sums_grad_f32(const float *g, const float *w, const float *x, int64_t n, float c,
                           double *sg, double *sgx) {
   for (int64_t b = 0; b < n; b += LANE_FLUSH) {
     int64_t e = b + LANE_FLUSH < n ? b + LANE_FLUSH : n, k = b;
@@ -361,12 +367,12 @@ static void layer_norm_backward_ref(const double *x, const double *w, const doub
 typedef struct {
   ln_geom p;
   const float *x, *gy, *w, *b; /* (R, D), (R, D), (D), (D); w, b may be NULL */
-  float *y, *gx;               /* (R, D) */
-  double *gw, *gb;             /* (D) column sums, backward */
-  bool fresh, fuse_cols;
+  float *y, *gx;               /* (R, D); gx may be NULL (backward: w, b only) */
+  double *cols;                /* backward: (blocks, 2, D) per-block sums, or NULL */
+  int64_t block;               /* backward: rows per block */
 } ln_job;
 
-static void ln_forward_f32(void *ctx, int64_t r0, int64_t r1) {
+EM_CPU_CLONES static void ln_forward_f32(void *ctx, int64_t r0, int64_t r1) {
   const ln_job *j = ctx;
   int64_t D = j->p.D;
   for (int64_t r = r0; r < r1; r++) {
@@ -388,47 +394,43 @@ static void ln_forward_f32(void *ctx, int64_t r0, int64_t r1) {
   }
 }
 
-/* Columns [d0, d1) of row r added into the gw, gb sums. */
-static void ln_row_into_cols_f32(const ln_job *j, int64_t r, int64_t d0, int64_t d1) {
+/* Row r's gx = invstd * w * gy + k2 * x + k3 (written), and its terms of
+ * the w, b sums added into sw, sb (D; NULL: not wanted). */
+static inline void ln_backward_row_f32(const ln_job *j, int64_t r, double *sw, double *sb) {
   int64_t D = j->p.D;
   const float *x = j->x + r * D, *gy = j->gy + r * D; /* (D) */
-  float m = (float)j->p.mean[r], is = (float)j->p.invstd[r];
-  for (int64_t d = d0; d < d1; d++) {
-    j->gw[d] += (double)(gy[d] * ((x[d] - m) * is));
-    j->gb[d] += (double)gy[d];
-  }
-}
-
-/* Rows [r0, r1): gx = invstd * w * gy + k2 * x + k3; with fuse_cols
- * (one thread) also the gw, gb sums, while the row is in cache. */
-static void ln_backward_rows_f32(void *ctx, int64_t r0, int64_t r1) {
-  const ln_job *j = ctx;
-  int64_t D = j->p.D;
-  for (int64_t r = r0; r < r1; r++) {
-    if (j->fuse_cols) ln_row_into_cols_f32(j, r, 0, D);
-    const float *x = j->x + r * D, *gy = j->gy + r * D; /* (D) */
-    float *gx = j->gx + r * D;
-    double mean = j->p.mean[r], is = j->p.invstd[r];
-    double s1 = 0, s2 = 0; /* sum gxh, sum gxh * (x - mean) */
-    sums_grad_f32(gy, j->w, x, D, (float)mean, &s1, &s2);
-    double k2d = -is * is * is * s2 / (double)D;
-    float a = (float)is, k2 = (float)k2d, k3 = (float)(-is * s1 / (double)D - k2d * mean);
-    const float *w = j->w;
-    if (j->fresh) {
-      if (w) for (int64_t d = 0; d < D; d++) gx[d] = a * w[d] * gy[d] + k2 * x[d] + k3;
-      else for (int64_t d = 0; d < D; d++) gx[d] = a * gy[d] + k2 * x[d] + k3;
-    } else {
-      if (w) for (int64_t d = 0; d < D; d++) gx[d] += a * w[d] * gy[d] + k2 * x[d] + k3;
-      else for (int64_t d = 0; d < D; d++) gx[d] += a * gy[d] + k2 * x[d] + k3;
+  double mean = j->p.mean[r], is = j->p.invstd[r];
+  if (sw) {
+    float m = (float)mean, isf = (float)is;
+    for (int64_t d = 0; d < D; d++) {
+      sw[d] += (double)(gy[d] * ((x[d] - m) * isf));
+      sb[d] += (double)gy[d];
     }
   }
+  if (!j->gx) return;
+  float *gx = j->gx + r * D;
+  double s1 = 0, s2 = 0; /* sum gxh, sum gxh * (x - mean) */
+  sums_grad_f32(gy, j->w, x, D, (float)mean, &s1, &s2);
+  double k2d = -is * is * is * s2 / (double)D;
+  float a = (float)is, k2 = (float)k2d, k3 = (float)(-is * s1 / (double)D - k2d * mean);
+  const float *w = j->w;
+  if (w) for (int64_t d = 0; d < D; d++) gx[d] = a * w[d] * gy[d] + k2 * x[d] + k3;
+  else for (int64_t d = 0; d < D; d++) gx[d] = a * gy[d] + k2 * x[d] + k3;
 }
 
-/* Columns [d0, d1): gw = sum_r gy * xhat, gb = sum_r gy (the same sums,
- * in the same order, as fuse_cols). */
-static void ln_backward_cols_f32(void *ctx, int64_t d0, int64_t d1) {
+/* Blocks [b0, b1) of rows: their gx rows, and each block's w and b sums
+ * (rows in order) in its slot of j->cols. One pass over x and gy, the
+ * row in cache for both; the blocks are a fixed split of the rows (not
+ * of the threads), so the numbers do not depend on the thread count. */
+EM_CPU_CLONES static void ln_backward_blocks_f32(void *ctx, int64_t b0, int64_t b1) {
   const ln_job *j = ctx;
-  for (int64_t r = 0; r < j->p.R; r++) ln_row_into_cols_f32(j, r, d0, d1);
+  int64_t D = j->p.D;
+  for (int64_t b = b0; b < b1; b++) {
+    double *sw = j->cols ? j->cols + 2 * b * D : NULL, *sb = sw ? sw + D : NULL;
+    if (sw) memset(sw, 0, sizeof(double) * 2 * (size_t)D);
+    int64_t r1 = (b + 1) * j->block < j->p.R ? (b + 1) * j->block : j->p.R;
+    for (int64_t r = b * j->block; r < r1; r++) ln_backward_row_f32(j, r, sw, sb);
+  }
 }
 
 /* ---- the kernel entries ------------------------------------------------------------ */
@@ -566,19 +568,20 @@ em_status em_cpu_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb
   bool need_w = gw != NULL, need_b = gb != NULL;
   double *sw = em_scratch(sizeof(double) * 2 * (size_t)p.D), *sb = sw + p.D;
   if (x->dtype == EM_DTYPE_F32) {
+    /* blocks of at least 32 rows, at most 256 of them (their sums: 2 D
+     * doubles each), added in block order */
     ln_job j = {.p = p, .x = em_f32(x), .gy = em_f32(g), .w = w ? em_f32(w) : NULL,
-                .gx = gx ? em_f32(gx) : NULL, .gw = sw, .gb = sb, .fresh = true};
-    bool par = p.R * p.D >= PARALLEL_MIN && em_get_num_threads() > 1;
+                .gx = gx ? em_f32(gx) : NULL, .block = p.R > 32 * 256 ? (p.R + 255) / 256 : 32};
+    int64_t blocks = (p.R + j.block - 1) / j.block;
+    if (need_w || need_b) j.cols = em_scratch(sizeof(double) * 2 * (size_t)(blocks * p.D));
+    if (p.R * p.D >= PARALLEL_MIN)
+      em_parallel_for(blocks, PARALLEL_GRAIN / (j.block * p.D) + 1, ln_backward_blocks_f32, &j);
+    else
+      ln_backward_blocks_f32(&j, 0, blocks);
     memset(sw, 0, sizeof(double) * 2 * (size_t)p.D);
-    j.fuse_cols = !par && (need_w || need_b);
-    if (gx) {
-      if (par) em_parallel_for(p.R, PARALLEL_GRAIN / p.D + 1, ln_backward_rows_f32, &j);
-      else ln_backward_rows_f32(&j, 0, p.R);
-    }
-    if ((need_w || need_b) && !(j.fuse_cols && gx)) {
-      if (par && p.D > 1) em_parallel_for(p.D, PARALLEL_GRAIN / p.R + 1, ln_backward_cols_f32, &j);
-      else ln_backward_cols_f32(&j, 0, p.D);
-    }
+    for (int64_t b = 0; j.cols && b < blocks; b++)
+      for (int64_t d = 0; d < 2 * p.D; d++) sw[d] += j.cols[2 * b * p.D + d];
+    if (j.cols) em_scratch_done(j.cols);
   } else {
     layer_norm_backward_ref(em_f64(x), w ? em_f64(w) : NULL, em_f64(g), gx ? em_f64(gx) : NULL,
                             true, need_w ? sw : NULL, need_b ? sb : NULL, &p);

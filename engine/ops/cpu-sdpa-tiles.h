@@ -52,6 +52,20 @@ static inline __attribute__((always_inline)) void SD_FN(mm)(bool ta, int64_t m, 
 }
 #undef SD_ROWS
 
+/* The rows a pack asks the cache for ahead of the one it copies: a
+ * head's rows are short runs (E features) far apart (the width of a
+ * packed projection), which the hardware prefetcher does not follow. */
+#define SD_PREFETCH 8
+
+/* The start and end of row r + SD_PREFETCH of a pack's source. */
+static inline void SD_FN(prefetch_row)(const SD_T *src, int64_t r, int64_t rows, int64_t cols,
+                                       int64_t rs, int64_t cs) {
+  if (r + SD_PREFETCH >= rows) return;
+  const SD_T *p = src + (r + SD_PREFETCH) * rs;
+  __builtin_prefetch(p);
+  __builtin_prefetch(p + (cols - 1) * cs);
+}
+
 /* dst (rows_p, cols_p; ldd) = src (rows, cols) with strides (rs, cs),
  * zero beyond it; transposed (dst (cols_p, rows_p; ldd), dst[c][r]) when
  * tr. */
@@ -65,6 +79,7 @@ static inline void SD_FN(pack)(SD_T *dst, int64_t ldd, int64_t rows_p, int64_t c
     }
     for (int64_t r = 0; r < rows; r++) {
       const SD_T *sr = src + r * rs;
+      SD_FN(prefetch_row)(src, r, rows, cols, rs, cs);
       for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = sr[c * cs];
     }
     return;
@@ -72,6 +87,7 @@ static inline void SD_FN(pack)(SD_T *dst, int64_t ldd, int64_t rows_p, int64_t c
   for (int64_t r = 0; r < rows_p; r++) {
     SD_T *d = dst + r * ldd;
     const SD_T *sr = src + r * rs;
+    SD_FN(prefetch_row)(src, r, rows, cols, rs, cs);
     const int64_t n = r < rows ? cols : 0;
     if (cs == 1)
       for (int64_t c = 0; c < n; c++) d[c] = sr[c];
@@ -149,13 +165,29 @@ static inline SD_T SD_FN(dot)(const SD_T *a, const SD_T *b, int64_t bs, int64_t 
   return ((h[0] + h[2]) + (h[1] + h[3])) + t;
 }
 
+/* a . b over n values in double: 8 lanes (blocks of 8 values; the rest
+ * into the first lanes, in order), then a fixed tree, so the same number
+ * at every vector width; 8 chains instead of one keep the adds' latency
+ * out of backward's per-row D. */
+static inline double SD_FN(dot_d)(const SD_T *a, const SD_T *b, int64_t bs, int64_t n) {
+  double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t e = 0;
+  if (bs == 1)
+    for (; e + 8 <= n; e += 8)
+      for (int q = 0; q < 8; q++) l[q] += (double)a[e + q] * (double)b[e + q];
+  else
+    for (; e + 8 <= n; e += 8)
+      for (int q = 0; q < 8; q++) l[q] += (double)a[e + q] * (double)b[(e + q) * bs];
+  for (int q = 0; e < n; e++, q++) l[q] += (double)a[e] * (double)b[e * bs];
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 /* Forward of one (batch, head) with fewer than 8 queries (a KV-cache
  * step): K and V read where they lie, nothing packed; each score is a
  * dot of 16 lanes, each output row accumulates P V key by key, with the
  * tiles' online softmax over blocks of BK keys. */
-EM_CPU_CLONES static void SD_FN(fwd_rows)(const sd_head *hd, const sd_work *w, SD_T *o,
-                                          SD_T *lse) {
-  const int64_t E = hd->E, Ev = hd->Ev;
+EM_CPU_CLONES static void SD_FN(fwd_rows)(const sd_head *hd, const sd_work *w, SD_T *lse) {
+  const int64_t E = hd->E, Ev = hd->Ev, oc = hd->os[1];
   const SD_T *Q = hd->q, *K = hd->k, *V = hd->v;
   SD_T *qv = w->qt, *row = w->st, *acc = w->ot, *z = w->z;
   for (int64_t i = 0; i < hd->L; i++) {
@@ -189,22 +221,22 @@ EM_CPU_CLONES static void SD_FN(fwd_rows)(const sd_head *hd, const sd_work *w, S
           for (int64_t d = 0; d < Ev; d++) acc[d] = SD_FMA(p, vr[d * hd->vs[1]], acc[d]);
       }
     }
-    SD_T *orow = o + i * Ev;
+    SD_T *orow = (SD_T *)hd->o + i * hd->os[0];
     if (l == 0) { /* every key hidden: zeros */
-      for (int64_t d = 0; d < Ev; d++) orow[d] = 0;
+      for (int64_t d = 0; d < Ev; d++) orow[d * oc] = 0;
       lse[i] = (SD_T)-INFINITY;
       continue;
     }
     const SD_T inv = (SD_T)(1.0 / l);
-    for (int64_t d = 0; d < Ev; d++) orow[d] = acc[d] * inv;
+    for (int64_t d = 0; d < Ev; d++) orow[d * oc] = acc[d] * inv;
     lse[i] = m + (SD_T)log(l);
   }
 }
 
-/* Forward of one (batch, head): o rows (L, Ev) and lse (L). */
-EM_CPU_CLONES static void SD_FN(fwd_head)(const sd_head *hd, const sd_work *w, SD_T *o,
-                                          SD_T *lse) {
+/* Forward of one (batch, head): its o rows (L, Ev) and lse (L). */
+EM_CPU_CLONES static void SD_FN(fwd_head)(const sd_head *hd, const sd_work *w, SD_T *lse) {
   const int64_t L = hd->L, S = hd->S, E = hd->E, Ev = hd->Ev, Sp = w->Sp, Evp = w->Evp;
+  const int64_t oc = hd->os[1];
   const SD_T *Q = hd->q, *K = hd->k, *V = hd->v;
   SD_T *kt = w->kt, *vv = w->vv, *qt = w->qt, *st = w->st, *ot = w->ot, *z = w->z, *m = w->m;
   double *l = w->l;
@@ -245,23 +277,24 @@ EM_CPU_CLONES static void SD_FN(fwd_head)(const sd_head *hd, const sd_work *w, S
       SD_FN(mm)(false, bqp, Evp, bkp, st, BK, vv + j0 * Evp, Evp, ot, Evp, true);
     }
     for (int64_t r = 0; r < bq; r++) {
-      SD_T *orow = o + (i0 + r) * Ev;
+      SD_T *orow = (SD_T *)hd->o + (i0 + r) * hd->os[0];
       if (l[r] == 0) { /* every key hidden: zeros */
-        for (int64_t d = 0; d < Ev; d++) orow[d] = 0;
+        for (int64_t d = 0; d < Ev; d++) orow[d * oc] = 0;
         lse[i0 + r] = (SD_T)-INFINITY;
         continue;
       }
       const SD_T inv = (SD_T)(1.0 / l[r]);
-      for (int64_t d = 0; d < Ev; d++) orow[d] = ot[r * Evp + d] * inv;
+      for (int64_t d = 0; d < Ev; d++) orow[d * oc] = ot[r * Evp + d] * inv;
       lse[i0 + r] = m[r] + (SD_T)log(l[r]);
     }
   }
 }
 
 /* Backward of one (batch, head): the rows of gq (L, E), gk (S, E) and gv
- * (S, Ev) that are not NULL. */
-EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, const SD_T *o,
-                                          const SD_T *lse, SD_T *gq, SD_T *gk, SD_T *gv) {
+ * (S, Ev) that are not NULL, from the forward's o rows and lse (L). */
+EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, const SD_T *lse) {
+  const SD_T *o = hd->o;
+  SD_T *gq = hd->gq, *gk = hd->gk, *gv = hd->gv;
   const int64_t L = hd->L, S = hd->S, E = hd->E, Ev = hd->Ev;
   const int64_t Sp = w->Sp, Ep = w->Ep, Evp = w->Evp;
   SD_T *kt = w->kt, *kk = w->kk, *vt = w->vt, *qt = w->qt, *dot = w->dot, *st = w->st;
@@ -281,12 +314,8 @@ EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, c
     if (jend > 0) {
       SD_FN(pack)(qt, Ep, bqp, Ep, Q + i0 * hd->qs[0], bq, E, hd->qs[0], hd->qs[1], false);
       SD_FN(pack)(dot, Evp, bqp, Evp, G + i0 * hd->gs[0], bq, Ev, hd->gs[0], hd->gs[1], false);
-      for (int64_t r = 0; r < bq; r++) { /* D_i = g_i . o_i */
-        double s = 0;
-        for (int64_t d = 0; d < Ev; d++)
-          s += (double)dot[r * Evp + d] * (double)o[(i0 + r) * Ev + d];
-        dd[r] = (SD_T)s;
-      }
+      for (int64_t r = 0; r < bq; r++) /* D_i = g_i . o_i */
+        dd[r] = (SD_T)SD_FN(dot_d)(dot + r * Evp, o + (i0 + r) * hd->os[0], hd->os[1], Ev);
     }
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
       const int64_t bkp = RUP(jend - j0 < BK ? jend - j0 : BK, 16);
@@ -318,10 +347,10 @@ EM_CPU_CLONES static void SD_FN(bwd_head)(const sd_head *hd, const sd_work *w, c
       if (gq) SD_FN(mm)(false, bqp, Ep, bkp, st, BK, kk + j0 * Ep, Ep, dq, Ep, true);
     }
     for (int64_t r = 0; gq && r < bq; r++)
-      for (int64_t e = 0; e < E; e++) gq[(i0 + r) * E + e] = dq[r * Ep + e];
+      for (int64_t e = 0; e < E; e++) gq[(i0 + r) * hd->gqs[0] + e * hd->gqs[1]] = dq[r * Ep + e];
   }
   for (int64_t j = 0; gk && j < S; j++)
-    for (int64_t e = 0; e < E; e++) gk[j * E + e] = dk[j * Ep + e];
+    for (int64_t e = 0; e < E; e++) gk[j * hd->gks[0] + e * hd->gks[1]] = dk[j * Ep + e];
   for (int64_t j = 0; gv && j < S; j++)
-    for (int64_t d = 0; d < Ev; d++) gv[j * Ev + d] = dv[j * Evp + d];
+    for (int64_t d = 0; d < Ev; d++) gv[j * hd->gvs[0] + d * hd->gvs[1]] = dv[j * Evp + d];
 }

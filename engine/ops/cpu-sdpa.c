@@ -52,10 +52,13 @@
 #define FEW 8 /* fewer queries than this: the forward's rows (fwd_rows), no packing */
 #define RUP(x, a) (((x) + (a) - 1) / (a) * (a))
 
-/* One (batch, head): its operands (rows, features) and the scalars. */
+/* One (batch, head): its operands and outputs (rows, features; any
+ * strides) and the scalars. */
 typedef struct {
   const void *q, *k, *v, *g; /* g: backward's upstream gradient */
-  int64_t qs[2], ks[2], vs[2], gs[2];
+  void *o;                   /* the output forward writes, or the one backward reads */
+  void *gq, *gk, *gv;        /* backward's gradients (NULL: not wanted) */
+  int64_t qs[2], ks[2], vs[2], gs[2], os[2], gqs[2], gks[2], gvs[2];
   int64_t nh, L, S, E, Ev; /* nh = n H + h */
   bool causal, dropout;
   double scale, zscale;
@@ -148,18 +151,21 @@ static sd_work sd_work_new(const sd_call *c) {
   return w;
 }
 
+/* Head (n, h) of t (N, H, rows, features): its first element, and its
+ * row and feature strides into s (NULL for NULL). */
+static void *head_of(const em_tensor *t, int64_t n, int64_t h, int64_t *s) {
+  if (!t) return NULL;
+  s[0] = t->stride[2];
+  s[1] = t->stride[3];
+  return (char *)em_tensor_ptr(t) +
+         (size_t)(n * t->stride[0] + h * t->stride[1]) * em_dtype_size(t->dtype);
+}
+
 /* Head t = n H + h of the call. */
 static sd_head sd_head_of(const sd_call *c, sd_work *w, int64_t t) {
   const int64_t n = t / c->H, h = t % c->H;
-  const size_t es = c->f64 ? sizeof(double) : sizeof(float);
   const em_sdpa_args *a = c->a;
   sd_head hd = {
-      .q = (const char *)em_tensor_ptr(c->q) + (size_t)(n * c->q->stride[0] + h * c->q->stride[1]) * es,
-      .k = (const char *)em_tensor_ptr(c->k) + (size_t)(n * c->k->stride[0] + h * c->k->stride[1]) * es,
-      .v = (const char *)em_tensor_ptr(c->v) + (size_t)(n * c->v->stride[0] + h * c->v->stride[1]) * es,
-      .qs = {c->q->stride[2], c->q->stride[3]},
-      .ks = {c->k->stride[2], c->k->stride[3]},
-      .vs = {c->v->stride[2], c->v->stride[3]},
       .nh = t, .L = c->L, .S = c->S, .E = c->E, .Ev = c->Ev,
       .causal = a->causal, .dropout = a->dropout_p > 0, .scale = a->scale,
       .zscale = a->dropout_p < 1 ? 1.0 / (1.0 - a->dropout_p) : 0.0,
@@ -167,11 +173,14 @@ static sd_head sd_head_of(const sd_call *c, sd_work *w, int64_t t) {
       .hidden = w->hidden,
   };
   if (!c->f64) hd.zscale = em_kdropout_scale(a->dropout_p); /* em_dropout's f32 factor */
-  if (c->g) {
-    hd.g = (const char *)em_tensor_ptr(c->g) + (size_t)(n * c->g->stride[0] + h * c->g->stride[1]) * es;
-    hd.gs[0] = c->g->stride[2];
-    hd.gs[1] = c->g->stride[3];
-  }
+  hd.q = head_of(c->q, n, h, hd.qs);
+  hd.k = head_of(c->k, n, h, hd.ks);
+  hd.v = head_of(c->v, n, h, hd.vs);
+  hd.g = head_of(c->g, n, h, hd.gs);
+  hd.o = head_of(c->backward ? c->o : c->out, n, h, hd.os);
+  hd.gq = head_of(c->gq, n, h, hd.gqs);
+  hd.gk = head_of(c->gk, n, h, hd.gks);
+  hd.gv = head_of(c->gv, n, h, hd.gvs);
   const uint8_t *km = c->kpm ? (const uint8_t *)em_tensor_ptr(c->kpm) + n * c->kpm->stride[0] : NULL;
   for (int64_t j = 0; j < w->Sp; j++)
     w->hidden[j] = j >= c->S || (km && km[j * c->kpm->stride[1]] != 0);
@@ -184,23 +193,15 @@ static void sd_heads(void *ctx, int64_t t0, int64_t t1) {
   sd_work w = sd_work_new(c);
   for (int64_t t = t0; t < t1; t++) {
     const sd_head hd = sd_head_of(c, &w, t);
-    const int64_t qrow = t * c->L, krow = t * c->S;
+    const int64_t qrow = t * c->L; /* lse is contiguous (N, H, L) */
     if (!c->backward && !c->f64)
-      (c->L < FEW ? fwd_rows_f32 : fwd_head_f32)(&hd, &w, em_f32(c->out) + qrow * c->Ev,
-                                                 em_f32(c->out_lse) + qrow);
+      (c->L < FEW ? fwd_rows_f32 : fwd_head_f32)(&hd, &w, em_f32(c->out_lse) + qrow);
     else if (!c->backward)
-      (c->L < FEW ? fwd_rows_f64 : fwd_head_f64)(&hd, &w, em_f64(c->out) + qrow * c->Ev,
-                                                 em_f64(c->out_lse) + qrow);
+      (c->L < FEW ? fwd_rows_f64 : fwd_head_f64)(&hd, &w, em_f64(c->out_lse) + qrow);
     else if (!c->f64)
-      bwd_head_f32(&hd, &w, em_f32(c->o) + qrow * c->Ev, em_f32(c->lse) + qrow,
-                   c->gq ? em_f32(c->gq) + qrow * c->E : NULL,
-                   c->gk ? em_f32(c->gk) + krow * c->E : NULL,
-                   c->gv ? em_f32(c->gv) + krow * c->Ev : NULL);
+      bwd_head_f32(&hd, &w, em_f32(c->lse) + qrow);
     else
-      bwd_head_f64(&hd, &w, em_f64(c->o) + qrow * c->Ev, em_f64(c->lse) + qrow,
-                   c->gq ? em_f64(c->gq) + qrow * c->E : NULL,
-                   c->gk ? em_f64(c->gk) + krow * c->E : NULL,
-                   c->gv ? em_f64(c->gv) + krow * c->Ev : NULL);
+      bwd_head_f64(&hd, &w, em_f64(c->lse) + qrow);
   }
   em_free(w.base, w.bytes);
 }
@@ -226,7 +227,7 @@ static sd_call sd_call_of(const em_tensor *q, const em_tensor *k, const em_tenso
 
 em_status em_cpu_sdpa_forward(em_tensor *o, em_tensor *lse, const em_tensor *q, const em_tensor *k,
                               const em_tensor *v, const em_tensor *kpm, const em_sdpa_args *a) {
-  EM_ASSERT(em_tensor_is_contiguous(o) && em_tensor_is_contiguous(lse) && o->dtype == q->dtype);
+  EM_ASSERT(em_tensor_is_contiguous(lse) && o->dtype == q->dtype);
   sd_call c = sd_call_of(q, k, v, kpm, a);
   c.out = o;
   c.out_lse = lse;
@@ -238,9 +239,7 @@ em_status em_cpu_sdpa_backward(em_tensor *gq, em_tensor *gk, em_tensor *gv, cons
                                const em_tensor *q, const em_tensor *k, const em_tensor *v,
                                const em_tensor *o, const em_tensor *lse, const em_tensor *kpm,
                                const em_sdpa_args *a) {
-  EM_ASSERT(em_tensor_is_contiguous(o) && em_tensor_is_contiguous(lse));
-  EM_ASSERT((!gq || em_tensor_is_contiguous(gq)) && (!gk || em_tensor_is_contiguous(gk)) &&
-            (!gv || em_tensor_is_contiguous(gv)));
+  EM_ASSERT(em_tensor_is_contiguous(lse));
   sd_call c = sd_call_of(q, k, v, kpm, a);
   c.backward = true;
   c.g = g;

@@ -10,7 +10,8 @@
  * straight into its gradient buffer; for a broadcast input the term goes
  * to a temporary that em_reduce_to_shape sums down. add's and sub's first
  * term is g itself and goes through em_grad_add without a kernel of its
- * own. The tape node: in = a, b, i[0] = the op code. */
+ * own (the first input's takes g itself when it has no gradient yet:
+ * em_grad_pass). The tape node: in = a, b, i[0] = the op code. */
 #include "op-frontend.h"
 #include "ops-private.h"
 
@@ -53,7 +54,9 @@ static void binary_backward(em_node *n) {
     if (!em_tensor_requires_grad(x)) continue;
     const bool same = em_tensor_same_shape(x, g);
     if (op == EM_KB_ADD || (op == EM_KB_SUB && which == 0)) {
-      em_grad_add(x, same ? g : em_reduce_to_shape(g, x->ndim, x->shape));
+      /* the first input may take g itself (no copy); the second then copies it */
+      if (which == 0 && same) em_grad_pass(x, g);
+      else em_grad_add(x, same ? g : em_reduce_to_shape(g, x->ndim, x->shape));
     } else if (same) {
       bool fresh;
       em_tensor *gx = em_grad_acquire(x, &fresh);

@@ -181,9 +181,14 @@ static inline __attribute__((always_inline)) void transpose_vl(__m256 *r) {
 #define PAR_FLOPS 3.0e6
 /* Above this many multiply-adds (m n k) OpenBLAS takes the product: its
  * L2/L3 blocking wins on big squares (1024^3: 180 against 150 GFLOP/s
- * on 2 threads, AVX-512), while the layers' shapes (at most 128 x 128 x
- * 3136 in the zoo) stay here. */
-#define MAX_MACS (1 << 26)
+ * on 2 threads, AVX-512), while the layers' shapes stay here: at most
+ * 128 x 128 x 3136 in the image zoo, and a GPT's at 2048 tokens (2048 x
+ * 512 x 128 and its backward, 2^27: tests/bench/bench-gemm's gpt.*
+ * rows; on the Zen 5 VM, whose OpenBLAS 0.3.21 runs its Haswell AVX2
+ * kernels, these ran at 95-210 GFLOP/s here against 38-95 in OpenBLAS
+ * on one thread). The CNN's whole-batch im2col products (462M) stay
+ * with OpenBLAS. */
+#define MAX_MACS (1 << 28)
 #define MAX_SLOTS 64 /* the pool's thread limit */
 
 typedef struct {

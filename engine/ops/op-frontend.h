@@ -57,7 +57,10 @@
  *     device's and CUDA's rows over kernels/kern-attention.h): the fused
  *     attention, which keeps one log-sum-exp per query row for backward
  *     instead of the (N, H, L, S) weights and regenerates its dropout
- *     mask from the counter-based generator;
+ *     mask from the counter-based generator; em_sdpa_packed runs the
+ *     same entries over strided views of a packed (N, L, 3 H E)
+ *     projection, its output and qkv's gradient, so that attention
+ *     layers copy no head apart or together;
  *   - the reductions (sum, mean, sum_all, mean_all, max, argmax):
  *     reduce.c over cpu-reduce.c's reduce (and max's backward over the
  *     embedding_backward scatter);

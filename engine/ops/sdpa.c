@@ -18,9 +18,22 @@
  * tiled one (cpu-sdpa.c), the reference device's rows (ref-attention.c)
  * and CUDA's (cuda-sdpa.cu), both over kernels/kern-attention.h.
  *
- * The tape node: in = q, k, v; saved[0] = the output, saved[1] = lse,
- * saved[2] = the key padding mask on the op's device (or NULL); i[0] =
- * causal, i[1], i[2] = the dropout seed and counter; f[0] = scale, f[1] =
+ * em_sdpa_packed is the same attention over the heads of a packed
+ * in-projection, qkv (N, L, 3 H E) -> (N, L, H E): self-attention (S =
+ * L), its q, k and v the views of qkv's three column blocks as (N, H, L,
+ * E), its output written through an (N, H, L, E) view of the (N, L, H E)
+ * result, and its backward writing the three gradients through views of
+ * qkv's one gradient buffer. The same kernels compute the same numbers
+ * (bit for bit those of em_sdpa over the views of em_slice, em_reshape
+ * and em_transpose, merged back by em_transpose, em_contiguous and
+ * em_reshape: tests/engine/ops-nn/test-sdpa.c) without the copies those
+ * cost: the merge's forward copy, the gradients' way back through
+ * permute, reshape and slice (a zero fill and three adds).
+ *
+ * The tape node: in = q, k, v (em_sdpa) or qkv (em_sdpa_packed); saved[0]
+ * = the output, saved[1] = lse, saved[2] = the key padding mask on the
+ * op's device (or NULL); i[0] = causal, i[1], i[2] = the dropout seed and
+ * counter, i[3] = the heads (packed; 0 for em_sdpa); f[0] = scale, f[1] =
  * the dropout probability (0 when not training). */
 #include "op-frontend.h"
 #include "ops-private.h"
@@ -31,20 +44,60 @@ static em_sdpa_args args_of(const em_node *n) {
   return a;
 }
 
+/* Columns [at, at + H E) of t (N, L, C), any strides, seen as (N, H, L,
+ * E): a head's features are E adjacent columns (PyTorch's in_proj and
+ * merge layout). */
+static em_tensor *heads_view(const em_tensor *t, int64_t H, int64_t E, int64_t at) {
+  const int64_t shape[4] = {t->shape[0], H, t->shape[1], E};
+  const int64_t stride[4] = {t->stride[0], E * t->stride[2], t->stride[1], t->stride[2]};
+  return em_view_raw(t, 4, shape, stride, t->offset + at * t->stride[2]);
+}
+
+/* The kernel's views of a node's tensors: q, k, v and the output it saved. */
+static void node_views(const em_node *n, em_tensor **q, em_tensor **k, em_tensor **v,
+                       em_tensor **o) {
+  const int64_t H = n->i[3];
+  if (!H) {
+    *q = n->in[0];
+    *k = n->in[1];
+    *v = n->in[2];
+    *o = n->saved[0];
+    return;
+  }
+  const int64_t E = n->in[0]->shape[2] / (3 * H);
+  *q = heads_view(n->in[0], H, E, 0);
+  *k = heads_view(n->in[0], H, E, H * E);
+  *v = heads_view(n->in[0], H, E, 2 * H * E);
+  *o = heads_view(n->saved[0], H, E, 0);
+}
+
 static void sdpa_backward(em_node *n) {
-  em_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
-  em_tensor *o = n->saved[0], *lse = n->saved[1], *kpm = n->saved[2], *g = n->out->grad;
+  em_tensor *q, *k, *v, *o, *lse = n->saved[1], *kpm = n->saved[2], *g = n->out->grad;
+  node_views(n, &q, &k, &v, &o);
   const char *prev = op_backward_begin(n);
+  const int64_t H = n->i[3];
   em_grad_buffer bq, bk, bv;
-  em_tensor *gq = em_grad_buffer_begin(q, &bq);
-  em_tensor *gk = em_grad_buffer_begin(k, &bk);
-  em_tensor *gv = em_grad_buffer_begin(v, &bv);
+  em_tensor *gq, *gk, *gv;
+  if (H) { /* one buffer for qkv, written through the heads' views */
+    em_tensor *gqkv = em_grad_buffer_begin(n->in[0], &bq);
+    const int64_t E = q->shape[3];
+    gq = gqkv ? heads_view(gqkv, H, E, 0) : NULL;
+    gk = gqkv ? heads_view(gqkv, H, E, H * E) : NULL;
+    gv = gqkv ? heads_view(gqkv, H, E, 2 * H * E) : NULL;
+    g = heads_view(g, H, E, 0);
+  } else {
+    gq = em_grad_buffer_begin(q, &bq);
+    gk = em_grad_buffer_begin(k, &bk);
+    gv = em_grad_buffer_begin(v, &bv);
+  }
   if ((gq || gk || gv) && op_live(g, q, k, v, o, lse, kpm, gq, gk, gv)) {
     em_sdpa_args a = args_of(n);
     EM_KCALL(op_k(g), sdpa_backward, gq, gk, gv, g, q, k, v, o, lse, kpm, &a);
     em_grad_buffer_end(&bq);
-    em_grad_buffer_end(&bk);
-    em_grad_buffer_end(&bv);
+    if (!H) {
+      em_grad_buffer_end(&bk);
+      em_grad_buffer_end(&bv);
+    }
   }
   em_device_set_op(prev);
 }
@@ -59,6 +112,47 @@ static em_tensor *padding_mask(const em_tensor *q, const em_tensor *kpm, int64_t
   return em_device_eq(m->device, q->device) ? m : em_to_device(m, q->device);
 }
 
+/* Both ops once their output y exists: the kernel on the views q, k, v
+ * (N, H, L|S, E|Ev) and yv (y seen as (N, H, L, Ev)), then the node for
+ * the inputs in (q, k, v, or qkv with heads > 0). */
+static void sdpa_run(em_tensor *y, em_tensor *yv, em_tensor *q, em_tensor *k, em_tensor *v,
+                     const em_sdpa_params *p, int n_in, em_tensor **in, int64_t heads) {
+  const int64_t N = q->shape[0], H = q->shape[1], L = q->shape[2], E = q->shape[3];
+  const int64_t S = k->shape[2], Ev = v->shape[3];
+  em_tensor *kpm = padding_mask(q, p->key_padding_mask, N, S);
+  const bool drop = p->training && p->dropout_p > 0;
+  EM_ASSERT(p->dropout_p >= 0 && p->dropout_p <= 1 && (!drop || p->rng));
+  em_sdpa_args a = {.causal = p->causal,
+                    .scale = p->scale > 0 ? p->scale : 1.0 / sqrt((double)E),
+                    .dropout_p = drop ? p->dropout_p : 0.0};
+  if (drop) {
+    a.seed = em_rng_next(p->rng);
+    a.counter = em_rng_next(p->rng);
+  }
+  const int64_t ls[3] = {N, H, L};
+  em_tensor *lse = em_empty_on(q->device, q->dtype, 3, ls);
+  const em_kernels *kt = op_k(q);
+  if (!op_live(q, k, v, kpm, y, lse) || !OP_HAS(kt, sdpa_forward, "sdpa", q) ||
+      !OP_HAS(kt, sdpa_backward, "sdpa", q))
+    return;
+  if (em_tensor_numel(y) > 0) {
+    em_op_add_flops(2.0 * (double)(N * H) * (double)L * (double)S * (double)(E + Ev));
+    EM_KCALL(kt, sdpa_forward, yv, lse, q, k, v, kpm, &a);
+  }
+  if (em_needs_grad(n_in, in)) {
+    em_node *nd = em_record(heads ? "sdpa_packed" : "sdpa", sdpa_backward, y, n_in, in);
+    nd->saved[0] = y;
+    nd->saved[1] = lse;
+    nd->saved[2] = kpm;
+    nd->i[0] = a.causal;
+    nd->i[1] = (int64_t)a.seed;
+    nd->i[2] = (int64_t)a.counter;
+    nd->i[3] = heads;
+    nd->f[0] = a.scale;
+    nd->f[1] = a.dropout_p;
+  }
+}
+
 em_tensor *em_sdpa(em_tensor *q, em_tensor *k, em_tensor *v, const em_sdpa_params *p) {
   EM_ASSERT(em_dtype_is_float(q->dtype) && q->ndim == 4 && k->ndim == 4 && v->ndim == 4 &&
             "sdpa: q, k, v must be 4-D float tensors");
@@ -70,38 +164,23 @@ em_tensor *em_sdpa(em_tensor *q, em_tensor *k, em_tensor *v, const em_sdpa_param
             "sdpa: k must be (N, H, S, E)");
   EM_ASSERT(v->shape[0] == N && v->shape[1] == H && v->shape[2] == S &&
             "sdpa: v must be (N, H, S, Ev)");
-  em_tensor *kpm = padding_mask(q, p->key_padding_mask, N, S);
-  const bool drop = p->training && p->dropout_p > 0;
-  EM_ASSERT(p->dropout_p >= 0 && p->dropout_p <= 1 && (!drop || p->rng));
-  em_sdpa_args a = {.causal = p->causal,
-                    .scale = p->scale > 0 ? p->scale : 1.0 / sqrt((double)E),
-                    .dropout_p = drop ? p->dropout_p : 0.0};
-  if (drop) {
-    a.seed = em_rng_next(p->rng);
-    a.counter = em_rng_next(p->rng);
-  }
-  const int64_t os[4] = {N, H, L, Ev}, ls[3] = {N, H, L};
+  const int64_t os[4] = {N, H, L, Ev};
   em_tensor *y = em_empty_on(q->device, q->dtype, 4, os);
-  em_tensor *lse = em_empty_on(q->device, q->dtype, 3, ls);
-  const em_kernels *kt = op_k(q);
-  if (op_live(q, k, v, kpm, y, lse) && OP_HAS(kt, sdpa_forward, "sdpa", q) &&
-      OP_HAS(kt, sdpa_backward, "sdpa", q)) {
-    if (em_tensor_numel(y) > 0) {
-      em_op_add_flops(2.0 * (double)(N * H) * (double)L * (double)S * (double)(E + Ev));
-      EM_KCALL(kt, sdpa_forward, y, lse, q, k, v, kpm, &a);
-    }
-    em_tensor *in[3] = {q, k, v};
-    if (em_needs_grad(3, in)) {
-      em_node *nd = em_record("sdpa", sdpa_backward, y, 3, in);
-      nd->saved[0] = y;
-      nd->saved[1] = lse;
-      nd->saved[2] = kpm;
-      nd->i[0] = a.causal;
-      nd->i[1] = (int64_t)a.seed;
-      nd->i[2] = (int64_t)a.counter;
-      nd->f[0] = a.scale;
-      nd->f[1] = a.dropout_p;
-    }
-  }
+  em_tensor *in[3] = {q, k, v};
+  sdpa_run(y, y, q, k, v, p, 3, in, 0);
+  return OP_END(y);
+}
+
+em_tensor *em_sdpa_packed(em_tensor *qkv, int heads, const em_sdpa_params *p) {
+  EM_ASSERT(em_dtype_is_float(qkv->dtype) && qkv->ndim == 3 && heads > 0 &&
+            qkv->shape[2] % (3 * (int64_t)heads) == 0 &&
+            "sdpa_packed: qkv must be (N, L, 3 H E) floats");
+  OP_BEGIN("sdpa_packed", 1, qkv);
+  const int64_t N = qkv->shape[0], L = qkv->shape[1], D = qkv->shape[2] / 3, E = D / heads;
+  const int64_t ys[3] = {N, L, D};
+  em_tensor *y = em_empty_on(qkv->device, qkv->dtype, 3, ys);
+  em_tensor *q = heads_view(qkv, heads, E, 0), *k = heads_view(qkv, heads, E, D);
+  em_tensor *v = heads_view(qkv, heads, E, 2 * D);
+  sdpa_run(y, heads_view(y, heads, E, 0), q, k, v, p, 1, &qkv, heads);
   return OP_END(y);
 }

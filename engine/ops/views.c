@@ -6,7 +6,9 @@
  * view's shape) back to the input's geometry and adds it into the input's
  * gradient, so gradients flow through any chain of views to the
  * parameters underneath:
- *   reshape, flatten, contiguous: the same values in the input's shape;
+ *   reshape, flatten, contiguous: the same values in the input's shape
+ *     (the output's gradient itself, when the input has none yet:
+ *     em_grad_pass);
  *   transpose, permute: g viewed through the inverse permutation;
  *   slice: g added into the sliced region (the rest stays zero);
  *   expand: g summed over the broadcast dims (em_reduce_to_shape);
@@ -65,7 +67,7 @@ static void same_order_backward(em_node *n) {
     stride[d] = s;
     s *= x->shape[d];
   }
-  em_grad_add(x, em_view_raw(g, x->ndim, x->shape, stride, g->offset));
+  em_grad_pass(x, em_view_raw(g, x->ndim, x->shape, stride, g->offset));
 }
 
 em_tensor *em_reshape(em_tensor *x, int ndim, const int64_t *shape) {
@@ -121,7 +123,7 @@ static void permute_backward(em_node *n) {
   /* out dim j is x dim perm[j]: g's stride for x dim perm[j] is g's stride j */
   int64_t stride[EM_MAX_DIMS];
   for (int j = 0; j < x->ndim; j++) stride[n->i[j]] = g->stride[j];
-  em_grad_add(x, em_view_raw(g, x->ndim, x->shape, stride, g->offset));
+  em_grad_pass(x, em_view_raw(g, x->ndim, x->shape, stride, g->offset));
 }
 
 em_tensor *em_permute(em_tensor *x, const int *perm) {

@@ -40,6 +40,20 @@ static const shape shapes[] = {
     {"cnn.conv2.dX", 288, 25088, 64, 1, 0},
     {"cnn.fc1.fwd", 128, 128, 3136, 0, 1},
     {"cnn.fc1.dW", 128, 3136, 128, 1, 0},
+    /* bench-gpt.py's GPT (D 128, FF 512, V 96) at 16 x 128 tokens: the packed in-projection,
+     * the out-projection, the feed-forward pair and the tied head, forward and backward */
+    {"gpt.in_proj.fwd", 2048, 384, 128, 0, 1},
+    {"gpt.in_proj.dX", 2048, 128, 384, 0, 0},
+    {"gpt.in_proj.dW", 384, 128, 2048, 1, 0},
+    {"gpt.out_proj.fwd", 2048, 128, 128, 0, 1},
+    {"gpt.out_proj.dW", 128, 128, 2048, 1, 0},
+    {"gpt.linear1.fwd", 2048, 512, 128, 0, 1},
+    {"gpt.linear1.dX", 2048, 128, 512, 0, 0},
+    {"gpt.linear1.dW", 512, 128, 2048, 1, 0},
+    {"gpt.linear2.fwd", 2048, 128, 512, 0, 1},
+    {"gpt.linear2.dX", 2048, 512, 128, 0, 0},
+    {"gpt.linear2.dW", 128, 512, 2048, 1, 0},
+    {"gpt.head.fwd", 2048, 96, 128, 0, 1},
     {"square.1024", 1024, 1024, 1024, 0, 0},
 };
 

@@ -30,6 +30,7 @@ def main():
     ap.add_argument("spec")
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--limit", type=int, default=60000)
+    ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=1)
     o = ap.parse_args()

@@ -6,6 +6,8 @@
  * the device; a batch entry with every key padded), strided heads,
  * Ev != E, a given scale, and dropout: the device must draw the CPU's
  * mask from the same rng state (kern-random.h), forward and backward.
+ * em_sdpa_packed (the heads read from and written to packed tensors
+ * through strided views) likewise: its output and qkv's gradient.
  * A file of its own beside test-device-ops.c (which holds every other op
  * and is long enough). The device is EMBER_TEST_DEVICE ("ref" when unset;
  * the 'gpu' suite sets "cuda"); exits 77 (skip) when it is unavailable. */
@@ -146,6 +148,63 @@ static void test_sdpa(void) {
   }
 }
 
+/* em_sdpa_packed of qkv (N, L, 3 H E) on device d: its output, and qkv's
+ * gradient into *grad (n values). */
+static double *run_packed_on(em_device d, const em_tensor *host, int heads, const sd_case *c,
+                             const em_tensor *kpm, int64_t *ny, double **grad, int64_t *ng) {
+  em_error err;
+  em_tensor *x = em_tensor_new(EM_DTYPE_F32, 3, host->shape, &err);
+  em_tensor_copy_(x, host);
+  em_tensor_set_requires_grad(x, true);
+  g_assert_cmpint(em_tensor_move_(x, d, &err), ==, EM_OK);
+  em_scope *s = em_scope_begin();
+  em_rng rng;
+  em_rng_seed(&rng, 78);
+  em_sdpa_params p = {.causal = c->causal, .key_padding_mask = kpm, .dropout_p = c->dropout,
+                      .training = c->dropout > 0, .rng = &rng};
+  em_tensor *y = em_sdpa_packed(x, heads, &p);
+  g_assert_true(em_device_eq(y->device, d));
+  double *vy = values_of(y, ny);
+  em_tensor *R = gc_rand(EM_DTYPE_F32, y->ndim, y->shape, -1, 1, 98, false);
+  em_backward_grad(y, em_on_device(y) ? em_to_device(R, d) : R);
+  g_assert_false(em_device_error_pending());
+  *grad = values_of(x->grad, ng);
+  em_scope_end(s);
+  em_tensor_free(R);
+  em_tensor_free(x);
+  return vy;
+}
+
+static void test_packed(void) {
+  static const sd_case cases[] = {
+      {2, 2, 6, 6, 4, 4, true, 0, 0, false, 0},   /* causal */
+      {3, 2, 5, 5, 4, 4, false, 1, 0, false, 0},  /* padding */
+      {2, 3, 7, 7, 4, 4, true, 1, 0.3, false, 0}, /* both, dropout */
+  };
+  for (size_t k = 0; k < G_N_ELEMENTS(cases); k++) {
+    const sd_case *c = &cases[k];
+    int64_t shape[3] = {c->N, c->L, 3 * c->H * c->E};
+    em_tensor *qkv = gc_rand(EM_DTYPE_F32, 3, shape, -1.5, 1.5, 50 + (unsigned)k, false);
+    em_tensor *kpm = c->pad ? make_kpm(c) : NULL;
+    int64_t nc, nd, gc, gd;
+    double *gcpu, *gdev;
+    double *yc = run_packed_on(cpu, qkv, (int)c->H, c, kpm, &nc, &gcpu, &gc);
+    double *yd = run_packed_on(dev, qkv, (int)c->H, c, kpm, &nd, &gdev, &gd);
+    char what[48];
+    snprintf(what, sizeof what, "sdpa_packed case %zu", k);
+    g_assert_cmpint(nc, ==, nd);
+    g_assert_cmpint(gc, ==, gd);
+    assert_close(what, "forward", yd, yc, nc);
+    assert_close(what, "gradient of qkv", gdev, gcpu, gc);
+    g_free(yc);
+    g_free(yd);
+    g_free(gcpu);
+    g_free(gdev);
+    em_tensor_free(qkv);
+    em_tensor_free(kpm);
+  }
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   const char *name = g_getenv("EMBER_TEST_DEVICE");
@@ -156,5 +215,6 @@ int main(int argc, char **argv) {
     return 77;
   }
   g_test_add_func("/device/ops/sdpa", test_sdpa);
+  g_test_add_func("/device/ops/sdpa-packed", test_packed);
   return g_test_run();
 }

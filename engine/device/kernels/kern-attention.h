@@ -30,11 +30,13 @@
 #include "kern-random.h"
 
 /* The sizes, strides and scalars of one call. Strides are in elements
- * over (N, H, rows, features) for q, k, v and g (any strides), (N, S) for
- * the mask; o (N, H, L, Ev), lse (N, H, L), gq, gk and gv are contiguous. */
+ * over (N, H, rows, features) for q, k, v, g, the output o and the
+ * gradients gq, gk, gv (any strides: the heads of a packed projection
+ * are views), (N, S) for the mask; lse (N, H, L) is contiguous. */
 typedef struct em_ksdpa {
   int64_t N, H, L, S, E, Ev;
   int64_t qs[4], ks[4], vs[4], gs[4], ms[2];
+  int64_t os[4], gqs[4], gks[4], gvs[4];
   int causal, has_mask, dropout;
   float scale, zscale; /* zscale: 1 / (1 - p) (0 for p = 1) */
   uint64_t threshold, seed, counter;
@@ -68,9 +70,9 @@ EM_HD float em_ksdpa_score(const em_ksdpa *a, const float *q, const float *k, in
 EM_HD void em_ksdpa_fwd_row(const em_ksdpa *a, const float *q, const float *k, const float *v,
                             const unsigned char *kpm, float *o, float *lse, int64_t n,
                             int64_t h, int64_t i) {
-  const int64_t row = (n * a->H + h) * a->L + i;
-  float *orow = o + row * a->Ev;
-  for (int64_t d = 0; d < a->Ev; d++) orow[d] = 0.f;
+  const int64_t row = (n * a->H + h) * a->L + i, oc = a->os[3];
+  float *orow = o + n * a->os[0] + h * a->os[1] + i * a->os[2];
+  for (int64_t d = 0; d < a->Ev; d++) orow[d * oc] = 0.f;
   float m = -em_kinf();
   double l = 0;
   for (int64_t j = 0; j < a->S; j++) {
@@ -79,7 +81,7 @@ EM_HD void em_ksdpa_fwd_row(const em_ksdpa *a, const float *q, const float *k, c
     if (s > m) { /* a new maximum: rescale what was summed */
       float alpha = expf(m - s);
       l *= (double)alpha;
-      for (int64_t d = 0; d < a->Ev; d++) orow[d] *= alpha;
+      for (int64_t d = 0; d < a->Ev; d++) orow[d * oc] *= alpha;
       m = s;
     }
     float p = expf(s - m);
@@ -87,14 +89,14 @@ EM_HD void em_ksdpa_fwd_row(const em_ksdpa *a, const float *q, const float *k, c
     float pz = p * em_ksdpa_keep(a, n, h, i, j);
     if (pz == 0.f) continue;
     const float *vr = v + n * a->vs[0] + h * a->vs[1] + j * a->vs[2];
-    for (int64_t d = 0; d < a->Ev; d++) orow[d] += pz * vr[d * a->vs[3]];
+    for (int64_t d = 0; d < a->Ev; d++) orow[d * oc] += pz * vr[d * a->vs[3]];
   }
   if (l == 0) { /* every key hidden */
     lse[row] = -em_kinf();
     return;
   }
   float inv = (float)(1.0 / l);
-  for (int64_t d = 0; d < a->Ev; d++) orow[d] *= inv;
+  for (int64_t d = 0; d < a->Ev; d++) orow[d * oc] *= inv;
   lse[row] = m + (float)log(l);
 }
 
@@ -102,9 +104,9 @@ EM_HD void em_ksdpa_fwd_row(const em_ksdpa *a, const float *q, const float *k, c
 EM_HD float em_ksdpa_delta(const em_ksdpa *a, const float *g, const float *o, int64_t n,
                            int64_t h, int64_t i) {
   const float *gr = g + n * a->gs[0] + h * a->gs[1] + i * a->gs[2];
-  const float *orow = o + ((n * a->H + h) * a->L + i) * a->Ev;
+  const float *orow = o + n * a->os[0] + h * a->os[1] + i * a->os[2];
   double s = 0;
-  for (int64_t d = 0; d < a->Ev; d++) s += (double)gr[d * a->gs[3]] * (double)orow[d];
+  for (int64_t d = 0; d < a->Ev; d++) s += (double)gr[d * a->gs[3]] * (double)orow[d * a->os[3]];
   return (float)s;
 }
 
@@ -124,34 +126,35 @@ EM_HD float em_ksdpa_ds(const em_ksdpa *a, const float *q, const float *k, const
   return p * (dp * z - d_i);
 }
 
-/* Row i of gq (contiguous (N, H, L, E)), written. */
+/* Row i of gq (N, H, L, E), written. */
 EM_HD void em_ksdpa_bwd_q_row(const em_ksdpa *a, const float *q, const float *k, const float *v,
                               const float *g, const float *o, const float *lse,
                               const unsigned char *kpm, float *gq, int64_t n, int64_t h,
                               int64_t i) {
-  const int64_t row = (n * a->H + h) * a->L + i;
-  float *gr = gq + row * a->E;
-  for (int64_t e = 0; e < a->E; e++) gr[e] = 0.f;
+  const int64_t row = (n * a->H + h) * a->L + i, gc = a->gqs[3];
+  float *gr = gq + n * a->gqs[0] + h * a->gqs[1] + i * a->gqs[2];
+  for (int64_t e = 0; e < a->E; e++) gr[e * gc] = 0.f;
   float d_i = em_ksdpa_delta(a, g, o, n, h, i), pz;
   for (int64_t j = 0; j < a->S; j++) {
     float ds = em_ksdpa_ds(a, q, k, v, g, kpm, lse[row], d_i, n, h, i, j, &pz);
     if (ds == 0.f) continue;
     const float *kr = k + n * a->ks[0] + h * a->ks[1] + j * a->ks[2];
-    for (int64_t e = 0; e < a->E; e++) gr[e] += ds * kr[e * a->ks[3]];
+    for (int64_t e = 0; e < a->E; e++) gr[e * gc] += ds * kr[e * a->ks[3]];
   }
-  for (int64_t e = 0; e < a->E; e++) gr[e] *= a->scale;
+  for (int64_t e = 0; e < a->E; e++) gr[e * gc] *= a->scale;
 }
 
-/* Row j of gk (N, H, S, E) and of gv (N, H, S, Ev), contiguous, written;
- * either may be NULL. */
+/* Row j of gk (N, H, S, E) and of gv (N, H, S, Ev), written; either may
+ * be NULL. */
 EM_HD void em_ksdpa_bwd_kv_row(const em_ksdpa *a, const float *q, const float *k, const float *v,
                                const float *g, const float *o, const float *lse,
                                const unsigned char *kpm, float *gk, float *gv, int64_t n,
                                int64_t h, int64_t j) {
-  const int64_t row = (n * a->H + h) * a->S + j;
-  float *gkr = gk ? gk + row * a->E : 0, *gvr = gv ? gv + row * a->Ev : 0;
-  for (int64_t e = 0; gkr && e < a->E; e++) gkr[e] = 0.f;
-  for (int64_t d = 0; gvr && d < a->Ev; d++) gvr[d] = 0.f;
+  const int64_t kc = a->gks[3], vc = a->gvs[3];
+  float *gkr = gk ? gk + n * a->gks[0] + h * a->gks[1] + j * a->gks[2] : 0;
+  float *gvr = gv ? gv + n * a->gvs[0] + h * a->gvs[1] + j * a->gvs[2] : 0;
+  for (int64_t e = 0; gkr && e < a->E; e++) gkr[e * kc] = 0.f;
+  for (int64_t d = 0; gvr && d < a->Ev; d++) gvr[d * vc] = 0.f;
   /* causal: only the queries i >= j - S + L see key j */
   int64_t i0 = a->causal && j - a->S + a->L > 0 ? j - a->S + a->L : 0;
   for (int64_t i = i0; i < a->L; i++) {
@@ -160,12 +163,12 @@ EM_HD void em_ksdpa_bwd_kv_row(const em_ksdpa *a, const float *q, const float *k
     float ds = em_ksdpa_ds(a, q, k, v, g, kpm, lse[qrow], d_i, n, h, i, j, &pz);
     if (gvr && pz != 0.f) {
       const float *gr = g + n * a->gs[0] + h * a->gs[1] + i * a->gs[2];
-      for (int64_t d = 0; d < a->Ev; d++) gvr[d] += pz * gr[d * a->gs[3]];
+      for (int64_t d = 0; d < a->Ev; d++) gvr[d * vc] += pz * gr[d * a->gs[3]];
     }
     if (gkr && ds != 0.f) {
       const float *qr = q + n * a->qs[0] + h * a->qs[1] + i * a->qs[2];
-      for (int64_t e = 0; e < a->E; e++) gkr[e] += ds * qr[e * a->qs[3]];
+      for (int64_t e = 0; e < a->E; e++) gkr[e * kc] += ds * qr[e * a->qs[3]];
     }
   }
-  for (int64_t e = 0; gkr && e < a->E; e++) gkr[e] *= a->scale;
+  for (int64_t e = 0; gkr && e < a->E; e++) gkr[e * kc] *= a->scale;
 }

@@ -1,7 +1,10 @@
 /* test-views.c: reshape, flatten, transpose, permute, slice, expand,
  * contiguous, concat and cast: geometry and storage sharing, values, and
  * gradients flowing through views (and chains of views) to persistent
- * parameters. */
+ * parameters; the backward walk's memory (autograd.c): gradients handed
+ * on without a copy are right when the input has other uses too, an
+ * intermediate's gradient is gone (NULL) after backward, and a chain's
+ * backward holds a few of its gradients at a time, not all. */
 #include "ops-test.h"
 
 /* x (2, 3, 4) with x[i, j, k] = 100 i + 10 j + k, as a persistent f64. */
@@ -391,6 +394,59 @@ static void test_view_chain(void) {
   ot_gradcheck("chain", f_chain, 2, in, NULL, NULL);
 }
 
+/* ---- the backward walk's memory --------------------------------------------------------- */
+
+/* x used twice, through a reshape and directly, in both orders: the
+ * first consumer walked hands its gradient to x (em_grad_pass), the
+ * other adds into it; d/dx (3 x + reshape(x)) = 4 everywhere. Scope
+ * leaves and persistent tensors alike. */
+static void test_grad_handed_on(void) {
+  int64_t sh[2] = {6, 4}, flat[1] = {24};
+  for (int order = 0; order < 2; order++)
+    for (int persistent = 0; persistent < 2; persistent++) {
+      em_tensor *px = persistent ? iota234() : NULL;
+      if (px) em_tensor_set_requires_grad(px, true);
+      em_scope *s = em_scope_begin();
+      em_tensor *x = px ? em_reshape(px, 2, sh) : em_zeros(EM_DTYPE_F64, 2, sh);
+      if (!px) x->flags |= EM_TENSOR_REQUIRES_GRAD;
+      em_tensor *a = em_reshape(em_reshape(x, 1, flat), 2, sh), *b = em_mul_scalar(x, 3);
+      em_tensor *y = order ? em_add(a, b) : em_add(b, a), *m = em_mul_scalar(y, 1);
+      em_backward(em_sum_all(m));
+      g_assert_null(m->grad); /* an intermediate's gradient: gone after its node */
+      g_assert_null(y->grad);
+      g_assert_null(a->grad);
+      em_tensor *leaf = px ? px : x;
+      g_assert_nonnull(leaf->grad);
+      for (int64_t k = 0; k < em_tensor_numel(leaf); k++)
+        g_assert_cmpfloat(em_f64(leaf->grad)[k], ==, 4.0);
+      em_scope_end(s);
+      em_tensor_free(px);
+    }
+}
+
+/* A chain of 16 ops over 1 MiB tensors: forward keeps its 16 outputs,
+ * backward frees each gradient once its node has run, so the peak over
+ * the forward's is a few tensors (the gradient in flight, a fresh one,
+ * the sum's broadcast), not 16. */
+static void test_backward_frees(void) {
+  int64_t sh[2] = {256, 1024};
+  const int64_t mib = 256 * 1024 * 4;
+  em_tensor *w = em_tensor_new(EM_DTYPE_F32, 2, sh, NULL);
+  em_tensor_set_requires_grad(w, true);
+  em_scope *s = em_scope_begin();
+  em_tensor *h = w;
+  for (int k = 0; k < 16; k++) h = em_mul_scalar(h, 1.0);
+  em_tensor *loss = em_sum_all(h);
+  em_memory_stats a, b;
+  em_memory_stats_get(&a);
+  em_memory_reset_peak();
+  em_backward(loss);
+  em_memory_stats_get(&b);
+  g_assert_cmpint(b.peak_allocated_bytes - a.allocated_bytes, <=, 4 * mib);
+  em_scope_end(s);
+  em_tensor_free(w);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/ops/reshape/forward", test_reshape_forward);
@@ -406,5 +462,7 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/ops/concat/backward", test_concat_backward);
   g_test_add_func("/engine/ops/cast", test_cast);
   g_test_add_func("/engine/ops/views/chain-backward", test_view_chain);
+  g_test_add_func("/engine/autograd/grad-handed-on", test_grad_handed_on);
+  g_test_add_func("/engine/autograd/backward-frees", test_backward_frees);
   return g_test_run();
 }

@@ -15,7 +15,13 @@
  *  - dropout: one seed, one output; another seed, another; p = 1 gives
  *    zeros; eval leaves the rng untouched;
  *  - the threaded heads against one thread, bit for bit, and the
- *    accumulate path of backward.
+ *    accumulate path of backward;
+ *  - em_sdpa_packed (the heads read out of a packed (N, L, 3 H E)
+ *    projection, the output written merged) against em_sdpa over the
+ *    views of em_slice, em_reshape and em_transpose merged back by
+ *    em_contiguous: the same kernels on the same values, so the output
+ *    and qkv's gradient agree bit for bit (f32 and f64; causal, padding,
+ *    dropout, tiles, two threads), and its finite-difference gradient.
  * PyTorch parity is test-sdpa-torch.c, the devices tests/device/
  * test-device-sdpa.c. */
 #include <glib.h>
@@ -301,6 +307,83 @@ static void test_accumulate(void) {
   em_tensor_free(c.kpm);
 }
 
+/* ---- em_sdpa_packed ---------------------------------------------------------------- */
+
+typedef struct {
+  int64_t N, L, H, E;
+  bool causal;
+  int pad;
+  double dropout;
+  bool composed; /* em_sdpa over views, merged back, instead of em_sdpa_packed */
+  em_tensor *kpm;
+} pk_case;
+
+/* in[0]: qkv (N, L, 3 H E). */
+static em_tensor *f_packed(em_tensor **in, void *ctx) {
+  const pk_case *c = ctx;
+  em_rng rng;
+  em_rng_seed(&rng, 4321);
+  em_sdpa_params p = {.causal = c->causal, .key_padding_mask = c->kpm, .dropout_p = c->dropout,
+                      .training = c->dropout > 0, .rng = &rng};
+  if (!c->composed) return em_sdpa_packed(in[0], (int)c->H, &p);
+  const int64_t D = c->H * c->E, split[4] = {c->N, c->L, c->H, c->E}, merged[3] = {c->N, c->L, D};
+  em_tensor *x[3];
+  for (int i = 0; i < 3; i++)
+    x[i] = em_transpose(em_reshape(em_slice(in[0], 2, i * D, (i + 1) * D, 1), 4, split), 1, 2);
+  em_tensor *o = em_sdpa(x[0], x[1], x[2], &p); /* (N, H, L, E) */
+  return em_reshape(em_contiguous(em_transpose(o, 1, 2)), 3, merged);
+}
+
+static const pk_case pk_cases[] = {
+    {2, 6, 2, 4, false, 0, 0, false, NULL}, {2, 7, 3, 4, true, 1, 0, false, NULL},
+    {3, 5, 2, 3, true, 2, 0.3, false, NULL}, {2, 70, 2, 20, true, 1, 0.1, false, NULL},
+};
+
+static void test_packed(void) {
+  const int prev_threads = em_get_num_threads();
+  for (size_t k = 0; k < G_N_ELEMENTS(pk_cases); k++)
+    for (int f64 = 0; f64 < 2; f64++)
+      for (int threads = 1; threads <= 2; threads++) {
+        pk_case c = pk_cases[k];
+        sd_case sc = {.N = c.N, .S = c.L, .pad = c.pad};
+        c.kpm = make_kpm(&sc);
+        em_set_num_threads(threads);
+        int64_t shape[3] = {c.N, c.L, 3 * c.H * c.E};
+        em_tensor *qkv = gc_rand(f64 ? EM_DTYPE_F64 : EM_DTYPE_F32, 3, shape, -1, 1,
+                                 110 + (unsigned)k, true);
+        em_tensor *y[2], *g[2];
+        for (int pass = 0; pass < 2; pass++) {
+          c.composed = pass == 1;
+          em_tensor_zero_grad(qkv);
+          em_scope *s = em_scope_begin();
+          em_tensor *out = f_packed(&qkv, &c);
+          y[pass] = nc_keep(out);
+          em_tensor *up = gc_rand(qkv->dtype, 3, out->shape, -1, 1, 7, false);
+          em_backward_grad(out, up);
+          em_tensor_free(up);
+          em_scope_end(s);
+          g[pass] = nc_keep(qkv->grad);
+        }
+        if (gc_max_abs_diff(y[0], y[1]) != 0 || gc_max_abs_diff(g[0], g[1]) != 0)
+          g_error("packed case %zu (%s, %d threads): output or gradient differs from the views "
+                  "by %g, %g", k, f64 ? "f64" : "f32", threads, gc_max_abs_diff(y[0], y[1]),
+                  gc_max_abs_diff(g[0], g[1]));
+        for (int pass = 0; pass < 2; pass++) {
+          em_tensor_free(y[pass]);
+          em_tensor_free(g[pass]);
+        }
+        if (f64 && threads == 1 && c.L < 16) {
+          c.composed = false;
+          char what[64];
+          g_snprintf(what, sizeof what, "sdpa_packed case %zu", k);
+          g_assert_true(gradcheck(what, f_packed, 1, &qkv, &c, NULL));
+        }
+        em_tensor_free(qkv);
+        em_tensor_free(c.kpm);
+      }
+  em_set_num_threads(prev_threads);
+}
+
 int main(int argc, char **argv) {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/engine/ops/sdpa/composed", test_composed);
@@ -309,5 +392,6 @@ int main(int argc, char **argv) {
   g_test_add_func("/engine/ops/sdpa/dropout", test_dropout);
   g_test_add_func("/engine/ops/sdpa/threads", test_threads);
   g_test_add_func("/engine/ops/sdpa/accumulate", test_accumulate);
+  g_test_add_func("/engine/ops/sdpa/packed", test_packed);
   return g_test_run();
 }
