@@ -32,7 +32,6 @@ def main():
     ap.add_argument("--limit", type=int, default=60000)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--epochs", type=int, default=1)
     o = ap.parse_args()
     rates = {"a": [], "b": []}
     info = {}
