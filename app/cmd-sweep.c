@@ -197,7 +197,7 @@ int cli_cmd_sweep(int argc, char **argv) {
   if (!s) return 1;
   int rc = 0;
   if (!strcmp(sub, "start")) {
-    char *text = em_read_text(pos[0]);
+    char *text = em_read_text(pos[0], false);
     if (!text) {
       fprintf(stderr, "ember: sweep start: cannot read '%s'\n", pos[0]);
       rc = 1;

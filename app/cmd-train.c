@@ -137,33 +137,6 @@ static bool on_event(const em_train_event *ev, void *user) {
 
 /* ---- setup ------------------------------------------------------------------ */
 
-/* The text of a regular file (NULL for anything else: a spec given
- * through a pipe was read once by em_spec_load, and the caller records
- * the parsed spec instead). */
-static char *read_text(const char *path) {
-  FILE *f = em_fopen_read(path, true);
-  if (!f) return NULL;
-  size_t cap = 1 << 14, n = 0;
-  char *buf = cli_xmalloc(cap);
-  size_t got;
-  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += got;
-    if (n + 1 == cap) {
-      char *b = realloc(buf, cap * 2);
-      if (!b) {
-        free(buf);
-        fclose(f);
-        return NULL;
-      }
-      buf = b;
-      cap *= 2;
-    }
-  }
-  fclose(f);
-  buf[n] = '\0';
-  return buf;
-}
-
 static void file_stem(const char *path, char *out, size_t cap) {
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
@@ -189,7 +162,9 @@ static int setup_from_spec(const cli_train_opts *o, train_job *j) {
       snprintf(j->r.cfg.data_dir, sizeof j->r.cfg.data_dir, "%s", abs);
     free(abs);
   }
-  j->r.spec_text = read_text(o->spec_path);
+  /* a regular file's text as written; a spec given through a pipe was
+   * read once by em_spec_load, and the parsed spec is recorded instead */
+  j->r.spec_text = em_read_text(o->spec_path, true);
   if (!j->r.spec_text) j->r.spec_text = em_spec_format(em_spec_json(j->r.spec), NULL);
   file_stem(o->spec_path, j->r.model, sizeof j->r.model);
   return 0;

@@ -59,21 +59,32 @@ void serve_drift_free(serve_drift *d) {
   free(d);
 }
 
+#define OBSERVE_CHUNK 32 /* rows whose features are computed before the lock is taken */
+
 void serve_drift_observe(serve_drift *d, const serve_model *m, const void *in, const float *out,
                          int64_t rows) {
   if (!d) return;
   int nf = d->ref.n_features, classes = d->ref.classes;
   if (classes && classes != m->out_numel) classes = 0; /* another head: features only */
-  double f[EM_DRIFT_MAX_FEATURES];
-  for (int64_t i = 0; i < rows; i++) {
-    if (nf && m->in_dtype == EM_DTYPE_F32)
-      em_drift_features(m->in_shape, m->in_ndim, (const float *)in + i * m->in_numel, f);
-    int p = classes ? em_drift_argmax(out + i * m->out_numel, classes) : -1;
+  /* the features outside the lock, then one lock a chunk of rows (a
+   * request of one row: one lock, no allocation) */
+  double f[OBSERVE_CHUNK * EM_DRIFT_MAX_FEATURES];
+  int p[OBSERVE_CHUNK];
+  for (int64_t r0 = 0; r0 < rows; r0 += OBSERVE_CHUNK) {
+    int64_t n = rows - r0 < OBSERVE_CHUNK ? rows - r0 : OBSERVE_CHUNK;
+    for (int64_t i = 0; i < n; i++) {
+      if (nf && m->in_dtype == EM_DTYPE_F32)
+        em_drift_features(m->in_shape, m->in_ndim, (const float *)in + (r0 + i) * m->in_numel,
+                          f + i * nf);
+      p[i] = classes ? em_drift_argmax(out + (r0 + i) * m->out_numel, classes) : -1;
+    }
     pthread_mutex_lock(&d->mu);
-    int64_t slot = d->seen % d->window;
-    memcpy(d->feats + slot * nf, f, (size_t)nf * sizeof *f);
-    d->pred[slot] = p;
-    d->seen++;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t slot = d->seen % d->window;
+      memcpy(d->feats + slot * nf, f + i * nf, (size_t)nf * sizeof *f);
+      d->pred[slot] = p[i];
+      d->seen++;
+    }
     pthread_mutex_unlock(&d->mu);
   }
 }

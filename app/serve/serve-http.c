@@ -243,18 +243,54 @@ static void job_done(serve_job *job) {
   MHD_resume_connection(c->conn);
 }
 
+/* The served model the route names, with a reference the caller drops;
+ * NULL when the request was answered here (*res: what to return). */
+static serve_model *take_model(req_ctx *c, const route *r, enum MHD_Result *res) {
+  if (!atomic_load(&c->srv->ready)) {
+    *res = respond_error(c, 503, NULL, "the server is not ready (shutting down)");
+    return NULL;
+  }
+  serve_model *m = serve_slot_acquire(&c->srv->slot);
+  if (model_matches(c, r, m)) return m;
+  serve_model_unref(m);
+  *res = MHD_YES;
+  return NULL;
+}
+
+/* The version that answers: the one asked for, or the canary for its
+ * share (it takes the stable version's input and output shapes: checked
+ * when it was loaded, so a request parsed against either stands). Takes
+ * m's reference; sets c->role. */
+static serve_model *route_to(req_ctx *c, serve_model *m, const char *id, const route *r) {
+  int role = 0;
+  serve_model *pick = serve_route(c->srv, id, r->version, &role);
+  if (pick) {
+    serve_model_unref(m);
+    m = pick;
+  }
+  c->role = role;
+  return m;
+}
+
+/* Hands c->job (its model m) to the batcher; the connection waits,
+ * suspended before the job can finish: its worker resumes it. */
+static enum MHD_Result submit_job(req_ctx *c, serve_model *m, bool *submitted) {
+  c->model = m;
+  atomic_store(&c->done, false);
+  c->state = ST_WAITING;
+  *submitted = true;
+  MHD_suspend_connection(c->conn);
+  serve_batcher_submit(&c->srv->batcher, &c->job);
+  return MHD_YES;
+}
+
 /* Parses the request and hands it to the batcher (*submitted), or
  * answers it. */
 static enum MHD_Result submit_infer(req_ctx *c, const route *r, bool *submitted) {
-  serve_server *srv = c->srv;
   *submitted = false;
-  if (!atomic_load(&srv->ready))
-    return respond_error(c, 503, NULL, "the server is not ready (shutting down)");
-  serve_model *m = serve_slot_acquire(&srv->slot);
-  if (!model_matches(c, r, m)) {
-    serve_model_unref(m);
-    return MHD_YES;
-  }
+  enum MHD_Result res;
+  serve_model *m = take_model(c, r, &res);
+  if (!m) return res;
   char msg[512];
   size_t json_len = c->json_len >= 0 ? (size_t)c->json_len : c->len;
   int code = serve_infer_parse(c->body ? c->body : "", c->len, json_len, m, &c->req, msg,
@@ -264,32 +300,16 @@ static enum MHD_Result submit_infer(req_ctx *c, const route *r, bool *submitted)
     serve_model_unref(m);
     return respond_error(c, code, NULL, "%s", msg);
   }
-  /* the version that answers: the one asked for, or the canary for its
-   * share (it takes the stable version's input and output shapes: checked
-   * when it was loaded, so the request parsed against either stands) */
-  int role = 0;
-  serve_model *pick = serve_route(srv, c->req.id, r->version, &role);
-  if (pick) {
-    serve_model_unref(m);
-    m = pick;
-  }
-  c->role = role;
+  m = route_to(c, m, c->req.id, r);
   float *out = malloc(sizeof(float) * (size_t)(c->req.rows * m->out_numel));
   if (!out) {
     serve_model_unref(m);
     return respond_error(c, 500, NULL, "out of memory for %lld output rows",
                          (long long)c->req.rows);
   }
-  c->model = m;
   c->job = (serve_job){.model = m, .rows = c->req.rows, .in = c->req.in, .out = out,
                        .done = job_done, .user = c};
-  atomic_store(&c->done, false);
-  c->state = ST_WAITING;
-  *submitted = true;
-  /* suspend before the job can finish: its worker resumes us */
-  MHD_suspend_connection(c->conn);
-  serve_batcher_submit(&srv->batcher, &c->job);
-  return MHD_YES;
+  return submit_job(c, m, submitted);
 }
 
 /* A request counts as in flight from before the readiness check until its
@@ -298,11 +318,12 @@ static enum MHD_Result submit_infer(req_ctx *c, const route *r, bool *submitted)
  * none reaches the batcher after it stopped (the check used to come
  * first, and a request parsed during the stop was submitted to a stopped
  * batcher, its connection suspended as the daemon stopped: an abort). */
-static enum MHD_Result start_infer(req_ctx *c, const route *r) {
-  c->is_infer = true;
+static enum MHD_Result start_job(req_ctx *c, const route *r,
+                                 enum MHD_Result (*submit)(req_ctx *, const route *, bool *)) {
+  c->is_infer = true; /* counted with its version's requests and latency */
   atomic_fetch_add(&c->srv->metrics.inflight, 1);
   bool submitted;
-  enum MHD_Result res = submit_infer(c, r, &submitted);
+  enum MHD_Result res = submit(c, r, &submitted);
   if (!submitted) atomic_fetch_sub(&c->srv->metrics.inflight, 1);
   return res;
 }
@@ -366,15 +387,10 @@ static enum MHD_Result answer_feedback(req_ctx *c, const route *r) {
 /* ---- generation ------------------------------------------------------------------ */
 
 static enum MHD_Result submit_generate(req_ctx *c, const route *r, bool *submitted) {
-  serve_server *srv = c->srv;
   *submitted = false;
-  if (!atomic_load(&srv->ready))
-    return respond_error(c, 503, NULL, "the server is not ready (shutting down)");
-  serve_model *m = serve_slot_acquire(&srv->slot);
-  if (!model_matches(c, r, m)) {
-    serve_model_unref(m);
-    return MHD_YES;
-  }
+  enum MHD_Result res;
+  serve_model *m = take_model(c, r, &res);
+  if (!m) return res;
   serve_gen *g = malloc(sizeof *g);
   char msg[512];
   int code = g ? serve_generate_parse(c->body ? c->body : "", c->len, m, g, msg, sizeof msg)
@@ -385,31 +401,10 @@ static enum MHD_Result submit_generate(req_ctx *c, const route *r, bool *submitt
     serve_model_unref(m);
     return respond_error(c, code, NULL, "%s", msg);
   }
-  int role = 0;
-  serve_model *pick = serve_route(srv, g->id, r->version, &role);
-  if (pick) {
-    serve_model_unref(m);
-    m = pick;
-  }
-  c->role = role;
-  c->model = m;
+  m = route_to(c, m, g->id, r);
   c->gen = g;
   serve_generate_job(&c->job, m, g, job_done, c);
-  atomic_store(&c->done, false);
-  c->state = ST_WAITING;
-  *submitted = true;
-  MHD_suspend_connection(c->conn);
-  serve_batcher_submit(&srv->batcher, &c->job);
-  return MHD_YES;
-}
-
-static enum MHD_Result start_generate(req_ctx *c, const route *r) {
-  c->is_infer = true; /* counted with the version's requests and latency */
-  atomic_fetch_add(&c->srv->metrics.inflight, 1);
-  bool submitted;
-  enum MHD_Result res = submit_generate(c, r, &submitted);
-  if (!submitted) atomic_fetch_sub(&c->srv->metrics.inflight, 1);
-  return res;
+  return submit_job(c, m, submitted);
 }
 
 static enum MHD_Result finish_generate(req_ctx *c) {
@@ -659,11 +654,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (r.kind == R_NONE) return respond_error(c, 404, NULL, "no such path");
   if (r.kind == R_INFER) {
     if (!post) return respond_error(c, 405, "POST", "%s needs POST", "infer");
-    return start_infer(c, &r);
+    return start_job(c, &r, submit_infer);
   }
   if (r.kind == R_GENERATE) {
     if (!post) return respond_error(c, 405, "POST", "%s needs POST", "generate");
-    return start_generate(c, &r);
+    return start_job(c, &r, submit_generate);
   }
   if (r.kind == R_FEEDBACK) {
     if (!post) return respond_error(c, 405, "POST", "%s needs POST", "feedback");

@@ -44,9 +44,10 @@ em_status em_safetensors_save(const char *path, int n, const em_named_tensor *ts
 int em_open_read(const char *path, bool regular_only);
 FILE *em_fopen_read(const char *path, bool regular_only); /* the same as a stdio stream */
 const char *em_open_error(int errnum);
-/* A whole file (a FIFO too) as a NUL-terminated string (malloc'd); NULL
- * with errno set when it cannot be opened or read. */
-char *em_read_text(const char *path);
+/* A whole file as a NUL-terminated string (malloc'd; regular_only: NULL
+ * for a FIFO or a device, as em_open_read); NULL with errno set when it
+ * cannot be opened or read. */
+char *em_read_text(const char *path, bool regular_only);
 
 /* Syncs the folder that holds path, so a rename into it is durable. */
 void em_sync_parent(const char *path);

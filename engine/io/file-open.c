@@ -48,8 +48,8 @@ FILE *em_fopen_read(const char *path, bool regular_only) {
   return f;
 }
 
-char *em_read_text(const char *path) {
-  FILE *f = em_fopen_read(path, false);
+char *em_read_text(const char *path, bool regular_only) {
+  FILE *f = em_fopen_read(path, regular_only);
   if (!f) return NULL;
   size_t cap = 1 << 14, n = 0, got;
   char *buf = malloc(cap);

@@ -48,7 +48,7 @@ static em_status parse_param(em_tune_param *p, const char *path, json_t *v, em_e
   return EM_OK;
 }
 
-static char *dir_join(const char *dir, const char *path) {
+char *em_tune_dir_join(const char *dir, const char *path) {
   if (path[0] == '/' || !dir || !dir[0]) return strdup(path);
   size_t n = strlen(dir) + strlen(path) + 2;
   char *s = malloc(n);
@@ -97,8 +97,8 @@ em_status em_tune_desc_parse(em_tune_desc *d, const char *json, const char *base
     d->spec_text = json_dumps(embedded, JSON_PRESERVE_ORDER | JSON_INDENT(2));
     goto have_spec;
   }
-  char *full = dir_join(base_dir, spec);
-  d->spec_text = full ? em_read_text(full) : NULL;
+  char *full = em_tune_dir_join(base_dir, spec);
+  d->spec_text = full ? em_read_text(full, false) : NULL;
   if (!d->spec_text) {
     st = em_error_set(err, EM_ERR_IO, "spec: cannot read '%s'", full ? full : spec);
     free(full);

@@ -10,14 +10,6 @@
 
 #include "em-io.h"
 
-static char *dir_join(const char *dir, const char *path) {
-  if (path[0] == '/' || !dir || !dir[0]) return strdup(path);
-  size_t n = strlen(dir) + strlen(path) + 2;
-  char *s = malloc(n);
-  if (s) snprintf(s, n, "%s/%s", dir, path);
-  return s;
-}
-
 em_status em_tune_queue_parse(em_tune_desc *d, json_t *queue, const char *base_dir,
                               em_error *err) {
   if (!json_is_array(queue) || json_array_size(queue) == 0 ||
@@ -37,8 +29,8 @@ em_status em_tune_queue_parse(em_tune_desc *d, json_t *queue, const char *base_d
     if (json_is_object(embedded)) {
       d->queue_text[d->n_queue] = json_dumps(embedded, JSON_INDENT(2));
     } else {
-      char *full = dir_join(base_dir, path);
-      d->queue_text[d->n_queue] = full ? em_read_text(full) : NULL;
+      char *full = em_tune_dir_join(base_dir, path);
+      d->queue_text[d->n_queue] = full ? em_read_text(full, false) : NULL;
       if (!d->queue_text[d->n_queue]) {
         em_status st = em_error_set(err, EM_ERR_IO, "queue[%zu]: cannot read '%s'", i,
                                     full ? full : path);
