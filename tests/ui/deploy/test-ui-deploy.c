@@ -2,9 +2,9 @@
  * `ember serve`: two versions of an MLP trained by `ember train` on the
  * synthetic set and registered; the page starts a server for
  * mlp@production with version 2 as a 50% canary under an error-rate
- * objective of 0.2; a client thread sends requests with ids, then inputs
- * that overflow the model (3.4e38: NaN and Inf out, a fault of the
- * version that answers). The page's table shows both versions with their
+ * objective of 0.2; a client thread sends requests with ids and, once the
+ * page showed both versions answering, inputs that overflow the model
+ * (3.4e38: NaN and Inf out, a fault of the version that answers). The page's table shows both versions with their
  * throughput and latency, then the canary's share going to 0, the
  * rollback counted and the server's own message of it among the events;
  * Stop ends the server with exit 0 ("The server stopped."). Screenshot:
@@ -82,6 +82,7 @@ typedef struct {
   char host[64];
   int port;
   volatile gint stop, sent, failed;
+  volatile gint faulty; /* set by the test once it saw the 50% split: overflowing inputs start */
 } client;
 
 static int post(client *c, const char *body) {
@@ -122,8 +123,9 @@ static gpointer client_main(gpointer data) {
   for (int k = 0; !g_atomic_int_get(&c->stop); k++) {
     char id[32];
     g_snprintf(id, sizeof id, "u%d", k % 40);
-    /* after a warm-up of good inputs, every third one overflows */
-    char *b = body_of(id, k > 60 && k % 3 == 0 ? 3.4e38f : 0.25f);
+    /* good inputs until the test has seen both versions answer, then every
+     * third one overflows (a timed warm-up raced the page's first scrapes) */
+    char *b = body_of(id, g_atomic_int_get(&c->faulty) && k % 3 == 0 ? 3.4e38f : 0.25f);
     int code = post(c, b);
     g_free(b);
     if (code != 200 && code != 400) g_atomic_int_inc(&c->failed); /* 400: the overflow's answer */
@@ -172,6 +174,7 @@ static void test_canary_rollback(void) {
   g_assert_nonnull(row);
   g_assert_true(g_str_has_prefix(row, "v2 | canary | 50.0% | "));
   g_free(row);
+  g_atomic_int_set(&c.faulty, 1);
   g_assert_true(ui_test_wait(rolled_back, d, 30000));
   ui_test_spin(1500); /* a second scrape after the rollback: the chart's canary line falls */
   row = em_deploy_page_dup_row_text(d, 1);
